@@ -1,0 +1,1 @@
+"""iobridge.agents."""

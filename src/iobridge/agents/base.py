@@ -1,0 +1,56 @@
+"""The ``Agent`` interface every agent implements, and its discovery description."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from iobridge.agents.context import RunContext
+    from iobridge.agents.outputs import AgentOutput
+    from iobridge.agents.tools import ServerTool
+
+
+class Agent(ABC):
+    """An agent the bridge can run.
+
+    ``run`` is an async generator of outputs (see ``iobridge.agents.outputs``); it calls tools
+    through ``ctx.call_tool``. It may raise ``iobridge.errors.AgentError`` to end the run with
+    a RUN_ERROR of that code; any other exception ends it with a generic RUN_ERROR.
+    """
+
+    #: Stable identifier, selected by ``forwardedProps.agentId``.
+    id: str
+    name: str
+    description: str = ""
+    #: Model identifier for discovery (``provider:model``), if the agent has one.
+    model_id: str | None = None
+    #: Tools this agent executes on the server.
+    tools: Sequence[ServerTool] = ()
+
+    def describe(self) -> dict[str, Any]:
+        """Discovery data: ``{id, name, description, modelId?, tools: [{name, description}]}``."""
+        data: dict[str, Any] = {"id": self.id, "name": self.name, "description": self.description}
+        if self.model_id:
+            data["modelId"] = self.model_id
+        data["tools"] = [t.describe() for t in self.tools]
+        return data
+
+    def prepare(self, forwarded_props: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Validate run options before the stream starts.
+
+        Raise ``iobridge.errors.InputError`` for bad ``modelSettings``/``structuredOutput`` so
+        the client gets a 400 instead of a RUN_ERROR.
+        """
+
+    def server_tool(self, name: str) -> ServerTool | None:
+        """The server tool called ``name``, if this agent has one."""
+        for t in self.tools:
+            if t.name == name:
+                return t
+        return None
+
+    @abstractmethod
+    def run(self, ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        """Produce the run's outputs."""

@@ -1,0 +1,64 @@
+"""``FunctionAgent``: an agent written as a plain async function or async generator.
+
+The generator form yields outputs (strings are text) and calls tools through ``ctx``; the
+coroutine form returns the reply text (or any JSON value, which becomes
+``RUN_FINISHED.result``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+from iobridge.agents.base import Agent
+from iobridge.agents.context import RunContext
+from iobridge.agents.outputs import AgentOutput, FinalResult
+from iobridge.agents.tools import ServerTool
+
+AgentFunc = Callable[[RunContext], Any]
+
+
+class FunctionAgent(Agent):
+    """Wraps ``func(ctx)`` (async generator of outputs, or coroutine returning the reply)."""
+
+    def __init__(
+        self,
+        func: AgentFunc,
+        *,
+        id: str,
+        name: str | None = None,
+        description: str | None = None,
+        tools: Sequence[ServerTool] = (),
+        model_id: str | None = None,
+    ) -> None:
+        self.func = func
+        self.id = id
+        self.name = name or id
+        self.description = description or (inspect.getdoc(func) or "").split("\n\n")[0]
+        self.tools = tuple(tools)
+        self.model_id = model_id
+
+    async def run(self, ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        produced = self.func(ctx)
+        if inspect.isasyncgen(produced):
+            async for output in produced:
+                yield output
+            return
+        value = await produced if inspect.isawaitable(produced) else produced
+        if isinstance(value, str):
+            yield value
+        elif value is not None:
+            yield FinalResult(value=value)
+
+
+def function_agent(
+    *, id: str, name: str | None = None, description: str | None = None,
+    tools: Sequence[ServerTool] = (),
+) -> Callable[[AgentFunc], FunctionAgent]:
+    """Decorator form of ``FunctionAgent``."""
+
+    def wrap(func: AgentFunc) -> FunctionAgent:
+        return FunctionAgent(func, id=id, name=name, description=description, tools=tools)
+
+    return wrap

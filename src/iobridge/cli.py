@@ -1,0 +1,50 @@
+"""Command line: ``iobridge serve``, ``iobridge db upgrade``, ``iobridge npamp ...``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(help="iobridge: io.Intelligence Agent Protocol backend.", no_args_is_help=True)
+
+
+@app.callback()
+def _root() -> None:
+    """iobridge: io.Intelligence Agent Protocol backend (AG-UI over SSE and N-PAMP)."""
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Bind address [env IOBRIDGE_HOST]")] = None,
+    port: Annotated[int | None, typer.Option(help="HTTP port [env IOBRIDGE_PORT]")] = None,
+    prefix: Annotated[str | None, typer.Option(help="Route prefix [env IOBRIDGE_PREFIX]")] = None,
+    config: Annotated[
+        Path | None, typer.Option(help="TOML config file [env IOBRIDGE_CONFIG]")
+    ] = None,
+) -> None:
+    """Serve the bridge over HTTP (demo agent and SQLite store by default)."""
+    import uvicorn
+
+    from iobridge.config import Settings
+    from iobridge.http.app import create_app
+
+    settings = Settings.load(config, host=host, port=port, prefix=prefix)
+    application = create_app(settings)
+    uvicorn.run(
+        application,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        timeout_graceful_shutdown=5,
+    )
+
+
+def main() -> None:
+    """Entry point of the ``iobridge`` script."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""Transport-neutral errors of iobridge.
+
+Raised before a run's stream starts, they become an HTTP status with the JSON error envelope
+``{"error": {"code", "message", "details"?}}`` (or a BRIDGE_ERROR over N-PAMP). Raised by an
+agent while a run streams, ``AgentError`` becomes ``RUN_ERROR {message, code}``; any other
+exception inside a run becomes a generic ``RUN_ERROR`` with no internals.
+
+    IobridgeError
+    ├── InputError          400  bad body, bad id, bad forwardedProps
+    ├── AuthenticationError 401  missing or bad credentials
+    ├── NotFoundError       404  unknown or not-yours (ownership never leaks existence)
+    ├── ConflictError       409  run already running, thread busy, result already posted
+    ├── PayloadTooLarge     413  body over the configured limit
+    └── AgentError          ---  in-stream failure with a stable code and a safe message
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class IobridgeError(Exception):
+    """Base error: carries a stable ``code``, a safe ``message`` and optional ``details``."""
+
+    status: int = 500
+    default_code: str = "INTERNAL_ERROR"
+
+    def __init__(self, message: str, *, code: str | None = None, details: Any = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code or self.default_code
+        self.details = details
+
+    def to_body(self) -> dict[str, Any]:
+        """The JSON error envelope, without ``details`` when there are none."""
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.details is not None:
+            error["details"] = self.details
+        return {"error": error}
+
+
+class InputError(IobridgeError):
+    """The request is malformed or names something invalid."""
+
+    status = 400
+    default_code = "INVALID_REQUEST"
+
+
+class AuthenticationError(IobridgeError):
+    """Credentials are missing or wrong."""
+
+    status = 401
+    default_code = "UNAUTHORIZED"
+
+
+class NotFoundError(IobridgeError):
+    """The resource does not exist or belongs to someone else."""
+
+    status = 404
+    default_code = "NOT_FOUND"
+
+
+class ConflictError(IobridgeError):
+    """The request conflicts with the current state (busy thread, duplicate run, ...)."""
+
+    status = 409
+    default_code = "CONFLICT"
+
+
+class PayloadTooLarge(IobridgeError):
+    """The request body exceeds the configured limit."""
+
+    status = 413
+    default_code = "PAYLOAD_TOO_LARGE"
+
+
+class AgentError(IobridgeError):
+    """An agent failure to report in-stream as RUN_ERROR with this code and message."""
+
+    default_code = "AGENT_ERROR"

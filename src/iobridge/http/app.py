@@ -1,0 +1,102 @@
+"""The FastAPI application: ``create_app()`` for a server, ``Bridge`` to mount into your own.
+
+``Bridge`` owns one runtime, agent catalog, authenticator and thread store; ``install``
+adds its routes (under the configured prefix) and error handlers to any FastAPI app, and its
+``lifespan`` opens and closes the store and stops live runs on shutdown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+
+from iobridge import __version__
+from iobridge.agents.base import Agent
+from iobridge.agents.catalog import AgentCatalog
+from iobridge.agents.demo import DemoAgent
+from iobridge.auth import Authenticator
+from iobridge.config import Settings
+from iobridge.http.errors import install_error_handlers
+from iobridge.http.runs import router as runs_router
+from iobridge.runtime.engine import Runtime, RuntimeSettings
+
+
+def build_catalog(settings: Settings, agents: Sequence[Agent] = ()) -> AgentCatalog:
+    """The demo agent, the configured agents, then ``agents`` given in Python."""
+    catalog = AgentCatalog([DemoAgent()])
+    for agent in agents:
+        catalog.register(agent)
+    if settings.default_agent is not None:
+        catalog.default_id = settings.default_agent
+    return catalog
+
+
+class Bridge:
+    """The io.Intelligence bridge as a mountable unit."""
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        agents: Sequence[Agent] = (),
+        catalog: AgentCatalog | None = None,
+    ) -> None:
+        self.settings = settings or Settings.load()
+        self.catalog = catalog or build_catalog(self.settings, agents)
+        self.authenticator = Authenticator(self.settings.auth)
+        self.runtime = Runtime(
+            self.catalog,
+            settings=RuntimeSettings(
+                tool_timeout=self.settings.tool_timeout,
+                retention_seconds=self.settings.retention_seconds,
+                max_retained_runs=self.settings.max_retained_runs,
+                detach_grace_seconds=self.settings.detach_grace_seconds,
+                tool_result_mode=self.settings.tool_result_mode,
+            ),
+        )
+
+    def install(self, app: FastAPI) -> None:
+        """Add the bridge's routes, state and error handlers to ``app``."""
+        app.state.settings = self.settings
+        app.state.catalog = self.catalog
+        app.state.authenticator = self.authenticator
+        app.state.runtime = self.runtime
+        install_error_handlers(app)
+        app.include_router(runs_router, prefix=self.settings.prefix, tags=["runs"])
+
+    @asynccontextmanager
+    async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
+        """Open resources at startup; stop live runs and close them at shutdown."""
+        try:
+            yield
+        finally:
+            await self.runtime.aclose()
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    agents: Sequence[Agent] = (),
+    catalog: AgentCatalog | None = None,
+) -> FastAPI:
+    """A complete server application."""
+    bridge = Bridge(settings, agents=agents, catalog=catalog)
+    app = FastAPI(
+        title="iobridge",
+        version=__version__,
+        summary="io.Intelligence Agent Protocol backend (AG-UI over SSE)",
+        lifespan=bridge.lifespan,
+    )
+    if bridge.settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=bridge.settings.cors_origins,
+            allow_methods=["GET", "POST", "PATCH", "DELETE", "OPTIONS"],
+            allow_headers=["*"],
+        )
+    bridge.install(app)
+    app.state.bridge = bridge
+    return app

@@ -1,0 +1,458 @@
+"""The lifecycle guard: whatever an agent emits, the wire gets a valid AG-UI run.
+
+Theory of operation
+-------------------
+The guard sits between an agent (through the runtime) and the run log. It is a sans-IO
+state machine: it takes candidate events (dicts) and returns the events to put on the wire.
+It never raises for anything an agent does; every problem is repaired or turned into a
+terminal ``RUN_ERROR``. It enforces the seven guarantees of the io.Intelligence Agent
+Protocol, plus what ``@ag-ui/client`` checks (``verifyEvents``):
+
+1. ``RUN_STARTED`` is first and echoes ``threadId``/``runId``: the guard emits it itself,
+   before the first event, and drops any ``RUN_STARTED`` an agent emits.
+2. Exactly one terminal event (``RUN_FINISHED`` or ``RUN_ERROR``) is last, and
+3. nothing follows it: after ``finish``/``fail`` the guard is ``ENDED`` and returns nothing.
+4. Every text message (and reasoning message/span, and step) is closed before the
+   terminal event: ``finish``/``fail`` close what is open, innermost first.
+5. Every tool call is closed. The guard *holds back* a tool call (START, ARGS…) until its
+   TOOL_CALL_END and releases it whole only if
+7. the concatenated TOOL_CALL_ARGS parse as JSON (``{}`` is inserted when there were no
+   fragments). If they do not, the call is never shown and the run ends with RUN_ERROR
+   ``INVALID_TOOL_ARGS``: a frontend must never execute a tool with broken arguments, and
+   an announced call could not be closed validly. Holding back costs only the live display
+   of argument streaming, which a UI cannot act on before TOOL_CALL_END anyway.
+6. Empty ``TEXT_MESSAGE_CONTENT`` deltas are dropped.
+
+Repairs: content for a message that is not open opens it; END/RESULT for unknown ids,
+duplicate STARTs, events without a string ``type``, non-integer timestamps and ``null``
+fields are dropped; CHUNK events are expanded into START/CONTENT. Unknown event types pass
+through unchanged (AG-UI grows; the guard only polices what it knows).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from iobridge.protocol import events as ev
+from iobridge.protocol.events import Event
+
+
+class GuardState(enum.Enum):
+    """Run-level states."""
+
+    #: Nothing emitted yet; the first input emits RUN_STARTED.
+    IDLE = "idle"
+    #: RUN_STARTED emitted; events flow.
+    RUNNING = "running"
+    #: The terminal event was emitted; every later input yields nothing.
+    ENDED = "ended"
+
+
+class GuardInput(enum.Enum):
+    """Inputs the run-level machine reacts to."""
+
+    START = "start"
+    EVENT = "event"
+    FINISH = "finish"
+    FAIL = "fail"
+
+
+#: (state, input) -> next state. Inputs missing here are ignored (nothing is emitted):
+#: an agent cannot break the run, it can only be repaired.
+TRANSITIONS: dict[tuple[GuardState, GuardInput], GuardState] = {
+    (GuardState.IDLE, GuardInput.START): GuardState.RUNNING,
+    (GuardState.IDLE, GuardInput.EVENT): GuardState.RUNNING,
+    (GuardState.IDLE, GuardInput.FINISH): GuardState.ENDED,
+    (GuardState.IDLE, GuardInput.FAIL): GuardState.ENDED,
+    (GuardState.RUNNING, GuardInput.START): GuardState.RUNNING,
+    (GuardState.RUNNING, GuardInput.EVENT): GuardState.RUNNING,
+    (GuardState.RUNNING, GuardInput.FINISH): GuardState.ENDED,
+    (GuardState.RUNNING, GuardInput.FAIL): GuardState.ENDED,
+}
+
+INVALID_TOOL_ARGS = "INVALID_TOOL_ARGS"
+
+
+@dataclass(slots=True)
+class _PendingCall:
+    start: Event
+    fragments: list[str] = field(default_factory=list)
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex
+
+
+class LifecycleGuard:
+    """Turns any sequence of candidate events into a valid AG-UI run.
+
+    Args:
+        thread_id: The request's threadId, echoed in RUN_STARTED/RUN_FINISHED.
+        run_id: The request's runId.
+        parent_run_id: Echoed in RUN_STARTED when given.
+        new_id: Id factory for messages the guard has to create (injectable for tests).
+    """
+
+    def __init__(
+        self,
+        thread_id: str,
+        run_id: str,
+        *,
+        parent_run_id: str | None = None,
+        new_id: Callable[[], str] = _new_id,
+    ) -> None:
+        self.thread_id = thread_id
+        self.run_id = run_id
+        self.parent_run_id = parent_run_id
+        self._new_id = new_id
+        self.state = GuardState.IDLE
+        self._started = False
+        #: Open text messages (insertion ordered), by messageId.
+        self._texts: dict[str, None] = {}
+        self._reasoning_messages: dict[str, None] = {}
+        self._reasoning_spans: dict[str, None] = {}
+        self._steps: list[str] = []
+        self._calls: dict[str, _PendingCall] = {}
+        #: Tool calls released (closed) and whether their result was sent.
+        self._closed_calls: dict[str, bool] = {}
+        self._chunk_text: str | None = None
+        self._chunk_call: str | None = None
+        self._out: list[Event] = []
+        #: The terminal event, once emitted.
+        self.terminal: Event | None = None
+
+    # -- public API ------------------------------------------------------------------
+
+    @property
+    def ended(self) -> bool:
+        """True once the terminal event has been emitted."""
+        return self.state is GuardState.ENDED
+
+    def start(self) -> list[Event]:
+        """Emit RUN_STARTED (idempotent)."""
+        if self._advance(GuardInput.START):
+            self._ensure_started()
+        return self._drain()
+
+    def feed(self, event: Event) -> list[Event]:
+        """Offer one candidate event; returns the events to emit now (possibly none)."""
+        if not self._advance(GuardInput.EVENT):
+            return []
+        self._ensure_started()
+        self._handle(event)
+        return self._drain()
+
+    def finish(self, *, result: Any = None, outcome: dict[str, Any] | None = None) -> list[Event]:
+        """Close everything open and emit RUN_FINISHED."""
+        if self.ended:
+            return []
+        self._ensure_started()
+        self._close_all()
+        self._terminate(
+            ev.run_finished(self.thread_id, self.run_id, result=result, outcome=outcome)
+        )
+        return self._drain()
+
+    def fail(self, message: str, code: str | None = None) -> list[Event]:
+        """Close everything open and emit RUN_ERROR."""
+        if self.ended:
+            return []
+        self._ensure_started()
+        self._close_all()
+        self._terminate(ev.run_error(message, code))
+        return self._drain()
+
+    def open_tool_calls(self) -> list[str]:
+        """Ids of tool calls announced but not yet ended (held back)."""
+        return list(self._calls)
+
+    # -- machinery -------------------------------------------------------------------
+
+    def _advance(self, guard_input: GuardInput) -> bool:
+        nxt = TRANSITIONS.get((self.state, guard_input))
+        if nxt is None:
+            return False
+        if nxt is not GuardState.ENDED:
+            self.state = nxt
+        return True
+
+    def _ensure_started(self) -> None:
+        if not self._started:
+            self._started = True
+            self._out.append(ev.run_started(self.thread_id, self.run_id, self.parent_run_id))
+
+    def _terminate(self, event: Event) -> None:
+        self._out.append(event)
+        self.terminal = event
+        self.state = GuardState.ENDED
+
+    def _drain(self) -> list[Event]:
+        out, self._out = self._out, []
+        return out
+
+    def _emit(self, event: Event) -> None:
+        self._out.append(event)
+
+    def _close_all(self) -> None:
+        # Held-back tool calls were never shown: dropping them keeps the stream valid and
+        # never lets a frontend run a call whose arguments were not finished.
+        self._calls.clear()
+        self._chunk_call = None
+        self._chunk_text = None
+        for message_id in list(self._reasoning_messages):
+            self._emit(ev.reasoning_message_end(message_id))
+        self._reasoning_messages.clear()
+        for span_id in list(self._reasoning_spans):
+            self._emit(ev.reasoning_end(span_id))
+        self._reasoning_spans.clear()
+        for message_id in list(self._texts):
+            self._emit(ev.text_end(message_id))
+        self._texts.clear()
+        for name in reversed(self._steps):
+            self._emit(ev.step_finished(name))
+        self._steps.clear()
+
+    def _handle(self, event: Event) -> None:
+        kind = event.get("type")
+        if not isinstance(kind, str):
+            return
+        clean = _clean(event)
+        handler = _HANDLERS.get(kind)
+        if handler is None:
+            self._emit(clean)
+        else:
+            handler(self, clean)
+
+    # -- run lifecycle ---------------------------------------------------------------
+
+    def _on_run_started(self, event: Event) -> None:
+        """The guard emits RUN_STARTED itself; an agent's copy is dropped."""
+
+    def _on_run_finished(self, event: Event) -> None:
+        self._close_all()
+        self._terminate(
+            ev.run_finished(
+                self.thread_id,
+                self.run_id,
+                result=event.get("result"),
+                outcome=event.get("outcome") if isinstance(event.get("outcome"), dict) else None,
+            )
+        )
+
+    def _on_run_error(self, event: Event) -> None:
+        message = event.get("message")
+        code = event.get("code")
+        self._close_all()
+        self._terminate(
+            ev.run_error(
+                message if isinstance(message, str) and message else "The run failed.",
+                code if isinstance(code, str) else None,
+            )
+        )
+
+    # -- text ------------------------------------------------------------------------
+
+    def _on_text_start(self, event: Event) -> None:
+        message_id = event.get("messageId")
+        if not isinstance(message_id, str) or message_id in self._texts:
+            return
+        self._texts[message_id] = None
+        self._emit(event)
+
+    def _on_text_content(self, event: Event) -> None:
+        message_id = event.get("messageId")
+        delta = event.get("delta")
+        if not isinstance(message_id, str) or not isinstance(delta, str) or not delta:
+            return
+        if message_id not in self._texts:
+            self._texts[message_id] = None
+            self._emit(ev.text_start(message_id))
+        self._emit(event)
+
+    def _on_text_end(self, event: Event) -> None:
+        message_id = event.get("messageId")
+        if isinstance(message_id, str) and message_id in self._texts:
+            del self._texts[message_id]
+            if self._chunk_text == message_id:
+                self._chunk_text = None
+            self._emit(event)
+
+    def _on_text_chunk(self, event: Event) -> None:
+        message_id = event.get("messageId")
+        if isinstance(message_id, str) and message_id != self._chunk_text:
+            if self._chunk_text is not None and self._chunk_text in self._texts:
+                self._on_text_end(ev.text_end(self._chunk_text))
+            self._chunk_text = message_id
+            start = ev.text_start(message_id, event.get("role", "assistant"))
+            self._on_text_start(start)
+        if self._chunk_text is None:
+            return
+        delta = event.get("delta")
+        if isinstance(delta, str) and delta:
+            self._on_text_content(ev.text_content(self._chunk_text, delta))
+
+    # -- tool calls ------------------------------------------------------------------
+
+    def _on_tool_start(self, event: Event) -> None:
+        call_id = event.get("toolCallId")
+        name = event.get("toolCallName")
+        if (
+            not isinstance(call_id, str)
+            or not call_id
+            or not isinstance(name, str)
+            or not name
+            or call_id in self._calls
+            or call_id in self._closed_calls
+        ):
+            return
+        self._calls[call_id] = _PendingCall(start=event)
+
+    def _on_tool_args(self, event: Event) -> None:
+        call = self._calls.get(event.get("toolCallId"))  # type: ignore[arg-type]
+        delta = event.get("delta")
+        if call is not None and isinstance(delta, str) and delta:
+            call.fragments.append(delta)
+
+    def _on_tool_end(self, event: Event) -> None:
+        call_id = event.get("toolCallId")
+        if not isinstance(call_id, str):
+            return
+        call = self._calls.pop(call_id, None)
+        if call is None:
+            return
+        if self._chunk_call == call_id:
+            self._chunk_call = None
+        fragments = call.fragments or ["{}"]
+        try:
+            json.loads("".join(fragments))
+        except ValueError:
+            self._close_all()
+            self._terminate(
+                ev.run_error(
+                    "The agent produced tool-call arguments that are not valid JSON.",
+                    INVALID_TOOL_ARGS,
+                )
+            )
+            return
+        self._emit(call.start)
+        for fragment in fragments:
+            self._emit(ev.tool_call_args(call_id, fragment))
+        self._emit(event)
+        self._closed_calls[call_id] = False
+
+    def _on_tool_chunk(self, event: Event) -> None:
+        call_id = event.get("toolCallId")
+        if isinstance(call_id, str) and call_id != self._chunk_call:
+            if self._chunk_call is not None:
+                self._on_tool_end(ev.tool_call_end(self._chunk_call))
+                if self.ended:
+                    return
+            name = event.get("toolCallName")
+            start = ev.tool_call_start(call_id, name if isinstance(name, str) else "")
+            if isinstance(event.get("parentMessageId"), str):
+                start["parentMessageId"] = event["parentMessageId"]
+            self._on_tool_start(start)
+            self._chunk_call = call_id if call_id in self._calls else None
+        if self._chunk_call is not None:
+            delta = event.get("delta")
+            if isinstance(delta, str):
+                self._on_tool_args(ev.tool_call_args(self._chunk_call, delta))
+
+    def _on_tool_result(self, event: Event) -> None:
+        call_id = event.get("toolCallId")
+        if not isinstance(call_id, str) or self._closed_calls.get(call_id, True):
+            return
+        content = event.get("content")
+        if not isinstance(content, (str, list)):
+            event["content"] = json.dumps(content, separators=(",", ":"), default=str)
+        if not isinstance(event.get("messageId"), str):
+            event["messageId"] = self._new_id()
+        self._closed_calls[call_id] = True
+        self._emit(event)
+
+    # -- steps and reasoning ---------------------------------------------------------
+
+    def _on_step_started(self, event: Event) -> None:
+        name = event.get("stepName")
+        if isinstance(name, str) and name and name not in self._steps:
+            self._steps.append(name)
+            self._emit(event)
+
+    def _on_step_finished(self, event: Event) -> None:
+        name = event.get("stepName")
+        if isinstance(name, str) and name in self._steps:
+            self._steps.remove(name)
+            self._emit(event)
+
+    def _on_reasoning_start(self, event: Event) -> None:
+        span_id = event.get("messageId")
+        if isinstance(span_id, str) and span_id not in self._reasoning_spans:
+            self._reasoning_spans[span_id] = None
+            self._emit(event)
+
+    def _on_reasoning_end(self, event: Event) -> None:
+        span_id = event.get("messageId")
+        if isinstance(span_id, str) and span_id in self._reasoning_spans:
+            for message_id in list(self._reasoning_messages):
+                self._on_reasoning_message_end(ev.reasoning_message_end(message_id))
+            del self._reasoning_spans[span_id]
+            self._emit(event)
+
+    def _on_reasoning_message_start(self, event: Event) -> None:
+        message_id = event.get("messageId")
+        if isinstance(message_id, str) and message_id not in self._reasoning_messages:
+            self._reasoning_messages[message_id] = None
+            event["role"] = "reasoning"
+            self._emit(event)
+
+    def _on_reasoning_message_content(self, event: Event) -> None:
+        message_id = event.get("messageId")
+        delta = event.get("delta")
+        if not isinstance(message_id, str) or not isinstance(delta, str) or not delta:
+            return
+        if message_id not in self._reasoning_messages:
+            self._on_reasoning_message_start(ev.reasoning_message_start(message_id))
+        self._emit(event)
+
+    def _on_reasoning_message_end(self, event: Event) -> None:
+        message_id = event.get("messageId")
+        if isinstance(message_id, str) and message_id in self._reasoning_messages:
+            del self._reasoning_messages[message_id]
+            self._emit(event)
+
+
+def _clean(event: Event) -> Event:
+    """A copy without ``null`` members and without a non-integer ``timestamp``."""
+    clean = {k: v for k, v in event.items() if v is not None}
+    stamp = clean.get("timestamp")
+    if stamp is not None and (not isinstance(stamp, int) or isinstance(stamp, bool)):
+        del clean["timestamp"]
+    return clean
+
+
+_HANDLERS: dict[str, Callable[[LifecycleGuard, Event], None]] = {
+    ev.RUN_STARTED: LifecycleGuard._on_run_started,
+    ev.RUN_FINISHED: LifecycleGuard._on_run_finished,
+    ev.RUN_ERROR: LifecycleGuard._on_run_error,
+    ev.TEXT_MESSAGE_START: LifecycleGuard._on_text_start,
+    ev.TEXT_MESSAGE_CONTENT: LifecycleGuard._on_text_content,
+    ev.TEXT_MESSAGE_END: LifecycleGuard._on_text_end,
+    ev.TEXT_MESSAGE_CHUNK: LifecycleGuard._on_text_chunk,
+    ev.TOOL_CALL_START: LifecycleGuard._on_tool_start,
+    ev.TOOL_CALL_ARGS: LifecycleGuard._on_tool_args,
+    ev.TOOL_CALL_END: LifecycleGuard._on_tool_end,
+    ev.TOOL_CALL_CHUNK: LifecycleGuard._on_tool_chunk,
+    ev.TOOL_CALL_RESULT: LifecycleGuard._on_tool_result,
+    ev.STEP_STARTED: LifecycleGuard._on_step_started,
+    ev.STEP_FINISHED: LifecycleGuard._on_step_finished,
+    ev.REASONING_START: LifecycleGuard._on_reasoning_start,
+    ev.REASONING_END: LifecycleGuard._on_reasoning_end,
+    ev.REASONING_MESSAGE_START: LifecycleGuard._on_reasoning_message_start,
+    ev.REASONING_MESSAGE_CONTENT: LifecycleGuard._on_reasoning_message_content,
+    ev.REASONING_MESSAGE_END: LifecycleGuard._on_reasoning_message_end,
+}

@@ -1,0 +1,207 @@
+"""Tolerant parsing of ``RunAgentInput``, the body of a run request.
+
+Tolerant in: unknown keys are kept, optional fields default, every AG-UI message role is
+accepted (including legacy ``binary`` content parts and roles newer than this code), and
+``tools``/``context``/``forwardedProps`` may be absent. Strict where it matters: the ids and
+the shapes a backend relies on (message ids, tool call ids, toolCallId pairing fields) are
+checked, and a bad body is one ``InputError`` listing every problem.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+import orjson
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from iobridge.errors import InputError
+
+MAX_ID_LENGTH = 256
+
+Identifier = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_LENGTH)]
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class _FunctionCall(_Open):
+    name: str
+    arguments: str
+
+
+class _ToolCall(_Open):
+    id: Identifier
+    type: Literal["function"] = "function"
+    function: _FunctionCall
+
+
+class _ContentPart(_Open):
+    type: str
+
+
+class _TextMessage(_Open):
+    id: Identifier
+    role: Literal["system", "developer"]
+    content: str
+
+
+class _UserMessage(_Open):
+    id: Identifier
+    role: Literal["user"]
+    content: str | list[_ContentPart]
+
+
+class _AssistantMessage(_Open):
+    id: Identifier
+    role: Literal["assistant"]
+    content: str | None = None
+    tool_calls: list[_ToolCall] | None = Field(default=None, alias="toolCalls")
+
+
+class _ToolMessage(_Open):
+    id: Identifier
+    role: Literal["tool"]
+    content: str | list[_ContentPart] | None = None
+    tool_call_id: Identifier = Field(alias="toolCallId")
+    error: str | None = None
+
+
+class _ActivityMessage(_Open):
+    id: Identifier
+    role: Literal["activity"]
+    activity_type: str = Field(alias="activityType")
+    content: dict[str, Any]
+
+
+class _ReasoningMessage(_Open):
+    id: Identifier
+    role: Literal["reasoning"]
+    content: str
+
+
+_KNOWN_ROLES = {"system", "developer", "user", "assistant", "tool", "activity", "reasoning"}
+
+_Message = Annotated[
+    _TextMessage
+    | _UserMessage
+    | _AssistantMessage
+    | _ToolMessage
+    | _ActivityMessage
+    | _ReasoningMessage,
+    Field(discriminator="role"),
+]
+
+
+class _OtherMessage(_Open):
+    """A role newer than this code: kept in history, never shown to the model."""
+
+    id: Identifier
+    role: str
+
+
+class _Tool(_Open):
+    name: Identifier
+    description: str = ""
+    parameters: Any = None
+
+
+class _Context(_Open):
+    description: str
+    value: str
+
+
+class _RunAgentInput(_Open):
+    thread_id: Identifier = Field(alias="threadId")
+    run_id: Identifier = Field(alias="runId")
+    parent_run_id: Identifier | None = Field(default=None, alias="parentRunId")
+    messages: list[dict[str, Any]]
+    tools: list[_Tool] = Field(default_factory=list)
+    context: list[_Context] = Field(default_factory=list)
+    state: Any = None
+    forwarded_props: Any = Field(default=None, alias="forwardedProps")
+
+
+_message_adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(_Message)
+_input_adapter: pydantic.TypeAdapter[_RunAgentInput] = pydantic.TypeAdapter(_RunAgentInput)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunInput:
+    """A validated run request. Messages, tools and context keep their wire (camelCase) form."""
+
+    thread_id: str
+    run_id: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    context: list[dict[str, Any]] = field(default_factory=list)
+    state: Any = None
+    #: ``forwardedProps`` as an object (``{}`` when absent or not an object).
+    forwarded_props: dict[str, Any] = field(default_factory=dict)
+    parent_run_id: str | None = None
+    #: The request body exactly as parsed, unknown keys included.
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+def _errors(exc: pydantic.ValidationError, prefix: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+    return [
+        {"loc": [*prefix, *err["loc"]], "message": err["msg"]}
+        for err in exc.errors(include_url=False, include_context=False, include_input=False)
+    ]
+
+
+def parse_run_input(body: bytes | str | dict[str, Any]) -> RunInput:
+    """Parse and validate a RunAgentInput body.
+
+    Raises:
+        InputError: not JSON, not an object, or a required field missing or malformed
+            (``details`` lists each problem with its location).
+    """
+    if isinstance(body, dict):
+        data = body
+    else:
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise InputError("request body is not valid JSON", code="INVALID_JSON") from exc
+    if not isinstance(data, dict):
+        raise InputError("request body must be a JSON object", code="INVALID_REQUEST")
+    try:
+        parsed = _input_adapter.validate_python(data)
+    except pydantic.ValidationError as exc:
+        raise InputError(
+            "invalid RunAgentInput", code="INVALID_REQUEST", details=_errors(exc)
+        ) from exc
+    problems: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for index, message in enumerate(parsed.messages):
+        role = message.get("role")
+        try:
+            if role in _KNOWN_ROLES:
+                _message_adapter.validate_python(message)
+            else:
+                _OtherMessage.model_validate(message)
+        except pydantic.ValidationError as exc:
+            problems.extend(_errors(exc, ("messages", index)))
+            continue
+        if message["id"] in seen:
+            problems.append(
+                {"loc": ["messages", index, "id"], "message": "duplicate message id"}
+            )
+        seen.add(message["id"])
+    if problems:
+        raise InputError("invalid RunAgentInput", code="INVALID_REQUEST", details=problems)
+    forwarded = parsed.forwarded_props if isinstance(parsed.forwarded_props, dict) else {}
+    return RunInput(
+        thread_id=parsed.thread_id,
+        run_id=parsed.run_id,
+        parent_run_id=parsed.parent_run_id,
+        messages=parsed.messages,
+        tools=[t.model_dump(by_alias=True, exclude_none=True) for t in parsed.tools],
+        context=[c.model_dump(by_alias=True) for c in parsed.context],
+        state=parsed.state,
+        forwarded_props=forwarded,
+        raw=data,
+    )

@@ -1,0 +1,107 @@
+"""Fold a run's AG-UI events into the AG-UI messages it produced (for thread memory).
+
+The same rules a client applies: text messages become assistant messages, tool calls attach
+to the assistant message named by ``parentMessageId``, TOOL_CALL_RESULT becomes a ``tool``
+message, reasoning becomes a ``reasoning`` message. ``seal`` ends the fold; on failure the
+messages still open at that moment are dropped, so a failed run never stores half a message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from iobridge.protocol import events as ev
+from iobridge.protocol.events import Event
+
+
+class Transcript:
+    """Messages produced by one run, in order of first appearance."""
+
+    def __init__(self) -> None:
+        self._messages: dict[str, dict[str, Any]] = {}
+        self._open: set[str] = set()
+        self._calls: dict[str, dict[str, Any]] = {}
+        self._sealed = False
+
+    def apply(self, event: Event) -> None:
+        """Fold one emitted event in (ignored once sealed)."""
+        if self._sealed:
+            return
+        kind = event["type"]
+        if kind == ev.TEXT_MESSAGE_START:
+            message = self._assistant(event["messageId"])
+            message.setdefault("content", "")
+            self._open.add(event["messageId"])
+        elif kind == ev.TEXT_MESSAGE_CONTENT:
+            message = self._assistant(event["messageId"])
+            message["content"] = message.get("content", "") + event["delta"]
+        elif kind in (ev.TEXT_MESSAGE_END, ev.REASONING_MESSAGE_END):
+            self._open.discard(event["messageId"])
+        elif kind == ev.TOOL_CALL_START:
+            parent = self._assistant(event.get("parentMessageId") or event["toolCallId"])
+            call = {
+                "id": event["toolCallId"],
+                "type": "function",
+                "function": {"name": event["toolCallName"], "arguments": ""},
+            }
+            parent.setdefault("toolCalls", []).append(call)
+            self._calls[event["toolCallId"]] = call
+        elif kind == ev.TOOL_CALL_ARGS:
+            self._calls[event["toolCallId"]]["function"]["arguments"] += event["delta"]
+        elif kind == ev.TOOL_CALL_RESULT:
+            self._messages[event["messageId"]] = {
+                "id": event["messageId"],
+                "role": "tool",
+                "toolCallId": event["toolCallId"],
+                "content": event["content"],
+            }
+        elif kind == ev.REASONING_MESSAGE_START:
+            self._messages[event["messageId"]] = {
+                "id": event["messageId"],
+                "role": "reasoning",
+                "content": "",
+            }
+            self._open.add(event["messageId"])
+        elif kind == ev.REASONING_MESSAGE_CONTENT:
+            self._messages[event["messageId"]]["content"] += event["delta"]
+
+    def mark_error(self, tool_call_id: str, error: str | None) -> None:
+        """Record the error text of a tool result (``ToolMessage.error``)."""
+        if error is None:
+            return
+        for message in reversed(self._messages.values()):
+            if message.get("role") == "tool" and message.get("toolCallId") == tool_call_id:
+                message["error"] = error
+                return
+
+    def seal(self, *, complete: bool) -> None:
+        """Stop folding; when the run did not complete, drop messages still open."""
+        if self._sealed:
+            return
+        self._sealed = True
+        if not complete:
+            for message_id in self._open:
+                message = self._messages.get(message_id)
+                if message is None:
+                    continue
+                if message.get("toolCalls"):
+                    message.pop("content", None)
+                else:
+                    del self._messages[message_id]
+        self._open.clear()
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The produced messages (assistant messages without text carry no ``content``)."""
+        result = []
+        for message in self._messages.values():
+            if message.get("role") == "assistant" and message.get("content") == "":
+                message = {k: v for k, v in message.items() if k != "content"}
+            result.append(message)
+        return result
+
+    def _assistant(self, message_id: str) -> dict[str, Any]:
+        message = self._messages.get(message_id)
+        if message is None:
+            message = self._messages[message_id] = {"id": message_id, "role": "assistant"}
+        return message

@@ -1,0 +1,247 @@
+"""The ThreadStore contract, run against memory, a SQLite file and PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from conftest_pg import StepClock
+
+from iobridge.errors import ConflictError, InputError, NotFoundError
+from iobridge.store import ThreadStore
+from iobridge.store.base import decode_cursor, encode_cursor
+
+
+def user(mid: str, text: str = "hi") -> dict[str, Any]:
+    return {"id": mid, "role": "user", "content": text}
+
+
+def assistant_call(mid: str, call: str) -> dict[str, Any]:
+    return {
+        "id": mid,
+        "role": "assistant",
+        "toolCalls": [
+            {"id": call, "type": "function", "function": {"name": "f", "arguments": '{"a":1}'}}
+        ],
+    }
+
+
+def tool(mid: str, call: str) -> dict[str, Any]:
+    return {"id": mid, "role": "tool", "toolCallId": call, "content": "42"}
+
+
+async def test_create_get_update_delete(store: ThreadStore) -> None:
+    created = await store.create_thread(
+        "t1", resource_id="alice", agent_id="demo", title="Hello", metadata={"k": [1, "x"]}
+    )
+    assert created.created_at == created.updated_at
+    assert created.created_at.tzinfo is not None
+    got = await store.get_thread("t1")
+    assert got == created
+    updated = await store.update_thread("t1", title="Renamed")
+    assert updated.title == "Renamed"
+    assert updated.metadata == {"k": [1, "x"]}
+    assert updated.updated_at > created.updated_at
+    assert updated.created_at == created.created_at
+    updated = await store.update_thread("t1", metadata={"new": True})
+    assert (updated.title, dict(updated.metadata)) == ("Renamed", {"new": True})
+    assert await store.get_thread("t1") == updated
+    await store.append_messages("t1", [user("m1")])
+    assert await store.delete_thread("t1") is True
+    assert await store.get_thread("t1") is None
+    assert await store.list_messages("t1") == []
+    assert await store.delete_thread("t1") is False
+
+
+async def test_thread_json_shape(store: ThreadStore) -> None:
+    thread = await store.create_thread("t1", resource_id="r")
+    body = thread.to_json()
+    assert set(body) == {"id", "resourceId", "title", "metadata", "createdAt", "updatedAt"}
+    assert body["createdAt"] == "2026-01-01T12:00:00.001Z"
+    assert None not in body.values()
+    with_agent = await store.create_thread("t2", resource_id="r", agent_id="a")
+    assert with_agent.to_json()["agentId"] == "a"
+
+
+async def test_create_duplicate_conflicts_and_keeps_original(store: ThreadStore) -> None:
+    first = await store.create_thread("t1", resource_id="alice", title="mine")
+    with pytest.raises(ConflictError) as info:
+        await store.create_thread("t1", resource_id="mallory", title="theirs")
+    assert info.value.code == "THREAD_EXISTS"
+    assert await store.get_thread("t1") == first
+
+
+async def test_update_missing_thread(store: ThreadStore) -> None:
+    with pytest.raises(NotFoundError):
+        await store.update_thread("nope", title="x")
+    with pytest.raises(NotFoundError):
+        await store.append_messages("nope", [user("m1")])
+
+
+async def test_get_or_create(store: ThreadStore) -> None:
+    thread, created = await store.get_or_create_thread("t1", resource_id="r", agent_id="a")
+    assert created and thread.agent_id == "a"
+    again, created = await store.get_or_create_thread("t1", resource_id="other")
+    assert not created and again == thread
+
+
+async def test_set_title_if_empty(store: ThreadStore) -> None:
+    await store.create_thread("t1", resource_id="r")
+    assert await store.set_title_if_empty("t1", "Generated") is True
+    assert await store.set_title_if_empty("t1", "Second") is False
+    thread = await store.get_thread("t1")
+    assert thread is not None and thread.title == "Generated"
+    assert await store.set_title_if_empty("missing", "x") is False
+
+
+async def test_append_preserves_messages_exactly(store: ThreadStore) -> None:
+    await store.create_thread("t1", resource_id="r")
+    messages = [
+        user("m1"),
+        assistant_call("m2", "c1"),
+        tool("m3", "c1"),
+        {"id": "m4", "role": "activity", "activityType": "plan", "content": {"steps": [1]}},
+        {"id": "m5", "role": "reasoning", "content": "thinking", "futureKey": {"x": None}},
+        {"id": "m6", "role": "user", "content": [{"type": "text", "text": "ünïcødé ✓"}]},
+    ]
+    appended = await store.append_messages("t1", messages)
+    assert appended == messages
+    assert await store.list_messages("t1") == messages
+
+
+async def test_append_skips_stored_ids_and_touches_updated_at(
+    store: ThreadStore, clock: StepClock
+) -> None:
+    created = await store.create_thread("t1", resource_id="r")
+    await store.append_messages("t1", [user("m1"), user("m2")])
+    after_first = await store.get_thread("t1")
+    assert after_first is not None and after_first.updated_at > created.updated_at
+    # Whole history again plus one new message: only the new one is stored.
+    appended = await store.append_messages("t1", [user("m1", "edited?"), user("m2"), user("m3")])
+    assert [m["id"] for m in appended] == ["m3"]
+    stored = await store.list_messages("t1")
+    assert [m["id"] for m in stored] == ["m1", "m2", "m3"]
+    assert stored[0]["content"] == "hi"
+    # Nothing new: updated_at is not touched.
+    before = await store.get_thread("t1")
+    assert await store.append_messages("t1", [user("m1")]) == []
+    assert await store.get_thread("t1") == before
+    # Repeated ids inside one batch: the first wins.
+    appended = await store.append_messages("t1", [user("m4", "a"), user("m4", "b")])
+    assert appended == [user("m4", "a")]
+
+
+async def test_append_is_all_or_nothing(store: ThreadStore) -> None:
+    await store.create_thread("t1", resource_id="r")
+    await store.append_messages("t1", [user("m1")])
+    before = await store.get_thread("t1")
+    bad_batches: list[list[Any]] = [
+        [user("m2"), {"role": "user", "content": "no id"}],
+        [user("m2"), {"id": "", "role": "user"}],
+        [user("m2"), {"id": "m3"}],
+        [user("m2"), "not an object"],
+        [user("m2"), {"id": "m3", "role": "user", "content": {1, 2}}],
+        [user("m2"), {"id": "x\x00y", "role": "user"}],
+        [user("m2"), {"id": "x" * 257, "role": "user"}],
+    ]
+    for batch in bad_batches:
+        with pytest.raises(InputError) as info:
+            await store.append_messages("t1", batch)
+        assert info.value.code == "INVALID_MESSAGE"
+    assert [m["id"] for m in await store.list_messages("t1")] == ["m1"]
+    assert await store.get_thread("t1") == before
+
+
+async def test_list_messages_limit_and_before(store: ThreadStore) -> None:
+    await store.create_thread("t1", resource_id="r")
+    await store.append_messages("t1", [user(f"m{i}") for i in range(10)])
+    ids = lambda ms: [m["id"] for m in ms]  # noqa: E731
+    assert ids(await store.list_messages("t1", limit=3)) == ["m7", "m8", "m9"]
+    assert ids(await store.list_messages("t1", before="m5")) == ["m0", "m1", "m2", "m3", "m4"]
+    assert ids(await store.list_messages("t1", limit=2, before="m5")) == ["m3", "m4"]
+    assert await store.list_messages("t1", before="m0") == []
+    assert ids(await store.list_messages("t1", limit=100)) == [f"m{i}" for i in range(10)]
+    with pytest.raises(InputError) as info:
+        await store.list_messages("t1", before="unknown")
+    assert info.value.code == "INVALID_CURSOR"
+    with pytest.raises(InputError):
+        await store.list_messages("t1", limit=0)
+
+
+async def test_messages_are_per_thread(store: ThreadStore) -> None:
+    await store.create_thread("a", resource_id="r")
+    await store.create_thread("b", resource_id="r")
+    await store.append_messages("a", [user("m1", "in a")])
+    # The same message id in another thread is a different message.
+    assert await store.append_messages("b", [user("m1", "in b")]) == [user("m1", "in b")]
+    assert await store.list_messages("a") == [user("m1", "in a")]
+    await store.delete_thread("a")
+    assert await store.list_messages("b") == [user("m1", "in b")]
+
+
+async def _walk(
+    store: ThreadStore, resources: list[str] | None, limit: int, agent: str | None = None
+) -> list[str]:
+    seen: list[str] = []
+    cursor: str | None = None
+    for _ in range(100):
+        page, cursor = await store.list_threads(resources, agent, limit, cursor)
+        assert len(page) <= limit
+        seen.extend(t.id for t in page)
+        if cursor is None:
+            return seen
+        assert page, "a non-final page must not be empty"
+    raise AssertionError("cursor walk did not end")
+
+
+async def test_list_threads_newest_first_with_cursor_walk(store: ThreadStore) -> None:
+    for i in range(7):
+        await store.create_thread(f"t{i}", resource_id="alice", agent_id="a" if i % 2 else "b")
+    await store.create_thread("other", resource_id="bob")
+    # Touching t2 moves it to the front.
+    await store.append_messages("t2", [user("m1")])
+    expected = ["t2", "t6", "t5", "t4", "t3", "t1", "t0"]
+    assert await _walk(store, ["alice"], 3) == expected
+    assert await _walk(store, ["alice"], 100) == expected
+    assert await _walk(store, ["alice"], 1) == expected
+    assert await _walk(store, ["alice"], 3, agent="a") == ["t5", "t3", "t1"]
+    assert await _walk(store, ["alice", "bob"], 2) == ["t2", "other", *expected[1:]]
+    assert set(await _walk(store, None, 4)) == {*expected, "other"}
+    assert await store.list_threads([], None, 5) == ([], None)
+    assert await store.list_threads(["nobody"], None, 5) == ([], None)
+
+
+async def test_list_threads_stable_under_equal_timestamps(
+    store: ThreadStore, clock: StepClock
+) -> None:
+    clock.step = timedelta(0)
+    for i in range(25):
+        await store.create_thread(f"t{i:02d}", resource_id="r")
+    walked = await _walk(store, ["r"], 4)
+    assert walked == sorted((f"t{i:02d}" for i in range(25)), reverse=True)
+    # A thread created after the walk began, with the same timestamp, sorts before the
+    # cursor position it would otherwise duplicate: pages never repeat or skip old threads.
+    page, cursor = await store.list_threads(["r"], None, 10)
+    await store.create_thread("t99", resource_id="r")
+    rest = await store.list_threads(["r"], None, 100, cursor)
+    assert [t.id for t in page] + [t.id for t in rest[0]] == walked
+
+
+@pytest.mark.parametrize("cursor", ["", "!!!", "bm90LWpzb24", "WzEsMl0", "WyJ4IiwieSJd", "e30"])
+async def test_bad_cursor_is_input_error(store: ThreadStore, cursor: str) -> None:
+    await store.create_thread("t1", resource_id="r")
+    with pytest.raises(InputError) as info:
+        await store.list_threads(["r"], None, 5, cursor)
+    assert info.value.code == "INVALID_CURSOR"
+
+
+async def test_bad_limit_is_input_error(store: ThreadStore) -> None:
+    with pytest.raises(InputError):
+        await store.list_threads(["r"], None, 0)
+
+
+def test_cursor_roundtrip_keeps_microseconds() -> None:
+    clock = StepClock(timedelta(microseconds=7))
+    when = clock()
+    assert decode_cursor(encode_cursor(when, "id/ü")) == (when, "id/ü")
