@@ -187,7 +187,7 @@ class Runtime:
             await self._conclude(run)
 
     async def _conclude(self, run: Run) -> None:
-        self.pending.forget_run(run.run_id)
+        self.pending.cancel_run(run.run_id)
         timer = self._detach_timers.pop(run.run_id, None)
         if timer is not None:
             timer.cancel()
@@ -219,6 +219,7 @@ class Runtime:
     def _forget(self, run_id: str) -> None:
         self._retained.pop(run_id, None)
         self._runs.pop(run_id, None)
+        self.pending.forget_run(run_id)
 
     # -- lookups and actions -------------------------------------------------------------
 

@@ -76,10 +76,14 @@ class PendingRegistry:
             if not call.future.done():
                 call.future.cancel()
 
-    def forget_run(self, run_id: str) -> None:
-        """Drop every trace of a finished run (answered keys included)."""
+    def cancel_run(self, run_id: str) -> None:
+        """Cancel the run's waiting calls (the run ended); answers are remembered."""
         for key in [k for k in self._calls if k[0] == run_id]:
             call = self._calls.pop(key)
             if not call.future.done():
                 call.future.cancel()
+
+    def forget_run(self, run_id: str) -> None:
+        """Drop every trace of a run that is no longer retained."""
+        self.cancel_run(run_id)
         self._answered = {k for k in self._answered if k[0] != run_id}
