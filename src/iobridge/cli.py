@@ -41,6 +41,28 @@ def serve(
     )
 
 
+db_app = typer.Typer(help="Thread store maintenance.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+
+@db_app.command("upgrade")
+def db_upgrade(
+    config: Annotated[Path | None, typer.Option(help="TOML config file")] = None,
+    database_url: Annotated[
+        str | None, typer.Option(help="Database URL [env IOBRIDGE_DATABASE_URL]")
+    ] = None,
+) -> None:
+    """Apply the schema migrations to the configured database."""
+    import asyncio
+
+    from iobridge.config import Settings
+    from iobridge.store.migrate import upgrade
+
+    settings = Settings.load(config, database_url=database_url)
+    asyncio.run(upgrade(settings.database_url))
+    typer.echo("database is at the latest schema")
+
+
 def main() -> None:
     """Entry point of the ``iobridge`` script."""
     app()

@@ -19,9 +19,14 @@ from iobridge.agents.catalog import AgentCatalog
 from iobridge.agents.demo import DemoAgent
 from iobridge.auth import Authenticator
 from iobridge.config import Settings
+from iobridge.http.agents import router as agents_router
 from iobridge.http.errors import install_error_handlers
 from iobridge.http.runs import router as runs_router
+from iobridge.http.threads import router as threads_router
 from iobridge.runtime.engine import Runtime, RuntimeSettings
+from iobridge.runtime.memory import StoreMemory
+from iobridge.store.base import ThreadStore
+from iobridge.store.migrate import open_store
 
 
 def build_catalog(settings: Settings, agents: Sequence[Agent] = ()) -> AgentCatalog:
@@ -43,8 +48,11 @@ class Bridge:
         *,
         agents: Sequence[Agent] = (),
         catalog: AgentCatalog | None = None,
+        store: ThreadStore | None = None,
     ) -> None:
         self.settings = settings or Settings.load()
+        #: The thread store; opened from ``settings.database_url`` at startup if not given.
+        self.store = store
         self.catalog = catalog or build_catalog(self.settings, agents)
         self.authenticator = Authenticator(self.settings.auth)
         self.runtime = Runtime(
@@ -64,16 +72,28 @@ class Bridge:
         app.state.catalog = self.catalog
         app.state.authenticator = self.authenticator
         app.state.runtime = self.runtime
+        app.state.store = self.store
         install_error_handlers(app)
-        app.include_router(runs_router, prefix=self.settings.prefix, tags=["runs"])
+        prefix = self.settings.prefix
+        app.include_router(runs_router, prefix=prefix, tags=["runs"])
+        app.include_router(threads_router, prefix=prefix, tags=["threads"])
+        app.include_router(agents_router, prefix=prefix, tags=["agents"])
 
     @asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
-        """Open resources at startup; stop live runs and close them at shutdown."""
+        """Open the store at startup; stop live runs and close the store at shutdown."""
+        owned = self.store is None
+        if self.store is None:
+            self.store = await open_store(self.settings.database_url)
+        app.state.store = self.store
+        self.runtime.memory = StoreMemory(self.store)
         try:
             yield
         finally:
             await self.runtime.aclose()
+            if owned:
+                await self.store.close()
+                self.store = None
 
 
 def create_app(
@@ -81,9 +101,10 @@ def create_app(
     *,
     agents: Sequence[Agent] = (),
     catalog: AgentCatalog | None = None,
+    store: ThreadStore | None = None,
 ) -> FastAPI:
     """A complete server application."""
-    bridge = Bridge(settings, agents=agents, catalog=catalog)
+    bridge = Bridge(settings, agents=agents, catalog=catalog, store=store)
     app = FastAPI(
         title="iobridge",
         version=__version__,

@@ -121,6 +121,7 @@ class Runtime:
             agent=agent,
             runtime=self,
             frontend_tools=run_input.tools,
+            forwarded_props=props,
             defer_frontend_tools=mode == "next-run",
         )
         session = Session(run)
@@ -153,6 +154,12 @@ class Runtime:
         return str(mode)
 
     async def _drive(self, run: Run, ctx: RunContext) -> None:
+        try:
+            await self._produce(run, ctx)
+        finally:
+            await self._conclude(run)
+
+    async def _produce(self, run: Run, ctx: RunContext) -> None:
         session = run.session
         assert session is not None
         try:
@@ -179,25 +186,27 @@ class Runtime:
             logger.exception("agent %s failed in run %s", run.agent.id, run.run_id)
             session.fail("The agent failed unexpectedly.", "AGENT_ERROR")
             run.status = RunStatus.FAILED
-        finally:
-            if not run.log.closed:
-                session.fail("The run ended without a terminal event.", "AGENT_ERROR")
-            if run.status is RunStatus.RUNNING:
-                run.status = RunStatus.FAILED
-            await self._conclude(run)
 
     async def _conclude(self, run: Run) -> None:
+        """Store what the run produced, free the thread, then release the terminal event."""
+        session = run.session
+        assert session is not None
+        if not session.guard.ended:
+            session.fail("The run ended without a terminal event.", "AGENT_ERROR")
+        if run.status is RunStatus.RUNNING:
+            run.status = RunStatus.FAILED
         self.pending.cancel_run(run.run_id)
         timer = self._detach_timers.pop(run.run_id, None)
         if timer is not None:
             timer.cancel()
         try:
-            if self.memory is not None and run.session is not None:
-                await asyncio.shield(self.memory.end(run, run.session.transcript.messages))
-        except Exception:
+            if self.memory is not None:
+                await asyncio.shield(self.memory.end(run, session.transcript.messages))
+        except (Exception, asyncio.CancelledError):
             logger.exception("could not store the messages of run %s", run.run_id)
         finally:
             self._busy_threads.discard(run.thread_id)
+            session.release_terminal()
             self._retain(run.run_id)
 
     # -- retention ---------------------------------------------------------------------

@@ -35,6 +35,7 @@ class Run:
     agent: Agent
     runtime: Runtime
     frontend_tools: list[dict[str, Any]]
+    forwarded_props: dict[str, Any] = field(default_factory=dict)
     #: Next-run tool mode: frontend calls end the run; results come in the next run.
     defer_frontend_tools: bool = False
     log: RunLog = field(default_factory=RunLog)

@@ -54,8 +54,10 @@ class Session:
         self._text_id: str | None = None
         #: The assistant message the current turn's text and tool calls belong to.
         self._assistant_id: str | None = None
+        self._assistant_has_text = False
         self._reasoning: tuple[str, str] | None = None
         self._frontend_tools = {t["name"] for t in run.frontend_tools}
+        self._terminal: bytes | None = None
 
     # -- plumbing --------------------------------------------------------------------
 
@@ -69,10 +71,20 @@ class Session:
             # What the guard closes on the way to RUN_ERROR was cut short: not persisted.
             self.transcript.seal(complete=False)
         for event in events:
-            log.append(encode_event(event))
             self.transcript.apply(event)
-        if self.guard.ended and not log.closed:
-            log.close()
+            if event["type"] in ev.TERMINAL_TYPES:
+                # Held until the run is concluded (messages stored, thread free), so a
+                # client that sees the terminal event can read the thread or run again.
+                self._terminal = encode_event(event)
+            else:
+                log.append(encode_event(event))
+
+    def release_terminal(self) -> None:
+        """Append the held terminal event and close the log (the run is over)."""
+        log = self.run.log
+        if self._terminal is not None and not log.closed:
+            log.append(self._terminal)
+        log.close()
 
     def start(self) -> None:
         """Emit RUN_STARTED."""
@@ -106,10 +118,13 @@ class Session:
                 if message_id is not None and message_id != self._text_id:
                     self._close_text()
                     self._assistant_id = message_id
+                    self._assistant_has_text = False
                 if self._text_id is None:
-                    if self._assistant_id is None:
+                    if self._assistant_id is None or self._assistant_has_text:
+                        # A message id carries one text message: closed text is final.
                         self._assistant_id = self._new_id()
                     self._text_id = self._assistant_id
+                    self._assistant_has_text = True
                     self.push(ev.text_start(self._text_id))
                 self.push(ev.text_content(self._text_id, delta))
             case out.TextEnd():
@@ -149,6 +164,7 @@ class Session:
         self._close_open()
         if self._assistant_id is None:
             self._assistant_id = self._new_id()
+            self._assistant_has_text = False
         call_id = tool_call_id or self._new_id()
         self.push(ev.tool_call_start(call_id, name, self._assistant_id))
         return _Handle(self, name, call_id)

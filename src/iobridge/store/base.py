@@ -1,0 +1,331 @@
+"""The ``ThreadStore`` interface: threads owned by a resourceId, and their AG-UI messages.
+
+A thread keeps its messages as the AG-UI message JSON exactly as received or produced
+(camelCase, assistant ``toolCalls`` and tool ``toolCallId`` intact, unknown keys kept), in
+insertion order. Message ids are unique per thread: appending an id that is already stored is
+a no-op, which is what lets a client send either its whole history or only the new message.
+
+Thread listings are newest ``updated_at`` first, paged by an opaque keyset cursor over
+``(updated_at, id)`` so that pages stay stable when timestamps are equal.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+
+from iobridge.errors import ConflictError, InputError
+
+__all__ = [
+    "MAX_ID_LENGTH",
+    "MAX_METADATA_BYTES",
+    "MAX_TITLE_LENGTH",
+    "Clock",
+    "Thread",
+    "ThreadStore",
+    "check_limit",
+    "decode_cursor",
+    "encode_cursor",
+    "format_timestamp",
+    "normalize_messages",
+    "utc_now",
+    "validate_id",
+    "validate_metadata",
+    "validate_title",
+]
+
+MAX_ID_LENGTH = 256
+MAX_TITLE_LENGTH = 1024
+MAX_METADATA_BYTES = 64 * 1024
+
+Clock = Callable[[], datetime]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def utc_now() -> datetime:
+    """The default store clock: now, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Thread:
+    """One conversation, owned by ``resource_id``."""
+
+    id: str
+    #: The owner: authorization scopes every access by it.
+    resource_id: str
+    #: The agent the thread was created for, if any.
+    agent_id: str | None = None
+    #: Empty until set by the client or by a generated title.
+    title: str = ""
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    created_at: datetime
+    updated_at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        """The API shape: camelCase, ISO-8601 UTC with ``Z``, absent ``agentId`` omitted."""
+        data: dict[str, Any] = {"id": self.id, "resourceId": self.resource_id}
+        if self.agent_id is not None:
+            data["agentId"] = self.agent_id
+        data["title"] = self.title
+        data["metadata"] = dict(self.metadata)
+        data["createdAt"] = format_timestamp(self.created_at)
+        data["updatedAt"] = format_timestamp(self.updated_at)
+        return data
+
+
+def format_timestamp(value: datetime) -> str:
+    """ISO-8601 in UTC with millisecond precision and a ``Z`` suffix (JavaScript's format)."""
+    value = value.astimezone(UTC)
+    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+def validate_id(value: object, what: str = "id") -> str:
+    """Return ``value`` if it is a usable id: a non-empty printable string of ≤ 256 chars.
+
+    Raises:
+        InputError: otherwise (code ``INVALID_ID``).
+    """
+    if not isinstance(value, str) or not value:
+        raise InputError(f"{what} must be a non-empty string", code="INVALID_ID")
+    if len(value) > MAX_ID_LENGTH:
+        raise InputError(f"{what} is longer than {MAX_ID_LENGTH} characters", code="INVALID_ID")
+    if not value.isprintable():
+        raise InputError(f"{what} contains non-printable characters", code="INVALID_ID")
+    return value
+
+
+def validate_title(value: object) -> str:
+    """Return ``value`` if it is a string of ≤ 1024 characters; else raise ``InputError``."""
+    if not isinstance(value, str):
+        raise InputError("title must be a string", code="INVALID_REQUEST")
+    if len(value) > MAX_TITLE_LENGTH:
+        raise InputError(
+            f"title is longer than {MAX_TITLE_LENGTH} characters", code="INVALID_REQUEST"
+        )
+    return value
+
+
+def validate_metadata(value: object) -> dict[str, Any]:
+    """Return ``value`` if it is a JSON object of ≤ 64 KiB; else raise ``InputError``."""
+    if not isinstance(value, dict):
+        raise InputError("metadata must be a JSON object", code="INVALID_REQUEST")
+    try:
+        size = len(orjson.dumps(value))
+    except TypeError as exc:
+        raise InputError("metadata is not JSON", code="INVALID_REQUEST") from exc
+    if size > MAX_METADATA_BYTES:
+        raise InputError(
+            f"metadata is larger than {MAX_METADATA_BYTES} bytes", code="INVALID_REQUEST"
+        )
+    return value
+
+
+def normalize_messages(messages: Iterable[object]) -> list[dict[str, Any]]:
+    """Check messages for storage and drop repeated ids within the batch (first one wins).
+
+    Each message must be a JSON object with a valid string ``id`` and a string ``role``;
+    the rest of its content is stored untouched.
+
+    Raises:
+        InputError: a message is not storable (code ``INVALID_MESSAGE``); nothing is stored.
+    """
+    seen: set[str] = set()
+    out: list[dict[str, Any]] = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise InputError(f"message {index} is not an object", code="INVALID_MESSAGE")
+        try:
+            message_id = validate_id(message.get("id"), f"message {index} id")
+        except InputError as exc:
+            raise InputError(exc.message, code="INVALID_MESSAGE") from None
+        role = message.get("role")
+        if not isinstance(role, str) or not role:
+            raise InputError(f"message {index} has no role", code="INVALID_MESSAGE")
+        if message_id in seen:
+            continue
+        try:
+            orjson.dumps(message)
+        except TypeError as exc:
+            raise InputError(f"message {index} is not JSON", code="INVALID_MESSAGE") from exc
+        seen.add(message_id)
+        out.append(message)
+    return out
+
+
+def encode_cursor(updated_at: datetime, thread_id: str) -> str:
+    """The opaque cursor that resumes a listing after ``(updated_at, thread_id)``."""
+    micros = (updated_at - _EPOCH) // timedelta(microseconds=1)
+    raw = orjson.dumps([micros, thread_id])
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """Parse a cursor made by ``encode_cursor``.
+
+    Raises:
+        InputError: the cursor is not one of ours (code ``INVALID_CURSOR``).
+    """
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        micros, thread_id = orjson.loads(raw)
+        if type(micros) is not int or not isinstance(thread_id, str):
+            raise ValueError("bad cursor fields")
+        when = _EPOCH + timedelta(microseconds=micros)
+    except (binascii.Error, ValueError, TypeError, OverflowError, OSError):
+        raise InputError("cursor is not valid", code="INVALID_CURSOR") from None
+    return when, thread_id
+
+
+class ThreadStore(ABC):
+    """Threads and their messages. Every method is safe to call concurrently.
+
+    Ownership is the caller's job: the store records ``resource_id`` and filters listings by
+    it, while the HTTP layer and the run engine decide who may see which resource.
+    """
+
+    @abstractmethod
+    async def get_thread(self, thread_id: str) -> Thread | None:
+        """The thread called ``thread_id``, or ``None``."""
+
+    @abstractmethod
+    async def create_thread(
+        self,
+        thread_id: str,
+        *,
+        resource_id: str,
+        agent_id: str | None = None,
+        title: str = "",
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Thread:
+        """Create an empty thread.
+
+        Raises:
+            ConflictError: a thread with this id exists (code ``THREAD_EXISTS``).
+        """
+
+    async def get_or_create_thread(
+        self, thread_id: str, *, resource_id: str, agent_id: str | None = None
+    ) -> tuple[Thread, bool]:
+        """The thread, created if missing; ``True`` when this call created it.
+
+        The run engine uses this for client-minted thread ids; checking that an existing
+        thread belongs to the caller's resource stays with the caller.
+        """
+        thread = await self.get_thread(thread_id)
+        if thread is not None:
+            return thread, False
+        try:
+            return (
+                await self.create_thread(thread_id, resource_id=resource_id, agent_id=agent_id),
+                True,
+            )
+        except ConflictError:
+            # Another request created it in between.
+            thread = await self.get_thread(thread_id)
+            if thread is None:
+                raise
+            return thread, False
+
+    @abstractmethod
+    async def update_thread(
+        self,
+        thread_id: str,
+        *,
+        title: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Thread:
+        """Replace the title and/or metadata and touch ``updated_at``.
+
+        Raises:
+            NotFoundError: no such thread.
+        """
+
+    @abstractmethod
+    async def set_title_if_empty(self, thread_id: str, title: str) -> bool:
+        """Set the title unless one is already set; ``True`` if it was set.
+
+        Used for generated titles, which must never overwrite one the user chose.
+        """
+
+    @abstractmethod
+    async def delete_thread(self, thread_id: str) -> bool:
+        """Delete the thread and its messages; ``False`` if there was no such thread."""
+
+    @abstractmethod
+    async def list_threads(
+        self,
+        resource_ids: Collection[str] | None,
+        agent_id: str | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> tuple[list[Thread], str | None]:
+        """A page of threads, newest ``updated_at`` first, and the cursor of the next page.
+
+        Args:
+            resource_ids: owners to include; ``None`` means every owner.
+            agent_id: only threads created for this agent.
+            limit: page size, at least 1.
+            cursor: ``next_cursor`` of the previous page.
+
+        Returns:
+            The page, and ``None`` as cursor on the last page.
+
+        Raises:
+            InputError: the cursor is not valid (code ``INVALID_CURSOR``) or limit < 1.
+        """
+
+    @abstractmethod
+    async def list_messages(
+        self, thread_id: str, limit: int | None = None, before: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The thread's messages, oldest first.
+
+        Args:
+            thread_id: the thread; an unknown thread has no messages.
+            limit: keep only the last ``limit`` messages (of those selected by ``before``).
+            before: a message id: only messages stored before it.
+
+        Raises:
+            InputError: ``before`` names no message of this thread (code ``INVALID_CURSOR``).
+        """
+
+    @abstractmethod
+    async def append_messages(
+        self, thread_id: str, messages: Sequence[Mapping[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """Append messages in order, skipping ids already stored; all or nothing.
+
+        Touches ``updated_at`` when anything was appended.
+
+        Returns:
+            The messages actually appended.
+
+        Raises:
+            NotFoundError: no such thread.
+            InputError: a message lacks a valid ``id`` or ``role``; nothing is stored.
+        """
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Release connections."""
+
+    async def __aenter__(self) -> ThreadStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def check_limit(limit: int) -> None:
+    """Raise ``InputError`` unless ``limit`` is a positive page size."""
+    if limit < 1:
+        raise InputError("limit must be at least 1", code="INVALID_REQUEST")

@@ -1,0 +1,157 @@
+"""An in-memory ``ThreadStore`` for tests of the layers above the store.
+
+Same semantics as the SQL store (the shared contract tests run against both), nothing
+persisted. Messages are copied in and out through JSON, so callers cannot alias stored data
+and non-JSON content fails the same way it would against a database.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import orjson
+
+from iobridge.errors import ConflictError, InputError, NotFoundError
+from iobridge.store.base import (
+    Clock,
+    Thread,
+    ThreadStore,
+    check_limit,
+    decode_cursor,
+    encode_cursor,
+    normalize_messages,
+    utc_now,
+)
+
+__all__ = ["MemoryThreadStore"]
+
+
+def _copy(value: Any) -> Any:
+    try:
+        return orjson.loads(orjson.dumps(value))
+    except TypeError as exc:
+        raise InputError("value is not JSON", code="INVALID_MESSAGE") from exc
+
+
+class MemoryThreadStore(ThreadStore):
+    """Threads in a dict. Operations never await, so each one is atomic on the event loop."""
+
+    def __init__(self, *, clock: Clock = utc_now) -> None:
+        self._clock = clock
+        self._threads: dict[str, Thread] = {}
+        self._messages: dict[str, list[dict[str, Any]]] = {}
+
+    async def get_thread(self, thread_id: str) -> Thread | None:
+        return self._threads.get(thread_id)
+
+    async def create_thread(
+        self,
+        thread_id: str,
+        *,
+        resource_id: str,
+        agent_id: str | None = None,
+        title: str = "",
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Thread:
+        if thread_id in self._threads:
+            raise ConflictError(f"thread {thread_id!r} already exists", code="THREAD_EXISTS")
+        now = self._clock()
+        thread = Thread(
+            id=thread_id,
+            resource_id=resource_id,
+            agent_id=agent_id,
+            title=title,
+            metadata=_copy(dict(metadata or {})),
+            created_at=now,
+            updated_at=now,
+        )
+        self._threads[thread_id] = thread
+        self._messages[thread_id] = []
+        return thread
+
+    def _require(self, thread_id: str) -> Thread:
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            raise NotFoundError(f"thread {thread_id!r} not found", code="THREAD_NOT_FOUND")
+        return thread
+
+    async def update_thread(
+        self,
+        thread_id: str,
+        *,
+        title: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Thread:
+        thread = self._require(thread_id)
+        thread = replace(
+            thread,
+            title=thread.title if title is None else title,
+            metadata=thread.metadata if metadata is None else _copy(dict(metadata)),
+            updated_at=self._clock(),
+        )
+        self._threads[thread_id] = thread
+        return thread
+
+    async def set_title_if_empty(self, thread_id: str, title: str) -> bool:
+        thread = self._threads.get(thread_id)
+        if thread is None or thread.title:
+            return False
+        self._threads[thread_id] = replace(thread, title=title)
+        return True
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        self._messages.pop(thread_id, None)
+        return self._threads.pop(thread_id, None) is not None
+
+    async def list_threads(
+        self,
+        resource_ids: Collection[str] | None,
+        agent_id: str | None = None,
+        limit: int = 20,
+        cursor: str | None = None,
+    ) -> tuple[list[Thread], str | None]:
+        check_limit(limit)
+        after = decode_cursor(cursor) if cursor is not None else None
+        rows = [
+            t
+            for t in self._threads.values()
+            if (resource_ids is None or t.resource_id in resource_ids)
+            and (agent_id is None or t.agent_id == agent_id)
+            and (after is None or (t.updated_at, t.id) < after)
+        ]
+        rows.sort(key=lambda t: (t.updated_at, t.id), reverse=True)
+        page = rows[:limit]
+        more = len(rows) > limit
+        return page, encode_cursor(page[-1].updated_at, page[-1].id) if more else None
+
+    async def list_messages(
+        self, thread_id: str, limit: int | None = None, before: str | None = None
+    ) -> list[dict[str, Any]]:
+        messages = self._messages.get(thread_id, [])
+        if before is not None:
+            index = next((i for i, m in enumerate(messages) if m["id"] == before), None)
+            if index is None:
+                raise InputError(f"no message {before!r} in this thread", code="INVALID_CURSOR")
+            messages = messages[:index]
+        if limit is not None:
+            check_limit(limit)
+            messages = messages[-limit:]
+        return _copy(messages)  # type: ignore[no-any-return]
+
+    async def append_messages(
+        self, thread_id: str, messages: Sequence[Mapping[str, Any]]
+    ) -> list[dict[str, Any]]:
+        thread = self._require(thread_id)
+        batch = normalize_messages(_copy(list(messages)))
+        stored = self._messages[thread_id]
+        known = {m["id"] for m in stored}
+        new = [m for m in batch if m["id"] not in known]
+        if new:
+            stored.extend(new)
+            self._threads[thread_id] = replace(thread, updated_at=self._clock())
+        return _copy(new)  # type: ignore[no-any-return]
+
+    async def close(self) -> None:
+        return None

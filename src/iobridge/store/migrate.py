@@ -1,0 +1,104 @@
+"""Schema migrations on start-up and ``iobridge db upgrade``, and opening a store by URL.
+
+The Alembic scripts ship inside the package (``iobridge/store/migrations``), so upgrading
+needs no ``alembic.ini``: the configuration is built here and the migration runs on a
+connection of the store's own engine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from iobridge.store.base import Clock, ThreadStore, utc_now
+from iobridge.store.memory import MemoryThreadStore
+from iobridge.store.sqlalchemy_store import SqlThreadStore, make_engine
+
+__all__ = [
+    "MEMORY_URL",
+    "alembic_config",
+    "current_revision",
+    "head_revision",
+    "open_store",
+    "upgrade",
+    "upgrade_engine",
+]
+
+#: ``database_url`` for a non-persistent in-memory store (tests, demos).
+MEMORY_URL = "memory://"
+MIGRATIONS = Path(__file__).with_name("migrations")
+VERSION_TABLE = "iobridge_alembic_version"
+
+
+def alembic_config(database_url: str | None = None) -> Config:
+    """An Alembic ``Config`` pointing at the packaged migration scripts."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    if database_url is not None:
+        config.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
+    return config
+
+
+def head_revision() -> str | None:
+    """The newest revision among the packaged migrations."""
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def _upgrade(connection: Connection) -> None:
+    config = alembic_config()
+    config.attributes["connection"] = connection
+    command.upgrade(config, "head")
+
+
+def _current(connection: Connection) -> str | None:
+    context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+    return context.get_current_revision()
+
+
+async def upgrade_engine(engine: AsyncEngine) -> None:
+    """Bring the schema behind ``engine`` to the head revision (a no-op when it is there)."""
+    async with engine.begin() as conn:
+        await conn.run_sync(_upgrade)
+
+
+async def current_revision(engine: AsyncEngine) -> str | None:
+    """The schema revision of the database behind ``engine`` (``None`` if never migrated)."""
+    async with engine.connect() as conn:
+        return await conn.run_sync(_current)
+
+
+async def upgrade(database_url: str) -> None:
+    """Apply pending migrations to ``database_url`` (what ``iobridge db upgrade`` runs)."""
+    if database_url == MEMORY_URL:
+        return
+    engine = make_engine(database_url)
+    try:
+        await upgrade_engine(engine)
+    finally:
+        await engine.dispose()
+
+
+async def open_store(
+    database_url: str, *, migrate: bool = True, clock: Clock = utc_now
+) -> ThreadStore:
+    """Open the store at ``database_url``, migrating it to head first unless told not to.
+
+    ``sqlite+aiosqlite:///path.db`` and ``postgresql+asyncpg://…`` give a ``SqlThreadStore``;
+    ``memory://`` gives a ``MemoryThreadStore``.
+    """
+    if database_url == MEMORY_URL:
+        return MemoryThreadStore(clock=clock)
+    engine = make_engine(database_url)
+    if migrate:
+        try:
+            await upgrade_engine(engine)
+        except BaseException:
+            await engine.dispose()
+            raise
+    return SqlThreadStore(engine, clock=clock)

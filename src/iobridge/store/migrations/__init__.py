@@ -1,0 +1,1 @@
+"""Alembic migrations of the iobridge store (run through ``iobridge.store.migrate``)."""

@@ -1,0 +1,89 @@
+"""The SQL tables behind ``SqlThreadStore`` (SQLAlchemy Core), mirroring the Alembic head.
+
+Schema changes go through a new migration in ``migrations/versions``; these definitions only
+describe the head revision for queries.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import (
+    JSON,
+    Column,
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+
+__all__ = ["ID_LENGTH", "UTCDateTime", "messages", "metadata", "threads"]
+
+ID_LENGTH = 256
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend.
+
+    PostgreSQL keeps ``timestamptz``; SQLite has no time zones, so values are stored as naive
+    UTC text (fixed-width, so text order is time order) and come back tagged UTC.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+metadata = MetaData()
+
+threads = Table(
+    "iobridge_threads",
+    metadata,
+    Column("id", String(ID_LENGTH), primary_key=True),
+    Column("resource_id", String(ID_LENGTH), nullable=False),
+    Column("agent_id", String(ID_LENGTH), nullable=True),
+    Column("title", Text, nullable=False),
+    Column("metadata", JSON, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Index("ix_iobridge_threads_resource_updated", "resource_id", "updated_at", "id"),
+    Index("ix_iobridge_threads_updated", "updated_at", "id"),
+)
+
+messages = Table(
+    "iobridge_messages",
+    metadata,
+    Column(
+        "thread_id",
+        String(ID_LENGTH),
+        ForeignKey("iobridge_threads.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("position", Integer, nullable=False),
+    Column("message_id", String(ID_LENGTH), nullable=False),
+    Column("role", Text, nullable=False),
+    Column("tool_call_id", Text, nullable=True),
+    Column("data", JSON, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    PrimaryKeyConstraint("thread_id", "position", name="pk_iobridge_messages"),
+    UniqueConstraint("thread_id", "message_id", name="uq_iobridge_messages_id"),
+    Index("ix_iobridge_messages_tool_call", "thread_id", "tool_call_id"),
+)
