@@ -2,25 +2,31 @@
 
 PostgreSQL tests read ``IOBRIDGE_TEST_POSTGRES_URL`` (``eval "$(scripts/ci-postgres.sh)"``).
 Without it they skip with a loud reason, unless ``CI=true``: then they fail, so CI cannot
-silently lose the PostgreSQL coverage. Each PostgreSQL store lives in its own fresh schema,
-migrated by Alembic and dropped afterwards.
+silently lose the PostgreSQL coverage. Test stores live in a schema of their own (migrated
+once per test process, emptied per test, dropped at exit); migration tests get a fresh,
+empty schema each.
 """
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import contextlib
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from iobridge.store import MemoryThreadStore, SqlThreadStore, ThreadStore
-from iobridge.store.migrate import open_store, upgrade_engine
+from iobridge.store.migrate import upgrade, upgrade_engine
 from iobridge.store.sqlalchemy_store import make_engine
 
 PG_ENV = "IOBRIDGE_TEST_POSTGRES_URL"
@@ -33,10 +39,7 @@ def postgres_url() -> str:
     url = os.environ.get(PG_ENV)
     if url:
         return url
-    reason = (
-        f"POSTGRESQL TESTS NOT RUN: {PG_ENV} is not set. "
-        'Run: eval "$(scripts/ci-postgres.sh)"'
-    )
+    reason = f'POSTGRESQL TESTS NOT RUN: {PG_ENV} is not set. Run: eval "$(scripts/ci-postgres.sh)"'
     if os.environ.get("CI") == "true":
         pytest.fail(reason + " (CI=true makes this a failure)")
     pytest.skip(reason)
@@ -72,22 +75,93 @@ async def pg_schema_engine() -> AsyncIterator[AsyncEngine]:
         await admin.dispose()
 
 
+_template: dict[str, str] = {}
+
+
+async def _migrated_pg_schema() -> str:
+    """One migrated schema per test process, emptied per test (TRUNCATE is fast)."""
+    if "pg" not in _template:
+        url = postgres_url()
+        schema = f"iobridge_test_{uuid.uuid4().hex[:12]}"
+        admin = make_engine(url)
+        async with admin.begin() as conn:
+            await conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+        await admin.dispose()
+        engine = make_engine(url, connect_args={"server_settings": {"search_path": schema}})
+        await upgrade_engine(engine)
+        await engine.dispose()
+        _template["pg"] = schema
+        atexit.register(lambda: asyncio.run(_drop_schema(url, schema)))
+    return _template["pg"]
+
+
+async def _drop_schema(url: str, schema: str) -> None:
+    admin = make_engine(url)
+    async with admin.begin() as conn:
+        await conn.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+    await admin.dispose()
+
+
+async def _sqlite_copy(target: Path) -> str:
+    """A migrated SQLite file, copied from one migrated once per test process."""
+    if "sqlite" not in _template:
+        folder = Path(tempfile.mkdtemp(prefix="iobridge-test-"))
+        atexit.register(shutil.rmtree, folder, True)
+        await upgrade(f"sqlite+aiosqlite:///{folder / 'template.db'}")
+        _template["sqlite"] = str(folder / "template.db")
+    shutil.copyfile(_template["sqlite"], target)
+    return f"sqlite+aiosqlite:///{target}"
+
+
 @contextlib.asynccontextmanager
 async def open_backend(
     kind: str, tmp_path: Path, clock: StepClock | None = None
 ) -> AsyncIterator[ThreadStore]:
-    """A fresh, migrated store of ``kind`` (``memory``, ``sqlite`` or ``postgres``)."""
+    """A fresh, migrated, empty store of ``kind`` (``memory``, ``sqlite`` or ``postgres``)."""
     clock = clock or StepClock()
     if kind == "memory":
         yield MemoryThreadStore(clock=clock)
         return
     if kind == "sqlite":
-        store = await open_store(f"sqlite+aiosqlite:///{tmp_path / 'threads.db'}", clock=clock)
-        try:
-            yield store
-        finally:
-            await store.close()
-        return
-    async with pg_schema_engine() as engine:
-        await upgrade_engine(engine)
-        yield SqlThreadStore(engine, clock=clock)
+        url = await _sqlite_copy(tmp_path / "threads.db")
+        engine = make_engine(url)
+    else:
+        schema = await _migrated_pg_schema()
+        engine = make_engine(
+            postgres_url(), connect_args={"server_settings": {"search_path": schema}}
+        )
+        async with engine.begin() as conn:
+            await conn.execute(text("TRUNCATE iobridge_messages, iobridge_threads"))
+    store = SqlThreadStore(engine, clock=clock)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+def build_app(store: ThreadStore, authenticator: Any, catalog: Any = None) -> Any:
+    """A minimal app with the persistence routers under ``/io-bridge``.
+
+    Stands in for the lead's ``create_app()``: the same ``app.state`` attributes and an
+    ``IobridgeError`` handler that writes the JSON error envelope.
+    """
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse
+
+    from iobridge.agents.catalog import AgentCatalog
+    from iobridge.errors import IobridgeError
+    from iobridge.http.agents import router as agents_router
+    from iobridge.http.threads import router as threads_router
+
+    app = FastAPI()
+    app.state.store = store
+    app.state.authenticator = authenticator
+    app.state.catalog = catalog if catalog is not None else AgentCatalog()
+
+    @app.exception_handler(IobridgeError)
+    async def _envelope(request: Request, exc: IobridgeError) -> JSONResponse:
+        return JSONResponse(exc.to_body(), status_code=exc.status)
+
+    app.include_router(threads_router, prefix="/io-bridge")
+    app.include_router(agents_router, prefix="/io-bridge")
+    return app

@@ -9,10 +9,10 @@ from typing import Any
 
 import httpx
 import pytest
+from tests.conftest import parse_sse, run_body, types
 
 from iobridge.agents.function import FunctionAgent
 from iobridge.agents.outputs import AgentOutput
-from tests.conftest import parse_sse, run_body, types
 
 WEATHER = {
     "name": "get_weather",
@@ -137,7 +137,9 @@ async def test_mixed_turn_server_tool_and_two_parallel_frontend_tools(serve: Any
 async def test_frontend_tool_timeout_gives_the_agent_an_error(serve: Any) -> None:
     server = serve(tool_timeout=0.3)
     async with httpx.AsyncClient(base_url=server.url) as client:
-        response = await client.post("/io-bridge/run", json=run_body("get_weather", tools=[WEATHER]))
+        response = await client.post(
+            "/io-bridge/run", json=run_body("get_weather", tools=[WEATHER])
+        )
     events = parse_sse(response.text)
     result = next(e for e in events if e["type"] == "TOOL_CALL_RESULT")
     assert "timed out" in json.loads(result["content"])["error"]
@@ -196,12 +198,23 @@ async def test_idle_stream_sends_pings_while_a_tool_is_pending(serve: Any) -> No
         (b"{not json", 400, "INVALID_JSON"),
         (b"[1, 2]", 400, "INVALID_REQUEST"),
         (b'{"runId": "r", "messages": []}', 400, "INVALID_REQUEST"),
-        (b'{"threadId": "t", "runId": "r", "messages": [{"role": "user"}]}', 400,
-         "INVALID_REQUEST"),
-        (b'{"threadId": "t", "runId": "r", "messages": [], "forwardedProps": '
-         b'{"agentId": "nobody"}}', 404, "AGENT_NOT_FOUND"),
-        (b'{"threadId": "t", "runId": "r", "messages": [], "forwardedProps": '
-         b'{"toolResultMode": "sometimes"}}', 400, "INVALID_FORWARDED_PROPS"),
+        (
+            b'{"threadId": "t", "runId": "r", "messages": [{"role": "user"}]}',
+            400,
+            "INVALID_REQUEST",
+        ),
+        (
+            b'{"threadId": "t", "runId": "r", "messages": [], "forwardedProps": '
+            b'{"agentId": "nobody"}}',
+            404,
+            "AGENT_NOT_FOUND",
+        ),
+        (
+            b'{"threadId": "t", "runId": "r", "messages": [], "forwardedProps": '
+            b'{"toolResultMode": "sometimes"}}',
+            400,
+            "INVALID_FORWARDED_PROPS",
+        ),
     ],
 )
 async def test_bad_requests_get_json_errors(
@@ -224,9 +237,7 @@ async def test_missing_field_details_name_the_field(serve: Any) -> None:
     async with httpx.AsyncClient(base_url=server.url) as client:
         response = await client.post("/io-bridge/run", json={"threadId": "t", "runId": "r"})
     assert response.status_code == 400
-    assert {"loc": ["messages"], "message": "Field required"} in response.json()["error"][
-        "details"
-    ]
+    assert {"loc": ["messages"], "message": "Field required"} in response.json()["error"]["details"]
 
 
 async def test_body_over_the_limit_is_413(serve: Any) -> None:
@@ -236,6 +247,7 @@ async def test_body_over_the_limit_is_413(serve: Any) -> None:
         response = await client.post("/io-bridge/run", json=body)
         assert response.status_code == 413
         assert response.json()["error"]["code"] == "PAYLOAD_TOO_LARGE"
+
         # Chunked upload without Content-Length is cut off while reading, too.
         async def chunks() -> AsyncIterator[bytes]:
             for _ in range(8):
@@ -258,8 +270,9 @@ async def test_same_run_id_while_running_is_409(serve: Any) -> None:
                 again = await client.post("/io-bridge/run", json=run_body("hi", thread_id="tb"))
                 assert again.status_code == 409
                 assert again.json()["error"]["code"] == "RUN_ALREADY_RUNNING"
-                busy = await client.post("/io-bridge/run", json=run_body("hi", run_id="r2",
-                                                                        thread_id="ta"))
+                busy = await client.post(
+                    "/io-bridge/run", json=run_body("hi", run_id="r2", thread_id="ta")
+                )
                 assert busy.status_code == 409
                 assert busy.json()["error"]["code"] == "THREAD_BUSY"
                 await client.post(
@@ -290,13 +303,15 @@ async def test_tool_result_route_statuses(serve: Any) -> None:
                 async def post(path: str, payload: Any) -> httpx.Response:
                     return await client.post(path, json=payload)
 
-                assert (await post(f"/io-bridge/runs/nope/tool-calls/{frontend_call}/result",
-                                   {"result": 1})).status_code == 404
+                assert (
+                    await post(
+                        f"/io-bridge/runs/nope/tool-calls/{frontend_call}/result", {"result": 1}
+                    )
+                ).status_code == 404
                 assert (await post(f"{base}/nope/result", {"result": 1})).status_code == 404
                 server_tool = await post(f"{base}/{server_call}/result", {"result": 1})
                 assert server_tool.status_code == 404
-                for bad in ({}, {"content": 5}, {"isError": "yes", "result": 1},
-                            {"error": 3}):
+                for bad in ({}, {"content": 5}, {"isError": "yes", "result": 1}, {"error": 3}):
                     wrong = await post(f"{base}/{frontend_call}/result", bad)
                     assert wrong.status_code == 400, bad
                     assert wrong.json()["error"]["code"] == "INVALID_REQUEST"
@@ -304,8 +319,9 @@ async def test_tool_result_route_statuses(serve: Any) -> None:
                 assert not_json.status_code == 400
                 # Nothing was consumed by the bad posts: the call is still pending.
                 assert len(server.runtime.pending) == 1
-                ok = await post(f"{base}/{frontend_call}/result",
-                                {"error": "user declined", "isError": True})
+                ok = await post(
+                    f"{base}/{frontend_call}/result", {"error": "user declined", "isError": True}
+                )
                 assert ok.status_code == 200
                 again = await post(f"{base}/{frontend_call}/result", {"result": 2})
                 assert again.status_code == 409
@@ -322,11 +338,16 @@ async def test_agent_exception_becomes_run_error_without_internals(serve: Any) -
         response = await client.post("/io-bridge/run", json=run_body("x", agentId="broken"))
     events = parse_sse(response.text)
     assert types(events) == [
-        "RUN_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END",
+        "RUN_STARTED",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
         "RUN_ERROR",
     ]
     assert events[-1] == {
-        "type": "RUN_ERROR", "message": "The agent failed unexpectedly.", "code": "AGENT_ERROR"
+        "type": "RUN_ERROR",
+        "message": "The agent failed unexpectedly.",
+        "code": "AGENT_ERROR",
     }
     assert "secret" not in response.text
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import httpx
 import pytest
+from tests.conftest import free_port, parse_sse, run_body, types
 
 from iobridge.agents.function import FunctionAgent
 from iobridge.agents.outputs import AgentOutput, TextEnd
 from iobridge.auth import hash_api_key
-from tests.conftest import free_port, parse_sse, run_body, types
 
 WEATHER = {"name": "get_weather", "description": "Weather", "parameters": {"type": "object"}}
 
@@ -192,7 +192,7 @@ async def test_runs_on_foreign_threads_are_404_before_streaming(serve: Any) -> N
         assert wrong.status_code == 404
         assert (await client.get("/io-bridge/threads/t1", headers=bob)).status_code == 404
         response = await client.get("/io-bridge/threads/t1/messages", headers=alice)
-        assert [m["content"] for m in response.json()["messages"]][0] == "hi"
+        assert response.json()["messages"][0]["content"] == "hi"
 
 
 def _start_server(port: int, db: Path) -> subprocess.Popen[bytes]:

@@ -84,8 +84,17 @@ class Runtime:
 
     # -- starting ----------------------------------------------------------------------
 
-    async def start(self, run_input: RunInput, *, resource_id: str = "default") -> Run:
+    async def start(
+        self,
+        run_input: RunInput,
+        *,
+        resource_id: str = "default",
+        tool_result_mode: str | None = None,
+    ) -> Run:
         """Validate a run request and start the run; events appear in ``run.log``.
+
+        ``tool_result_mode`` is the transport's default frontend-tool mode (N-PAMP: results
+        come in the next run); ``forwardedProps.toolResultMode`` and agent config win.
 
         Raises:
             NotFoundError: unknown ``forwardedProps.agentId`` (or a foreign thread).
@@ -96,7 +105,7 @@ class Runtime:
         agent_id = props.get("agentId")
         agent = self.catalog.get(agent_id if isinstance(agent_id, str) else None)
         agent.prepare(props)
-        mode = self._tool_mode(props, agent)
+        mode = self._tool_mode(props, agent, tool_result_mode)
         existing = self._runs.get(run_input.run_id)
         if existing is not None and not existing.done:
             raise ConflictError("a run with this runId is running", code="RUN_ALREADY_RUNNING")
@@ -142,10 +151,14 @@ class Runtime:
         run.task = asyncio.create_task(self._drive(run, ctx), name=f"run-{run.run_id}")
         return run
 
-    def _tool_mode(self, props: dict[str, Any], agent: Any) -> str:
+    def _tool_mode(self, props: dict[str, Any], agent: Any, default: str | None) -> str:
         mode = props.get("toolResultMode")
         if mode is None:
-            mode = getattr(agent, "tool_result_mode", None) or self.settings.tool_result_mode
+            mode = (
+                getattr(agent, "tool_result_mode", None)
+                or default
+                or self.settings.tool_result_mode
+            )
         if mode not in TOOL_RESULT_MODES:
             raise InputError(
                 "forwardedProps.toolResultMode must be 'in-run' or 'next-run'",
@@ -276,12 +289,17 @@ class Runtime:
         if timer is not None:
             timer.cancel()
 
-    def detach(self, run: Run) -> None:
-        """A follower went away; with none left, cancel after the grace period."""
+    def detach(self, run: Run, *, grace: float | None = None) -> None:
+        """A follower went away; with none left, cancel after the grace period.
+
+        ``grace`` overrides ``settings.detach_grace_seconds`` (a transport whose clients
+        resume, like N-PAMP, keeps runs alive longer than one whose clients do not).
+        """
         run.subscribers = max(0, run.subscribers - 1)
         if run.subscribers or run.done:
             return
-        grace = self.settings.detach_grace_seconds
+        if grace is None:
+            grace = self.settings.detach_grace_seconds
         if grace <= 0:
             self.cancel(run, "disconnected")
             return
