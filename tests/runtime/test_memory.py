@@ -169,8 +169,8 @@ async def test_runs_on_foreign_threads_are_404_before_streaming(serve: Any) -> N
     auth = {
         "mode": "api-key",
         "api_keys": [
-            {"sha256": hash_api_key("key-a"), "principal": "alice", "resourceIds": ["ra"]},
-            {"sha256": hash_api_key("key-b"), "principal": "bob", "resourceIds": ["rb"]},
+            {"sha256": hash_api_key("key-a"), "principal": "alice", "resource_ids": ["ra"]},
+            {"sha256": hash_api_key("key-b"), "principal": "bob", "resource_ids": ["rb"]},
         ],
     }
     server = serve(auth=auth)

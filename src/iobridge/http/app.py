@@ -7,6 +7,7 @@ adds its routes (under the configured prefix) and error handlers to any FastAPI 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
@@ -16,6 +17,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from iobridge import __version__
 from iobridge.agents.base import Agent
 from iobridge.agents.catalog import AgentCatalog
+from iobridge.agents.definitions import load_agents
 from iobridge.agents.demo import DemoAgent
 from iobridge.auth import Authenticator
 from iobridge.config import Settings
@@ -28,14 +30,29 @@ from iobridge.runtime.memory import StoreMemory
 from iobridge.store.base import ThreadStore
 from iobridge.store.migrate import open_store
 
+logger = logging.getLogger("iobridge")
+
 
 def build_catalog(settings: Settings, agents: Sequence[Agent] = ()) -> AgentCatalog:
-    """The demo agent, the configured agents, then ``agents`` given in Python."""
+    """The demo agent, the configured agents, then ``agents`` given in Python.
+
+    The default agent is ``settings.default_agent``, else the first configured or given
+    agent, else the demo agent.
+
+    A configured agent that cannot be built (missing API key, bad tool import) is logged and
+    left out; the server still starts with the others.
+    """
     catalog = AgentCatalog([DemoAgent()])
-    for agent in agents:
+    configured, errors = load_agents(settings.agents)
+    for agent in [*configured, *agents]:
         catalog.register(agent)
+    for agent_id, reason in errors.items():
+        logger.error("agent %s is unavailable: %s", agent_id, reason)
+    catalog.unavailable.update(errors)
     if settings.default_agent is not None:
         catalog.default_id = settings.default_agent
+    elif configured or agents:
+        catalog.default_id = [*configured, *agents][0].id
     return catalog
 
 

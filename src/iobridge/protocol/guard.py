@@ -76,6 +76,11 @@ TRANSITIONS: dict[tuple[GuardState, GuardInput], GuardState] = {
 }
 
 INVALID_TOOL_ARGS = "INVALID_TOOL_ARGS"
+#: Roles a TEXT_MESSAGE_START may carry (anything else becomes ``assistant``).
+TEXT_ROLES = frozenset({"developer", "system", "assistant", "user"})
+SUBAGENT_STARTED = "SUBAGENT_STARTED"
+SUBAGENT_FINISHED = "SUBAGENT_FINISHED"
+SUBAGENT_ERROR = "SUBAGENT_ERROR"
 
 
 @dataclass(slots=True)
@@ -114,6 +119,9 @@ class LifecycleGuard:
         self._started = False
         #: Open text messages (insertion ordered), by messageId.
         self._texts: dict[str, None] = {}
+        #: Text message ids already closed: never reopened (ag-ui-validate AGUI104).
+        self._closed_texts: set[str] = set()
+        self._subagents: dict[str, None] = {}
         self._reasoning_messages: dict[str, None] = {}
         self._reasoning_spans: dict[str, None] = {}
         self._steps: list[str] = []
@@ -141,6 +149,9 @@ class LifecycleGuard:
 
     def feed(self, event: Event) -> list[Event]:
         """Offer one candidate event; returns the events to emit now (possibly none)."""
+        if self.state is GuardState.RUNNING:  # the hot path of the table below
+            self._handle(event)
+            return self._drain()
         if not self._advance(GuardInput.EVENT):
             return []
         self._ensure_started()
@@ -154,7 +165,9 @@ class LifecycleGuard:
         self._ensure_started()
         self._close_all()
         self._terminate(
-            ev.run_finished(self.thread_id, self.run_id, result=result, outcome=outcome)
+            ev.run_finished(
+                self.thread_id, self.run_id, result=result, outcome=_valid_outcome(outcome)
+            )
         )
         return self._drain()
 
@@ -216,12 +229,18 @@ class LifecycleGuard:
         for name in reversed(self._steps):
             self._emit(ev.step_finished(name))
         self._steps.clear()
+        for subagent_id in reversed(list(self._subagents)):
+            self._emit({"type": SUBAGENT_FINISHED, "subagentRunId": subagent_id})
+        self._subagents.clear()
 
     def _handle(self, event: Event) -> None:
         kind = event.get("type")
-        if not isinstance(kind, str):
+        if not isinstance(kind, str) or not kind:
             return
         clean = _clean(event)
+        required = _REQUIRED.get(kind)
+        if required is not None and not all(check(clean.get(f)) for f, check in required):
+            return
         handler = _HANDLERS.get(kind)
         if handler is None:
             self._emit(clean)
@@ -240,7 +259,7 @@ class LifecycleGuard:
                 self.thread_id,
                 self.run_id,
                 result=event.get("result"),
-                outcome=event.get("outcome") if isinstance(event.get("outcome"), dict) else None,
+                outcome=_valid_outcome(event.get("outcome")),
             )
         )
 
@@ -259,8 +278,16 @@ class LifecycleGuard:
 
     def _on_text_start(self, event: Event) -> None:
         message_id = event.get("messageId")
-        if not isinstance(message_id, str) or message_id in self._texts:
+        if (
+            not isinstance(message_id, str)
+            or message_id in self._texts
+            or message_id in self._closed_texts
+        ):
             return
+        if "role" in event and event["role"] not in TEXT_ROLES:
+            event["role"] = "assistant"
+        if "name" in event and not isinstance(event["name"], str):
+            del event["name"]
         self._texts[message_id] = None
         self._emit(event)
 
@@ -268,6 +295,8 @@ class LifecycleGuard:
         message_id = event.get("messageId")
         delta = event.get("delta")
         if not isinstance(message_id, str) or not isinstance(delta, str) or not delta:
+            return
+        if message_id in self._closed_texts:
             return
         if message_id not in self._texts:
             self._texts[message_id] = None
@@ -278,6 +307,7 @@ class LifecycleGuard:
         message_id = event.get("messageId")
         if isinstance(message_id, str) and message_id in self._texts:
             del self._texts[message_id]
+            self._closed_texts.add(message_id)
             if self._chunk_text == message_id:
                 self._chunk_text = None
             self._emit(event)
@@ -288,7 +318,8 @@ class LifecycleGuard:
             if self._chunk_text is not None and self._chunk_text in self._texts:
                 self._on_text_end(ev.text_end(self._chunk_text))
             self._chunk_text = message_id
-            start = ev.text_start(message_id, event.get("role", "assistant"))
+            role = event.get("role")
+            start = ev.text_start(message_id, role if role in TEXT_ROLES else "assistant")
             self._on_text_start(start)
         if self._chunk_text is None:
             return
@@ -310,10 +341,13 @@ class LifecycleGuard:
             or call_id in self._closed_calls
         ):
             return
+        if "parentMessageId" in event and not isinstance(event["parentMessageId"], str):
+            del event["parentMessageId"]
         self._calls[call_id] = _PendingCall(start=event)
 
     def _on_tool_args(self, event: Event) -> None:
-        call = self._calls.get(event.get("toolCallId"))  # type: ignore[arg-type]
+        call_id = event.get("toolCallId")
+        call = self._calls.get(call_id) if isinstance(call_id, str) else None
         delta = event.get("delta")
         if call is not None and isinstance(delta, str) and delta:
             call.fragments.append(delta)
@@ -372,6 +406,8 @@ class LifecycleGuard:
             event["content"] = json.dumps(content, separators=(",", ":"), default=str)
         if not isinstance(event.get("messageId"), str):
             event["messageId"] = self._new_id()
+        if "role" in event:
+            event["role"] = "tool"
         self._closed_calls[call_id] = True
         self._emit(event)
 
@@ -426,6 +462,74 @@ class LifecycleGuard:
             self._emit(event)
 
 
+    # -- subagents (AG-UI 1.0) -------------------------------------------------------
+
+    def _on_subagent_started(self, event: Event) -> None:
+        run_id = event["subagentRunId"]
+        if run_id not in self._subagents:
+            self._subagents[run_id] = None
+            self._emit(event)
+
+    def _on_subagent_ended(self, event: Event) -> None:
+        if self._subagents.pop(event["subagentRunId"], False) is None:
+            self._emit(event)
+
+
+def _valid_outcome(outcome: Any) -> dict[str, Any] | None:
+    """The outcome if it has one of AG-UI's shapes, else ``None`` (the client rejects others)."""
+    if not isinstance(outcome, dict):
+        return None
+    kind = outcome.get("type")
+    if kind == "success":
+        pending = outcome.get("pendingToolCallIds")
+        if pending is None or (
+            isinstance(pending, list) and all(isinstance(i, str) for i in pending)
+        ):
+            return outcome
+        return None
+    if kind == "interrupt":
+        interrupts = outcome.get("interrupts")
+        if isinstance(interrupts, list) and interrupts and all(
+            isinstance(i, dict) and isinstance(i.get("id"), str) for i in interrupts
+        ):
+            return outcome
+        return None
+    return outcome if kind == "cancelled" else None
+
+
+def _is_str(value: Any) -> bool:
+    return isinstance(value, str) and bool(value)
+
+
+def _is_present(value: Any) -> bool:
+    return value is not None
+
+
+def _is_list(value: Any) -> bool:
+    return isinstance(value, list)
+
+
+def _is_dict(value: Any) -> bool:
+    return isinstance(value, dict)
+
+
+#: Required members of pass-through event types; an event missing one is dropped, because
+#: ``@ag-ui/client`` fails the whole run on it (ZodError).
+_REQUIRED: dict[str, tuple[tuple[str, Callable[[Any], bool]], ...]] = {
+    ev.CUSTOM: (("name", _is_str),),
+    ev.RAW: (("event", _is_present),),
+    ev.STATE_SNAPSHOT: (("snapshot", _is_present),),
+    ev.STATE_DELTA: (("delta", _is_list),),
+    ev.MESSAGES_SNAPSHOT: (("messages", _is_list),),
+    "ACTIVITY_SNAPSHOT": (("messageId", _is_str), ("activityType", _is_str),
+                          ("content", _is_dict)),
+    "ACTIVITY_DELTA": (("messageId", _is_str), ("activityType", _is_str), ("patch", _is_list)),
+    SUBAGENT_STARTED: (("subagentRunId", _is_str), ("name", _is_str)),
+    SUBAGENT_FINISHED: (("subagentRunId", _is_str),),
+    SUBAGENT_ERROR: (("subagentRunId", _is_str), ("message", _is_str)),
+}
+
+
 def _clean(event: Event) -> Event:
     """A copy without ``null`` members and without a non-integer ``timestamp``."""
     clean = {k: v for k, v in event.items() if v is not None}
@@ -455,4 +559,7 @@ _HANDLERS: dict[str, Callable[[LifecycleGuard, Event], None]] = {
     ev.REASONING_MESSAGE_START: LifecycleGuard._on_reasoning_message_start,
     ev.REASONING_MESSAGE_CONTENT: LifecycleGuard._on_reasoning_message_content,
     ev.REASONING_MESSAGE_END: LifecycleGuard._on_reasoning_message_end,
+    SUBAGENT_STARTED: LifecycleGuard._on_subagent_started,
+    SUBAGENT_FINISHED: LifecycleGuard._on_subagent_ended,
+    SUBAGENT_ERROR: LifecycleGuard._on_subagent_ended,
 }

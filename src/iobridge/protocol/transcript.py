@@ -21,6 +21,10 @@ class Transcript:
         self._messages: dict[str, dict[str, Any]] = {}
         self._open: set[str] = set()
         self._calls: dict[str, dict[str, Any]] = {}
+        #: Text and argument fragments, joined when read (appending to a growing string
+        #: per delta would cost quadratic time on long replies).
+        self._parts: dict[str, list[str]] = {}
+        self._args: dict[str, list[str]] = {}
         self._sealed = False
 
     def apply(self, event: Event) -> None:
@@ -29,12 +33,11 @@ class Transcript:
             return
         kind = event["type"]
         if kind == ev.TEXT_MESSAGE_START:
-            message = self._assistant(event["messageId"])
-            message.setdefault("content", "")
+            self._assistant(event["messageId"])
+            self._parts.setdefault(event["messageId"], [])
             self._open.add(event["messageId"])
-        elif kind == ev.TEXT_MESSAGE_CONTENT:
-            message = self._assistant(event["messageId"])
-            message["content"] = message.get("content", "") + event["delta"]
+        elif kind in (ev.TEXT_MESSAGE_CONTENT, ev.REASONING_MESSAGE_CONTENT):
+            self._parts.setdefault(event["messageId"], []).append(event["delta"])
         elif kind in (ev.TEXT_MESSAGE_END, ev.REASONING_MESSAGE_END):
             self._open.discard(event["messageId"])
         elif kind == ev.TOOL_CALL_START:
@@ -46,8 +49,9 @@ class Transcript:
             }
             parent.setdefault("toolCalls", []).append(call)
             self._calls[event["toolCallId"]] = call
+            self._args[event["toolCallId"]] = []
         elif kind == ev.TOOL_CALL_ARGS:
-            self._calls[event["toolCallId"]]["function"]["arguments"] += event["delta"]
+            self._args[event["toolCallId"]].append(event["delta"])
         elif kind == ev.TOOL_CALL_RESULT:
             self._messages[event["messageId"]] = {
                 "id": event["messageId"],
@@ -56,14 +60,9 @@ class Transcript:
                 "content": event["content"],
             }
         elif kind == ev.REASONING_MESSAGE_START:
-            self._messages[event["messageId"]] = {
-                "id": event["messageId"],
-                "role": "reasoning",
-                "content": "",
-            }
+            self._messages[event["messageId"]] = {"id": event["messageId"], "role": "reasoning"}
+            self._parts[event["messageId"]] = []
             self._open.add(event["messageId"])
-        elif kind == ev.REASONING_MESSAGE_CONTENT:
-            self._messages[event["messageId"]]["content"] += event["delta"]
 
     def mark_error(self, tool_call_id: str, error: str | None) -> None:
         """Record the error text of a tool result (``ToolMessage.error``)."""
@@ -85,7 +84,7 @@ class Transcript:
                 if message is None:
                     continue
                 if message.get("toolCalls"):
-                    message.pop("content", None)
+                    self._parts.pop(message_id, None)
                 else:
                     del self._messages[message_id]
         self._open.clear()
@@ -94,9 +93,17 @@ class Transcript:
     def messages(self) -> list[dict[str, Any]]:
         """The produced messages (assistant messages without text carry no ``content``)."""
         result = []
-        for message in self._messages.values():
-            if message.get("role") == "assistant" and message.get("content") == "":
-                message = {k: v for k, v in message.items() if k != "content"}
+        for message_id, message in self._messages.items():
+            message = dict(message)
+            text = "".join(self._parts.get(message_id, ()))
+            if text or message["role"] == "reasoning":
+                message["content"] = text
+            if "toolCalls" in message:
+                message["toolCalls"] = [
+                    {**call, "function": {**call["function"],
+                                          "arguments": "".join(self._args[call["id"]])}}
+                    for call in message["toolCalls"]
+                ]
             result.append(message)
         return result
 

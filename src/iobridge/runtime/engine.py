@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger("iobridge.runtime")
 
 TOOL_RESULT_MODES = ("in-run", "next-run")
+#: Outputs an agent may produce before the engine yields to the event loop.
+YIELD_EVERY = 32
 
 
 @dataclass(kw_only=True)
@@ -178,8 +180,14 @@ class Runtime:
         try:
             agen = run.agent.run(ctx)
             try:
+                produced = 0
                 async for output in agen:
                     session.emit(output)
+                    produced += 1
+                    if produced % YIELD_EVERY == 0:
+                        # An agent that never awaits would hold the loop for the whole
+                        # run: let followers send what is ready (time to first event).
+                        await asyncio.sleep(0)
             finally:
                 await agen.aclose()
             session.finish()

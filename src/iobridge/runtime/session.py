@@ -110,8 +110,14 @@ class Session:
         """Translate one agent output into events."""
         if self.guard.ended:
             raise RunEnded()
-        if isinstance(output, str):
+        if type(output) is str:
+            if self._text_id is not None:  # the hot path: one more delta of open text
+                self.push({"type": ev.TEXT_MESSAGE_CONTENT, "messageId": self._text_id,
+                           "delta": output})
+                return
             output = out.TextDelta(delta=output)
+        elif isinstance(output, str):
+            output = out.TextDelta(delta=str(output))
         match output:
             case out.TextDelta(delta=delta, message_id=message_id):
                 self._close_reasoning()

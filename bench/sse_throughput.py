@@ -1,0 +1,194 @@
+"""SSE throughput: one run of 10,000 text deltas through iobridge vs a bare Starlette stream.
+
+Both servers run in this process on loopback under uvicorn, side by side, and are read by the
+same raw-socket client (HTTP/1.1, chunked decoding, counts ``data:`` frames). Prints events/s,
+time to first event, and the ratio to the bare baseline (target >= 0.5). ``--profile`` adds a
+cProfile of the iobridge server side.
+
+    .venv/bin/python bench/sse_throughput.py [--deltas 10000] [--rounds 5] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import socket
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+from starlette.routing import Route
+
+from iobridge.agents.function import FunctionAgent
+from iobridge.config import Settings
+from iobridge.http.app import create_app
+
+TIMEOUT = 30.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Server:
+    """uvicorn in a background thread (so the client's CPU is not on the server's loop)."""
+
+    def __init__(self, app: Any, *, profile: bool = False) -> None:
+        self.port = _free_port()
+        self.profile = cProfile.Profile() if profile else None
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
+                                lifespan="off", access_log=False)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        if self.profile is None:
+            self.server.run()
+        else:
+            self.profile.runcall(self.server.run)
+
+    def __enter__(self) -> Server:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("server did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+def deltas(n: int) -> list[str]:
+    return [f"w{i} " for i in range(n)]
+
+
+def bare_app(n: int) -> Starlette:
+    """The baseline: the same kind of events, pre-encoded, one chunk per event."""
+    events = [{"type": "RUN_STARTED", "threadId": "t", "runId": "r"},
+              {"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"}]
+    events += [{"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": d} for d in deltas(n)]
+    events += [{"type": "TEXT_MESSAGE_END", "messageId": "m"},
+               {"type": "RUN_FINISHED", "threadId": "t", "runId": "r"}]
+    frames = [b"id: %d\ndata: %b\n\n" % (i, orjson.dumps(e)) for i, e in enumerate(events, 1)]
+
+    async def body() -> AsyncIterator[bytes]:
+        for frame in frames:
+            yield frame
+
+    async def run(request: Request) -> StreamingResponse:
+        await request.body()
+        return StreamingResponse(body(), media_type="text/event-stream")
+
+    return Starlette(routes=[Route("/io-bridge/run", run, methods=["POST"])])
+
+
+def bridge_app(n: int) -> Any:
+    words = deltas(n)
+
+    async def stream(ctx: Any) -> AsyncIterator[str]:
+        for word in words:
+            yield word
+
+    agent = FunctionAgent(stream, id="bench")
+    db = tempfile.mkdtemp(prefix="iobridge-bench-")
+    return create_app(Settings(database_url=f"sqlite+aiosqlite:///{db}/bench.db",
+                               retention_seconds=0), agents=[agent])
+
+
+def run_once(port: int, run_id: str) -> tuple[int, float, float, int]:
+    """POST one run and read it all; returns (events, seconds, first-event seconds, bytes)."""
+    payload = json.dumps({"threadId": f"t-{run_id}", "runId": run_id, "tools": [],
+                          "context": [], "forwardedProps": {"agentId": "bench"},
+                          "messages": [{"id": "u", "role": "user", "content": "go"}]}).encode()
+    request = (b"POST /io-bridge/run HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+               b"Content-Type: application/json\r\nAccept: text/event-stream\r\n"
+               b"Connection: close\r\nContent-Length: %d\r\n\r\n%b" % (len(payload), payload))
+    began = time.perf_counter()
+    first = 0.0
+    chunks: list[bytes] = []
+    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as sock:
+        sock.sendall(request)
+        while True:
+            data = sock.recv(1 << 20)
+            if not data:
+                break
+            if not first and b"data: " in data:
+                first = time.perf_counter() - began
+            chunks.append(data)
+    elapsed = time.perf_counter() - began
+    raw = b"".join(chunks)
+    head, _, body = raw.partition(b"\r\n\r\n")
+    if not head.startswith(b"HTTP/1.1 200"):
+        raise RuntimeError(head.decode(errors="replace"))
+    text = _dechunk(body)
+    if b'"RUN_FINISHED"' not in text:
+        raise RuntimeError("the run did not finish")
+    return text.count(b"\ndata: ") + text.startswith(b"data: "), elapsed, first, len(text)
+
+
+def _dechunk(body: bytes) -> bytes:
+    out = io.BytesIO()
+    position = 0
+    while True:
+        line_end = body.index(b"\r\n", position)
+        size = int(body[position:line_end].split(b";")[0], 16)
+        if size == 0:
+            return out.getvalue()
+        start = line_end + 2
+        out.write(body[start:start + size])
+        position = start + size + 2
+
+
+def measure(name: str, port: int, rounds: int) -> dict[str, float]:
+    run_once(port, f"{name}-warmup")
+    results = [run_once(port, f"{name}-{i}") for i in range(rounds)]
+    events = results[0][0]
+    rate = statistics.median(r[0] / r[1] for r in results)
+    ttfe = statistics.median(r[2] for r in results)
+    print(f"{name:>10}: {events} events, {results[0][3] / events:.0f} B/event, "
+          f"{rate:,.0f} events/s (median of {rounds}), "
+          f"time to first event {ttfe * 1000:.2f} ms")
+    return {"rate": rate, "ttfe": ttfe}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--deltas", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    started = time.monotonic()
+    bridge_server = Server(bridge_app(args.deltas), profile=args.profile)
+    with Server(bare_app(args.deltas)) as bare, bridge_server as bridge:
+        base = measure("bare", bare.port, args.rounds)
+        ours = measure("iobridge", bridge.port, args.rounds)
+        ratio = ours["rate"] / base["rate"]
+        verdict = "OK" if ratio >= 0.5 else "BELOW TARGET"
+        print(f"     ratio: {ratio:.2f} of the bare baseline (target >= 0.50): {verdict}")
+    if bridge_server.profile is not None:
+        stream = io.StringIO()
+        stats = pstats.Stats(bridge_server.profile, stream=stream)
+        stats.sort_stats("tottime").print_stats(20)
+        print("iobridge server thread, by own time (includes warm-up and all rounds):")
+        print(stream.getvalue())
+    print(f"total {time.monotonic() - started:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

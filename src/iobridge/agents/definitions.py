@@ -1,0 +1,258 @@
+"""Agent definitions: ``[[agents]]`` tables of ``iobridge.toml``, dicts, or Python.
+
+A definition names a model and its tools; ``build_agent`` turns it into a ``ModelAgent``.
+``load_agents`` builds a whole list and never raises: an agent whose key is missing or whose
+tool cannot be imported is reported (and logged) on its own, and the other agents still
+start, so one bad entry never takes the server down.
+
+Secrets never live in the file: ``api_key_env`` *names* an environment variable, and a
+definition that carries a key itself is refused with a message saying what to do instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic_ai.settings import ModelSettings
+
+from iobridge.agents.base import Agent
+from iobridge.agents.model import TOOL_RESULT_MODES, ModelAgent
+from iobridge.agents.providers import AgentConfigError, build_model
+from iobridge.agents.settings import parse_model_settings
+from iobridge.agents.tools import ServerTool, tool
+from iobridge.errors import InputError
+
+logger = logging.getLogger(__name__)
+
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: Keys that would put a secret in the file.
+_SECRET_KEYS = frozenset({"api_key", "apiKey", "key", "token", "secret", "password"})
+_KEYS = frozenset({
+    "id", "name", "description", "instructions", "model", "base_url", "api_key_env", "tools",
+    "model_settings", "tool_result_mode", "output_retries", "timeout",
+})
+
+#: What a tool entry may be: ``"package.module:function"``, a ``ServerTool``, or a function.
+ToolSpec = str | ServerTool | Callable[..., Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentDefinition:
+    """What it takes to build a model-backed agent.
+
+    ``model_settings`` uses the ``forwardedProps.modelSettings`` names (camelCase or
+    snake_case); a run's ``modelSettings`` override them key by key.
+    """
+
+    id: str
+    model: str
+    name: str | None = None
+    description: str = ""
+    instructions: str = ""
+    #: Any OpenAI-compatible endpoint (Ollama, vLLM, llama.cpp, LM Studio) or a proxy.
+    base_url: str | None = None
+    #: Name of the environment variable holding the API key.
+    api_key_env: str | None = None
+    tools: Sequence[ToolSpec] = ()
+    model_settings: Mapping[str, Any] = field(default_factory=dict)
+    #: ``"in-run"`` or ``"next-run"`` (``None``: the server's default).
+    tool_result_mode: str | None = None
+    #: How often an answer violating ``structuredOutput`` goes back to the model.
+    output_retries: int = 2
+    #: Seconds one model request may take.
+    timeout: float | None = None
+
+
+def _check_str(data: Mapping[str, Any], key: str, *, required: bool = False) -> str | None:
+    value = data.get(key)
+    if value is None:
+        if required:
+            raise AgentConfigError(f"'{key}' is required")
+        return None
+    if not isinstance(value, str):
+        raise AgentConfigError(f"'{key}' must be a string")
+    return value
+
+
+def definition_from_dict(data: Mapping[str, Any]) -> AgentDefinition:
+    """Read one ``[[agents]]`` table.
+
+    Raises:
+        AgentConfigError: a secret in the file, an unknown key, or a value of the wrong type.
+    """
+    secrets = sorted(k for k in data if k in _SECRET_KEYS)
+    if secrets:
+        raise AgentConfigError(
+            f"'{secrets[0]}' must not be in the configuration file: put the key in an "
+            "environment variable and name that variable with api_key_env"
+        )
+    unknown = sorted(k for k in data if k not in _KEYS)
+    if unknown:
+        raise AgentConfigError(
+            f"unknown key(s) {', '.join(unknown)}; known keys: {', '.join(sorted(_KEYS))}"
+        )
+    tools = data.get("tools", [])
+    if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):
+        raise AgentConfigError("'tools' must be a list of 'package.module:function' strings")
+    settings = data.get("model_settings", {})
+    if not isinstance(settings, Mapping):
+        raise AgentConfigError("'model_settings' must be a table")
+    output_retries = data.get("output_retries", 2)
+    if isinstance(output_retries, bool) or not isinstance(output_retries, int):
+        raise AgentConfigError("'output_retries' must be an integer")
+    timeout = data.get("timeout")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)):
+        raise AgentConfigError("'timeout' must be a number of seconds")
+    return AgentDefinition(
+        id=_check_str(data, "id", required=True) or "",
+        model=_check_str(data, "model", required=True) or "",
+        name=_check_str(data, "name"),
+        description=_check_str(data, "description") or "",
+        instructions=_check_str(data, "instructions") or "",
+        base_url=_check_str(data, "base_url"),
+        api_key_env=_check_str(data, "api_key_env"),
+        tools=tuple(tools),
+        model_settings=dict(settings),
+        tool_result_mode=_check_str(data, "tool_result_mode"),
+        output_retries=output_retries,
+        timeout=timeout,
+    )
+
+
+def resolve_tool(spec: ToolSpec) -> ServerTool:
+    """A ``ServerTool`` from an import path, a ``ServerTool`` or a typed function.
+
+    Raises:
+        AgentConfigError: a malformed path, a module that fails to import, a missing
+            attribute, or something that is not callable.
+    """
+    if isinstance(spec, ServerTool):
+        return spec
+    if callable(spec):
+        return tool(spec)
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise AgentConfigError(f"tool {spec!r} must look like 'package.module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # any import-time failure of user code is a config error
+        raise AgentConfigError(
+            f"tool {spec!r}: cannot import {module_name!r} ({type(exc).__name__}: {exc})"
+        ) from None
+    target: Any = module
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            raise AgentConfigError(f"tool {spec!r}: {module_name!r} has no attribute {attr!r}")
+        target = getattr(target, part)
+    if isinstance(target, ServerTool):
+        return target
+    if not callable(target):
+        raise AgentConfigError(f"tool {spec!r} is not callable")
+    try:
+        return tool(target)
+    except Exception as exc:  # unresolvable type hints and the like
+        raise AgentConfigError(f"tool {spec!r}: cannot derive its schema ({exc})") from None
+
+
+def build_agent(
+    definition: AgentDefinition, *, environ: Mapping[str, str] | None = None
+) -> ModelAgent:
+    """Build the agent a definition describes.
+
+    Args:
+        definition: The definition.
+        environ: Where API keys are read (default ``os.environ``).
+
+    Raises:
+        AgentConfigError: anything that prevents the agent from working.
+    """
+    d = definition
+    if not _ID.match(d.id):
+        raise AgentConfigError("'id' must be 1-64 letters, digits, '.', '_' or '-'")
+    if d.api_key_env is not None and not _ENV_NAME.match(d.api_key_env):
+        # Never echo the value: it may well be a pasted key.
+        raise AgentConfigError(
+            "api_key_env must be the name of an environment variable (like OPENAI_API_KEY), "
+            "not the key itself"
+        )
+    if d.tool_result_mode is not None and d.tool_result_mode not in TOOL_RESULT_MODES:
+        raise AgentConfigError(f"tool_result_mode must be one of {', '.join(TOOL_RESULT_MODES)}")
+    if not 0 <= d.output_retries <= 10:
+        raise AgentConfigError("output_retries must be between 0 and 10")
+    if d.timeout is not None and not d.timeout > 0:
+        raise AgentConfigError("timeout must be a positive number of seconds")
+    try:
+        settings = parse_model_settings(d.model_settings, where="model_settings")
+    except InputError as exc:
+        problems = "; ".join(f"{p['field']} {p['message']}" for p in exc.details or [])
+        raise AgentConfigError(f"invalid model_settings: {problems}") from None
+    if d.timeout is not None:
+        settings = ModelSettings(**settings, timeout=d.timeout)
+    tools = [resolve_tool(t) for t in d.tools]
+    names = [t.name for t in tools]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise AgentConfigError(f"duplicate tool name(s): {', '.join(duplicates)}")
+    model = build_model(
+        d.model,
+        base_url=d.base_url,
+        api_key_env=d.api_key_env,
+        environ=os.environ if environ is None else environ,
+    )
+    return ModelAgent(
+        id=d.id,
+        model=model,
+        name=d.name,
+        description=d.description,
+        instructions=d.instructions,
+        tools=tools,
+        model_settings=settings,
+        model_id=d.model,
+        output_retries=d.output_retries,
+        tool_result_mode=d.tool_result_mode,
+    )
+
+
+def load_agents(
+    definitions: Sequence[Mapping[str, Any] | AgentDefinition],
+    *,
+    environ: Mapping[str, str] | None = None,
+) -> tuple[list[Agent], dict[str, str]]:
+    """Build every definition; collect failures instead of raising.
+
+    Args:
+        definitions: ``[[agents]]`` tables (as parsed from TOML) or ``AgentDefinition``s.
+        environ: Where API keys are read (default ``os.environ``).
+
+    Returns:
+        The agents that could be built, and ``{agent id: reason}`` for those that could not
+        (an entry without a usable id is keyed ``#<index>``). Reasons are safe to show.
+    """
+    agents: list[Agent] = []
+    errors: dict[str, str] = {}
+    for index, entry in enumerate(definitions):
+        key = f"#{index}"
+        try:
+            if isinstance(entry, AgentDefinition):
+                definition = entry
+            elif isinstance(entry, Mapping):
+                raw_id = entry.get("id")
+                key = raw_id if isinstance(raw_id, str) and raw_id else key
+                definition = definition_from_dict(entry)
+            else:
+                raise AgentConfigError("an agent definition must be a table")
+            key = definition.id or key
+            if key in errors or any(a.id == key for a in agents):
+                raise AgentConfigError(f"duplicate agent id {key!r}")
+            agents.append(build_agent(definition, environ=environ))
+        except AgentConfigError as exc:
+            errors[key] = exc.message
+            logger.error("agent %s is unavailable: %s", key, exc.message)
+    return agents, errors

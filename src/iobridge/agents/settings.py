@@ -1,0 +1,240 @@
+"""Per-run model options from ``forwardedProps``: ``modelSettings`` and ``structuredOutput``.
+
+Both are checked before the stream starts (``Agent.prepare``), so a client that sends a
+temperature of ``"hot"`` or a schema that is not a JSON Schema gets an HTTP 400 with details
+rather than a RUN_ERROR halfway through a stream. Parsing is pure: no I/O, no model calls.
+
+``modelSettings`` keys (camelCase on the wire; the snake_case spelling is accepted too, so the
+same names work in ``iobridge.toml``) map onto pydantic-ai ``ModelSettings``:
+
+=================  ===================  ==========================================
+wire key           ModelSettings key    accepted values
+=================  ===================  ==========================================
+temperature        temperature          number, 0 ≤ x ≤ 2
+maxTokens          max_tokens           integer ≥ 1
+topP               top_p                number, 0 ≤ x ≤ 1
+topK               top_k                integer ≥ 1
+seed               seed                 integer
+stopSequences      stop_sequences       list of 1–16 non-empty strings
+presencePenalty    presence_penalty     number, -2 ≤ x ≤ 2
+frequencyPenalty   frequency_penalty    number, -2 ≤ x ≤ 2
+maxRetries         max_retries          integer, 0 ≤ x ≤ 10
+=================  ===================  ==========================================
+
+``maxRetries`` is the number of times the provider SDK client retries a failed request (429 and
+5xx with its own exponential backoff, honouring ``Retry-After``); it does not change how often
+an invalid structured answer is sent back to the model, which is the agent's
+``output_retries``. Unknown keys are ignored and logged, as the protocol asks for tolerance.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import jsonschema
+from pydantic_ai.settings import ModelSettings
+
+from iobridge.errors import InputError
+
+logger = logging.getLogger(__name__)
+
+#: Up to this many stop sequences (the common provider limit is 4–16).
+MAX_STOP_SEQUENCES = 16
+#: Name rule OpenAI applies to ``response_format.json_schema.name``; others are looser.
+_OUTPUT_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_DEFAULT_OUTPUT_NAME = "result"
+
+
+def _is_number(value: Any) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+    )
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(lo: float, hi: float) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        if not _is_number(value) or not lo <= value <= hi:
+            return f"must be a number between {lo:g} and {hi:g}"
+        return None
+
+    return check
+
+
+def _integer(lo: int | None = None, hi: int | None = None) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        if not _is_int(value):
+            return "must be an integer"
+        if lo is not None and value < lo:
+            return f"must be at least {lo}"
+        if hi is not None and value > hi:
+            return f"must be at most {hi}"
+        return None
+
+    return check
+
+
+def _stop_sequences(value: Any) -> str | None:
+    if (
+        not isinstance(value, list)
+        or not 1 <= len(value) <= MAX_STOP_SEQUENCES
+        or not all(isinstance(s, str) and s for s in value)
+    ):
+        return f"must be a list of 1 to {MAX_STOP_SEQUENCES} non-empty strings"
+    return None
+
+
+#: wire key -> (ModelSettings key, check returning an error text or None)
+MODEL_SETTINGS: dict[str, tuple[str, Callable[[Any], str | None]]] = {
+    "temperature": ("temperature", _number(0, 2)),
+    "maxTokens": ("max_tokens", _integer(1)),
+    "topP": ("top_p", _number(0, 1)),
+    "topK": ("top_k", _integer(1)),
+    "seed": ("seed", _integer()),
+    "stopSequences": ("stop_sequences", _stop_sequences),
+    "presencePenalty": ("presence_penalty", _number(-2, 2)),
+    "frequencyPenalty": ("frequency_penalty", _number(-2, 2)),
+    "maxRetries": ("max_retries", _integer(0, 10)),
+}
+_BY_SNAKE = {snake: wire for wire, (snake, _) in MODEL_SETTINGS.items()}
+
+
+def parse_model_settings(raw: Any, *, where: str = "forwardedProps.modelSettings") -> ModelSettings:
+    """Validate ``raw`` and return the pydantic-ai ``ModelSettings`` it describes.
+
+    Args:
+        raw: The ``modelSettings`` object (``None`` means no overrides).
+        where: Where the object came from, for error details.
+
+    Returns:
+        The settings, keyed the pydantic-ai way (``max_tokens``, ...).
+
+    Raises:
+        InputError: ``raw`` is not an object, or a known key has a wrong type or range; the
+            details list every offending field.
+    """
+    if raw is None:
+        return ModelSettings()
+    if not isinstance(raw, Mapping):
+        raise InputError(
+            f"{where} must be an object",
+            code="INVALID_MODEL_SETTINGS",
+            details=[{"field": where, "message": "must be an object"}],
+        )
+    settings: dict[str, Any] = {}
+    problems: list[dict[str, str]] = []
+    for key, value in raw.items():
+        wire = key if key in MODEL_SETTINGS else _BY_SNAKE.get(key)
+        if wire is None:
+            logger.info("ignoring unknown model setting %r in %s", key, where)
+            continue
+        snake, check = MODEL_SETTINGS[wire]
+        message = check(value)
+        if message is not None:
+            problems.append({"field": f"{where}.{key}", "message": message})
+        else:
+            settings[snake] = list(value) if isinstance(value, list) else value
+    if problems:
+        names = ", ".join(p["field"] for p in problems)
+        raise InputError(
+            f"invalid model settings: {names}", code="INVALID_MODEL_SETTINGS", details=problems
+        )
+    return cast(ModelSettings, settings)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StructuredOutput:
+    """A JSON Schema the final answer must satisfy (``forwardedProps.structuredOutput``)."""
+
+    schema: dict[str, Any]
+    name: str = _DEFAULT_OUTPUT_NAME
+    description: str | None = None
+    _validator: jsonschema.protocols.Validator = field(repr=False, compare=False)
+
+    def errors(self, value: Any) -> list[str]:
+        """Why ``value`` does not satisfy the schema (empty when it does), for a model retry."""
+        found = []
+        for err in self._validator.iter_errors(value):
+            path = "/".join(str(p) for p in err.absolute_path)
+            found.append(f"{path or '(root)'}: {err.message}")
+            if len(found) == 10:
+                break
+        return found
+
+
+def _invalid_output(message: str) -> InputError:
+    return InputError(
+        f"invalid structuredOutput: {message}",
+        code="INVALID_STRUCTURED_OUTPUT",
+        details=[{"field": "forwardedProps.structuredOutput", "message": message}],
+    )
+
+
+def parse_structured_output(raw: Any) -> StructuredOutput | None:
+    """Validate ``forwardedProps.structuredOutput`` ``{schema, name?, description?}``.
+
+    The schema is checked against its metaschema (the draft named by ``$schema``, else 2020-12)
+    and must describe an object, since providers constrain only object-shaped answers.
+
+    Raises:
+        InputError: not an object, no schema, a schema that is not a valid JSON Schema or not
+            an object schema, or a bad name/description.
+    """
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise _invalid_output("must be an object with a 'schema'")
+    schema = raw.get("schema")
+    if not isinstance(schema, Mapping):
+        raise _invalid_output("'schema' must be a JSON Schema object")
+    schema = dict(schema)
+    name = raw.get("name", schema.get("title", _DEFAULT_OUTPUT_NAME))
+    if not isinstance(name, str) or not _OUTPUT_NAME.match(name):
+        raise _invalid_output("'name' must be 1-64 letters, digits, '_' or '-'")
+    description = raw.get("description", schema.get("description"))
+    if description is not None and not isinstance(description, str):
+        raise _invalid_output("'description' must be a string")
+    validator_cls = jsonschema.validators.validator_for(
+        schema, default=jsonschema.Draft202012Validator
+    )
+    try:
+        validator_cls.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
+        raise _invalid_output(f"not a valid JSON Schema at {where}: {exc.message}") from None
+    if schema.get("type") != "object":
+        raise _invalid_output("the schema must have \"type\": \"object\" at the top level")
+    return StructuredOutput(
+        schema=schema, name=name, description=description, _validator=validator_cls(schema)
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunOptions:
+    """The per-run options an agent takes from ``forwardedProps``."""
+
+    model_settings: ModelSettings = field(default_factory=lambda: ModelSettings())
+    structured_output: StructuredOutput | None = None
+
+
+def parse_run_options(forwarded_props: Mapping[str, Any] | None) -> RunOptions:
+    """Read ``modelSettings`` and ``structuredOutput`` from ``forwardedProps``.
+
+    Raises:
+        InputError: either option is present and invalid.
+    """
+    props = forwarded_props or {}
+    return RunOptions(
+        model_settings=parse_model_settings(props.get("modelSettings")),
+        structured_output=parse_structured_output(props.get("structuredOutput")),
+    )

@@ -1,0 +1,153 @@
+"""Parsing of forwardedProps.modelSettings and structuredOutput (before the stream)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from iobridge.agents.settings import (
+    MODEL_SETTINGS,
+    parse_model_settings,
+    parse_run_options,
+    parse_structured_output,
+)
+from iobridge.errors import InputError
+
+ALL = {"temperature": 0.5, "maxTokens": 100, "topP": 1, "topK": 3, "seed": -7,
+       "stopSequences": ["\n\n", "END"], "presencePenalty": -2, "frequencyPenalty": 2,
+       "maxRetries": 0}
+
+
+def test_every_key_maps_to_pydantic_ai_names() -> None:
+    assert parse_model_settings(ALL) == {
+        "temperature": 0.5, "max_tokens": 100, "top_p": 1, "top_k": 3, "seed": -7,
+        "stop_sequences": ["\n\n", "END"], "presence_penalty": -2, "frequency_penalty": 2,
+        "max_retries": 0,
+    }
+    assert set(MODEL_SETTINGS) == set(ALL)
+
+
+def test_snake_case_spelling_is_accepted() -> None:
+    assert parse_model_settings({"max_tokens": 5, "top_p": 0.5}) == {"max_tokens": 5, "top_p": 0.5}
+
+
+def test_none_means_no_overrides() -> None:
+    assert parse_model_settings(None) == {}
+
+
+def test_unknown_keys_are_ignored_and_logged(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="iobridge.agents.settings"):
+        assert parse_model_settings({"temperature": 1, "reasoningEffort": "high"}) == {
+            "temperature": 1}
+    assert "reasoningEffort" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("temperature", "hot", "must be a number between 0 and 2"),
+        ("temperature", 2.5, "must be a number between 0 and 2"),
+        ("temperature", True, "must be a number"),
+        ("temperature", float("nan"), "must be a number"),
+        ("maxTokens", 0, "must be at least 1"),
+        ("maxTokens", 1.5, "must be an integer"),
+        ("topP", -0.1, "between 0 and 1"),
+        ("topK", 0, "at least 1"),
+        ("seed", "42", "must be an integer"),
+        ("stopSequences", "END", "list of 1 to 16 non-empty strings"),
+        ("stopSequences", [], "list of 1 to 16"),
+        ("stopSequences", [""], "non-empty strings"),
+        ("stopSequences", ["x"] * 17, "list of 1 to 16"),
+        ("presencePenalty", 3, "between -2 and 2"),
+        ("frequencyPenalty", None, "must be a number"),
+        ("maxRetries", -1, "at least 0"),
+        ("maxRetries", 11, "at most 10"),
+    ],
+)
+def test_wrong_type_or_range_is_a_400_with_details(key: str, value: Any, message: str) -> None:
+    raw = {key: value, "otherKey": 1}
+    with pytest.raises(InputError) as info:
+        parse_model_settings(raw)
+    err = info.value
+    assert err.status == 400 and err.code == "INVALID_MODEL_SETTINGS"
+    (detail,) = err.details
+    assert detail["field"] == f"forwardedProps.modelSettings.{key}"
+    assert message in detail["message"]
+    assert raw == {key: value, "otherKey": 1}  # input untouched
+
+
+def test_all_problems_are_reported_together() -> None:
+    with pytest.raises(InputError) as info:
+        parse_model_settings({"temperature": -1, "topK": "a"})
+    assert [d["field"] for d in info.value.details] == [
+        "forwardedProps.modelSettings.temperature", "forwardedProps.modelSettings.topK"]
+
+
+def test_model_settings_must_be_an_object() -> None:
+    with pytest.raises(InputError, match="must be an object"):
+        parse_model_settings([1, 2])
+
+
+def test_stop_sequences_are_copied() -> None:
+    stops = ["a"]
+    parsed = parse_model_settings({"stopSequences": stops})
+    stops.append("b")
+    assert parsed["stop_sequences"] == ["a"]
+
+
+SCHEMA = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}},
+          "required": ["n"], "title": "counter"}
+
+
+def test_structured_output_defaults_name_from_title() -> None:
+    spec = parse_structured_output({"schema": SCHEMA})
+    assert spec is not None
+    assert (spec.name, spec.description) == ("counter", None)
+    assert spec.errors({"n": 1}) == []
+    assert spec.errors({"n": -1}) == ["n: -1 is less than the minimum of 0"]
+    assert spec.errors({}) == ["(root): 'n' is a required property"]
+
+
+def test_structured_output_name_and_description() -> None:
+    spec = parse_structured_output({"schema": SCHEMA, "name": "count_v2", "description": "A count"})
+    assert spec is not None and (spec.name, spec.description) == ("count_v2", "A count")
+
+
+def test_structured_output_honours_declared_draft() -> None:
+    schema = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+              "properties": {"a": {"type": "string"}}}
+    spec = parse_structured_output({"schema": schema})
+    assert spec is not None and spec.errors({"a": 1}) == ["a: 1 is not of type 'string'"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("a string", "must be an object with a 'schema'"),
+        ({}, "'schema' must be a JSON Schema object"),
+        ({"schema": [1]}, "'schema' must be a JSON Schema object"),
+        ({"schema": {"type": "object", "properties": 3}}, "not a valid JSON Schema at properties"),
+        ({"schema": {"type": "objekt"}}, "not a valid JSON Schema"),
+        ({"schema": {"type": "object", "required": "n"}}, "not a valid JSON Schema at required"),
+        ({"schema": {"type": "string"}}, "\"type\": \"object\" at the top level"),
+        ({"schema": SCHEMA, "name": "has space"}, "'name' must be 1-64"),
+        ({"schema": SCHEMA, "description": 5}, "'description' must be a string"),
+    ],
+)
+def test_invalid_structured_output_is_a_400(raw: Any, message: str) -> None:
+    with pytest.raises(InputError) as info:
+        parse_structured_output(raw)
+    assert info.value.code == "INVALID_STRUCTURED_OUTPUT"
+    assert message in info.value.message
+    assert info.value.details[0]["field"] == "forwardedProps.structuredOutput"
+
+
+def test_run_options_from_forwarded_props() -> None:
+    options = parse_run_options({"agentId": "x", "modelSettings": {"seed": 3},
+                                 "structuredOutput": {"schema": SCHEMA}})
+    assert options.model_settings == {"seed": 3}
+    assert options.structured_output is not None
+    empty = parse_run_options(None)
+    assert empty.model_settings == {} and empty.structured_output is None

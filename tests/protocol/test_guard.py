@@ -1,0 +1,319 @@
+"""Example-based tests of each repair rule of the lifecycle guard."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from agui_verify import verify_events
+from iobridge.protocol.guard import INVALID_TOOL_ARGS, GuardState, LifecycleGuard
+
+START = {"type": "RUN_STARTED", "threadId": "t", "runId": "r"}
+FINISHED = {"type": "RUN_FINISHED", "threadId": "t", "runId": "r"}
+
+
+def _guard() -> LifecycleGuard:
+    ids = itertools.count(1)
+    return LifecycleGuard("t", "r", new_id=lambda: f"id{next(ids)}")
+
+
+def run(*events: dict[str, Any], end: str = "finish") -> list[dict[str, Any]]:
+    """Feed ``events`` then finish (or fail); the result must pass the checker."""
+    guard = _guard()
+    emitted: list[dict[str, Any]] = []
+    for event in events:
+        emitted += guard.feed(event)
+    emitted += guard.finish() if end == "finish" else guard.fail("boom", "AGENT_ERROR")
+    verify_events(emitted, thread_id="t", run_id="r")
+    return emitted
+
+
+def body(emitted: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events between RUN_STARTED and the terminal event."""
+    return emitted[1:-1]
+
+
+def text(kind: str, mid: str = "m", **extra: Any) -> dict[str, Any]:
+    return {"type": f"TEXT_MESSAGE_{kind}", "messageId": mid, **extra}
+
+
+def call(kind: str, cid: str = "c", **extra: Any) -> dict[str, Any]:
+    return {"type": f"TOOL_CALL_{kind}", "toolCallId": cid, **extra}
+
+
+# -- run lifecycle ---------------------------------------------------------------------------
+
+
+def test_start_emits_run_started_once_with_the_request_ids() -> None:
+    guard = LifecycleGuard("t", "r", parent_run_id="p")
+    assert guard.start() == [{**START, "parentRunId": "p"}]
+    assert guard.start() == []
+    assert guard.state is GuardState.RUNNING
+
+
+def test_first_event_emits_run_started_before_it() -> None:
+    guard = _guard()
+    assert guard.feed(text("START")) == [START, text("START")]
+
+
+def test_finish_on_an_idle_guard_is_a_complete_empty_run() -> None:
+    guard = _guard()
+    assert guard.finish(result={"a": 1}) == [START, {**FINISHED, "result": {"a": 1}}]
+    assert guard.ended
+
+
+def test_agent_run_started_is_dropped_and_ids_are_never_replaced() -> None:
+    emitted = run({"type": "RUN_STARTED", "threadId": "x", "runId": "y"}, text("START"))
+    assert emitted[0] == START
+    assert [e["type"] for e in emitted].count("RUN_STARTED") == 1
+
+
+def test_agent_run_finished_closes_everything_and_echoes_the_request_ids() -> None:
+    guard = _guard()
+    guard.feed(text("START"))
+    guard.feed({"type": "STEP_STARTED", "stepName": "s"})
+    out = guard.feed({"type": "RUN_FINISHED", "threadId": "x", "runId": "y", "result": 3,
+                      "outcome": "not an object"})
+    assert out == [text("END"), {"type": "STEP_FINISHED", "stepName": "s"},
+                   {**FINISHED, "result": 3}]
+    assert guard.ended and guard.feed(text("START", "m2")) == []
+
+
+@pytest.mark.parametrize(
+    ("message", "code", "expected"),
+    [("broke", "E1", {"type": "RUN_ERROR", "message": "broke", "code": "E1"}),
+     ("", None, {"type": "RUN_ERROR", "message": "The run failed."}),
+     (None, 5, {"type": "RUN_ERROR", "message": "The run failed."})],
+)
+def test_agent_run_error_is_the_terminal_with_a_safe_message(
+    message: Any, code: Any, expected: dict[str, Any]
+) -> None:
+    guard = _guard()
+    guard.start()
+    assert guard.feed({"type": "RUN_ERROR", "message": message, "code": code}) == [expected]
+    assert guard.fail("again") == [] and guard.finish() == []
+
+
+def test_fail_closes_open_sequences_innermost_first() -> None:
+    emitted = run({"type": "STEP_STARTED", "stepName": "s"}, text("START"),
+                  {"type": "REASONING_START", "messageId": "rs"},
+                  {"type": "REASONING_MESSAGE_START", "messageId": "rm"}, end="fail")
+    assert [e["type"] for e in emitted[-5:]] == [
+        "REASONING_MESSAGE_END", "REASONING_END", "TEXT_MESSAGE_END", "STEP_FINISHED",
+        "RUN_ERROR"]
+    assert emitted[-1] == {"type": "RUN_ERROR", "message": "boom", "code": "AGENT_ERROR"}
+
+
+# -- text ------------------------------------------------------------------------------------
+
+
+def test_empty_and_non_string_deltas_are_dropped() -> None:
+    emitted = run(text("START"), text("CONTENT", delta=""), text("CONTENT", delta=None),
+                  text("CONTENT", delta=4), text("CONTENT", delta="hi"), text("END"))
+    assert body(emitted) == [text("START"), text("CONTENT", delta="hi"), text("END")]
+
+
+def test_content_for_an_unopened_message_opens_it() -> None:
+    emitted = run(text("CONTENT", delta="hi"))
+    assert body(emitted) == [text("START", role="assistant"), text("CONTENT", delta="hi"),
+                             text("END")]
+
+
+def test_duplicate_start_and_unknown_end_are_dropped() -> None:
+    emitted = run(text("START"), text("START"), text("END", "other"), text("END"), text("END"))
+    assert body(emitted) == [text("START"), text("END")]
+
+
+def test_text_chunks_expand_to_start_content_end() -> None:
+    emitted = run({"type": "TEXT_MESSAGE_CHUNK", "messageId": "a", "delta": "x"},
+                  {"type": "TEXT_MESSAGE_CHUNK", "delta": "y"},
+                  {"type": "TEXT_MESSAGE_CHUNK", "messageId": "b", "delta": "z"})
+    assert body(emitted) == [
+        text("START", "a", role="assistant"), text("CONTENT", "a", delta="x"),
+        text("CONTENT", "a", delta="y"), text("END", "a"),
+        text("START", "b", role="assistant"), text("CONTENT", "b", delta="z"), text("END", "b")]
+
+
+def test_a_chunk_without_any_message_id_is_dropped() -> None:
+    assert body(run({"type": "TEXT_MESSAGE_CHUNK", "delta": "x"})) == []
+
+
+# -- tool calls ------------------------------------------------------------------------------
+
+
+def test_a_tool_call_is_held_back_until_its_end_then_released_whole() -> None:
+    guard = _guard()
+    guard.start()
+    assert guard.feed(call("START", toolCallName="f")) == []
+    assert guard.feed(call("ARGS", delta='{"a":')) == []
+    assert guard.open_tool_calls() == ["c"]
+    assert guard.feed(call("ARGS", delta="1}")) == []
+    assert guard.feed(call("END")) == [
+        call("START", toolCallName="f"), call("ARGS", delta='{"a":'),
+        call("ARGS", delta="1}"), call("END")]
+    assert guard.open_tool_calls() == []
+
+
+def test_a_call_without_arguments_gets_an_empty_object() -> None:
+    emitted = run(call("START", toolCallName="f"), call("END"))
+    assert body(emitted) == [call("START", toolCallName="f"), call("ARGS", delta="{}"),
+                             call("END")]
+
+
+@pytest.mark.parametrize("fragments", [["{"], ['{"a":1', "}}"], ["nope"], ["{}", "{}"]])
+def test_invalid_arguments_end_the_run_and_the_call_is_never_shown(
+    fragments: list[str],
+) -> None:
+    guard = _guard()
+    emitted = guard.feed(text("START")) + guard.feed(call("START", toolCallName="f"))
+    for fragment in fragments:
+        emitted += guard.feed(call("ARGS", delta=fragment))
+    emitted += guard.feed(call("END"))
+    verify_events(emitted, thread_id="t", run_id="r")
+    assert emitted[-1]["type"] == "RUN_ERROR" and emitted[-1]["code"] == INVALID_TOOL_ARGS
+    assert not any(e["type"].startswith("TOOL_CALL") for e in emitted)
+    assert emitted[-2] == text("END")
+    assert guard.ended and guard.finish() == []
+
+
+def test_calls_still_open_at_the_end_are_dropped() -> None:
+    emitted = run(call("START", toolCallName="f"), call("ARGS", delta="{"))
+    assert body(emitted) == []
+
+
+@pytest.mark.parametrize(
+    "start",
+    [call("START"), call("START", toolCallName=""), call("START", toolCallName=3),
+     {"type": "TOOL_CALL_START", "toolCallName": "f"}, call("START", "", toolCallName="f")],
+)
+def test_malformed_tool_call_starts_are_dropped(start: dict[str, Any]) -> None:
+    assert body(run(start, call("ARGS", delta="{}"), call("END"))) == []
+
+
+def test_a_tool_call_id_cannot_be_reused() -> None:
+    emitted = run(call("START", toolCallName="f"), call("END"),
+                  call("START", toolCallName="g"), call("END"))
+    assert [e["type"] for e in body(emitted)].count("TOOL_CALL_START") == 1
+
+
+def test_results_only_for_closed_calls_and_only_once() -> None:
+    result = call("RESULT", messageId="res", content="ok", role="tool")
+    emitted = run(call("RESULT", "unknown", messageId="x", content="1"),
+                  call("START", toolCallName="f"), result, call("END"), result, result)
+    assert body(emitted) == [call("START", toolCallName="f"), call("ARGS", delta="{}"),
+                             call("END"), result]
+
+
+def test_a_result_gets_text_content_and_a_message_id() -> None:
+    emitted = run(call("START", toolCallName="f"), call("END"),
+                  call("RESULT", content={"v": [1, None]}))
+    assert emitted[-2] == call("RESULT", content='{"v":[1,null]}', messageId="id1")
+
+
+def test_tool_chunks_expand_and_the_next_id_ends_the_previous_call() -> None:
+    emitted = run({"type": "TOOL_CALL_CHUNK", "toolCallId": "a", "toolCallName": "f",
+                   "parentMessageId": "m", "delta": '{"x":'},
+                  {"type": "TOOL_CALL_CHUNK", "delta": "1}"},
+                  {"type": "TOOL_CALL_CHUNK", "toolCallId": "b", "toolCallName": "g"},
+                  call("END", "b"))
+    assert body(emitted) == [
+        call("START", "a", toolCallName="f", parentMessageId="m"),
+        call("ARGS", "a", delta='{"x":'), call("ARGS", "a", delta="1}"), call("END", "a"),
+        call("START", "b", toolCallName="g"), call("ARGS", "b", delta="{}"), call("END", "b")]
+
+
+def test_a_chunk_that_ends_a_call_with_broken_arguments_ends_the_run() -> None:
+    emitted = run({"type": "TOOL_CALL_CHUNK", "toolCallId": "a", "toolCallName": "f",
+                   "delta": "{"},
+                  {"type": "TOOL_CALL_CHUNK", "toolCallId": "b", "toolCallName": "g"})
+    assert emitted[-1]["code"] == INVALID_TOOL_ARGS and len(emitted) == 2
+
+
+# -- steps, reasoning, pass-through and cleaning ---------------------------------------------
+
+
+def test_steps_duplicate_and_unknown_are_dropped() -> None:
+    step = {"type": "STEP_STARTED", "stepName": "s"}
+    done = {"type": "STEP_FINISHED", "stepName": "s"}
+    emitted = run(step, step, {"type": "STEP_FINISHED", "stepName": "x"}, done, done)
+    assert body(emitted) == [step, done]
+
+
+def test_reasoning_end_closes_its_messages_and_content_opens_one() -> None:
+    emitted = run({"type": "REASONING_START", "messageId": "s"},
+                  {"type": "REASONING_MESSAGE_CONTENT", "messageId": "m", "delta": "hm"},
+                  {"type": "REASONING_MESSAGE_CONTENT", "messageId": "m", "delta": ""},
+                  {"type": "REASONING_END", "messageId": "s"})
+    assert [e["type"] for e in body(emitted)] == [
+        "REASONING_START", "REASONING_MESSAGE_START", "REASONING_MESSAGE_CONTENT",
+        "REASONING_MESSAGE_END", "REASONING_END"]
+    assert body(emitted)[1]["role"] == "reasoning"
+
+
+@pytest.mark.parametrize(
+    "event", [{"messageId": "m"}, {"type": None}, {"type": 7}, {"type": ["TEXT_MESSAGE_START"]}]
+)
+def test_events_without_a_string_type_are_dropped(event: dict[str, Any]) -> None:
+    assert body(run(event)) == []
+
+
+def test_unknown_types_and_extensions_pass_through() -> None:
+    events = [{"type": "CUSTOM", "name": "n", "value": {"a": None}},
+              {"type": "RAW", "event": {"x": 1}, "source": "p"},
+              {"type": "STATE_SNAPSHOT", "snapshot": {}},
+              {"type": "SOMETHING_NEWER", "x": 1}]
+    assert body(run(*events)) == events
+
+
+def test_nulls_and_non_integer_timestamps_are_removed_without_touching_the_input() -> None:
+    event = text("START", role="assistant", metadata=None, name=None, timestamp=1.5)
+    emitted = run(event, text("CONTENT", delta="x", timestamp=True),
+                  text("END", timestamp=1_700_000_000_000))
+    assert body(emitted) == [text("START", role="assistant"), text("CONTENT", delta="x"),
+                             text("END", timestamp=1_700_000_000_000)]
+    assert event["metadata"] is None and event["timestamp"] == 1.5
+
+
+# -- repairs found by test_guard_properties (each once broke the client) ---------------
+
+REPAIRED = [
+    ({"type": ""}, "empty type is dropped"),
+    ({"type": "CUSTOM", "value": 1}, "CUSTOM without a name is dropped"),
+    (text("START", role="tool"), "an invalid TEXT_MESSAGE_START role becomes assistant"),
+    ({"type": "TEXT_MESSAGE_CHUNK", "messageId": "m", "role": "bogus", "delta": "x"},
+     "an invalid TEXT_MESSAGE_CHUNK role becomes assistant"),
+    (text("START", name=5), "a non-string TEXT_MESSAGE_START name is dropped"),
+    ({"type": "RUN_FINISHED", "outcome": {"type": "bogus"}}, "an unknown outcome is dropped"),
+    ({"type": "SUBAGENT_STARTED", "subagentRunId": "s", "name": "n"},
+     "open subagents are finished before RUN_FINISHED"),
+]
+
+
+@pytest.mark.parametrize(("event", "why"), REPAIRED, ids=[why for _, why in REPAIRED])
+def test_repaired_inputs_give_a_valid_run(event: dict[str, Any], why: str) -> None:
+    run(event)
+
+
+def test_unhashable_tool_call_id_in_args_is_dropped() -> None:
+    emitted = run(call("ARGS", {"id": "c"}, delta="{}"))
+    assert body(emitted) == []
+
+
+def test_non_string_parent_message_id_is_removed() -> None:
+    emitted = run(call("START", toolCallName="f", parentMessageId=5), call("END"))
+    assert "parentMessageId" not in body(emitted)[0]
+
+
+def test_result_role_is_always_tool() -> None:
+    emitted = run(call("START", toolCallName="f"), call("END"),
+                  call("RESULT", content="x", role="user"))
+    assert body(emitted)[-1]["role"] == "tool"
+
+
+def test_closed_message_id_is_never_reopened() -> None:
+    emitted = run(text("START"), text("CONTENT", delta="a"), text("END"),
+                  text("CONTENT", delta="b"), text("START"))
+    assert [e["type"] for e in emitted].count("TEXT_MESSAGE_START") == 1
+    assert [e.get("delta") for e in emitted if e["type"] == "TEXT_MESSAGE_CONTENT"] == ["a"]

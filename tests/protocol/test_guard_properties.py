@@ -1,0 +1,376 @@
+"""Property tests: whatever an agent does, the guard's output is one valid AG-UI run.
+
+Hypothesis drives ``LifecycleGuard`` with arbitrary agent behaviour (every event type, reused
+and malformed ids, empty deltas, broken JSON fragments, nulls, float timestamps, the agent's
+own RUN_* events) cut short by ``finish`` or ``fail`` at a random point, and checks every
+output with the independent checker in ``tests/agui_verify.py``. A second group runs random
+``FunctionAgent`` generators that raise at a random point through the whole HTTP stack and
+checks the SSE body. Example counts stay small so the file runs in seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agui_verify import StreamError, parse_sse, verify_events
+from iobridge.agents import outputs as out
+from iobridge.agents.function import FunctionAgent
+from iobridge.agents.tools import tool
+from iobridge.config import Settings
+from iobridge.http.app import create_app
+from iobridge.protocol.guard import INVALID_TOOL_ARGS, LifecycleGuard
+
+THREAD, RUN = "thread-1", "run-1"
+
+TEXT_IDS = st.sampled_from(["m1", "m2", "m3"])
+CALL_IDS = st.sampled_from(["c1", "c2", "c3"])
+STEP_NAMES = st.sampled_from(["plan", "act"])
+REASONING_IDS = st.sampled_from(["r1", "r2"])
+#: Ids that are not valid: the guard must never let them reach the wire.
+BAD_IDS = st.sampled_from([None, 7, "", ["m1"], {"id": "m1"}])
+DELTAS = st.sampled_from(["", "", "Hello", " world", "é😀", "line\nbreak"]) | st.text(max_size=6)
+#: JSON fragments: some concatenations parse, many do not.
+FRAGMENTS = st.sampled_from(
+    ['{"city":', '"Paris"}', "{}", "[1,", "2]", '"x"', "nope", "", "}", "{", '{"a":null}']
+)
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 5) | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner,
+                                                                  max_size=3),
+    max_leaves=6,
+)
+
+
+def _maybe(ids: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Mostly a good id, sometimes a malformed one."""
+    return st.one_of(ids, ids, ids, BAD_IDS)
+
+
+def _event(kind: str, **fields: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
+    return st.fixed_dictionaries({"type": st.just(kind)}, optional=fields)
+
+
+AGENT_EVENTS = st.one_of(
+    # text
+    _event("TEXT_MESSAGE_START", messageId=_maybe(TEXT_IDS),
+           role=st.sampled_from(["assistant", "user", None])),
+    _event("TEXT_MESSAGE_CONTENT", messageId=_maybe(TEXT_IDS), delta=DELTAS | BAD_IDS),
+    _event("TEXT_MESSAGE_END", messageId=_maybe(TEXT_IDS)),
+    _event("TEXT_MESSAGE_CHUNK", messageId=_maybe(TEXT_IDS), delta=DELTAS,
+           role=st.sampled_from(["assistant", None])),
+    # tool calls
+    _event("TOOL_CALL_START", toolCallId=_maybe(CALL_IDS),
+           toolCallName=st.sampled_from(["get_weather", "", None, 3]),
+           parentMessageId=st.one_of(TEXT_IDS, st.none())),
+    _event("TOOL_CALL_ARGS", toolCallId=_maybe(CALL_IDS), delta=FRAGMENTS | BAD_IDS),
+    _event("TOOL_CALL_END", toolCallId=_maybe(CALL_IDS)),
+    _event("TOOL_CALL_CHUNK", toolCallId=_maybe(CALL_IDS),
+           toolCallName=st.sampled_from(["search", None]), delta=FRAGMENTS,
+           parentMessageId=st.one_of(TEXT_IDS, st.none())),
+    _event("TOOL_CALL_RESULT", toolCallId=_maybe(CALL_IDS | st.just("unknown")),
+           messageId=st.one_of(st.just("res-1"), st.none(), st.just(5)),
+           content=st.one_of(st.text(max_size=5), JSON_VALUES), role=st.just("tool")),
+    # steps and reasoning
+    _event("STEP_STARTED", stepName=_maybe(STEP_NAMES)),
+    _event("STEP_FINISHED", stepName=_maybe(STEP_NAMES)),
+    _event("REASONING_START", messageId=_maybe(REASONING_IDS)),
+    _event("REASONING_END", messageId=_maybe(REASONING_IDS)),
+    _event("REASONING_MESSAGE_START", messageId=_maybe(REASONING_IDS)),
+    _event("REASONING_MESSAGE_CONTENT", messageId=_maybe(REASONING_IDS), delta=DELTAS),
+    _event("REASONING_MESSAGE_END", messageId=_maybe(REASONING_IDS)),
+    # pass-through kinds
+    _event("RAW", event=JSON_VALUES, source=st.just("provider")),
+    _event("CUSTOM", name=st.just("progress"), value=JSON_VALUES),
+    _event("STATE_SNAPSHOT", snapshot=JSON_VALUES),
+    _event("SOMETHING_NEWER", payload=JSON_VALUES),
+    # malformed: no type / non-string type
+    st.fixed_dictionaries({"messageId": TEXT_IDS, "delta": DELTAS}),
+    st.fixed_dictionaries({"type": st.sampled_from([None, 4, ""])}),
+    # the agent's own lifecycle events
+    _event("RUN_STARTED", threadId=st.just("other-thread"), runId=st.just("other-run")),
+    _event("RUN_FINISHED", threadId=st.just("other-thread"), result=JSON_VALUES,
+           outcome=st.sampled_from([{"type": "success"}, None, "done"])),
+    _event("RUN_ERROR", message=st.sampled_from(["agent broke", "", None, 3]),
+           code=st.sampled_from(["E1", None, 5])),
+)
+
+
+@st.composite
+def decorated_events(draw: st.DrawFn) -> dict[str, Any]:
+    """An agent event, sometimes with a bad timestamp, null metadata or a stray null."""
+    event = dict(draw(AGENT_EVENTS))
+    if draw(st.booleans()):
+        event["timestamp"] = draw(
+            st.sampled_from([1_700_000_000_000, 1.7e12, None, True, "yesterday"])
+        )
+    if draw(st.integers(0, 4)) == 0:
+        event["metadata"] = None
+    if draw(st.integers(0, 4)) == 0:
+        event["parentRunId"] = None
+    return event
+
+
+@st.composite
+def agent_runs(draw: st.DrawFn) -> tuple[list[dict[str, Any]], int, tuple[Any, ...]]:
+    """Events, the index where the runtime ends the run, and how (finish or fail)."""
+    events = draw(st.lists(decorated_events(),
+                           max_size=40))
+    cut = draw(st.integers(0, len(events)))
+    ending = draw(
+        st.one_of(
+            st.tuples(st.just("finish"), JSON_VALUES,
+                      st.sampled_from([None, {"type": "success"}, {"type": "cancelled"}])),
+            st.tuples(st.just("fail"), st.sampled_from(["The agent failed unexpectedly."]),
+                      st.sampled_from(["AGENT_ERROR", None])),
+        )
+    )
+    return events, cut, ending
+
+
+def _expected_invalid_args(events: list[dict[str, Any]]) -> bool | None:
+    """Whether the first decisive input is a tool call ending with broken arguments.
+
+    An independent model of the explicit START/ARGS/END path. ``None`` when it cannot tell
+    (a CHUNK-built call came first); ``False`` when a terminal or the end came first.
+    """
+    open_calls: dict[str, list[str]] = {}
+    seen: set[str] = set()
+    for event in events:
+        kind = event.get("type")
+        if kind in ("TOOL_CALL_CHUNK", "TEXT_MESSAGE_CHUNK"):
+            return None
+        if kind in ("RUN_FINISHED", "RUN_ERROR"):
+            return False
+        call_id = event.get("toolCallId")
+        if kind == "TOOL_CALL_START":
+            name = event.get("toolCallName")
+            if (isinstance(call_id, str) and call_id and isinstance(name, str) and name
+                    and call_id not in seen):
+                seen.add(call_id)
+                open_calls[call_id] = []
+        elif kind == "TOOL_CALL_ARGS" and isinstance(call_id, str) and call_id in open_calls:
+            delta = event.get("delta")
+            if isinstance(delta, str):
+                open_calls[call_id].append(delta)
+        elif kind == "TOOL_CALL_END" and isinstance(call_id, str) and call_id in open_calls:
+            text = "".join(open_calls.pop(call_id)) or "{}"
+            try:
+                json.loads(text)
+            except ValueError:
+                return True
+    return False
+
+
+def _drive(events: list[dict[str, Any]], cut: int, ending: tuple[Any, ...]) -> list[dict[str, Any]]:
+    guard = LifecycleGuard(THREAD, RUN)
+    emitted = guard.start()
+    for event in events[:cut]:
+        emitted += guard.feed(event)
+    ended_early = guard.ended
+    if ending[0] == "finish":
+        tail = guard.finish(result=ending[1], outcome=ending[2])
+    else:
+        tail = guard.fail(ending[1], ending[2])
+    if ended_early:
+        assert tail == [], "finish/fail after the terminal must emit nothing"
+    else:
+        assert tail and tail[-1]["type"] == ("RUN_FINISHED" if ending[0] == "finish"
+                                             else "RUN_ERROR")
+    emitted += tail
+    # Whatever comes after the terminal is swallowed.
+    for event in events[cut:]:
+        assert guard.feed(event) == []
+    assert guard.finish() == [] and guard.fail("again") == [] and guard.start() == []
+    assert guard.terminal is emitted[-1]
+    return emitted
+
+
+@settings(max_examples=200, deadline=None)
+@given(agent_runs())
+def test_any_agent_behaviour_yields_a_valid_run(run: tuple[Any, ...]) -> None:
+    events, cut, ending = run
+    emitted = _drive(events, cut, ending)
+    verify_events(emitted, thread_id=THREAD, run_id=RUN)
+    # The wire form must survive a JSON round trip unchanged (no tuples, NaN, objects).
+    assert json.loads(json.dumps(emitted)) == emitted
+    invalid = _expected_invalid_args(events[:cut])
+    terminal = emitted[-1]
+    is_invalid_error = terminal["type"] == "RUN_ERROR" and terminal.get("code") == INVALID_TOOL_ARGS
+    if invalid is not None:
+        assert is_invalid_error == invalid, (invalid, terminal)
+
+
+@st.composite
+def valid_streams(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """A well-behaved agent: properly paired events with fresh ids and valid arguments."""
+    events: list[dict[str, Any]] = []
+    for n in range(draw(st.integers(0, 6))):
+        what = draw(st.sampled_from(["text", "tool", "step", "reasoning", "custom"]))
+        if what == "text":
+            mid = f"m{n}"
+            events.append({"type": "TEXT_MESSAGE_START", "messageId": mid, "role": "assistant"})
+            for delta in draw(st.lists(st.text(min_size=1, max_size=5), min_size=1, max_size=3)):
+                events.append({"type": "TEXT_MESSAGE_CONTENT", "messageId": mid, "delta": delta})
+            events.append({"type": "TEXT_MESSAGE_END", "messageId": mid})
+        elif what == "tool":
+            cid = f"c{n}"
+            args = json.dumps(draw(st.dictionaries(st.text(max_size=3), JSON_VALUES, max_size=3)))
+            split = draw(st.integers(1, max(1, len(args) - 1)))
+            events.append({"type": "TOOL_CALL_START", "toolCallId": cid, "toolCallName": "f"})
+            for piece in (args[:split], args[split:]):
+                if piece:
+                    events.append({"type": "TOOL_CALL_ARGS", "toolCallId": cid, "delta": piece})
+            events.append({"type": "TOOL_CALL_END", "toolCallId": cid})
+            events.append({"type": "TOOL_CALL_RESULT", "messageId": f"res{n}", "toolCallId": cid,
+                           "content": "ok", "role": "tool"})
+        elif what == "step":
+            events += [{"type": "STEP_STARTED", "stepName": f"s{n}"},
+                       {"type": "STEP_FINISHED", "stepName": f"s{n}"}]
+        elif what == "reasoning":
+            events += [
+                {"type": "REASONING_START", "messageId": f"rs{n}"},
+                {"type": "REASONING_MESSAGE_START", "messageId": f"r{n}", "role": "reasoning"},
+                {"type": "REASONING_MESSAGE_CONTENT", "messageId": f"r{n}", "delta": "hmm"},
+                {"type": "REASONING_MESSAGE_END", "messageId": f"r{n}"},
+                {"type": "REASONING_END", "messageId": f"rs{n}"},
+            ]
+        else:
+            events.append({"type": "CUSTOM", "name": "progress", "value": n})
+    return events
+
+
+@settings(max_examples=100, deadline=None)
+@given(valid_streams())
+def test_a_well_behaved_agent_passes_through_unchanged(events: list[dict[str, Any]]) -> None:
+    guard = LifecycleGuard(THREAD, RUN)
+    emitted = guard.start()
+    for event in events:
+        emitted += guard.feed(dict(event))
+    emitted += guard.finish(result={"n": len(events)})
+    assert emitted[0] == {"type": "RUN_STARTED", "threadId": THREAD, "runId": RUN}
+    assert emitted[1:-1] == events
+    assert emitted[-1] == {"type": "RUN_FINISHED", "threadId": THREAD, "runId": RUN,
+                           "result": {"n": len(events)}}
+
+
+def test_the_checker_rejects_what_the_client_rejects() -> None:
+    """The checker itself must be able to fail (each rule once)."""
+    start = {"type": "RUN_STARTED", "threadId": "t", "runId": "r"}
+    end = {"type": "RUN_FINISHED", "threadId": "t", "runId": "r"}
+    text = {"type": "TEXT_MESSAGE_START", "messageId": "m"}
+    bad_streams = [
+        [],
+        [end],
+        [start],
+        [start, end, end],
+        [start, text, end],
+        [start, {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "x"}, end],
+        [start, text, {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": ""},
+         {"type": "TEXT_MESSAGE_END", "messageId": "m"}, end],
+        [start, {"type": "TOOL_CALL_START", "toolCallId": "c", "toolCallName": "f"},
+         {"type": "TOOL_CALL_ARGS", "toolCallId": "c", "delta": "{"},
+         {"type": "TOOL_CALL_END", "toolCallId": "c"}, end],
+        [start, {"type": "TOOL_CALL_RESULT", "messageId": "x", "toolCallId": "c",
+                 "content": "1"}, end],
+        [start, {"type": "STEP_STARTED", "stepName": "s"}, {"type": "RUN_ERROR",
+                                                          "message": "m"}],
+        [start, {"type": "CUSTOM", "name": "n", "value": 1, "metadata": None}, end],
+        [start, {"type": "CUSTOM", "name": "n", "timestamp": 1.5}, end],
+        [start, {**text, "role": "tool"}, {"type": "TEXT_MESSAGE_END", "messageId": "m"}, end],
+        [{**start, "runId": "other"}, {**end, "runId": "other"}],
+        [start, {**end, "threadId": "other"}],
+    ]
+    for stream in bad_streams:
+        with pytest.raises(StreamError):
+            verify_events(stream, thread_id="t", run_id="r")
+    verify_events([start, text, {"type": "TEXT_MESSAGE_END", "messageId": "m"}, end],
+                  thread_id="t", run_id="r")
+
+
+# -- through the whole stack ---------------------------------------------------------------
+
+
+@tool
+def echo(text: str = "") -> dict[str, str]:
+    """Echo the text back."""
+    return {"text": text}
+
+
+class Boom(Exception):
+    """What the random agent raises."""
+
+
+OUTPUTS = st.one_of(
+    st.text(max_size=4),
+    st.builds(out.TextDelta, delta=DELTAS,
+              message_id=st.sampled_from([None, "msg-a", "msg-b"])),
+    st.just(out.TextEnd()),
+    st.builds(out.ReasoningDelta, delta=DELTAS),
+    st.just(out.ReasoningEnd()),
+    st.builds(out.StepStarted, name=STEP_NAMES),
+    st.builds(out.StepFinished, name=STEP_NAMES),
+    st.builds(out.StateSnapshot, snapshot=JSON_VALUES),
+    st.builds(out.CustomEvent, name=st.just("progress"), value=JSON_VALUES),
+    st.builds(out.RawEvent, event=decorated_events()),
+    st.builds(out.FinalResult, value=JSON_VALUES),
+    # Tool calls: a server tool, an unknown tool, and streamed (possibly broken) arguments.
+    st.tuples(st.just("call"), st.sampled_from(["echo", "nowhere"])),
+    st.tuples(st.just("stream"), st.lists(FRAGMENTS, max_size=3)),
+)
+
+
+def _agent(script: list[Any], raise_at: int | None) -> FunctionAgent:
+    async def run(ctx: Any) -> Any:
+        for index, item in enumerate(script):
+            if index == raise_at:
+                raise Boom("random failure")
+            if isinstance(item, tuple) and item[0] == "call":
+                await ctx.call_tool(item[1], {"text": "hi"})
+            elif isinstance(item, tuple):
+                handle = ctx.start_tool_call("echo")
+                for fragment in item[1]:
+                    handle.add_args(fragment)
+                await handle.result()
+            else:
+                yield item
+        if raise_at is not None and raise_at >= len(script):
+            raise Boom("failure at the end")
+
+    return FunctionAgent(run, id="random", tools=[echo])
+
+
+_DB_DIR = tempfile.mkdtemp(prefix="iobridge-props-")
+
+
+async def _post_run(agent: FunctionAgent) -> httpx.Response:
+    app = create_app(Settings(database_url=f"sqlite+aiosqlite:///{_DB_DIR}/db.sqlite"),
+                     agents=[agent])
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        body = {"threadId": THREAD, "runId": RUN, "tools": [], "context": [],
+                "messages": [{"id": "u1", "role": "user", "content": "go"}],
+                "forwardedProps": {"agentId": "random"}}
+        return await asyncio.wait_for(client.post("/io-bridge/run", json=body), 10)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(OUTPUTS, max_size=12), st.one_of(st.none(), st.integers(0, 12)))
+def test_any_function_agent_streams_a_valid_run(script: list[Any], raise_at: int | None) -> None:
+    response = asyncio.run(_post_run(_agent(script, raise_at)))
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    events = parse_sse(response.content)
+    verify_events(events, thread_id=THREAD, run_id=RUN)
+    terminal = events[-1]
+    if raise_at is not None and raise_at <= len(script) and terminal["type"] == "RUN_ERROR":
+        # A raise never leaks internals: a generic message with a code.
+        assert "random" not in terminal["message"] and "failure" not in terminal["message"]
+        assert isinstance(terminal.get("code"), str)

@@ -1,0 +1,113 @@
+"""Tolerant ``RunAgentInput`` parsing: lenient about extras, strict about ids and pairing."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from iobridge.errors import InputError
+from iobridge.protocol.run_input import MAX_ID_LENGTH, parse_run_input
+
+
+def body(**overrides: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {"threadId": "t", "runId": "r",
+                            "messages": [{"id": "u1", "role": "user", "content": "hi"}]}
+    data.update(overrides)
+    return data
+
+
+def test_minimal_body_gets_defaults() -> None:
+    parsed = parse_run_input(json.dumps(body()).encode())
+    assert (parsed.thread_id, parsed.run_id, parsed.parent_run_id) == ("t", "r", None)
+    assert parsed.tools == [] and parsed.context == [] and parsed.forwarded_props == {}
+    assert parsed.messages == [{"id": "u1", "role": "user", "content": "hi"}]
+
+
+def test_what_the_real_client_sends_is_accepted_and_unknown_keys_are_kept() -> None:
+    data = body(protocolVersion="1.0", state={}, parentRunId="p", extra={"x": 1},
+                tools=[{"name": "get_weather", "description": "d",
+                        "parameters": {"type": "object"}, "metadata": {"k": 1}}],
+                context=[{"description": "tz", "value": "UTC"}],
+                forwardedProps={"agentId": "demo", "unknownKey": [1]})
+    parsed = parse_run_input(data)
+    assert parsed.parent_run_id == "p" and parsed.state == {}
+    assert parsed.tools == [{"name": "get_weather", "description": "d",
+                             "parameters": {"type": "object"}, "metadata": {"k": 1}}]
+    assert parsed.context == [{"description": "tz", "value": "UTC"}]
+    assert parsed.forwarded_props == {"agentId": "demo", "unknownKey": [1]}
+    assert parsed.raw["extra"] == {"x": 1}
+
+
+@pytest.mark.parametrize(
+    "message",
+    [{"id": "a", "role": "assistant", "toolCalls": [
+        {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+     {"id": "t", "role": "tool", "toolCallId": "c", "content": "ok", "error": "x"},
+     {"id": "s", "role": "system", "content": "be brief"},
+     {"id": "d", "role": "developer", "content": "dev"},
+     {"id": "act", "role": "activity", "activityType": "plan", "content": {}},
+     {"id": "rs", "role": "reasoning", "content": "hmm"},
+     {"id": "b", "role": "user", "content": [{"type": "binary", "mimeType": "image/png",
+                                             "data": "AA=="}]},
+     {"id": "n", "role": "some-future-role", "whatever": 1}],
+    ids=lambda m: m["role"],
+)
+def test_every_role_is_accepted(message: dict[str, Any]) -> None:
+    assert parse_run_input(body(messages=[message])).messages == [message]
+
+
+def test_forwarded_props_that_are_not_an_object_become_empty() -> None:
+    assert parse_run_input(body(forwardedProps=None)).forwarded_props == {}
+    assert parse_run_input(body(forwardedProps=[1])).forwarded_props == {}
+
+
+@pytest.mark.parametrize(
+    ("raw", "code"),
+    [(b"{not json", "INVALID_JSON"), (b"[]", "INVALID_REQUEST"), (b'"x"', "INVALID_REQUEST")],
+)
+def test_bodies_that_are_not_json_objects(raw: bytes, code: str) -> None:
+    with pytest.raises(InputError) as info:
+        parse_run_input(raw)
+    assert info.value.code == code and info.value.status == 400
+
+
+@pytest.mark.parametrize(
+    ("data", "loc"),
+    [({"runId": "r", "messages": []}, ["threadId"]),
+     (body(runId=""), ["runId"]),
+     (body(threadId="x" * (MAX_ID_LENGTH + 1)), ["threadId"]),
+     (body(messages="hi"), ["messages"]),
+     (body(tools=[{"description": "no name"}]), ["tools", 0, "name"]),
+     (body(context=[{"description": "d"}]), ["context", 0, "value"]),
+     (body(messages=[{"role": "user", "content": "no id"}]), ["messages", 0, "user", "id"]),
+     (body(messages=[{"id": "t", "role": "tool", "content": "x"}]),
+      ["messages", 0, "tool", "toolCallId"]),
+     (body(messages=[{"id": "a", "role": "assistant", "toolCalls": [{"id": "c"}]}]),
+      ["messages", 0, "assistant", "toolCalls", 0, "function"])],
+    ids=["no-thread", "empty-run-id", "long-id", "messages-not-list", "tool-no-name",
+         "context-no-value", "message-no-id", "tool-msg-no-call-id", "call-no-function"],
+)
+def test_malformed_fields_are_reported_with_their_location(
+    data: dict[str, Any], loc: list[Any]
+) -> None:
+    with pytest.raises(InputError) as info:
+        parse_run_input(data)
+    assert info.value.code == "INVALID_REQUEST"
+    locations = [d["loc"] for d in info.value.details]
+    assert loc in locations, locations
+
+
+def test_every_problem_is_listed_and_the_input_is_not_modified() -> None:
+    messages = [{"id": "u", "role": "user", "content": "a"},
+                {"id": "u", "role": "user", "content": "b"},
+                {"id": "t", "role": "tool", "content": "x"}]
+    data = body(messages=messages)
+    snapshot = json.dumps(data, sort_keys=True)
+    with pytest.raises(InputError) as info:
+        parse_run_input(data)
+    problems = info.value.details
+    assert {"loc": ["messages", 1, "id"], "message": "duplicate message id"} in problems
+    assert any(p["loc"][:2] == ["messages", 2] for p in problems)
+    assert json.dumps(data, sort_keys=True) == snapshot
