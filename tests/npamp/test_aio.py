@@ -1,0 +1,311 @@
+"""Loopback TCP + TLS 1.3 tests of the asyncio shell (127.0.0.1 only, every wait bounded)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from iobridge.npamp.aio import Association, Handler, NpampServer, TransportConfig, connect, serve
+from iobridge.npamp.connection import NpampConnection
+from iobridge.npamp.connection_state import AssociationState
+from iobridge.npamp.errors import (
+    AeadFailure,
+    HandshakeTimeout,
+    NpampError,
+    RemoteProtocolError,
+    ReplayedSequence,
+    TransportError,
+)
+from iobridge.npamp.events import FrameReceived
+from iobridge.npamp.frame import FrameReader, FrameType, push_frame
+from iobridge.npamp.handshake import ClientHandshake
+from iobridge.npamp.profiles import Profile
+from iobridge.npamp.tls import (
+    ALPN,
+    client_ssl_context,
+    self_signed_certificate,
+    server_ssl_context,
+)
+
+from .test_connection import handshake_configs
+
+pytestmark = pytest.mark.timeout(30)
+BRIDGE, INTERACTION = 0x000D, 0x000F
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return self_signed_certificate(tmp_path_factory.mktemp("tls"))
+
+
+def _configs(
+    profile: Profile = Profile.STANDARD, *, trust_client: bool = True, timeout: float = 5.0
+) -> tuple[TransportConfig, TransportConfig]:
+    c_hs, s_hs = handshake_configs(profile, trust_client=trust_client)
+    return (
+        TransportConfig(handshake=c_hs, handshake_timeout=timeout, close_timeout=2.0),
+        TransportConfig(handshake=s_hs, handshake_timeout=timeout, close_timeout=2.0),
+    )
+
+
+@contextlib.asynccontextmanager
+async def _start(
+    certs: tuple[Path, Path], config: TransportConfig, handler: Handler
+) -> AsyncIterator[NpampServer]:
+    server = await serve("127.0.0.1", 0, server_ssl_context(*certs), config, handler)
+    try:
+        yield server
+    finally:
+        async with asyncio.timeout(5):
+            await server.wait_closed()
+
+
+async def echo(assoc: Association) -> None:
+    """Echo every frame back on its channel with frame type + 1."""
+    async for frame in assoc:
+        await assoc.send(frame.channel, frame.frame_type + 1, b"echo:" + frame.payload)
+
+
+@pytest.mark.parametrize("profile", list(Profile), ids=lambda p: p.name)
+async def test_echo_on_several_channels_with_key_update_and_close(
+    certs: tuple[Path, Path], profile: Profile
+) -> None:
+    client_cfg, server_cfg = _configs(profile)
+    async with _start(certs, server_cfg, echo) as srv:
+        async with (
+            asyncio.timeout(10),
+            connect("127.0.0.1", srv.port, client_ssl_context(certs[0]), client_cfg) as assoc,
+        ):
+            assert assoc.handshake.profile is profile
+            assert assoc.peer_identity == server_cfg.handshake.identities[0].public_key
+            for channel in (0x0000, BRIDGE, INTERACTION):
+                await assoc.send(channel, 0x0200, b"hi %d" % channel)
+            got = [await assoc.receive(ch) for ch in (INTERACTION, 0x0000, BRIDGE)]
+            assert [(f.channel, f.frame_type, f.payload) for f in got] == [
+                (INTERACTION, 0x0201, b"echo:hi 15"),
+                (0x0000, 0x0201, b"echo:hi 0"),
+                (BRIDGE, 0x0201, b"echo:hi 13"),
+            ]
+            await assoc.key_update(BRIDGE)
+            assert 0 <= await assoc.ping(INTERACTION) < 5
+            await assoc.send(BRIDGE, 0x0200, b"after rekey")
+            frame = await assoc.receive(BRIDGE)
+            assert frame.payload == b"echo:after rekey" and frame.seq == 2  # after the ACK
+        assert assoc.terminated is not None and assoc.terminated.error is None
+
+
+async def test_server_handler_closes_gracefully(certs: tuple[Path, Path]) -> None:
+    client_cfg, server_cfg = _configs()
+    received: list[FrameReceived] = []
+
+    async def one_shot(assoc: Association) -> None:
+        received.append(await assoc.receive(BRIDGE))
+        await assoc.send(BRIDGE, 0x0201, b"bye")
+
+    async with (
+        _start(certs, server_cfg, one_shot) as srv,
+        asyncio.timeout(10),
+        connect("127.0.0.1", srv.port, client_ssl_context(certs[0]), client_cfg) as assoc,
+    ):
+        await assoc.send(BRIDGE, 0x0200, b"hello")
+        assert (await assoc.receive()).payload == b"bye"
+        async with asyncio.timeout(5):
+            while assoc.terminated is None:
+                await asyncio.sleep(0.01)
+        assert assoc.terminated.error is None  # server's CLOSE, answered by us
+        with pytest.raises(TransportError):
+            await assoc.receive()
+    assert [f.payload for f in received] == [b"hello"]
+
+
+async def test_untrusted_client_refused(certs: tuple[Path, Path]) -> None:
+    client_cfg, server_cfg = _configs(trust_client=False)
+    called = False
+
+    async def handler(assoc: Association) -> None:
+        nonlocal called
+        called = True
+
+    async with (
+        _start(certs, server_cfg, handler) as srv,
+        asyncio.timeout(10),
+        connect("127.0.0.1", srv.port, client_ssl_context(certs[0]), client_cfg) as assoc,
+    ):
+        # The client is established first; the server then drops the stream.
+        with pytest.raises(TransportError):
+            await assoc.receive()
+    assert not called
+
+
+async def test_alpn_required(certs: tuple[Path, Path]) -> None:
+    _, server_cfg = _configs()
+    async with _start(certs, server_cfg, echo) as srv:
+        ctx = ssl.create_default_context(cafile=str(certs[0]))
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+        ctx.set_alpn_protocols(["h2"])
+        async with asyncio.timeout(10):
+            with pytest.raises((TransportError, ConnectionError, ssl.SSLError)):
+                reader, writer = await asyncio.open_connection("127.0.0.1", srv.port, ssl=ctx)
+                try:
+                    selected = writer.get_extra_info("ssl_object").selected_alpn_protocol()
+                    assert selected != ALPN
+                    writer.write(b"\x00" * 36)
+                    await writer.drain()
+                    if not await reader.read(1):
+                        raise TransportError("server hung up")
+                finally:
+                    writer.close()
+
+
+async def test_handshake_timeout(certs: tuple[Path, Path]) -> None:
+    """A TLS server that never speaks N-PAMP: the client gives up after the step timeout."""
+    client_cfg, _ = _configs(timeout=0.3)
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # never answers
+        writer.close()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0, ssl=server_ssl_context(*certs))
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with asyncio.timeout(5):
+            with pytest.raises(HandshakeTimeout):
+                async with connect("127.0.0.1", port, client_ssl_context(certs[0]), client_cfg):
+                    pass
+    finally:
+        server.close()
+
+
+async def test_tampered_frame_from_raw_server_kills_association(certs: tuple[Path, Path]) -> None:
+    """A server that is not N-PAMP at all answers with a corrupt header."""
+    client_cfg, _ = _configs()
+
+    async def liar(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        hello = FrameReader().feed(await reader.read(65536))
+        assert hello and hello[0].frame_type == FrameType.CLIENT_HELLO
+        bad = bytearray(push_frame(FrameType.SERVER_HELLO, 0, 0, b""))
+        bad[5] ^= 0xFF
+        writer.write(bytes(bad))
+        await writer.drain()
+        await reader.read()
+        writer.close()
+
+    server = await asyncio.start_server(liar, "127.0.0.1", 0, ssl=server_ssl_context(*certs))
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with asyncio.timeout(5):
+            with pytest.raises(RemoteProtocolError):
+                async with connect("127.0.0.1", port, client_ssl_context(certs[0]), client_cfg):
+                    pass
+    finally:
+        server.close()
+
+
+async def test_connect_refused_is_transport_error(certs: tuple[Path, Path]) -> None:
+    client_cfg, _ = _configs()
+    probe = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = probe.sockets[0].getsockname()[1]
+    probe.close()
+    await probe.wait_closed()
+    with pytest.raises(TransportError):
+        async with connect("127.0.0.1", port, client_ssl_context(certs[0]), client_cfg):
+            pass
+
+
+async def _raw_client(
+    port: int, certs: tuple[Path, Path], config: TransportConfig
+) -> tuple[NpampConnection, asyncio.StreamReader, asyncio.StreamWriter]:
+    """A hand-driven client core over real TLS, to put arbitrary bytes on the wire."""
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", port, ssl=client_ssl_context(certs[0])
+    )
+    conn = NpampConnection(ClientHandshake(config.handshake))
+    conn.initiate()
+    while conn.state is AssociationState.HANDSHAKING:
+        writer.write(conn.data_to_send())
+        conn.receive_data(await reader.read(65536))
+    writer.write(conn.data_to_send())
+    return conn, reader, writer
+
+
+@pytest.mark.parametrize("tamper", ["ciphertext", "replay"])
+async def test_tampered_frame_over_tls_rejected_nothing_delivered(
+    certs: tuple[Path, Path], tamper: str
+) -> None:
+    client_cfg, server_cfg = _configs()
+    seen: list[object] = []
+
+    async def handler(assoc: Association) -> None:
+        try:
+            while True:
+                seen.append((await assoc.receive()).payload)
+        except NpampError as exc:
+            seen.append(type(exc))
+
+    async with _start(certs, server_cfg, handler) as srv, asyncio.timeout(10):
+        conn, reader, writer = await _raw_client(srv.port, certs, client_cfg)
+        conn.send_frame(BRIDGE, 0x0200, b"good")
+        good = conn.data_to_send()
+        conn.send_frame(BRIDGE, 0x0200, b"evil")
+        bad = bytearray(conn.data_to_send())
+        if tamper == "ciphertext":
+            bad[40] ^= 0x01
+        else:
+            bad = bytearray(good)
+        writer.write(good + bytes(bad))
+        await writer.drain()
+        assert await reader.read(65536) == b""  # server aborts without a reply
+        writer.close()
+    expected = AeadFailure if tamper == "ciphertext" else ReplayedSequence
+    assert seen == [b"good", expected]
+
+
+async def test_server_times_out_silent_client(certs: tuple[Path, Path]) -> None:
+    _, server_cfg = _configs(timeout=0.3)
+    async with _start(certs, server_cfg, echo) as srv, asyncio.timeout(5):
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", srv.port, ssl=client_ssl_context(certs[0])
+        )
+        assert await reader.read(1) == b""  # closed after the step timeout, nothing sent
+        writer.close()
+
+
+async def test_client_refuses_server_without_alpn(certs: tuple[Path, Path]) -> None:
+    client_cfg, _ = _configs()
+    plain = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    plain.load_cert_chain(*certs)
+
+    async def idle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()
+        writer.close()
+
+    server = await asyncio.start_server(idle, "127.0.0.1", 0, ssl=plain)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with asyncio.timeout(5):
+            with pytest.raises(TransportError, match="ALPN"):
+                async with connect("127.0.0.1", port, client_ssl_context(certs[0]), client_cfg):
+                    pass
+    finally:
+        server.close()
+
+
+async def test_large_frames_and_many_small_frames(certs: tuple[Path, Path]) -> None:
+    client_cfg, server_cfg = _configs()
+    big = bytes(range(256)) * 4096  # 1 MiB: spans many TLS records and reads
+    async with (
+        _start(certs, server_cfg, echo) as srv,
+        asyncio.timeout(10),
+        connect("127.0.0.1", srv.port, client_ssl_context(certs[0]), client_cfg) as assoc,
+    ):
+        await assoc.send(BRIDGE, 0x0200, big)
+        for i in range(200):
+            await assoc.send(INTERACTION, 0x0200, b"%d" % i)
+        assert (await assoc.receive(BRIDGE)).payload == b"echo:" + big
+        got = [(await assoc.receive(INTERACTION)).payload for _ in range(200)]
+        assert got == [b"echo:%d" % i for i in range(200)]

@@ -1,0 +1,231 @@
+"""Tests for AEAD record protection and per-(channel, direction) sequence state."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from iobridge.npamp.errors import (
+    AeadFailure,
+    FrameDecodeError,
+    LocalProtocolError,
+    ReplayedSequence,
+    SequenceExhausted,
+    SequenceGap,
+    SequenceWrapped,
+    UnencryptedFrame,
+)
+from iobridge.npamp.frame import (
+    HEADER_SIZE,
+    MAX_SEQUENCE,
+    Flags,
+    Frame,
+    crc32c,
+    pull_frame,
+    push_frame,
+)
+from iobridge.npamp.keyschedule import application_keys
+from iobridge.npamp.record import (
+    LAST_DATA_SEQUENCE,
+    SUITE_AES_256_GCM,
+    SUITE_CHACHA20_POLY1305,
+    TAG_SIZE,
+    ReceiveState,
+    RecordCipher,
+    SendState,
+    make_nonce,
+    open_frame,
+    open_payload_plaintext_length_aad,
+    seal_frame,
+    seal_payload_plaintext_length_aad,
+)
+
+VECTORS = Path(__file__).parent / "vectors"
+KAT: dict[str, Any] = json.loads((VECTORS / "record_kat.json").read_text())
+KEY = bytes(range(32))
+IV = bytes(range(100, 112))
+
+
+@pytest.mark.parametrize("vec", KAT["frames"], ids=lambda v: v["name"])
+def test_handshake_flow_kat_frames_seal_and_open(vec: dict[str, Any]) -> None:
+    cipher = RecordCipher(SUITE_AES_256_GCM, bytes.fromhex(vec["key"]), bytes.fromhex(vec["iv"]))
+    plaintext = bytes.fromhex(vec["plaintext"])
+    wire = seal_frame(
+        cipher,
+        frame_type=vec["frame_type"],
+        channel=vec["channel"],
+        seq=vec["seq"],
+        plaintext=plaintext,
+    )
+    assert wire.hex() == vec["wire"]
+    frame = pull_frame(bytes.fromhex(vec["wire"]))
+    assert frame.header.payload_length == len(plaintext) + TAG_SIZE
+    assert open_frame(cipher, frame) == plaintext
+
+
+def test_application_keys_from_master_match_kat() -> None:
+    app = KAT["application"]
+    master = bytes.fromhex(app["master_secret"])
+    for direction, name in ((0, "c2s"), (1, "s2c")):
+        key, iv = application_keys(master, direction, 0, SUITE_AES_256_GCM, 0, "sha256")
+        assert (key.hex(), iv.hex()) == (app[f"{name}_key"], app[f"{name}_iv"])
+
+
+def test_nonce_is_iv_xor_seq() -> None:
+    iv = bytes.fromhex("000102030405060708090a0b")
+    assert make_nonce(iv, 0) == iv
+    assert make_nonce(iv, 1).hex() == "000102030405060708090a0a"
+    assert make_nonce(iv, MAX_SEQUENCE).hex() == "00010203fbfaf9f8f7f6f5f4"
+    assert RecordCipher(1, KEY, iv).nonce(5) == make_nonce(iv, 5)
+    with pytest.raises(LocalProtocolError):
+        make_nonce(iv[:11], 0)
+    with pytest.raises(LocalProtocolError):
+        make_nonce(iv, 2**64)
+
+
+def test_wire_aad_uses_sealed_length_and_matches_raw_aesgcm() -> None:
+    cipher = RecordCipher(SUITE_AES_256_GCM, KEY, IV)
+    wire = seal_frame(cipher, frame_type=0x0100, channel=0x000D, seq=3, plaintext=b"hello")
+    assert wire[4] == 0x22
+    expected = AESGCM(KEY).encrypt(make_nonce(IV, 3), b"hello", wire[:21])
+    assert wire[HEADER_SIZE:] == expected
+    assert int.from_bytes(wire[17:21], "big") == 5 + TAG_SIZE
+
+
+def test_plaintext_length_aad_variant_is_distinct_and_roundtrips() -> None:
+    cipher = RecordCipher(SUITE_AES_256_GCM, KEY, IV)
+    fields = {"frame_type": 0x0100, "channel": 0x000D, "seq": 3, "flags": 0x02}
+    sealed = seal_payload_plaintext_length_aad(cipher, plaintext=b"hello", **fields)
+    wire = seal_frame(cipher, frame_type=0x0100, channel=0x000D, seq=3, plaintext=b"hello")
+    assert sealed != wire[HEADER_SIZE:]
+    assert open_payload_plaintext_length_aad(cipher, sealed=sealed, **fields) == b"hello"
+    with pytest.raises(AeadFailure):
+        open_payload_plaintext_length_aad(cipher, sealed=wire[HEADER_SIZE:], **fields)
+    with pytest.raises(AeadFailure):
+        open_payload_plaintext_length_aad(cipher, sealed=b"short", **fields)
+
+
+def test_chacha_suite_roundtrip_and_bad_parameters() -> None:
+    cipher = RecordCipher(SUITE_CHACHA20_POLY1305, KEY, IV)
+    wire = seal_frame(cipher, frame_type=1, channel=0, seq=0, plaintext=b"x")
+    assert open_frame(cipher, pull_frame(wire)) == b"x"
+    for args in ((3, KEY, IV), (1, KEY[:16], IV), (1, KEY, IV[:8])):
+        with pytest.raises(LocalProtocolError):
+            RecordCipher(*args)
+
+
+def _flip(wire: bytes, index: int) -> bytes:
+    b = bytearray(wire)
+    b[index] ^= 0x01
+    return bytes(b)
+
+
+@pytest.mark.parametrize(
+    "index", [HEADER_SIZE, HEADER_SIZE + 4, -TAG_SIZE, -1], ids=["ct0", "ct4", "tag0", "tag15"]
+)
+def test_flipped_ciphertext_or_tag_rejected(index: int) -> None:
+    cipher = RecordCipher(SUITE_AES_256_GCM, KEY, IV)
+    wire = seal_frame(cipher, frame_type=1, channel=0, seq=0, plaintext=b"payload!")
+    receiver = ReceiveState(0, cipher)
+    with pytest.raises(AeadFailure):
+        receiver.open(pull_frame(_flip(wire, index)))
+    assert receiver.expected_seq == 0  # nothing consumed
+    assert receiver.open(pull_frame(wire)) == b"payload!"
+
+
+def test_header_field_changed_with_valid_crc_fails_aead() -> None:
+    """AAD covers octets 0-20: even a CRC-consistent header change is caught."""
+    cipher = RecordCipher(SUITE_AES_256_GCM, KEY, IV)
+    wire = bytearray(seal_frame(cipher, frame_type=0x0100, channel=0, seq=0, plaintext=b"p"))
+    wire[6] ^= 0x01  # frame type 0x0100 -> 0x0101
+    wire[21:25] = crc32c(bytes(wire[:21])).to_bytes(4, "big")
+    with pytest.raises(AeadFailure):
+        open_frame(cipher, pull_frame(bytes(wire)))
+
+
+def test_cleartext_frame_and_short_region_rejected() -> None:
+    cipher = RecordCipher(SUITE_AES_256_GCM, KEY, IV)
+    with pytest.raises(UnencryptedFrame):
+        ReceiveState(0, cipher).open(pull_frame(push_frame(1, 0, 0, bytes(32))))
+    with pytest.raises(AeadFailure):
+        open_frame(cipher, pull_frame(push_frame(1, 0, 0, bytes(5), Flags.ENC)))
+
+
+def _pair(channel: int = 0x000D) -> tuple[SendState, ReceiveState]:
+    cipher = RecordCipher(SUITE_AES_256_GCM, KEY, IV)
+    return SendState(channel, cipher), ReceiveState(channel, cipher)
+
+
+def test_send_receive_in_order() -> None:
+    sender, receiver = _pair()
+    frames = [pull_frame(sender.seal(0x0100, b"m%d" % i)) for i in range(3)]
+    assert [f.seq for f in frames] == [0, 1, 2]
+    assert [receiver.open(f) for f in frames] == [b"m0", b"m1", b"m2"]
+    assert receiver.expected_seq == 3
+    urgent = pull_frame(sender.seal(0x0100, b"u", urgent=True))
+    assert urgent.header.urgent and urgent.header.encrypted
+
+
+def test_replayed_sequence_rejected() -> None:
+    sender, receiver = _pair()
+    first = pull_frame(sender.seal(0x0100, b"a"))
+    receiver.open(first)
+    with pytest.raises(ReplayedSequence):
+        receiver.open(first)
+    assert receiver.expected_seq == 1
+
+
+def test_skipped_sequence_rejected() -> None:
+    sender, receiver = _pair()
+    sender.seal(0x0100, b"lost")
+    second = pull_frame(sender.seal(0x0100, b"b"))
+    with pytest.raises(SequenceGap):
+        receiver.open(second)
+    assert receiver.expected_seq == 0
+
+
+def test_wrong_channel_key_rejected() -> None:
+    ch13 = RecordCipher(SUITE_AES_256_GCM, *application_keys(KEY, 0, 0, 1, 0x000D, "sha256"))
+    ch15 = RecordCipher(SUITE_AES_256_GCM, *application_keys(KEY, 0, 0, 1, 0x000F, "sha256"))
+    wire = seal_frame(ch15, frame_type=0x0100, channel=0x000D, seq=0, plaintext=b"x")
+    receiver = ReceiveState(0x000D, ch13)
+    with pytest.raises(AeadFailure):
+        receiver.open(pull_frame(wire))
+    with pytest.raises(FrameDecodeError):
+        ReceiveState(0x000F, ch15).open(pull_frame(wire))
+
+
+def test_sequence_never_wraps_last_slot_for_key_update() -> None:
+    sender, receiver = _pair()
+    sender.next_seq = receiver.expected_seq = LAST_DATA_SEQUENCE
+    receiver.open(pull_frame(sender.seal(0x0100, b"last data")))
+    assert sender.exhausted
+    with pytest.raises(SequenceExhausted):
+        sender.seal(0x0100, b"one too many")
+    final = pull_frame(sender.seal(0x0006, b"ku", last=True))
+    assert final.seq == MAX_SEQUENCE
+    receiver.open(final)
+    with pytest.raises(SequenceExhausted):
+        sender.seal(0x0006, b"again", last=True)
+    with pytest.raises(SequenceWrapped):
+        receiver.open(Frame(header=final.header, payload=final.payload))
+
+
+def test_rekey_restarts_sequence_and_old_key_fails() -> None:
+    sender, receiver = _pair()
+    receiver.open(pull_frame(sender.seal(0x0100, b"e0")))
+    new = RecordCipher(SUITE_AES_256_GCM, bytes(32), bytes(12))
+    sender.rekey(new, 1)
+    fresh = pull_frame(sender.seal(0x0100, b"e1"))
+    assert (fresh.seq, sender.epoch) == (0, 1)
+    with pytest.raises(ReplayedSequence):
+        receiver.open(fresh)
+    receiver.rekey(RecordCipher(SUITE_AES_256_GCM, KEY, IV), 1)
+    with pytest.raises(AeadFailure):
+        receiver.open(fresh)
+    receiver.rekey(new, 1)
+    assert receiver.open(fresh) == b"e1"

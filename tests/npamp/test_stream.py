@@ -1,0 +1,496 @@
+"""CC-STREAM session: a client and an agent session run against each other in memory."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from iobridge.npamp import bridge as b
+from iobridge.npamp.errors import InvalidState
+from iobridge.npamp.stream import AGUI_PROTOCOL_ID, BridgeSession
+from iobridge.npamp.stream_events import (
+    BridgeErrorReceived,
+    BridgeFrameRejected,
+    CancelAcked,
+    CancelRequested,
+    Event,
+    ResumeRequested,
+    RunRequested,
+    StreamDataReceived,
+    StreamEnded,
+)
+from iobridge.npamp.stream_state import (
+    TRANSITIONS,
+    CorrelationIdInUse,
+    EventIdNotIncreasing,
+    Role,
+    StreamInput,
+    StreamState,
+    StreamStateViolation,
+    UnknownStream,
+    next_state,
+)
+
+FT = b.FrameType
+RUN_INPUT = b'{"threadId":"t1","runId":"run-1","messages":[]}'
+EVENTS = [b'{"type":"RUN_STARTED"}', b'{"type":"TEXT_MESSAGE_CONTENT","delta":"hi"}']
+
+
+def pump(src: BridgeSession, dst: BridgeSession) -> list[Event]:
+    """Deliver everything ``src`` queued to ``dst``; return ``dst``'s events."""
+    events: list[Event] = []
+    for frame_type, payload in src.data_to_send():
+        events.extend(dst.receive_frame(frame_type, payload))
+    return events
+
+
+def decode(frames: list[tuple[int, bytes]]) -> list[b.BridgeMessage]:
+    return [b.pull_bridge_message(ft, p, stream_control_required=True) for ft, p in frames]
+
+
+@pytest.fixture
+def client() -> BridgeSession:
+    return BridgeSession(protocol_id=AGUI_PROTOCOL_ID)
+
+
+@pytest.fixture
+def agent() -> BridgeSession:
+    return BridgeSession(protocol_id=AGUI_PROTOCOL_ID, resumable=True)
+
+
+def started(client: BridgeSession, agent: BridgeSession, corr: bytes = b"c1") -> RunRequested:
+    client.start_run(corr, RUN_INPUT)
+    (event,) = pump(client, agent)
+    assert isinstance(event, RunRequested)
+    return event
+
+
+def data_frame(corr: bytes, event_id: int, body: bytes = b"{}") -> bytes:
+    return b.push_bridge_message(
+        b.BridgeMessage(
+            frame_type=FT.BRIDGE_STREAM_DATA,
+            envelope=b.BridgeEnvelope(
+                protocol_id=0x35, message_kind=5, content_type=1, correlation_id=corr
+            ),
+            stream_control=b.StreamControl(event_id=event_id, resumable=True),
+            body=body,
+        )
+    )
+
+
+# --- the mapping's conformance clauses ------------------------------------------------------
+
+
+def test_clause2_run_request_and_event_stream_frames(
+    client: BridgeSession, agent: BridgeSession
+) -> None:
+    client.start_run(b"c1", RUN_INPUT)
+    (request,) = decode(client.data_to_send())
+    assert request.frame_type is FT.BRIDGE_REQUEST and request.envelope.message_kind == 0x01
+    assert request.envelope.method == "run" and request.body == RUN_INPUT
+    assert request.stream_control is None  # fresh run: no StreamControl (digest §10.8)
+    client.start_run(b"c2", RUN_INPUT)
+    agent.receive_frame(*client.data_to_send()[0])
+
+    ids = [agent.send_event(b"c2", e) for e in EVENTS]
+    end_id = agent.end_stream(b"c2")
+    frames = agent.data_to_send()
+    msgs = decode(frames)
+    assert ids == [1, 2] and end_id == 3
+    assert [m.frame_type for m in msgs] == [FT.BRIDGE_STREAM_DATA] * 2 + [FT.BRIDGE_STREAM_END]
+    assert [m.envelope.message_kind for m in msgs] == [5, 5, 6]
+    assert all(m.envelope.correlation_id == b"c2" and m.envelope.method == "" for m in msgs)
+    assert [m.envelope.final for m in msgs] == [False, False, True]
+    assert all(m.safety_label is None for m in msgs)  # no label on stream frames (§6.1)
+
+    got = [client.receive_frame(*f)[0] for f in frames]
+    assert got == [
+        StreamDataReceived(correlation_id=b"c2", event_id=1, data=EVENTS[0], resumable=True),
+        StreamDataReceived(correlation_id=b"c2", event_id=2, data=EVENTS[1], resumable=True),
+        StreamEnded(correlation_id=b"c2", event_id=3, data=b"", resumable=True),
+    ]
+    assert client.state_of(Role.CONSUMER, b"c2") is StreamState.ENDED
+
+
+def test_clause3_run_error_is_an_ordinary_event(
+    client: BridgeSession, agent: BridgeSession
+) -> None:
+    started(client, agent)
+    run_error = b'{"type":"RUN_ERROR","message":"boom","code":"X"}'
+    agent.send_event(b"c1", run_error)
+    agent.end_stream(b"c1")
+    events = pump(agent, client)
+    assert events[0] == StreamDataReceived(
+        correlation_id=b"c1", event_id=1, data=run_error, resumable=True
+    )
+    assert isinstance(events[1], StreamEnded)
+
+
+def test_clause3_uncarried_protocol_gets_protocol_unsupported(client: BridgeSession) -> None:
+    no_agreement = BridgeSession(protocol_id=None)
+    client.start_run(b"c1", RUN_INPUT)
+    (rejected,) = pump(client, no_agreement)
+    assert isinstance(rejected, BridgeFrameRejected) and rejected.replied
+    assert isinstance(rejected.error, b.ProtocolUnsupported)
+    (error,) = pump(no_agreement, client)
+    assert error == BridgeErrorReceived(
+        correlation_id=b"c1",
+        role=Role.CONSUMER,
+        code=b.TransportErrorCode.PROTOCOL_UNSUPPORTED,
+        message=str(rejected.error),
+        body=error.body if isinstance(error, BridgeErrorReceived) else b"",
+    )
+    with pytest.raises(InvalidState):
+        no_agreement.start_run(b"x", RUN_INPUT)  # never emit 0x35 without agreement
+
+
+def test_clause3_not_delivered_is_reported_never_success(
+    client: BridgeSession, agent: BridgeSession
+) -> None:
+    started(client, agent)
+    agent.fail(b"c1", b.TransportErrorCode.NOT_DELIVERED, "agent unavailable")
+    (event,) = pump(agent, client)
+    assert isinstance(event, BridgeErrorReceived)
+    assert event.code is b.TransportErrorCode.NOT_DELIVERED
+    assert client.state_of(Role.CONSUMER, b"c1") is StreamState.FAILED
+    with pytest.raises(InvalidState):
+        agent.send_event(b"c1", b"{}")
+
+
+def test_clause5_cancel_acked_once_with_last_event_sent(
+    client: BridgeSession, agent: BridgeSession
+) -> None:
+    started(client, agent)
+    agent.send_event(b"c1", EVENTS[0])
+    pump(agent, client)
+    agent.send_event(b"c1", EVENTS[1])  # in flight when the client cancels
+    in_flight = agent.data_to_send()
+
+    client.cancel_run(b"c1")
+    (cancel,) = decode(client.data_to_send())
+    assert cancel.frame_type is FT.BRIDGE_STREAM_END and cancel.envelope.final
+    assert cancel.stream_control == b.StreamControl(control=b.Control.CANCEL, event_id=1)
+
+    events = agent.receive_frame(FT.BRIDGE_STREAM_END, b.push_bridge_message(cancel))
+    assert events == [CancelRequested(correlation_id=b"c1", cursor=1, tail_event_id=2)]
+    acks = agent.data_to_send()
+    assert len(acks) == 1
+    (ack,) = decode(acks)
+    assert ack.envelope.final and ack.stream_control is not None
+    assert ack.stream_control.cancel_ack and ack.stream_control.event_id == 2
+    with pytest.raises(InvalidState):
+        agent.send_event(b"c1", b"{}")  # nothing after the final END
+    with pytest.raises(InvalidState):
+        agent.end_stream(b"c1")
+    assert agent.data_to_send() == []
+
+    assert client.receive_frame(*in_flight[0]) == []  # discarded after cancel (§7.1)
+    assert client.receive_frame(*acks[0]) == [CancelAcked(correlation_id=b"c1", event_id=2)]
+    assert client.state_of(Role.CONSUMER, b"c1") is StreamState.CANCELLED
+
+
+def test_clause5_cancel_after_natural_end_is_moot(
+    client: BridgeSession, agent: BridgeSession
+) -> None:
+    started(client, agent)
+    agent.end_stream(b"c1")
+    (end_frame,) = agent.data_to_send()
+    client.cancel_run(b"c1")
+    assert pump(client, agent) == []
+    assert agent.data_to_send() == []  # no second terminating frame
+    (ended,) = client.receive_frame(*end_frame)
+    assert isinstance(ended, StreamEnded)  # the cancel is moot, not an error
+
+
+def test_clause5_resume_request_shape_and_duplicates_discarded(agent: BridgeSession) -> None:
+    client = BridgeSession(protocol_id=AGUI_PROTOCOL_ID)
+    label = b.SafetyLabel(effect=b.Effect.NON_IDEMPOTENT_WRITE, scope="t1")
+    client.resume_run(b"c1", RUN_INPUT, cursor=2, safety_label=label)
+    frames = client.data_to_send()
+    (req,) = decode(frames)
+    assert req.frame_type is FT.BRIDGE_REQUEST and req.envelope.correlation_id == b"c1"
+    assert req.envelope.method == "run" and req.safety_label == label
+    assert req.stream_control == b.StreamControl(control=b.Control.RESUME, event_id=2)
+
+    (event,) = agent.receive_frame(*frames[0])
+    assert event == ResumeRequested(
+        correlation_id=b"c1", cursor=2, body=RUN_INPUT, safety_label=label, effect=label.effect
+    )
+    assert agent.send_event(b"c1", b'{"n":3}') == 3  # strictly above the cursor
+
+    assert client.receive_frame(FT.BRIDGE_STREAM_DATA, data_frame(b"c1", 2)) == []
+    (got,) = pump(agent, client)
+    assert isinstance(got, StreamDataReceived) and got.event_id == 3
+
+
+def test_clause6_missing_safety_label_is_destructive(agent: BridgeSession) -> None:
+    payload = b.push_bridge_message(
+        b.BridgeMessage(
+            frame_type=FT.BRIDGE_REQUEST,
+            envelope=b.BridgeEnvelope(
+                protocol_id=0x35, message_kind=1, content_type=1, correlation_id=b"c9", method="run"
+            ),
+            body=RUN_INPUT,
+        )
+    )
+    (event,) = agent.receive_frame(FT.BRIDGE_REQUEST, payload)
+    assert isinstance(event, RunRequested)
+    assert event.safety_label is None and event.effect == b.Effect.DESTRUCTIVE
+
+
+def test_clause6_every_run_request_carries_a_label(client: BridgeSession) -> None:
+    client.start_run(b"c1", RUN_INPUT)
+    client.resume_run(b"c2", cursor=0)
+    labels = [m.safety_label for m in decode(client.data_to_send())]
+    assert labels == [b.SafetyLabel(effect=b.Effect.DESTRUCTIVE)] * 2
+
+
+# --- event_id invariant --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("second", [1, 0])
+def test_consumer_rejects_non_increasing_event_id(
+    client: BridgeSession, agent: BridgeSession, second: int
+) -> None:
+    started(client, agent)
+    assert client.receive_frame(FT.BRIDGE_STREAM_DATA, data_frame(b"c1", 1))
+    (rejected,) = client.receive_frame(FT.BRIDGE_STREAM_DATA, data_frame(b"c1", second))
+    assert isinstance(rejected, BridgeFrameRejected) and rejected.replied
+    assert isinstance(rejected.error, EventIdNotIncreasing)
+    assert client.state_of(Role.CONSUMER, b"c1") is StreamState.FAILED
+    (upstream,) = pump(client, agent)  # the producer learns its stream was rejected
+    assert isinstance(upstream, BridgeErrorReceived) and upstream.role is Role.PRODUCER
+    assert upstream.code is b.TransportErrorCode.ENVELOPE_MALFORMED
+    assert agent.state_of(Role.PRODUCER, b"c1") is StreamState.FAILED
+
+
+def test_first_event_id_zero_is_rejected(client: BridgeSession, agent: BridgeSession) -> None:
+    started(client, agent)
+    (rejected,) = client.receive_frame(FT.BRIDGE_STREAM_DATA, data_frame(b"c1", 0))
+    assert isinstance(rejected, BridgeFrameRejected)
+    assert isinstance(rejected.error, EventIdNotIncreasing)
+
+
+def test_end_event_id_must_exceed_every_data_id(
+    client: BridgeSession, agent: BridgeSession
+) -> None:
+    started(client, agent)
+    client.receive_frame(FT.BRIDGE_STREAM_DATA, data_frame(b"c1", 5))
+    end = b.push_bridge_message(
+        b.BridgeMessage(
+            frame_type=FT.BRIDGE_STREAM_END,
+            envelope=b.BridgeEnvelope(
+                protocol_id=0x35, message_kind=6, content_type=1, flags=1, correlation_id=b"c1"
+            ),
+            stream_control=b.StreamControl(event_id=5),
+        )
+    )
+    (rejected,) = client.receive_frame(FT.BRIDGE_STREAM_END, end)
+    assert isinstance(rejected, BridgeFrameRejected)
+    assert isinstance(rejected.error, EventIdNotIncreasing)
+
+
+def test_producer_event_ids_strictly_increase(agent: BridgeSession, client: BridgeSession) -> None:
+    started(client, agent)
+    ids = [agent.send_event(b"c1", b"{}") for _ in range(50)]
+    assert ids == list(range(1, 51))
+    assert agent.end_stream(b"c1") == 51
+
+
+# --- resume --------------------------------------------------------------------------------
+
+
+def test_resume_in_session_after_end(client: BridgeSession, agent: BridgeSession) -> None:
+    started(client, agent)
+    agent.send_event(b"c1", EVENTS[0])
+    agent.end_stream(b"c1")
+    pump(agent, client)
+    with pytest.raises(InvalidState):
+        client.resume_run(b"c1", cursor=2)  # more than was received
+    client.resume_run(b"c1")
+    (event,) = pump(client, agent)
+    assert isinstance(event, ResumeRequested) and event.cursor == 1
+
+
+def test_consumer_must_not_resume_non_resumable(client: BridgeSession) -> None:
+    plain = BridgeSession(protocol_id=AGUI_PROTOCOL_ID)  # resumable=False
+    started(client, plain)
+    plain.end_stream(b"c1")
+    (ended,) = pump(plain, client)
+    assert isinstance(ended, StreamEnded) and not ended.resumable
+    with pytest.raises(InvalidState):
+        client.resume_run(b"c1")
+
+
+def test_refused_resume_reports_not_resumable(agent: BridgeSession) -> None:
+    client = BridgeSession(protocol_id=AGUI_PROTOCOL_ID)
+    client.resume_run(b"c1", cursor=4)
+    pump(client, agent)
+    agent.fail(b"c1", b.TransportErrorCode.NOT_RESUMABLE)
+    (event,) = pump(agent, client)
+    assert isinstance(event, BridgeErrorReceived)
+    assert event.code is b.TransportErrorCode.NOT_RESUMABLE
+
+
+def test_resuming_a_cancelled_stream_is_refused(
+    client: BridgeSession, agent: BridgeSession
+) -> None:
+    started(client, agent)
+    client.cancel_run(b"c1")
+    pump(client, agent)
+    pump(agent, client)
+    with pytest.raises(InvalidState):
+        client.resume_run(b"c1", cursor=0)  # a consumer never resumes what it cancelled
+    other = BridgeSession(protocol_id=AGUI_PROTOCOL_ID)
+    other.resume_run(b"c1", cursor=0)
+    (rejected,) = pump(other, agent)
+    assert isinstance(rejected, BridgeFrameRejected)
+    assert isinstance(rejected.error, b.ResumeRefused)
+    (answer,) = pump(agent, other)
+    assert isinstance(answer, BridgeErrorReceived)
+    assert answer.code is b.TransportErrorCode.NOT_RESUMABLE
+
+
+# --- correlation and carriage rules --------------------------------------------------------
+
+
+def test_both_directions_may_use_the_same_correlation_id(
+    client: BridgeSession, agent: BridgeSession
+) -> None:
+    started(client, agent, b"r1")
+    agent.start_run(b"r1", RUN_INPUT)  # the agent's own request (BRIDGE §5)
+    (event,) = pump(agent, client)
+    assert isinstance(event, RunRequested)
+    assert client.state_of(Role.PRODUCER, b"r1") is StreamState.PRODUCING
+    assert client.state_of(Role.CONSUMER, b"r1") is StreamState.CONSUMING
+
+
+def test_outstanding_correlation_id_cannot_be_reused(
+    client: BridgeSession, agent: BridgeSession
+) -> None:
+    started(client, agent)
+    with pytest.raises(InvalidState):
+        client.start_run(b"c1", RUN_INPUT)
+    other = BridgeSession(protocol_id=AGUI_PROTOCOL_ID)
+    other.start_run(b"c1", RUN_INPUT)
+    (rejected,) = pump(other, agent)
+    assert isinstance(rejected, BridgeFrameRejected)
+    assert isinstance(rejected.error, CorrelationIdInUse)
+    assert agent.state_of(Role.PRODUCER, b"c1") is StreamState.PRODUCING  # untouched
+
+
+def test_other_methods_are_unsupported(agent: BridgeSession) -> None:
+    payload = b.push_bridge_message(
+        b.BridgeMessage(
+            frame_type=FT.BRIDGE_REQUEST,
+            envelope=b.BridgeEnvelope(
+                protocol_id=0x35, message_kind=1, content_type=1, correlation_id=b"c", method="x"
+            ),
+        )
+    )
+    (rejected,) = agent.receive_frame(FT.BRIDGE_REQUEST, payload)
+    assert isinstance(rejected, BridgeFrameRejected)
+    assert isinstance(rejected.error, b.MethodUnsupported)
+    body = decode(agent.data_to_send())[0].body
+    assert b.pull_bridge_error_body(body) is not None
+
+
+def test_unaccepted_content_type_is_rejected(agent: BridgeSession) -> None:
+    client = BridgeSession(protocol_id=AGUI_PROTOCOL_ID)
+    client.start_run(b"c1", RUN_INPUT)
+    ((ft, payload),) = client.data_to_send()
+    payload = payload[:6] + b"\x02" + payload[7:]  # content_type CBOR, not agreed
+    (rejected,) = agent.receive_frame(ft, payload)
+    assert isinstance(rejected, BridgeFrameRejected)
+    assert isinstance(rejected.error, b.ContentTypeUnsupported)
+
+
+def test_stream_frame_without_stream_control_is_rejected(client: BridgeSession) -> None:
+    client.start_run(b"c1", RUN_INPUT)
+    payload = b.push_envelope(
+        b.BridgeEnvelope(protocol_id=0x35, message_kind=5, content_type=1, correlation_id=b"c1")
+    )
+    (rejected,) = client.receive_frame(FT.BRIDGE_STREAM_DATA, payload + b"{}")
+    assert isinstance(rejected, BridgeFrameRejected)
+    assert isinstance(rejected.error, b.StreamControlMissing)
+
+
+def test_strict_mode_rejects_a_method_on_stream_frames() -> None:
+    strict = BridgeSession(protocol_id=AGUI_PROTOCOL_ID, strict_stream_method=True)
+    strict.start_run(b"c1", RUN_INPUT)
+    payload = b.push_envelope(
+        b.BridgeEnvelope(
+            protocol_id=0x35, message_kind=5, content_type=1, correlation_id=b"c1", method="run"
+        )
+    ) + b.push_stream_control(b.StreamControl(event_id=1))
+    (rejected,) = strict.receive_frame(FT.BRIDGE_STREAM_DATA, payload)
+    assert isinstance(rejected, BridgeFrameRejected)
+    assert isinstance(rejected.error, b.MethodOnStreamFrame)
+
+
+def test_unknown_stream_and_notifications(client: BridgeSession) -> None:
+    (rejected,) = client.receive_frame(FT.BRIDGE_STREAM_DATA, data_frame(b"zz", 1))
+    assert isinstance(rejected, BridgeFrameRejected) and isinstance(rejected.error, UnknownStream)
+    notify = b.push_envelope(b.BridgeEnvelope(protocol_id=0x35, message_kind=3, content_type=1))
+    client.data_to_send()
+    (dropped,) = client.receive_frame(FT.BRIDGE_NOTIFY, notify)
+    assert isinstance(dropped, BridgeFrameRejected) and not dropped.replied
+    assert client.data_to_send() == []  # a notification is never answered
+
+
+def test_response_to_a_run_is_a_state_violation(
+    client: BridgeSession, agent: BridgeSession
+) -> None:
+    started(client, agent)
+    payload = b.push_envelope(
+        b.BridgeEnvelope(protocol_id=0x35, message_kind=2, content_type=1, correlation_id=b"c1")
+    )
+    (rejected,) = client.receive_frame(FT.BRIDGE_RESPONSE, payload)
+    assert isinstance(rejected, BridgeFrameRejected)
+    assert isinstance(rejected.error, StreamStateViolation)
+    assert client.state_of(Role.CONSUMER, b"c1") is StreamState.ERROR
+
+
+def test_closed_streams_are_bounded(agent: BridgeSession) -> None:
+    client = BridgeSession(protocol_id=AGUI_PROTOCOL_ID, max_closed_streams=3)
+    for i in range(10):
+        corr = f"c{i}".encode()
+        client.start_run(corr, RUN_INPUT)
+        pump(client, agent)
+        agent.end_stream(corr)
+        pump(agent, client)
+    known = [client.state_of(Role.CONSUMER, f"c{i}".encode()) for i in range(10)]
+    assert known == [None] * 7 + [StreamState.ENDED] * 3
+
+
+# --- the machine and fuzz ------------------------------------------------------------------
+
+
+@given(st.sampled_from(list(StreamState)), st.sampled_from(list(StreamInput)), st.booleans())
+def test_every_state_input_pair_is_a_transition_or_an_error(
+    state: StreamState, event: StreamInput, local: bool
+) -> None:
+    try:
+        nxt = next_state(state, event, local=local)
+    except InvalidState:
+        assert local and (state, event) not in TRANSITIONS
+    except StreamStateViolation:
+        assert not local and (state, event) not in TRANSITIONS
+    else:
+        assert TRANSITIONS[(state, event)] is nxt
+        assert state is not StreamState.ERROR
+
+
+@given(st.lists(st.tuples(st.integers(0x0100, 0x0106), st.binary(max_size=60)), max_size=8))
+def test_fuzz_receive_frame_never_raises(frames: list[tuple[int, bytes]]) -> None:
+    session = BridgeSession(protocol_id=AGUI_PROTOCOL_ID)
+    session.start_run(b"r1", RUN_INPUT)
+    prefix = b"\x00\x10\x00\x08\x35"
+    for frame_type, tail in frames:
+        for payload in (tail, prefix + tail):
+            for event in session.receive_frame(frame_type, payload):
+                assert not isinstance(event, BridgeFrameRejected) or isinstance(
+                    event.error, b.BridgeProtocolError
+                )
+    session.data_to_send()
