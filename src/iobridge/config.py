@@ -16,6 +16,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from iobridge.auth import AuthSettings
+from iobridge.npamp_server.settings import NpampSettings
 
 DEFAULT_CONFIG_FILE = "iobridge.toml"
 
@@ -52,6 +53,8 @@ class Settings(BaseSettings):
     default_agent: str | None = None
     log_level: str = "info"
     auth: AuthSettings = Field(default_factory=AuthSettings)
+    #: AG-UI over N-PAMP (the ``[npamp]`` table); off unless ``npamp.port`` is set.
+    npamp: NpampSettings = Field(default_factory=NpampSettings)
     #: Agent definitions (``[[agents]]`` tables of the TOML file).
     agents: list[dict[str, Any]] = Field(default_factory=list)
 
@@ -74,7 +77,7 @@ class Settings(BaseSettings):
             FileNotFoundError: an explicitly named config file does not exist.
             ValueError: the file is not valid TOML or a value is invalid.
         """
-        path = config_file or os.environ.get("IOBRIDGE_CONFIG")
+        path = config_file or os.environ.get("IOBRIDGE_CONFIG") or None
         if path is None and Path(DEFAULT_CONFIG_FILE).is_file():
             path = DEFAULT_CONFIG_FILE
         file_values: dict[str, Any] = {}

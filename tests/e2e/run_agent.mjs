@@ -51,7 +51,12 @@ const timer = setTimeout(() => {
 
 try {
   const { result, newMessages } = await agent.runAgent(
-    { runId: scenario.runId, tools: scenario.tools ?? [], context: [] },
+    {
+      runId: scenario.runId,
+      tools: scenario.tools ?? [],
+      context: [],
+      forwardedProps: scenario.agentId ? { agentId: scenario.agentId } : {},
+    },
     subscriber,
   );
   console.log(JSON.stringify({ events, result: result ?? null, newMessages, posts, runErrors,
