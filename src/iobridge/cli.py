@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from iobridge.npamp_server.cli import app as npamp_app
+
 app = typer.Typer(help="iobridge: io.Intelligence Agent Protocol backend.", no_args_is_help=True)
 
 
@@ -23,15 +25,22 @@ def serve(
     config: Annotated[
         Path | None, typer.Option(help="TOML config file [env IOBRIDGE_CONFIG]")
     ] = None,
+    npamp_port: Annotated[
+        int | None,
+        typer.Option(help="Also serve AG-UI over N-PAMP on this port [env IOBRIDGE_NPAMP__PORT]"),
+    ] = None,
 ) -> None:
-    """Serve the bridge over HTTP (demo agent and SQLite store by default)."""
+    """Serve the bridge over HTTP, and over N-PAMP when a port is set (one process, one loop)."""
     import uvicorn
 
     from iobridge.config import Settings
     from iobridge.http.app import create_app
+    from iobridge.npamp_server.server import install
 
-    settings = Settings.load(config, host=host, port=port, prefix=prefix)
+    npamp = {"port": npamp_port} if npamp_port is not None else None
+    settings = Settings.load(config, host=host, port=port, prefix=prefix, npamp=npamp)
     application = create_app(settings)
+    install(application, application.state.bridge)
     uvicorn.run(
         application,
         host=settings.host,
@@ -61,6 +70,9 @@ def db_upgrade(
     settings = Settings.load(config, database_url=database_url)
     asyncio.run(upgrade(settings.database_url))
     typer.echo("database is at the latest schema")
+
+
+app.add_typer(npamp_app, name="npamp")
 
 
 def main() -> None:

@@ -167,7 +167,12 @@ def test_null_protocol_id_is_malformed_not_unsupported() -> None:
     err = reject(FT.BRIDGE_REQUEST, payload)
     assert isinstance(err, b.NullProtocolId)
     assert err.transport_code is b.TransportErrorCode.ENVELOPE_MALFORMED
-    assert b.error_reply(err) is None  # cannot echo a null protocol_id
+    reply = b.error_reply(err)
+    assert reply is not None and reply[0] is FT.BRIDGE_ERROR
+    # The reply echoes the (null) envelope for correlation and carries code 1.
+    envelope_len = int.from_bytes(reply[1][2:4], "big")
+    body = b.pull_bridge_error_body(reply[1][4 + envelope_len :])
+    assert body is not None and body.code is b.TransportErrorCode.ENVELOPE_MALFORMED
 
 
 @pytest.mark.parametrize("frame_type", list(FT))

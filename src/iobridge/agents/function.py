@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from iobridge.agents.base import Agent
 from iobridge.agents.context import RunContext
@@ -43,7 +43,7 @@ class FunctionAgent(Agent):
         produced = self.func(ctx)
         if inspect.isasyncgen(produced):
             async for output in produced:
-                yield output
+                yield cast(AgentOutput, output)
             return
         value = await produced if inspect.isawaitable(produced) else produced
         if isinstance(value, str):

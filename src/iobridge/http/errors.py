@@ -7,6 +7,7 @@ logged and answered with a generic 500.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -32,7 +33,11 @@ _STATUS_CODES = {
 
 
 def error_response(
-    status: int, code: str, message: str, details: Any = None, headers: dict[str, str] | None = None
+    status: int,
+    code: str,
+    message: str,
+    details: Any = None,
+    headers: Mapping[str, str] | None = None,
 ) -> JSONResponse:
     """A response carrying the error envelope."""
     error: dict[str, Any] = {"code": code, "message": message}

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import ssl
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from iobridge.npamp.connection import AssociationConfig, NpampConnection
@@ -100,6 +100,17 @@ class Association:
         """
         self._check_alive()
         self._conn.send_frame(channel, frame_type, payload, urgent=urgent)
+        await self._flush()
+
+    async def send_many(self, channel: int, frames: Iterable[tuple[int, bytes]]) -> None:
+        """Seal several frames and write them at once (one write per batch, not per frame).
+
+        Raises:
+            NpampError: The association has ended (its error, or ``TransportError``).
+        """
+        self._check_alive()
+        for frame_type, payload in frames:
+            self._conn.send_frame(channel, frame_type, payload)
         await self._flush()
 
     def _check_alive(self) -> None:

@@ -617,12 +617,14 @@ def error_reply(exc: BridgeProtocolError) -> tuple[FrameType, bytes] | None:
     """Build the BRIDGE_ERROR a rejected frame calls for, or ``None`` to drop it silently.
 
     A frame is answered only when it can be correlated: its envelope parsed, its
-    correlation_id is non-empty, its protocol_id is not null, and it is a request or a stream
-    frame (a consumer rejects a bad stream frame upstream, digest §10.9). Notifications are
-    never answered (§8) and an error or response is never answered, to avoid error loops.
+    correlation_id is non-empty, and it is a request or a stream frame (a consumer rejects a
+    bad stream frame upstream, digest §10.9). Notifications are never answered (§8) and an
+    error or response is never answered, to avoid error loops. A null protocol_id is
+    answered too (NPAMP-REG §5: "MUST reject protocol_id 0x00 with EnvelopeMalformed"); the
+    reply echoes the requester's envelope, null id included, so it correlates.
     """
     env = exc.envelope
-    if env is None or not env.correlation_id or env.protocol_id == 0x00:
+    if env is None or not env.correlation_id:
         return None
     if exc.frame_type not in (
         FrameType.BRIDGE_REQUEST,
@@ -641,4 +643,8 @@ def error_reply(exc: BridgeProtocolError) -> tuple[FrameType, bytes] | None:
         ),
         body=push_bridge_error_body(BridgeErrorBody(code=exc.transport_code, message=reason)),
     )
+    if env.protocol_id == 0x00:
+        # The only message we ever send with the null id is the rejection it calls for;
+        # the usual send-side check (which refuses the null id) does not apply.
+        return FrameType.BRIDGE_ERROR, push_envelope(msg.envelope) + msg.body
     return FrameType.BRIDGE_ERROR, push_bridge_message(msg)

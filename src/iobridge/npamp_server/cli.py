@@ -1,0 +1,103 @@
+"""``iobridge npamp ...``: identity keys, and a one-shot AG-UI run over N-PAMP."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from iobridge.npamp.bridge import Effect
+from iobridge.npamp.identity import IdentityKey, keygen, load_identity
+from iobridge.npamp.profiles import SignatureScheme
+
+app = typer.Typer(help="AG-UI over N-PAMP: keys and a command-line client.", no_args_is_help=True)
+
+
+@app.command("keygen")
+def keygen_command(
+    path: Annotated[Path, typer.Argument(help="Private key file to create (public: PATH.pub)")],
+    scheme: Annotated[str, typer.Option(help="ed25519 or ml-dsa-87")] = "ed25519",
+) -> None:
+    """Create an identity key pair and print its fingerprint (what peers pin and map)."""
+    try:
+        written = keygen(path, scheme)
+    except (ValueError, FileExistsError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(load_identity(written).fingerprint)
+
+
+def _address(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit():
+        raise typer.BadParameter("expected HOST:PORT")
+    return host, int(port)
+
+
+@app.command("run")
+def run_command(
+    connect: Annotated[str, typer.Option("--connect", help="Server HOST:PORT")],
+    message: Annotated[str, typer.Option("--message", "-m", help="User message")],
+    pin: Annotated[
+        list[str] | None,
+        typer.Option(help="Server key fingerprint or public key file (repeatable)"),
+    ] = None,
+    identity: Annotated[
+        Path | None, typer.Option(help="Our private key (default: a fresh one)")
+    ] = None,
+    thread_id: Annotated[str | None, typer.Option(help="AG-UI threadId")] = None,
+    agent: Annotated[str | None, typer.Option(help="forwardedProps.agentId")] = None,
+    destructive: Annotated[
+        bool, typer.Option(help="Label the run destructive (default non_idempotent_write)")
+    ] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for the whole run")] = 120.0,
+) -> None:
+    """Send one message as an AG-UI run and print each event as it arrives (JSON lines)."""
+    host, port = _address(connect)
+    if not pin:
+        typer.echo("error: give --pin with the server's key fingerprint", err=True)
+        raise typer.Exit(2)
+    if identity is not None:
+        key = load_identity(identity)
+    else:
+        key = IdentityKey.generate(SignatureScheme.ED25519)
+        typer.echo(f"using a fresh identity key {key.fingerprint}", err=True)
+    props = {"agentId": agent} if agent else {}
+    run_input: dict[str, object] = {
+        "threadId": thread_id or str(uuid.uuid4()),
+        "runId": str(uuid.uuid4()),
+        "messages": [{"id": str(uuid.uuid4()), "role": "user", "content": message}],
+        "tools": [],
+        "context": [],
+        "state": {},
+        "forwardedProps": props,
+    }
+    safety = Effect.DESTRUCTIVE if destructive else Effect.NON_IDEMPOTENT_WRITE
+    code = asyncio.run(_run(host, port, key, pin, run_input, safety, timeout))
+    raise typer.Exit(code)
+
+
+async def _run(
+    host: str,
+    port: int,
+    key: IdentityKey,
+    pins: list[str],
+    run_input: dict[str, object],
+    safety: Effect,
+    timeout: float,
+) -> int:
+    from iobridge.npamp.errors import NpampError
+    from iobridge.npamp_server.client import connect
+
+    try:
+        async with asyncio.timeout(timeout):
+            async with connect(host, port, identity=key, pinned=pins, safety=safety) as client:
+                async for event in client.run(run_input):
+                    typer.echo(event.raw.decode("utf-8"))
+    except (NpampError, TimeoutError) as exc:
+        typer.echo(f"error: {exc or 'timed out'}", err=True)
+        return 1
+    return 0

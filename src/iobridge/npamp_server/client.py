@@ -1,0 +1,313 @@
+"""AG-UI client over N-PAMP: start, follow, cancel and resume runs.
+
+::
+
+    async with connect("127.0.0.1", 7443, identity=key, pinned=["sha256:..."]) as client:
+        stream = client.run({"threadId": "t1", "runId": "r1", "messages": [...]})
+        async for event in stream:
+            print(event.event_id, event.type)
+
+Every run and resume carries a SafetyLabel (MAP-AGUI §6): ``non_idempotent_write`` unless the
+client is built with ``safety=Effect.DESTRUCTIVE`` (or a run overrides it). If the association
+drops mid-run, open a new one and ``client.resume(stream.correlation_id, stream.last_event_id)``:
+the server replays what came after the cursor and continues live, and the session discards any
+event at or below the cursor, so each event is seen once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import ssl
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from iobridge.npamp.aio import Association, TransportConfig
+from iobridge.npamp.aio import connect as npamp_connect
+from iobridge.npamp.bridge import Effect, SafetyLabel, TransportErrorCode
+from iobridge.npamp.discovery import DISCOVERY_CHANNEL
+from iobridge.npamp.errors import ErrorCode, NpampError, TransportError
+from iobridge.npamp.handshake import HandshakeConfig
+from iobridge.npamp.identity import IdentityKey, PeerVerifier, PinnedPeers
+from iobridge.npamp.stream import AGUI_PROTOCOL_ID, BridgeSession
+from iobridge.npamp.stream_events import (
+    BridgeErrorReceived,
+    BridgeFrameRejected,
+    CancelAcked,
+    Event,
+    StreamDataReceived,
+    StreamEnded,
+)
+from iobridge.npamp.stream_state import Role, StreamState
+from iobridge.npamp.tls import client_ssl_context
+
+__all__ = ["AgUiClient", "AgUiEvent", "RunRefused", "RunStream", "connect"]
+
+BRIDGE_CHANNEL = 0x000D
+_LIVE = frozenset({StreamState.CONSUMING, StreamState.RESUMING})
+
+
+class RunRefused(NpampError):
+    """The server answered a run or resume with BRIDGE_ERROR instead of a stream.
+
+    Attributes:
+        transport_code: The N-PAMP transport error (NotDelivered, SafetyPolicy, NotResumable,
+            ProtocolUnsupported...), or ``None`` for a foreign error object.
+        reason: The server's short reason.
+        body: The BRIDGE_ERROR body, octet for octet.
+    """
+
+    code: ClassVar[ErrorCode] = ErrorCode.PROTOCOL_ERROR
+
+    def __init__(self, transport_code: TransportErrorCode | None, reason: str, body: bytes) -> None:
+        name = transport_code.name if transport_code is not None else "foreign error"
+        super().__init__(f"{name}: {reason}" if reason else name)
+        self.transport_code, self.reason, self.body = transport_code, reason, body
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgUiEvent:
+    """One AG-UI event as carried: its event_id, its octets and their JSON decoding."""
+
+    #: CC-STREAM event_id (the server's run-log sequence number); the resume cursor.
+    event_id: int
+    #: The event JSON exactly as the server carried it.
+    raw: bytes
+    #: ``json.loads(raw)``; any event type is accepted (the carriage is transparent).
+    data: dict[str, Any]
+
+    @property
+    def type(self) -> str:
+        """The AG-UI event type (``RUN_STARTED``, ``TEXT_MESSAGE_CONTENT``, ...)."""
+        return str(self.data.get("type", ""))
+
+
+_End = StreamEnded | CancelAcked
+
+
+class RunStream:
+    """The events of one run; iterate with ``async for``. Started on first iteration.
+
+    Attributes:
+        correlation_id: The stream's id; give it to :meth:`AgUiClient.resume`.
+        last_event_id: The event_id of the last event yielded (the resume cursor).
+        resumable: Whether the server advertised the stream resumable.
+        cancelled: True once the server acknowledged our cancel.
+        ended: True once the stream terminated (END or cancel_ack).
+    """
+
+    def __init__(self, client: AgUiClient, correlation_id: bytes, request: Any) -> None:
+        self._client, self._request = client, request
+        self._queue: asyncio.Queue[AgUiEvent | _End | BaseException] = asyncio.Queue()
+        self.correlation_id = correlation_id
+        self.last_event_id = 0
+        self.resumable = False
+        self.cancelled = False
+        self.ended = False
+
+    def __aiter__(self) -> AsyncIterator[AgUiEvent]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[AgUiEvent]:
+        if self._request is not None:
+            request, self._request = self._request, None
+            await self._client._send(request)
+        while not self.ended:
+            item = await self._queue.get()
+            if isinstance(item, BaseException):
+                self.ended = True
+                raise item
+            if isinstance(item, AgUiEvent):
+                self.last_event_id = item.event_id
+                yield item
+                continue
+            self.ended = True
+            self.cancelled = isinstance(item, CancelAcked)
+
+    def _deliver(self, event: Event) -> None:
+        if isinstance(event, StreamDataReceived):
+            self.resumable = event.resumable
+            data = json.loads(event.data)
+            self._queue.put_nowait(AgUiEvent(event_id=event.event_id, raw=event.data, data=data))
+        elif isinstance(event, StreamEnded | CancelAcked):
+            if isinstance(event, StreamEnded):
+                self.resumable = event.resumable
+            self._queue.put_nowait(event)
+        elif isinstance(event, BridgeErrorReceived):
+            self._queue.put_nowait(RunRefused(event.code, event.message, event.body))
+        elif isinstance(event, BridgeFrameRejected):
+            self._queue.put_nowait(event.error)
+
+
+class AgUiClient:
+    """AG-UI runs over one established association (use :func:`connect`).
+
+    Args:
+        association: The N-PAMP association.
+        channel: Bridge ``0x000D`` (default) or Interaction ``0x000F``, as the server agreed.
+        protocol_id: The AG-UI protocol_id agreed with the server.
+        safety: Effect declared on every run and resume unless overridden.
+    """
+
+    def __init__(
+        self,
+        association: Association,
+        *,
+        channel: int = BRIDGE_CHANNEL,
+        protocol_id: int = AGUI_PROTOCOL_ID,
+        safety: Effect = Effect.NON_IDEMPOTENT_WRITE,
+    ) -> None:
+        self.association, self.channel, self.safety = association, channel, safety
+        self.session = BridgeSession(protocol_id=protocol_id)
+        #: Raw DISCO_ANNOUNCE payloads the server sent on the Discovery channel.
+        self.announcements: list[bytes] = []
+        self._streams: dict[bytes, RunStream] = {}
+        self._lock = asyncio.Lock()
+        self._reader = asyncio.create_task(self._read())
+
+    def run(
+        self,
+        run_input: Mapping[str, Any] | bytes,
+        *,
+        safety: Effect | None = None,
+        correlation_id: bytes | None = None,
+    ) -> RunStream:
+        """Start a run (on first iteration of the returned stream).
+
+        Args:
+            run_input: A RunAgentInput, as a mapping (sent as compact JSON) or exact bytes.
+            safety: The run's declared effect (default: the client's).
+            correlation_id: The stream id (default: random).
+        """
+        body = run_input if isinstance(run_input, bytes) else _json(run_input)
+        corr = correlation_id or os.urandom(8).hex().encode()
+        label = SafetyLabel(effect=self.safety if safety is None else safety)
+        return self._open(corr, ("run", corr, body, label))
+
+    def resume(
+        self,
+        correlation_id: bytes,
+        cursor: int,
+        *,
+        body: bytes = b"",
+        safety: Effect | None = None,
+    ) -> RunStream:
+        """Continue a run after ``cursor`` (the last event durably consumed), e.g. on a new
+        association after the old one dropped. The label should match the original run's.
+        """
+        label = SafetyLabel(effect=self.safety if safety is None else safety)
+        stream = self._open(correlation_id, ("resume", correlation_id, body, label, cursor))
+        stream.last_event_id = cursor
+        return stream
+
+    async def cancel(self, stream: RunStream | bytes) -> None:
+        """Ask the server to stop the run; the stream then ends with ``cancelled`` set
+        (or normally, if the run had already ended: the cancel is then moot). Events already
+        received are still yielded. Cancelling a stream that is not live does nothing.
+        """
+        corr = stream.correlation_id if isinstance(stream, RunStream) else stream
+        if self.session.state_of(Role.CONSUMER, corr) not in _LIVE:
+            return
+        async with self._lock:
+            self.session.cancel_run(corr)
+            await self._flush_locked()
+
+    async def aclose(self) -> None:
+        """Stop reading (the association itself is closed by :func:`connect`)."""
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader
+
+    def _open(self, corr: bytes, request: Any) -> RunStream:
+        stream = RunStream(self, corr, request)
+        self._streams[corr] = stream
+        return stream
+
+    async def _send(self, request: tuple[Any, ...]) -> None:
+        async with self._lock:
+            if request[0] == "run":
+                _, corr, body, label = request
+                self.session.start_run(corr, body, safety_label=label)
+            else:
+                _, corr, body, label, cursor = request
+                self.session.resume_run(corr, body, cursor=cursor, safety_label=label)
+            await self._flush_locked()
+
+    async def _flush_locked(self) -> None:
+        for frame_type, payload in self.session.data_to_send():
+            await self.association.send(self.channel, frame_type, payload)
+
+    async def _read(self) -> None:
+        error: BaseException = TransportError("association closed")
+        try:
+            while True:
+                frame = await self.association.receive()
+                if frame.channel == DISCOVERY_CHANNEL:
+                    self.announcements.append(frame.payload)
+                    continue
+                if frame.channel != self.channel:
+                    continue
+                events = self.session.receive_frame(frame.frame_type, frame.payload)
+                async with self._lock:
+                    await self._flush_locked()
+                for event in events:
+                    stream = self._streams.get(getattr(event, "correlation_id", None) or b"")
+                    if stream is not None:
+                        stream._deliver(event)
+        except (NpampError, OSError, ssl.SSLError) as exc:
+            error = exc if isinstance(exc, NpampError) else TransportError(str(exc))
+        finally:
+            for stream in self._streams.values():
+                stream._queue.put_nowait(error)
+
+
+def _json(value: Mapping[str, Any]) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+@contextlib.asynccontextmanager
+async def connect(
+    host: str,
+    port: int,
+    *,
+    identity: IdentityKey,
+    pinned: PeerVerifier | Iterable[str | os.PathLike[str]],
+    ssl_context: ssl.SSLContext | None = None,
+    channel: int = BRIDGE_CHANNEL,
+    protocol_id: int = AGUI_PROTOCOL_ID,
+    safety: Effect = Effect.NON_IDEMPOTENT_WRITE,
+    handshake_timeout: float = 10.0,
+) -> AsyncIterator[AgUiClient]:
+    """Open an association to an AG-UI server and yield a client for it.
+
+    Args:
+        host: Server address.
+        port: Server N-PAMP port.
+        identity: Our identity key (the server maps its fingerprint to a principal).
+        pinned: The server keys we trust: fingerprints / public key files, or a verifier.
+        ssl_context: TLS settings. Default: TLS 1.3 without certificate checks, because the
+            N-PAMP handshake authenticates the server by its pinned identity key.
+        channel: Channel carrying the runs (``0x000D``, or ``0x000F`` where agreed).
+        protocol_id: The agreed AG-UI protocol_id.
+        safety: Default declared effect of runs.
+        handshake_timeout: Seconds per TLS/handshake step.
+
+    Raises:
+        TransportError: TCP/TLS failure.
+        HandshakeFailure: The server key is not pinned, or the handshake failed.
+    """
+    verifier = pinned if callable(pinned) else PinnedPeers(pinned)
+    config = TransportConfig(
+        handshake=HandshakeConfig(identities=[identity], peer_verifier=verifier),
+        handshake_timeout=handshake_timeout,
+    )
+    ctx = ssl_context or client_ssl_context(verify=False)
+    async with npamp_connect(host, port, ctx, config) as assoc:
+        client = AgUiClient(assoc, channel=channel, protocol_id=protocol_id, safety=safety)
+        try:
+            yield client
+        finally:
+            await client.aclose()

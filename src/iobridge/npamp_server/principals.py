@@ -1,0 +1,73 @@
+"""Authenticated peer key → principal, agreement on AG-UI, and handshake trust.
+
+N-PAMP authenticates a peer by its identity key (the handshake proves possession), so the key's
+fingerprint plays the part an API key plays over HTTP: it names a :class:`~iobridge.auth.Principal`
+with its resourceIds and its maximum SafetyLabel effect. Agreement on the experimental AG-UI
+protocol_id is a separate, per-peer configuration fact (NPAMP-REG §7.1).
+"""
+
+from __future__ import annotations
+
+from iobridge.auth import ANONYMOUS, DEFAULT_RESOURCE, Authenticator, Principal
+from iobridge.npamp.identity import PinnedPeers, fingerprint
+from iobridge.npamp.profiles import SignatureScheme
+from iobridge.npamp_server.settings import ANY_PEER, NpampSettings
+
+__all__ = ["PeerDirectory"]
+
+
+class PeerDirectory:
+    """What the configuration says about each peer key."""
+
+    def __init__(self, settings: NpampSettings, authenticator: Authenticator) -> None:
+        """Index the configured peers.
+
+        Raises:
+            ValueError: a ``trusted_peers`` entry is neither a fingerprint nor a key file.
+        """
+        self.settings = settings
+        self._anonymous = authenticator.mode == "none"
+        self._principals: dict[str, Principal] = {}
+        for peer in settings.peers:
+            allowed = frozenset(peer.resource_ids) if peer.resource_ids is not None else None
+            default = peer.default_resource or (
+                peer.resource_ids[0] if peer.resource_ids else DEFAULT_RESOURCE
+            )
+            self._principals[peer.fingerprint] = Principal(
+                id=peer.principal,
+                resource_ids=allowed,
+                default_resource=default,
+                max_effect=peer.max_effect,
+            )
+        self._trust_any = settings.trusted_peers == ANY_PEER
+        self._trusted = PinnedPeers(() if self._trust_any else settings.trusted_peers)
+        self._agreed = None if settings.agui_peers == ANY_PEER else frozenset(settings.agui_peers)
+
+    def trusts(self, scheme: SignatureScheme, public_key: bytes) -> bool:
+        """Handshake peer verifier: configured peers, agreed peers and ``trusted_peers``."""
+        if self._trust_any or public_key in self._trusted:
+            return True
+        fp = fingerprint(public_key)
+        return fp in self._principals or (self._agreed is not None and fp in self._agreed)
+
+    def agreed(self, public_key: bytes) -> bool:
+        """Whether this peer agreed on the AG-UI protocol_id out of band."""
+        return self._agreed is None or fingerprint(public_key) in self._agreed
+
+    def principal(self, public_key: bytes) -> Principal | None:
+        """The principal an authenticated key acts as; ``None`` when it may not start runs.
+
+        A configured key gets its own principal. Otherwise, with ``auth.mode = none``, the
+        anonymous principal (with ``anonymous_max_effect``); with any other mode, nobody.
+        """
+        principal = self._principals.get(fingerprint(public_key))
+        if principal is not None:
+            return principal
+        if self._anonymous:
+            return Principal(
+                id=ANONYMOUS.id,
+                resource_ids=ANONYMOUS.resource_ids,
+                default_resource=ANONYMOUS.default_resource,
+                max_effect=self.settings.anonymous_max_effect,
+            )
+        return None

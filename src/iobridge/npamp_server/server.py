@@ -1,0 +1,411 @@
+"""The AG-UI Bridge server: N-PAMP associations mapped onto the shared run engine.
+
+Theory of operation
+-------------------
+This is a thin asyncio shell. :class:`~iobridge.npamp.aio.Association` moves frames,
+:class:`~iobridge.npamp.stream.BridgeSession` (one per AG-UI channel of an association) decides
+every Bridge and CC-STREAM rule, and :class:`~iobridge.runtime.engine.Runtime` runs the agents.
+The shell only turns session events into runtime calls:
+
+* ``RunRequested`` → authorize (peer key → principal, SafetyLabel ceiling, resource), then
+  ``runtime.start``; a failure before the stream starts is a BRIDGE_ERROR (NotDelivered,
+  SafetyPolicy), never a RUN_ERROR, and never success (MAP-AGUI §4.3).
+* Each run-log entry is one BRIDGE_STREAM_DATA whose foreign message is the log entry itself,
+  the octets SSE puts after ``data:`` ("events are bytes once"); ``event_id`` is the log
+  sequence number. After the terminal event comes exactly one BRIDGE_STREAM_END.
+* ``ResumeRequested`` (possibly on a new association) → the registry maps (principal,
+  correlation_id) to the run; replay after the cursor, then follow live.
+* ``CancelRequested`` → the session already queued the single cancel_ack END; we stop
+  forwarding and ``runtime.cancel`` the run (RUN_FINISHED ``outcome: cancelled`` is stored).
+
+Frames of one session are sent under one lock, drained in the order the session queued them,
+so a cancel_ack can never overtake a data frame that precedes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import ssl
+import tempfile
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from iobridge.auth import Authenticator, Principal
+from iobridge.errors import InputError, IobridgeError, NotFoundError
+from iobridge.npamp.aio import Association, NpampServer, TransportConfig, serve
+from iobridge.npamp.bridge import Effect, SafetyLabel, SafetyPolicyViolation, TransportErrorCode
+from iobridge.npamp.connection import AssociationConfig
+from iobridge.npamp.discovery import (
+    CARRIAGE_CLASS_STREAM,
+    DISCOVERY_CHANNEL,
+    ProtocolRecord,
+    push_protocol_record,
+)
+from iobridge.npamp.errors import NpampError
+from iobridge.npamp.handshake import HandshakeConfig
+from iobridge.npamp.identity import IdentityKey, load_identity
+from iobridge.npamp.profiles import SignatureScheme
+from iobridge.npamp.safety import check
+from iobridge.npamp.stream import RUN_METHOD, BridgeSession
+from iobridge.npamp.stream_events import (
+    BridgeErrorReceived,
+    CancelRequested,
+    Event,
+    ResumeRequested,
+    RunRequested,
+)
+from iobridge.npamp.stream_state import Role, StreamState
+from iobridge.npamp.tls import self_signed_certificate, server_ssl_context
+from iobridge.npamp_server.principals import PeerDirectory
+from iobridge.npamp_server.settings import NpampSettings
+from iobridge.protocol.run_input import parse_run_input
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from iobridge.http.app import Bridge
+    from iobridge.runtime.engine import Runtime
+    from iobridge.runtime.run import Run
+
+__all__ = ["AgUiServer", "install"]
+
+logger = logging.getLogger("iobridge.npamp")
+
+#: DISCO_ANNOUNCE frame type on the Discovery channel (NPAMP-DISC §3).
+DISCO_ANNOUNCE = 0x0103
+_PRODUCING = frozenset({StreamState.PRODUCING, StreamState.RESUME_RECEIVED})
+_GONE = (NpampError, OSError, ssl.SSLError)
+
+
+class _Refusal(Exception):
+    """A run or resume is answered with a transport error instead of a stream."""
+
+    def __init__(self, code: TransportErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+class AgUiServer:
+    """Carries AG-UI runs of one :class:`~iobridge.runtime.engine.Runtime` over N-PAMP.
+
+    Args:
+        runtime: The engine the HTTP app uses too.
+        authenticator: The HTTP authenticator (its mode and resource rules apply unchanged).
+        settings: The ``npamp`` settings.
+        identity: Our identity key; loaded from ``settings.identity_key`` or freshly generated.
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        authenticator: Authenticator,
+        settings: NpampSettings,
+        *,
+        identity: IdentityKey | None = None,
+    ) -> None:
+        self.runtime = runtime
+        self.authenticator = authenticator
+        self.settings = settings
+        self.peers = PeerDirectory(settings, authenticator)
+        if identity is None:
+            identity = (
+                load_identity(settings.identity_key)
+                if settings.identity_key is not None
+                else IdentityKey.generate(SignatureScheme.ED25519)
+            )
+        self.identity = identity
+        #: (principal id, correlation_id) → run_id, for resume on any association.
+        self.streams: dict[tuple[str, bytes], str] = {}
+
+    @classmethod
+    def from_bridge(cls, bridge: Bridge, *, identity: IdentityKey | None = None) -> AgUiServer:
+        """The server for a :class:`~iobridge.http.app.Bridge` (same runtime and auth)."""
+        return cls(
+            bridge.runtime, bridge.authenticator, bridge.settings.npamp, identity=identity
+        )
+
+    @property
+    def resumable(self) -> bool:
+        """Whether finished runs are retained, so streams may be advertised resumable."""
+        return self.runtime.settings.retention_seconds > 0
+
+    def transport_config(self) -> TransportConfig:
+        """Handshake (our key, peer trust) and association (channels) settings."""
+        channels = set(self.settings.channels)
+        if self.settings.announce_discovery:
+            channels.add(DISCOVERY_CHANNEL)
+        return TransportConfig(
+            handshake=HandshakeConfig(identities=[self.identity], peer_verifier=self.peers.trusts),
+            association=AssociationConfig(channels=frozenset(channels)),
+            handshake_timeout=self.settings.handshake_timeout,
+        )
+
+    async def listen(self, host: str, port: int, ssl_ctx: ssl.SSLContext) -> NpampServer:
+        """Start accepting associations; close the result with ``wait_closed()``."""
+        server = await serve(host, port, ssl_ctx, self.transport_config(), self.handle)
+        logger.info(
+            "N-PAMP listening on %s:%d, identity %s", host, server.port, self.identity.fingerprint
+        )
+        return server
+
+    async def handle(self, assoc: Association) -> None:
+        """Serve one association until it ends (the :data:`~iobridge.npamp.aio.Handler`)."""
+        await _Peer(self, assoc).serve()
+
+    def remember(self, principal: Principal, correlation_id: bytes, run: Run) -> None:
+        """Register a stream for resume; forget entries whose runs are no longer retained."""
+        limit = self.runtime.settings.max_retained_runs + self.runtime.active_runs
+        if len(self.streams) >= limit:
+            for key, run_id in list(self.streams.items()):
+                try:
+                    self.runtime.get_run(run_id)
+                except NotFoundError:
+                    del self.streams[key]
+        self.streams[(principal.id, correlation_id)] = run.run_id
+
+
+@dataclass(eq=False)
+class _Forwarding:
+    """One stream this association produces: its task and, once started, its run."""
+
+    task: asyncio.Task[None]
+    run: Run | None = None
+
+
+class _Peer:
+    """One association: its Bridge sessions, its send lock and the streams it produces."""
+
+    def __init__(self, server: AgUiServer, assoc: Association) -> None:
+        self.server, self.assoc = server, assoc
+        self.agreed = server.peers.agreed(assoc.peer_identity)
+        protocol_id = server.settings.agui_protocol_id if self.agreed else None
+        self.sessions = {
+            channel: BridgeSession(protocol_id=protocol_id, resumable=server.resumable)
+            for channel in server.settings.channels
+        }
+        self.lock = asyncio.Lock()
+        self.streams: dict[tuple[int, bytes], _Forwarding] = {}
+
+    async def serve(self) -> None:
+        try:
+            if self.agreed and self.server.settings.announce_discovery:
+                await self.assoc.send(DISCOVERY_CHANNEL, DISCO_ANNOUNCE, self._announcement())
+            async for frame in self.assoc:
+                session = self.sessions.get(frame.channel)
+                if session is None:
+                    continue  # Discovery queries and other channels are not served here
+                events = session.receive_frame(frame.frame_type, frame.payload)
+                await self._flush(frame.channel)
+                for event in events:
+                    self._dispatch(frame.channel, event)
+        except _GONE:
+            pass
+        finally:
+            tasks = [f.task for f in self.streams.values()]
+            for task in tasks:
+                task.cancel()  # each detaches with the resume grace
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _dispatch(self, channel: int, event: Event) -> None:
+        key = (channel, event.correlation_id or b"")
+        if isinstance(event, RunRequested | ResumeRequested):
+            if isinstance(event, RunRequested):
+                task = asyncio.create_task(self._run(channel, event))
+            else:
+                task = asyncio.create_task(self._resume(channel, event))
+            self.streams[key] = _Forwarding(task)
+            task.add_done_callback(functools.partial(self._done, key))
+        elif isinstance(event, CancelRequested):
+            self._cancelled(key)
+        elif isinstance(event, BridgeErrorReceived) and event.role is Role.PRODUCER:
+            forwarding = self.streams.get(key)  # the consumer rejected our stream
+            if forwarding is not None:
+                forwarding.task.cancel()
+        else:
+            logger.debug("N-PAMP peer %s: %r", self.assoc.peer_identity.hex()[:16], event)
+
+    def _done(self, key: tuple[int, bytes], task: asyncio.Task[None]) -> None:
+        if self.streams.get(key) is not None and self.streams[key].task is task:
+            del self.streams[key]
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("N-PAMP stream failed", exc_info=task.exception())
+
+    def _cancelled(self, key: tuple[int, bytes]) -> None:
+        """The session acknowledged a cancel: release resume state and stop the run."""
+        forwarding = self.streams.get(key)
+        principal = self.server.peers.principal(self.assoc.peer_identity)
+        if principal is not None:
+            self.server.streams.pop((principal.id, key[1]), None)
+        if forwarding is not None and forwarding.run is not None:
+            self.server.runtime.cancel(forwarding.run)
+
+    # -- runs ---------------------------------------------------------------------------
+
+    def _authorize(self, label: SafetyLabel | None) -> Principal:
+        """The principal, if its effect ceiling admits the label (absent = destructive)."""
+        principal = self.server.peers.principal(self.assoc.peer_identity)
+        if principal is None:
+            raise _Refusal(TransportErrorCode.NOT_DELIVERED, "this peer has no principal")
+        try:
+            check(label, Effect(principal.max_effect))
+        except SafetyPolicyViolation as exc:
+            raise _Refusal(TransportErrorCode.SAFETY_POLICY, str(exc)) from None
+        return principal
+
+    async def _run(self, channel: int, event: RunRequested) -> None:
+        corr = event.correlation_id
+        try:
+            principal = self._authorize(event.safety_label)
+            run_input = parse_run_input(event.body)
+            requested = run_input.forwarded_props.get("resourceId")
+            if requested is not None and not isinstance(requested, str):
+                raise InputError("forwardedProps.resourceId must be a string")
+            resource_id = self.server.authenticator.resolve_resource(principal, requested)
+            run = await self.server.runtime.start(
+                run_input,
+                resource_id=resource_id,
+                tool_result_mode=self.server.settings.tool_result_mode,
+            )
+        except _Refusal as exc:
+            await self._fail(channel, corr, exc.code, exc.message)
+            return
+        except IobridgeError as exc:
+            reason = f"{exc.code}: {exc.message}"
+            await self._fail(channel, corr, TransportErrorCode.NOT_DELIVERED, reason)
+            return
+        self.server.remember(principal, corr, run)
+        await self._forward(channel, corr, run, 0)
+
+    async def _resume(self, channel: int, event: ResumeRequested) -> None:
+        corr = event.correlation_id
+        try:
+            principal = self._authorize(event.safety_label)
+            run = self._resumable_run(principal, corr, event.cursor)
+        except _Refusal as exc:
+            await self._fail(channel, corr, exc.code, exc.message)
+            return
+        await self._forward(channel, corr, run, event.cursor)
+
+    def _resumable_run(self, principal: Principal, corr: bytes, cursor: int) -> Run:
+        """The retained run behind (principal, correlation_id), re-authorized (CC-STREAM §12)."""
+        run_id = self.server.streams.get((principal.id, corr))
+        if run_id is None:
+            raise _Refusal(TransportErrorCode.NOT_RESUMABLE, "no resumable stream with this id")
+        try:
+            run = self.server.runtime.get_run(run_id, resource_ids=principal.resource_ids)
+        except NotFoundError:
+            self.server.streams.pop((principal.id, corr), None)
+            raise _Refusal(
+                TransportErrorCode.NOT_RESUMABLE, "the run is no longer retained"
+            ) from None
+        if cursor > run.log.last_seq:
+            raise _Refusal(TransportErrorCode.NOT_RESUMABLE, "the cursor is beyond the stream")
+        return run
+
+    async def _forward(self, channel: int, corr: bytes, run: Run, after: int) -> None:
+        """Carry the run log after ``after`` as the stream, then its single END."""
+        session, runtime = self.sessions[channel], self.server.runtime
+        forwarding = self.streams.get((channel, corr))
+        if forwarding is not None:
+            forwarding.run = run
+        runtime.attach(run)
+        try:
+            async for batch in run.log.follow(after):
+                async with self.lock:
+                    if session.state_of(Role.PRODUCER, corr) not in _PRODUCING:
+                        break
+                    for _seq, data in batch:
+                        session.send_event(corr, data)  # event_id == _seq: both count from after
+                    await self._flush_locked(channel)
+            async with self.lock:
+                if session.state_of(Role.PRODUCER, corr) in _PRODUCING:
+                    session.end_stream(corr)
+                    await self._flush_locked(channel)
+            if session.state_of(Role.PRODUCER, corr) is StreamState.CANCELLED:
+                runtime.cancel(run)  # cancelled while the run was being started
+        except _GONE:
+            pass  # the association dropped: the run goes on for the resume grace
+        finally:
+            runtime.detach(run, grace=self.server.settings.resume_grace_seconds)
+
+    async def _fail(self, channel: int, corr: bytes, code: TransportErrorCode, reason: str) -> None:
+        session = self.sessions[channel]
+        reason = reason.encode("utf-8")[:255].decode("utf-8", "ignore")
+        with contextlib.suppress(*_GONE):
+            async with self.lock:
+                if session.state_of(Role.PRODUCER, corr) in _PRODUCING:
+                    session.fail(corr, code, reason)
+                    await self._flush_locked(channel)
+
+    # -- sending ------------------------------------------------------------------------
+
+    async def _flush(self, channel: int) -> None:
+        async with self.lock:
+            await self._flush_locked(channel)
+
+    async def _flush_locked(self, channel: int) -> None:
+        frames = self.sessions[channel].data_to_send()
+        if frames:
+            await self.assoc.send_many(channel, frames)
+
+    def _announcement(self) -> bytes:
+        """DISCO_ANNOUNCE ``{0: 0x0103, 2: [record]}`` in deterministic CBOR (NPAMP-DISC §5.1).
+
+        The record is a complete CBOR item, so the two-entry map is written around it.
+        """
+        record = ProtocolRecord(
+            record_id=b"agui",
+            revision=1,
+            protocol_id=self.server.settings.agui_protocol_id,
+            carriage_class=CARRIAGE_CLASS_STREAM,
+            channels=tuple(self.server.settings.channels),
+            content_types=(0x01,),
+            methods=(RUN_METHOD,),
+        )
+        return b"\xa2\x00\x19\x01\x03\x02\x81" + push_protocol_record(record)
+
+
+# --- wiring into the HTTP app --------------------------------------------------------------
+
+
+def _ssl_context(settings: NpampSettings, workdir: str) -> ssl.SSLContext:
+    if settings.tls_cert is not None and settings.tls_key is not None:
+        return server_ssl_context(settings.tls_cert, settings.tls_key)
+    logger.warning("N-PAMP: no tls_cert/tls_key configured, using a self-signed certificate")
+    return server_ssl_context(*self_signed_certificate(workdir))
+
+
+@contextlib.asynccontextmanager
+async def _serving(bridge: Bridge, host: str, port: int) -> AsyncIterator[AgUiServer]:
+    server = AgUiServer.from_bridge(bridge)
+    with tempfile.TemporaryDirectory(prefix="iobridge-npamp-") as workdir:
+        listener = await server.listen(host, port, _ssl_context(bridge.settings.npamp, workdir))
+        try:
+            yield server
+        finally:
+            await listener.wait_closed()
+
+
+def install(app: FastAPI, bridge: Bridge) -> None:
+    """Serve N-PAMP from ``app``'s lifespan, in the same event loop and runtime as HTTP.
+
+    The listener starts after the bridge opened its store and stops before live runs are
+    cancelled. Does nothing when ``settings.npamp.port`` is unset.
+    """
+    npamp = bridge.settings.npamp
+    if npamp.port is None:
+        return
+    port, host = npamp.port, npamp.host or bridge.settings.host
+    inner = app.router.lifespan_context
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with inner(app), _serving(bridge, host, port) as server:
+            app.state.npamp = server
+            yield
+
+    app.router.lifespan_context = lifespan

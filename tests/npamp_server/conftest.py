@@ -1,0 +1,171 @@
+"""Harness: one Bridge whose runtime serves HTTP (in-process ASGI) and N-PAMP (TLS, loopback)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from iobridge.agents.base import Agent
+from iobridge.config import Settings
+from iobridge.http.app import Bridge, create_app
+from iobridge.npamp.aio import Association, TransportConfig, connect
+from iobridge.npamp.bridge import (
+    BridgeMessage,
+    Effect,
+    FrameType,
+    SafetyLabel,
+    pull_bridge_message,
+    push_bridge_message,
+)
+from iobridge.npamp.events import FrameReceived
+from iobridge.npamp.handshake import HandshakeConfig
+from iobridge.npamp.identity import IdentityKey, PinnedPeers
+from iobridge.npamp.profiles import SignatureScheme
+from iobridge.npamp.stream import BridgeSession
+from iobridge.npamp.tls import client_ssl_context, self_signed_certificate, server_ssl_context
+from iobridge.npamp_server import client as agui_client
+from iobridge.npamp_server.server import AgUiServer
+
+BRIDGE, INTERACTION, DISCOVERY = 0x000D, 0x000F, 0x0010
+WAIT = 5.0
+#: What our client attaches by default.
+LABEL = SafetyLabel(effect=Effect.NON_IDEMPOTENT_WRITE)
+
+
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return self_signed_certificate(tmp_path_factory.mktemp("npamp-tls"))
+
+
+@pytest.fixture(scope="session")
+def server_key() -> IdentityKey:
+    return IdentityKey.generate(SignatureScheme.ED25519)
+
+
+@pytest.fixture(scope="session")
+def client_key() -> IdentityKey:
+    return IdentityKey.generate(SignatureScheme.ED25519)
+
+
+@pytest.fixture(scope="session")
+def other_key() -> IdentityKey:
+    return IdentityKey.generate(SignatureScheme.ED25519)
+
+
+class Harness:
+    """A running Bridge: ``http`` (ASGI client), ``server`` (N-PAMP) and client helpers."""
+
+    def __init__(self, bridge: Bridge, server: AgUiServer, port: int, server_key: IdentityKey):
+        self.bridge, self.server, self.port, self.server_key = bridge, server, port, server_key
+        self.http: httpx.AsyncClient | None = None
+
+    @property
+    def runtime(self) -> Any:
+        return self.bridge.runtime
+
+    def client(self, identity: IdentityKey, **kwargs: Any) -> Any:
+        """``async with h.client(key) as c`` — our AG-UI client."""
+        return agui_client.connect(
+            "127.0.0.1", self.port, identity=identity, pinned=[self.server_key.fingerprint],
+            **kwargs,
+        )
+
+    @contextlib.asynccontextmanager
+    async def raw(self, identity: IdentityKey) -> AsyncIterator[RawPeer]:
+        """A bare association, to send hand-built Bridge payloads."""
+        config = TransportConfig(
+            handshake=HandshakeConfig(
+                identities=[identity], peer_verifier=PinnedPeers([self.server_key.fingerprint])
+            ),
+            handshake_timeout=WAIT,
+            close_timeout=2.0,
+        )
+        async with connect("127.0.0.1", self.port, client_ssl_context(verify=False), config) as a:
+            yield RawPeer(a)
+
+
+class RawPeer:
+    """Hand-driven consumer: build payloads with a BridgeSession or by hand, read frames."""
+
+    def __init__(self, assoc: Association) -> None:
+        self.assoc = assoc
+        self.session = BridgeSession(protocol_id=0x35)
+
+    def run_payload(
+        self, corr: bytes, body: bytes, label: SafetyLabel | None = LABEL
+    ) -> bytes:
+        self.session.start_run(corr, body, safety_label=label or LABEL)
+        ((_, payload),) = self.session.data_to_send()
+        if label is None:  # re-encode the same request without its SafetyLabel
+            msg = pull_bridge_message(FrameType.BRIDGE_REQUEST, payload)
+            payload = push_bridge_message(
+                BridgeMessage(
+                    frame_type=msg.frame_type, envelope=msg.envelope, body=msg.body
+                )
+            )
+        return payload
+
+    async def send(self, frame_type: int, payload: bytes, channel: int = BRIDGE) -> None:
+        await self.assoc.send(channel, frame_type, payload)
+
+    async def frame(self, channel: int | None = BRIDGE, timeout: float = WAIT) -> FrameReceived:
+        async with asyncio.timeout(timeout):
+            return await self.assoc.receive(channel)
+
+    async def stream(self, channel: int = BRIDGE) -> list[BridgeMessage]:
+        """Every Bridge message up to and including the first END or ERROR."""
+        out: list[BridgeMessage] = []
+        while True:
+            frame = await self.frame(channel)
+            msg = pull_bridge_message(frame.frame_type, frame.payload)
+            out.append(msg)
+            if msg.frame_type in (FrameType.BRIDGE_STREAM_END, FrameType.BRIDGE_ERROR):
+                return out
+
+    async def silent(self, channel: int | None = BRIDGE, timeout: float = 0.3) -> bool:
+        """True when no frame arrives within ``timeout``."""
+        try:
+            await self.frame(channel, timeout)
+        except TimeoutError:
+            return True
+        return False
+
+
+StartHarness = Callable[..., contextlib.AbstractAsyncContextManager[Harness]]
+
+
+@pytest.fixture
+def harness(
+    certs: tuple[Path, Path], server_key: IdentityKey
+) -> StartHarness:
+    """``async with harness(agents=[...], npamp={...}, **settings) as h``."""
+
+    @contextlib.asynccontextmanager
+    async def start(
+        *, agents: list[Agent] | None = None, **overrides: Any
+    ) -> AsyncIterator[Harness]:
+        npamp = {"agui_peers": "*", "trusted_peers": "*", **overrides.pop("npamp", {})}
+        overrides.setdefault("database_url", "memory://")
+        settings = Settings(npamp=npamp, **overrides)
+        app = create_app(settings, agents=agents or [])
+        bridge: Bridge = app.state.bridge
+        async with bridge.lifespan(app):
+            server = AgUiServer.from_bridge(bridge, identity=server_key)
+            listener = await server.listen("127.0.0.1", 0, server_ssl_context(*certs))
+            h = Harness(bridge, server, listener.port, server_key)
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+                h.http = http
+                try:
+                    yield h
+                finally:
+                    async with asyncio.timeout(10):
+                        await listener.wait_closed()
+
+    return start
