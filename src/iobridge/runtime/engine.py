@@ -189,7 +189,9 @@ class Runtime:
                         # run: let followers send what is ready (time to first event).
                         await asyncio.sleep(0)
             finally:
-                await agen.aclose()
+                aclose = getattr(agen, "aclose", None)
+                if aclose is not None:
+                    await aclose()
             session.finish()
             run.status = RunStatus.FINISHED
         except RunEnded:
