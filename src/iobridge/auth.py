@@ -69,7 +69,7 @@ def hash_api_key(key: str) -> str:
 class ApiKeyEntry(BaseModel):
     """One API key: its digest (or an env var holding it) and what it grants."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid")
 
     #: Hex SHA-256 of the key (``iobridge`` can print it: ``hash_api_key``).
     sha256: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$")
@@ -77,10 +77,10 @@ class ApiKeyEntry(BaseModel):
     key_env: str | None = None
     principal: str
     #: Allowed resourceIds; ``None`` allows any.
-    resource_ids: list[str] | None = Field(default=None, alias="resourceIds")
+    resource_ids: list[str] | None = None
     #: Used when a request names no resourceId (default: the first allowed one).
-    default_resource: str | None = Field(default=None, alias="defaultResource")
-    max_effect: int = Field(default=MAX_EFFECT, ge=0, le=MAX_EFFECT, alias="maxEffect")
+    default_resource: str | None = None
+    max_effect: int = Field(default=MAX_EFFECT, ge=0, le=MAX_EFFECT)
 
     @model_validator(mode="after")
     def _one_source(self) -> ApiKeyEntry:

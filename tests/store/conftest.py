@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from tests.conftest_pg import BACKENDS, StepClock, open_backend
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from conftest_pg import BACKENDS, StepClock, open_backend  # noqa: E402
-
-from iobridge.store import ThreadStore  # noqa: E402
+from iobridge.store import ThreadStore
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from conftest_pg import StepClock
+from tests.conftest_pg import StepClock
 
 from iobridge.errors import ConflictError, InputError, NotFoundError
 from iobridge.store import ThreadStore
@@ -70,6 +70,20 @@ async def test_create_duplicate_conflicts_and_keeps_original(store: ThreadStore)
         await store.create_thread("t1", resource_id="mallory", title="theirs")
     assert info.value.code == "THREAD_EXISTS"
     assert await store.get_thread("t1") == first
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [("", "r", None), ("t", "x" * 257, None), ("t", "r", "a\tb"), ("t\x00", "r", None)],
+)
+async def test_create_with_bad_ids_is_input_error(
+    store: ThreadStore, ids: tuple[str, str, str | None]
+) -> None:
+    thread_id, resource_id, agent_id = ids
+    with pytest.raises(InputError) as info:
+        await store.create_thread(thread_id, resource_id=resource_id, agent_id=agent_id)
+    assert info.value.code == "INVALID_ID"
+    assert await store.list_threads(None) == ([], None)
 
 
 async def test_update_missing_thread(store: ThreadStore) -> None:
@@ -156,7 +170,10 @@ async def test_append_is_all_or_nothing(store: ThreadStore) -> None:
 async def test_list_messages_limit_and_before(store: ThreadStore) -> None:
     await store.create_thread("t1", resource_id="r")
     await store.append_messages("t1", [user(f"m{i}") for i in range(10)])
-    ids = lambda ms: [m["id"] for m in ms]  # noqa: E731
+
+    def ids(messages: list[dict[str, Any]]) -> list[str]:
+        return [m["id"] for m in messages]
+
     assert ids(await store.list_messages("t1", limit=3)) == ["m7", "m8", "m9"]
     assert ids(await store.list_messages("t1", before="m5")) == ["m0", "m1", "m2", "m3", "m4"]
     assert ids(await store.list_messages("t1", limit=2, before="m5")) == ["m3", "m4"]

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from iobridge.agents.context import RunContext, ToolResult
 from iobridge.errors import AgentError, ConflictError, InputError, NotFoundError
-from iobridge.protocol.history import model_view
 from iobridge.protocol.run_input import RunInput
 from iobridge.runtime.pending import PendingRegistry
 from iobridge.runtime.run import Run, RunStatus
 from iobridge.runtime.session import RunEnded, Session
+from iobridge.store.history import model_view
 
 if TYPE_CHECKING:
     from iobridge.agents.catalog import AgentCatalog
@@ -118,7 +118,7 @@ class Runtime:
             if self.memory is not None:
                 history = await self.memory.begin(run_input, resource_id, agent.id)
             else:
-                history = model_view(run_input.messages)
+                history = [dict(m) for m in model_view(run_input.messages)]
         except BaseException:
             self._busy_threads.discard(run_input.thread_id)
             raise

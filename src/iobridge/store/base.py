@@ -31,6 +31,7 @@ __all__ = [
     "Thread",
     "ThreadStore",
     "check_limit",
+    "check_thread_ids",
     "decode_cursor",
     "encode_cursor",
     "format_timestamp",
@@ -210,6 +211,7 @@ class ThreadStore(ABC):
 
         Raises:
             ConflictError: a thread with this id exists (code ``THREAD_EXISTS``).
+            InputError: an id is empty, too long or not printable (code ``INVALID_ID``).
         """
 
     async def get_or_create_thread(
@@ -323,6 +325,14 @@ class ThreadStore(ABC):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def check_thread_ids(thread_id: str, resource_id: str, agent_id: str | None) -> None:
+    """Validate the ids of a new thread (the columns hold at most 256 characters)."""
+    validate_id(thread_id, "threadId")
+    validate_id(resource_id, "resourceId")
+    if agent_id is not None:
+        validate_id(agent_id, "agentId")
 
 
 def check_limit(limit: int) -> None:

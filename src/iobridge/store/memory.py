@@ -19,6 +19,7 @@ from iobridge.store.base import (
     Thread,
     ThreadStore,
     check_limit,
+    check_thread_ids,
     decode_cursor,
     encode_cursor,
     normalize_messages,
@@ -55,6 +56,7 @@ class MemoryThreadStore(ThreadStore):
         title: str = "",
         metadata: Mapping[str, Any] | None = None,
     ) -> Thread:
+        check_thread_ids(thread_id, resource_id, agent_id)
         if thread_id in self._threads:
             raise ConflictError(f"thread {thread_id!r} already exists", code="THREAD_EXISTS")
         now = self._clock()

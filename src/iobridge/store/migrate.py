@@ -13,12 +13,13 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy import text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from iobridge.store.base import Clock, ThreadStore, utc_now
 from iobridge.store.memory import MemoryThreadStore
-from iobridge.store.sqlalchemy_store import SqlThreadStore, make_engine
+from iobridge.store.sqlalchemy_store import WRITE_OPTION, SqlThreadStore, make_engine
 
 __all__ = [
     "MEMORY_URL",
@@ -34,6 +35,8 @@ __all__ = [
 MEMORY_URL = "memory://"
 MIGRATIONS = Path(__file__).with_name("migrations")
 VERSION_TABLE = "iobridge_alembic_version"
+#: PostgreSQL advisory lock key serialising migrations ("iobridge" in ASCII).
+MIGRATION_LOCK = 0x696F627269646765
 
 
 def alembic_config(database_url: str | None = None) -> Config:
@@ -62,8 +65,15 @@ def _current(connection: Connection) -> str | None:
 
 
 async def upgrade_engine(engine: AsyncEngine) -> None:
-    """Bring the schema behind ``engine`` to the head revision (a no-op when it is there)."""
-    async with engine.begin() as conn:
+    """Bring the schema behind ``engine`` to the head revision (a no-op when it is there).
+
+    Several server processes may start at once: the migration holds the database's write
+    lock (SQLite ``BEGIN IMMEDIATE``) or a transaction-scoped advisory lock (PostgreSQL), so
+    the others wait, then find the schema at head.
+    """
+    async with engine.execution_options(**{WRITE_OPTION: True}).begin() as conn:
+        if conn.dialect.name == "postgresql":
+            await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
         await conn.run_sync(_upgrade)
 
 

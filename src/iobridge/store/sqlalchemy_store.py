@@ -9,11 +9,13 @@ deferred transaction tries to upgrade its read lock.
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import orjson
-from sqlalchemy import and_, delete, event, func, or_, select, update
+from sqlalchemy import delete, event, func, literal, select, tuple_, update
 from sqlalchemy.engine import Connection, Row, make_url
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -24,18 +26,21 @@ from iobridge.store.base import (
     Thread,
     ThreadStore,
     check_limit,
+    check_thread_ids,
     decode_cursor,
     encode_cursor,
     normalize_messages,
     utc_now,
 )
-from iobridge.store.records import messages, threads
+from iobridge.store.records import UTCDateTime, messages, threads
 
-__all__ = ["DEFAULT_DATABASE_URL", "SqlThreadStore", "make_engine"]
+__all__ = ["DEFAULT_DATABASE_URL", "WRITE_OPTION", "SqlThreadStore", "make_engine"]
 
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./iobridge.db"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
-_WRITE = "iobridge_write"
+WAL_SWITCH_ATTEMPTS = 100
+#: Execution option marking a write transaction (``BEGIN IMMEDIATE`` on SQLite).
+WRITE_OPTION = "iobridge_write"
 #: Bound parameters per ``IN (…)`` chunk, well under SQLite's and asyncpg's limits.
 _CHUNK = 500
 
@@ -61,19 +66,32 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
         # Take over transaction control from the driver so "begin" below decides BEGIN's kind.
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
-        for pragma in (
-            "journal_mode=WAL",
-            f"busy_timeout={SQLITE_BUSY_TIMEOUT_MS}",
-            "foreign_keys=ON",
-            "synchronous=NORMAL",
-        ):
-            cursor.execute(f"PRAGMA {pragma}")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        _enable_wal(cursor)
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.close()
 
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        write = conn.get_execution_options().get(_WRITE, False)
+        write = conn.get_execution_options().get(WRITE_OPTION, False)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def _enable_wal(cursor: Any) -> None:
+    """Switch the database to WAL (persistent in the file, so this only matters once).
+
+    Two connections switching a new file at the same moment can get "database is locked"
+    without the busy handler being consulted (SQLite avoids a lock-upgrade deadlock), so the
+    switch is retried briefly; this blocks only while a brand-new database is set up.
+    """
+    for _ in range(WAL_SWITCH_ATTEMPTS - 1):
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError:
+            time.sleep(0.02)
+    cursor.execute("PRAGMA journal_mode=WAL")
 
 
 def _thread(row: Row[Any]) -> Thread:
@@ -93,7 +111,7 @@ class SqlThreadStore(ThreadStore):
 
     def __init__(self, engine: AsyncEngine, *, clock: Clock = utc_now) -> None:
         self.engine = engine
-        self._writer = engine.execution_options(**{_WRITE: True})
+        self._writer = engine.execution_options(**{WRITE_OPTION: True})
         self._clock = clock
 
     async def get_thread(self, thread_id: str) -> Thread | None:
@@ -110,6 +128,7 @@ class SqlThreadStore(ThreadStore):
         title: str = "",
         metadata: Mapping[str, Any] | None = None,
     ) -> Thread:
+        check_thread_ids(thread_id, resource_id, agent_id)
         now = self._clock()
         thread = Thread(
             id=thread_id,
@@ -187,11 +206,10 @@ class SqlThreadStore(ThreadStore):
         query = select(threads)
         if cursor is not None:
             after_time, after_id = decode_cursor(cursor)
+            # Row-value comparison: both backends walk the index from the cursor onwards.
             query = query.where(
-                or_(
-                    threads.c.updated_at < after_time,
-                    and_(threads.c.updated_at == after_time, threads.c.id < after_id),
-                )
+                tuple_(threads.c.updated_at, threads.c.id)
+                < tuple_(literal(after_time, UTCDateTime), literal(after_id))
             )
         if resource_ids is not None:
             if not resource_ids:

@@ -1,0 +1,349 @@
+"""Authentication and resource ownership: unit tests of ``iobridge.auth`` and the HTTP matrix.
+
+Matrix: two principals (alice, bob) × every thread/agent route × {api-key, jwt}. Bob gets a
+404 for each of alice's threads (exactly the answer for a missing thread), and nothing of
+alice's changes; any request without or with bad credentials gets a 401.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jwt
+import pytest
+from pydantic import ValidationError
+from tests.conftest_pg import SQL_BACKENDS, build_app, open_backend
+
+from iobridge.agents.base import Agent
+from iobridge.agents.catalog import AgentCatalog
+from iobridge.auth import (
+    ApiKeyEntry,
+    Authenticator,
+    AuthSettings,
+    JwtSettings,
+    Principal,
+    hash_api_key,
+)
+from iobridge.errors import AuthenticationError, InputError, NotFoundError
+from iobridge.store import ThreadStore
+
+BASE = "/io-bridge"
+SECRET = "test-secret-that-is-long-enough-for-hs256!"
+ALICE_KEY, BOB_KEY = "alice-key-1", "bob-key-2"
+
+
+def token(claims: dict[str, Any], key: str = SECRET, **extra: Any) -> str:
+    body = {"exp": int(time.time()) + 600, **claims, **extra}
+    return jwt.encode(body, key, algorithm="HS256")
+
+
+def api_key_settings() -> AuthSettings:
+    return AuthSettings(
+        mode="api-key",
+        api_keys=[
+            ApiKeyEntry(sha256=hash_api_key(ALICE_KEY), principal="alice", resource_ids=["alice"]),
+            ApiKeyEntry(
+                key_env="BOB_KEY", principal="bob", resource_ids=["bob", "team"], max_effect=1
+            ),
+        ],
+    )
+
+
+def jwt_settings(**overrides: Any) -> AuthSettings:
+    return AuthSettings(mode="jwt", jwt=JwtSettings(key=SECRET, **overrides))
+
+
+# --- unit: iobridge.auth -----------------------------------------------------------------
+
+
+def test_mode_none_is_anonymous_and_resource_comes_from_request() -> None:
+    auth = Authenticator(AuthSettings())
+    principal = auth.authenticate({})
+    assert principal.resource_ids is None
+    assert auth.resolve_resource(principal, None) == "default"
+    assert auth.resolve_resource(principal, "u1") == "u1"
+    assert auth.can_access(principal, "anything")
+    assert auth.list_scope(principal, None) == frozenset({"default"})
+    with pytest.raises(InputError):
+        auth.resolve_resource(principal, "")
+
+
+def test_api_keys_by_header_bearer_and_env() -> None:
+    auth = Authenticator(api_key_settings(), environ={"BOB_KEY": BOB_KEY})
+    alice = auth.authenticate({"X-API-Key": ALICE_KEY})
+    assert alice == Principal(
+        id="alice", resource_ids=frozenset({"alice"}), default_resource="alice", max_effect=3
+    )
+    bob = auth.authenticate({"authorization": f"Bearer {BOB_KEY}"})
+    assert (bob.id, bob.default_resource, bob.max_effect) == ("bob", "bob", 1)
+    assert auth.resolve_resource(bob, "team") == "team"
+    assert auth.list_scope(bob, None) == frozenset({"bob", "team"})
+    with pytest.raises(NotFoundError):
+        auth.resolve_resource(bob, "alice")
+    assert not auth.can_access(alice, "bob")
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"X-API-Key": ""},
+        {"X-API-Key": "wrong"},
+        {"Authorization": "Basic abc"},
+        {"Authorization": "Bearer"},
+        {"Authorization": f"Token {ALICE_KEY}"},
+    ],
+)
+def test_api_key_rejections(headers: dict[str, str]) -> None:
+    auth = Authenticator(api_key_settings(), environ={"BOB_KEY": BOB_KEY})
+    with pytest.raises(AuthenticationError) as info:
+        auth.authenticate(headers)
+    assert info.value.status == 401 and info.value.code == "UNAUTHORIZED"
+
+
+def test_settings_validation() -> None:
+    with pytest.raises(ValidationError):
+        AuthSettings(mode="api-key")
+    with pytest.raises(ValidationError):
+        AuthSettings(mode="jwt")
+    with pytest.raises(ValidationError):
+        ApiKeyEntry(principal="p")  # neither digest nor env var
+    with pytest.raises(ValidationError):
+        ApiKeyEntry(sha256="abc", principal="p")  # not a SHA-256 digest
+    with pytest.raises(ValidationError):
+        ApiKeyEntry(sha256=hash_api_key("k"), principal="p", resource_ids=[])
+    with pytest.raises(ValidationError):
+        JwtSettings()
+    with pytest.raises(ValueError, match="BOB_KEY"):
+        Authenticator(api_key_settings(), environ={})
+    entry = ApiKeyEntry.model_validate(
+        {"sha256": hash_api_key("k"), "principal": "p", "resource_ids": ["r"], "max_effect": 2}
+    )
+    assert entry.resource_ids == ["r"] and entry.max_effect == 2
+
+
+def test_jwt_principal_from_claims(tmp_path: Path) -> None:
+    key_file = tmp_path / "key"
+    key_file.write_text(SECRET)
+    auth = Authenticator(
+        AuthSettings(
+            mode="jwt",
+            jwt=JwtSettings(
+                key_file=key_file,
+                audience="iobridge",
+                issuer="https://issuer",
+                resource_claim="resources",
+                principal_claim="email",
+                max_effect_claim="effect",
+            ),
+        )
+    )
+    good = token(
+        {"email": "a@x", "resources": ["r1", "r2"], "effect": 2},
+        aud="iobridge",
+        iss="https://issuer",
+    )
+    principal = auth.authenticate({"Authorization": f"Bearer {good}"})
+    assert principal == Principal(
+        id="a@x", resource_ids=frozenset({"r1", "r2"}), default_resource="r1", max_effect=2
+    )
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: token({"sub": "alice"}, key="another-secret-that-is-long-enough!!"),
+        lambda: token({"sub": "alice"}, exp=int(time.time()) - 3600),
+        lambda: jwt.encode({"sub": "alice"}, SECRET, algorithm="HS256"),  # no exp
+        lambda: token({"sub": "alice"}, aud="someone-else"),
+        lambda: token({"sub": ""}),
+        lambda: token({"sub": 5}),
+        lambda: token({}),
+        lambda: "not.a.token",
+        lambda: jwt.encode({"sub": "alice", "exp": 2**40}, "", algorithm="none"),
+    ],
+)
+def test_jwt_rejections(make: Callable[[], str]) -> None:
+    auth = Authenticator(jwt_settings(audience="iobridge"))
+    with pytest.raises(AuthenticationError):
+        auth.authenticate({"Authorization": f"Bearer {make()}"})
+
+
+def test_jwt_requires_bearer() -> None:
+    auth = Authenticator(jwt_settings())
+    with pytest.raises(AuthenticationError):
+        auth.authenticate({"X-API-Key": token({"sub": "alice"})})
+
+
+# --- HTTP matrix ---------------------------------------------------------------------------
+
+
+class NullAgent(Agent):
+    id = "helper"
+    name = "Helper"
+
+    async def run(self, ctx: Any) -> Any:  # pragma: no cover - never run here
+        yield None
+
+
+Creds = dict[str, dict[str, str]]
+
+
+def credentials(mode: str) -> Creds:
+    if mode == "api-key":
+        return {
+            "alice": {"X-API-Key": ALICE_KEY},
+            "bob": {"Authorization": f"Bearer {BOB_KEY}"},
+            "bad": {"X-API-Key": "guess"},
+        }
+    return {
+        "alice": {"Authorization": f"Bearer {token({'sub': 'alice'})}"},
+        "bob": {"Authorization": f"Bearer {token({'sub': 'bob'})}"},
+        "bad": {"Authorization": f"Bearer {token({'sub': 'alice'}, exp=1)}"},
+    }
+
+
+@pytest.fixture(params=SQL_BACKENDS)
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ThreadStore]:
+    async with open_backend(request.param, tmp_path) as opened:
+        yield opened
+
+
+@pytest.fixture(params=["api-key", "jwt"])
+async def rig(
+    request: pytest.FixtureRequest, store: ThreadStore
+) -> AsyncIterator[tuple[httpx.AsyncClient, Creds]]:
+    mode = request.param
+    settings = api_key_settings() if mode == "api-key" else jwt_settings()
+    auth = Authenticator(settings, environ={"BOB_KEY": BOB_KEY})
+    app = build_app(store, auth, AgentCatalog([NullAgent()]))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=10) as c:
+        yield c, credentials(mode)
+
+
+ROUTES: list[tuple[str, str, dict[str, Any]]] = [
+    ("GET", "/threads/{tid}", {}),
+    ("PATCH", "/threads/{tid}", {"json": {"title": "pwned"}}),
+    ("DELETE", "/threads/{tid}", {}),
+    ("GET", "/threads/{tid}/messages", {}),
+    ("GET", "/threads/{tid}/messages", {"params": {"limit": 1}}),
+]
+
+
+async def _alice_thread(client: httpx.AsyncClient, creds: Creds, store: ThreadStore) -> Any:
+    created = await client.post(
+        f"{BASE}/threads", json={"id": "secret", "title": "Alice's"}, headers=creds["alice"]
+    )
+    assert created.status_code == 201
+    assert created.json()["resourceId"] == "alice"
+    await store.append_messages("secret", [{"id": "m1", "role": "user", "content": "private"}])
+    return (await client.get(f"{BASE}/threads/secret", headers=creds["alice"])).json()
+
+
+@pytest.mark.parametrize(("method", "path", "kwargs"), ROUTES)
+async def test_foreign_thread_is_404_like_a_missing_one(
+    rig: tuple[httpx.AsyncClient, Creds],
+    store: ThreadStore,
+    method: str,
+    path: str,
+    kwargs: dict[str, Any],
+) -> None:
+    client, creds = rig
+    before = await _alice_thread(client, creds, store)
+    foreign = await client.request(
+        method, BASE + path.format(tid="secret"), headers=creds["bob"], **kwargs
+    )
+    missing = await client.request(
+        method, BASE + path.format(tid="no-such"), headers=creds["bob"], **kwargs
+    )
+    assert foreign.status_code == missing.status_code == 404
+    assert foreign.json()["error"]["code"] == missing.json()["error"]["code"] == "THREAD_NOT_FOUND"
+    # Alice still sees her thread, unchanged.
+    after = await client.get(f"{BASE}/threads/secret", headers=creds["alice"])
+    assert after.json() == before
+    assert [m["id"] for m in await store.list_messages("secret")] == ["m1"]
+
+
+async def test_listing_and_creating_across_resources(
+    rig: tuple[httpx.AsyncClient, Creds], store: ThreadStore
+) -> None:
+    client, creds = rig
+    await _alice_thread(client, creds, store)
+    bob_list = await client.get(f"{BASE}/threads", headers=creds["bob"])
+    assert bob_list.json() == {"threads": []}
+    snoop = await client.get(
+        f"{BASE}/threads", params={"resourceId": "alice"}, headers=creds["bob"]
+    )
+    assert snoop.status_code == 404
+    plant = await client.post(
+        f"{BASE}/threads", json={"id": "planted", "resourceId": "alice"}, headers=creds["bob"]
+    )
+    assert plant.status_code == 404
+    assert await store.get_thread("planted") is None
+    alice_list = await client.get(f"{BASE}/threads", headers=creds["alice"])
+    assert [t["id"] for t in alice_list.json()["threads"]] == ["secret"]
+
+
+ALL_ROUTES: list[tuple[str, str, dict[str, Any]]] = [
+    ("POST", "/threads", {"json": {"id": "x"}}),
+    ("GET", "/threads", {}),
+    *ROUTES,
+    ("GET", "/agents", {}),
+    ("GET", "/agents/helper", {}),
+]
+
+
+# Authentication happens before any store access; one SQL backend is enough here.
+@pytest.mark.parametrize("store", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("who", ["none", "bad"])
+@pytest.mark.parametrize(("method", "path", "kwargs"), ALL_ROUTES)
+async def test_missing_or_bad_credentials_are_401(
+    rig: tuple[httpx.AsyncClient, Creds],
+    store: ThreadStore,
+    who: str,
+    method: str,
+    path: str,
+    kwargs: dict[str, Any],
+) -> None:
+    client, creds = rig
+    await _alice_thread(client, creds, store)
+    headers = creds["bad"] if who == "bad" else {}
+    response = await client.request(
+        method, BASE + path.format(tid="secret"), headers=headers, **kwargs
+    )
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "UNAUTHORIZED"
+    assert await store.get_thread("x") is None
+    thread = await store.get_thread("secret")
+    assert thread is not None and thread.title == "Alice's"
+
+
+async def test_agents_with_credentials(rig: tuple[httpx.AsyncClient, Creds]) -> None:
+    client, creds = rig
+    listed = await client.get(f"{BASE}/agents", headers=creds["bob"])
+    assert [a["id"] for a in listed.json()["agents"]] == ["helper"]
+
+
+@pytest.mark.parametrize("store", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Authorization": "Basic YWxpY2U6eA=="},
+        {"Authorization": "Bearer"},
+        {"Authorization": "Bearer  "},
+        {"X-API-Key": ""},
+        {"Authorization": "bearer x.y.z"},
+    ],
+)
+async def test_malformed_authorization_headers_are_401(
+    rig: tuple[httpx.AsyncClient, Creds], headers: dict[str, str]
+) -> None:
+    client, _ = rig
+    response = await client.get(f"{BASE}/threads", headers=headers)
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "UNAUTHORIZED"

@@ -1,0 +1,218 @@
+"""Thread and message routes (Level 3) over a SQLite file and PostgreSQL, auth mode none."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from tests.conftest_pg import SQL_BACKENDS, build_app, open_backend
+
+from iobridge.auth import Authenticator, AuthSettings
+from iobridge.store import ThreadStore
+
+BASE = "/io-bridge"
+
+
+@pytest.fixture(params=SQL_BACKENDS)
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ThreadStore]:
+    async with open_backend(request.param, tmp_path) as opened:
+        yield opened
+
+
+@pytest.fixture
+async def client(store: ThreadStore) -> AsyncIterator[httpx.AsyncClient]:
+    app = build_app(store, Authenticator(AuthSettings()))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=10) as c:
+        yield c
+
+
+def assert_error(response: httpx.Response, status: int, code: str | None = None) -> None:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error"}
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+    if code is not None:
+        assert body["error"]["code"] == code
+
+
+async def test_crud_roundtrip(client: httpx.AsyncClient, store: ThreadStore) -> None:
+    created = await client.post(
+        f"{BASE}/threads",
+        json={"id": "t1", "title": "First", "metadata": {"pinned": True}, "resourceId": "u1"},
+    )
+    assert created.status_code == 201
+    thread = created.json()
+    assert thread["id"] == "t1" and thread["resourceId"] == "u1"
+    assert (thread["title"], thread["metadata"]) == ("First", {"pinned": True})
+    assert thread["createdAt"].endswith("Z") and "agentId" not in thread
+
+    got = await client.get(f"{BASE}/threads/t1")
+    assert got.status_code == 200 and got.json() == thread
+
+    patched = await client.patch(f"{BASE}/threads/t1", json={"title": "Renamed"})
+    assert patched.status_code == 200
+    assert patched.json()["title"] == "Renamed"
+    assert patched.json()["metadata"] == {"pinned": True}
+    assert patched.json()["updatedAt"] >= thread["updatedAt"]
+    patched = await client.patch(f"{BASE}/threads/t1", json={"metadata": {"n": 1}})
+    assert (patched.json()["title"], patched.json()["metadata"]) == ("Renamed", {"n": 1})
+
+    listed = await client.get(f"{BASE}/threads", params={"resourceId": "u1"})
+    assert listed.json() == {"threads": [patched.json()]}
+
+    deleted = await client.delete(f"{BASE}/threads/t1")
+    assert deleted.status_code == 204 and deleted.content == b""
+    assert_error(await client.get(f"{BASE}/threads/t1"), 404, "THREAD_NOT_FOUND")
+    assert_error(await client.delete(f"{BASE}/threads/t1"), 404, "THREAD_NOT_FOUND")
+    assert await store.get_thread("t1") is None
+
+
+async def test_create_defaults(client: httpx.AsyncClient) -> None:
+    response = await client.post(f"{BASE}/threads")
+    assert response.status_code == 201
+    thread = response.json()
+    assert len(thread["id"]) == 36  # a UUID
+    assert (thread["resourceId"], thread["title"], thread["metadata"]) == ("default", "", {})
+    listed = (await client.get(f"{BASE}/threads")).json()["threads"]
+    assert [t["id"] for t in listed] == [thread["id"]]
+
+
+async def test_create_existing_id_is_409_and_keeps_original(client: httpx.AsyncClient) -> None:
+    first = (await client.post(f"{BASE}/threads", json={"id": "t1", "title": "A"})).json()
+    again = await client.post(f"{BASE}/threads", json={"id": "t1", "title": "B"})
+    assert_error(again, 409, "THREAD_EXISTS")
+    assert (await client.get(f"{BASE}/threads/t1")).json() == first
+
+
+async def test_agent_id_is_checked_and_filters(client: httpx.AsyncClient) -> None:
+    unknown = await client.post(f"{BASE}/threads", json={"agentId": "nope"})
+    assert_error(unknown, 404, "AGENT_NOT_FOUND")
+    assert (await client.get(f"{BASE}/threads")).json() == {"threads": []}
+
+
+async def test_list_pages_with_next_cursor(client: httpx.AsyncClient) -> None:
+    for i in range(25):
+        await client.post(f"{BASE}/threads", json={"id": f"t{i:02d}", "resourceId": "r"})
+    await client.post(f"{BASE}/threads", json={"id": "elsewhere", "resourceId": "other"})
+    seen: list[str] = []
+    cursor: str | None = None
+    pages = 0
+    while True:
+        params: dict[str, Any] = {"resourceId": "r", "limit": 10}
+        if cursor:
+            params["cursor"] = cursor
+        body = (await client.get(f"{BASE}/threads", params=params)).json()
+        pages += 1
+        seen += [t["id"] for t in body["threads"]]
+        cursor = body.get("nextCursor")
+        if cursor is None:
+            assert "nextCursor" not in body
+            break
+    assert pages == 3
+    assert seen == [f"t{i:02d}" for i in reversed(range(25))]
+    default_page = (await client.get(f"{BASE}/threads", params={"resourceId": "r"})).json()
+    assert len(default_page["threads"]) == 20 and "nextCursor" in default_page
+
+
+async def test_messages_route(client: httpx.AsyncClient, store: ThreadStore) -> None:
+    await client.post(f"{BASE}/threads", json={"id": "t1"})
+    history: list[dict[str, Any]] = [
+        {"id": "u1", "role": "user", "content": "hi"},
+        {"id": "r1", "role": "reasoning", "content": "thinking"},
+        {
+            "id": "a1",
+            "role": "assistant",
+            "toolCalls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ],
+        },
+        {"id": "t1", "role": "tool", "toolCallId": "c1", "content": "done"},
+        {"id": "x1", "role": "activity", "activityType": "progress", "content": {"pct": 100}},
+        {"id": "a2", "role": "assistant", "content": "All done"},
+    ]
+    await store.append_messages("t1", history)
+    all_messages = await client.get(f"{BASE}/threads/t1/messages")
+    assert all_messages.json() == {"messages": history}
+    last_two = await client.get(f"{BASE}/threads/t1/messages", params={"limit": 2})
+    assert last_two.json() == {"messages": history[-2:]}
+    page = await client.get(f"{BASE}/threads/t1/messages", params={"limit": 2, "before": "t1"})
+    assert page.json() == {"messages": history[1:3]}
+    missing = await client.get(f"{BASE}/threads/none/messages")
+    assert_error(missing, 404, "THREAD_NOT_FOUND")
+
+
+BAD_REQUESTS: list[tuple[str, str, dict[str, Any], str]] = [
+    ("post", "/threads", {"content": b"{not json"}, "INVALID_REQUEST"),
+    ("post", "/threads", {"json": [1, 2]}, "INVALID_REQUEST"),
+    ("post", "/threads", {"json": {"title": 5}}, "INVALID_REQUEST"),
+    ("post", "/threads", {"json": {"metadata": [1]}}, "INVALID_REQUEST"),
+    ("post", "/threads", {"json": {"metadata": "x"}}, "INVALID_REQUEST"),
+    ("post", "/threads", {"json": {"title": "x" * 1025}}, "INVALID_REQUEST"),
+    ("post", "/threads", {"json": {"metadata": {"k": "x" * 70000}}}, "INVALID_REQUEST"),
+    ("post", "/threads", {"json": {"id": ""}}, "INVALID_ID"),
+    ("post", "/threads", {"json": {"id": "x" * 257}}, "INVALID_ID"),
+    ("post", "/threads", {"json": {"id": "a\nb"}}, "INVALID_ID"),
+    ("post", "/threads", {"json": {"id": 7}}, "INVALID_REQUEST"),
+    ("post", "/threads", {"json": {"resourceId": "\x07"}}, "INVALID_ID"),
+    ("post", "/threads", {"json": {"agentId": ""}}, "INVALID_ID"),
+    ("get", "/threads", {"params": {"limit": "0"}}, "INVALID_REQUEST"),
+    ("get", "/threads", {"params": {"limit": "101"}}, "INVALID_REQUEST"),
+    ("get", "/threads", {"params": {"limit": "ten"}}, "INVALID_REQUEST"),
+    ("get", "/threads", {"params": {"cursor": "garbage"}}, "INVALID_CURSOR"),
+    ("get", "/threads", {"params": {"cursor": "x" * 3000}}, "INVALID_CURSOR"),
+    ("get", "/threads", {"params": {"resourceId": ""}}, "INVALID_ID"),
+    ("get", "/threads/" + "x" * 257, {}, "INVALID_ID"),
+    ("get", "/threads/a%01b", {}, "INVALID_ID"),
+    ("patch", "/threads/keep", {"json": {"title": ["x"]}}, "INVALID_REQUEST"),
+    ("patch", "/threads/keep", {"json": {"metadata": 3}}, "INVALID_REQUEST"),
+    ("patch", "/threads/keep", {"content": b"[]"}, "INVALID_REQUEST"),
+    ("delete", "/threads/" + "x" * 257, {}, "INVALID_ID"),
+    ("get", "/threads/keep/messages", {"params": {"limit": "0"}}, "INVALID_REQUEST"),
+    ("get", "/threads/keep/messages", {"params": {"limit": "1001"}}, "INVALID_REQUEST"),
+    ("get", "/threads/keep/messages", {"params": {"before": "nope"}}, "INVALID_CURSOR"),
+]
+
+
+# Input checks happen before the store is touched; one SQL backend is enough here.
+@pytest.mark.parametrize("store", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(("method", "path", "kwargs", "code"), BAD_REQUESTS)
+async def test_bad_input_is_400_envelope_and_changes_nothing(
+    client: httpx.AsyncClient,
+    store: ThreadStore,
+    method: str,
+    path: str,
+    kwargs: dict[str, Any],
+    code: str,
+) -> None:
+    await client.post(f"{BASE}/threads", json={"id": "keep", "title": "T", "metadata": {"a": 1}})
+    await store.append_messages("keep", [{"id": "m1", "role": "user", "content": "hi"}])
+    before = (await client.get(f"{BASE}/threads")).json()
+
+    response = await client.request(method.upper(), f"{BASE}{path}", **kwargs)
+
+    assert_error(response, 400, code)
+    assert (await client.get(f"{BASE}/threads")).json() == before
+    messages = (await client.get(f"{BASE}/threads/keep/messages")).json()["messages"]
+    assert [m["id"] for m in messages] == ["m1"]
+
+
+async def test_oversized_body_is_413(client: httpx.AsyncClient) -> None:
+    response = await client.post(f"{BASE}/threads", content=b" " * (300 * 1024) + b"{}")
+    assert_error(response, 413, "PAYLOAD_TOO_LARGE")
+    assert (await client.get(f"{BASE}/threads")).json() == {"threads": []}
+
+
+async def test_resource_scoping_in_mode_none(client: httpx.AsyncClient) -> None:
+    await client.post(f"{BASE}/threads", json={"id": "t1", "resourceId": "alice"})
+    assert (await client.get(f"{BASE}/threads")).json() == {"threads": []}
+    bob = await client.get(f"{BASE}/threads", params={"resourceId": "bob"})
+    assert bob.json() == {"threads": []}
+    # Naming another resource on a thread route is a 404, like a missing thread.
+    wrong = await client.get(f"{BASE}/threads/t1", params={"resourceId": "bob"})
+    assert_error(wrong, 404, "THREAD_NOT_FOUND")
+    right = await client.get(f"{BASE}/threads/t1", params={"resourceId": "alice"})
+    assert right.status_code == 200

@@ -1,0 +1,232 @@
+"""What only the SQL store has: migrations, durability, SQLite set-up, concurrent writers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import inspect, text
+from sqlalchemy.ext.asyncio import AsyncEngine
+from tests.conftest_pg import SQL_BACKENDS, StepClock, pg_schema_engine
+
+from iobridge.store import MemoryThreadStore, SqlThreadStore, open_store, upgrade
+from iobridge.store.migrate import current_revision, head_revision, upgrade_engine
+from iobridge.store.sqlalchemy_store import make_engine
+
+
+@asynccontextmanager
+async def empty_engine(kind: str, tmp_path: Path) -> AsyncIterator[AsyncEngine]:
+    """An engine on a database (or schema) with no tables at all."""
+    if kind == "sqlite":
+        engine = make_engine(f"sqlite+aiosqlite:///{tmp_path / 'empty.db'}")
+        try:
+            yield engine
+        finally:
+            await engine.dispose()
+    else:
+        async with pg_schema_engine() as engine:
+            yield engine
+
+
+async def _tables(engine: AsyncEngine) -> set[str]:
+    async with engine.connect() as conn:
+        names = await conn.run_sync(lambda c: inspect(c).get_table_names())
+    return set(names)
+
+
+@pytest.mark.parametrize("kind", SQL_BACKENDS)
+async def test_alembic_upgrade_from_empty_database(kind: str, tmp_path: Path) -> None:
+    async with empty_engine(kind, tmp_path) as engine:
+        assert await _tables(engine) == set()
+        assert await current_revision(engine) is None
+        await upgrade_engine(engine)
+        assert await _tables(engine) == {
+            "iobridge_threads",
+            "iobridge_messages",
+            "iobridge_alembic_version",
+        }
+        assert await current_revision(engine) == head_revision() == "0001"
+        # Upgrading again is a no-op, and the store works on the result.
+        await upgrade_engine(engine)
+        store = SqlThreadStore(engine)
+        await store.create_thread("t1", resource_id="r")
+        assert await store.append_messages("t1", [{"id": "m", "role": "user", "content": ""}])
+
+
+@pytest.mark.parametrize("kind", SQL_BACKENDS)
+async def test_concurrent_upgrades_of_an_empty_database(kind: str, tmp_path: Path) -> None:
+    """Server processes starting together: one migrates, the others wait and find head."""
+    async with empty_engine(kind, tmp_path) as engine:
+        others = [
+            make_engine(
+                engine.url.render_as_string(hide_password=False),
+                **(
+                    {}
+                    if kind == "sqlite"
+                    else {
+                        "connect_args": {
+                            "server_settings": {"search_path": await _search_path(engine)}
+                        }
+                    }
+                ),
+            )
+            for _ in range(3)
+        ]
+        try:
+            await asyncio.wait_for(
+                asyncio.gather(*(upgrade_engine(e) for e in [engine, *others])), timeout=60
+            )
+        finally:
+            for other in others:
+                await other.dispose()
+        assert await current_revision(engine) == head_revision()
+
+
+async def test_upgrade_by_url_then_open_without_migrating(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'cli.db'}"
+    await upgrade(url)
+    store = await open_store(url, migrate=False)
+    try:
+        assert await store.list_threads(None) == ([], None)
+    finally:
+        await store.close()
+
+
+async def test_memory_url_opens_memory_store() -> None:
+    assert isinstance(await open_store("memory://"), MemoryThreadStore)
+
+
+@pytest.mark.parametrize("kind", SQL_BACKENDS)
+async def test_history_survives_reopening_from_a_fresh_engine(kind: str, tmp_path: Path) -> None:
+    messages: list[dict[str, Any]] = [
+        {"id": "u1", "role": "user", "content": "weather?"},
+        {
+            "id": "a1",
+            "role": "assistant",
+            "toolCalls": [
+                {"id": "c1", "type": "function", "function": {"name": "w", "arguments": "{}"}}
+            ],
+        },
+        {"id": "t1", "role": "tool", "toolCallId": "c1", "content": "sunny"},
+    ]
+    if kind == "sqlite":
+        url = f"sqlite+aiosqlite:///{tmp_path / 'durable.db'}"
+        first = await open_store(url)
+        await first.create_thread("th", resource_id="r", title="Weather", metadata={"a": 1})
+        await first.append_messages("th", messages)
+        before = await first.get_thread("th")
+        await first.close()
+        second = await open_store(url)
+        try:
+            assert await second.get_thread("th") == before
+            assert await second.list_messages("th") == messages
+        finally:
+            await second.close()
+        return
+    async with pg_schema_engine() as engine:
+        await upgrade_engine(engine)
+        first = SqlThreadStore(engine)
+        await first.create_thread("th", resource_id="r", title="Weather", metadata={"a": 1})
+        await first.append_messages("th", messages)
+        before = await first.get_thread("th")
+        await engine.dispose()  # every pooled connection closed; a fresh one reads back
+        second = SqlThreadStore(engine)
+        assert await second.get_thread("th") == before
+        assert await second.list_messages("th") == messages
+
+
+async def test_sqlite_uses_wal_and_busy_timeout(tmp_path: Path) -> None:
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path / 'wal.db'}")
+    assert isinstance(store, SqlThreadStore)
+    try:
+        async with store.engine.connect() as conn:
+            assert (await conn.execute(text("PRAGMA journal_mode"))).scalar() == "wal"
+            assert (await conn.execute(text("PRAGMA busy_timeout"))).scalar() == 30000
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("kind", SQL_BACKENDS)
+async def test_concurrent_appends_from_two_engines(kind: str, tmp_path: Path) -> None:
+    """Two stores (two pools, as two server processes would have) append to one thread."""
+
+    async def run(a: SqlThreadStore, b: SqlThreadStore) -> None:
+        await a.create_thread("th", resource_id="r")
+        jobs = [
+            (a if i % 2 else b).append_messages(
+                "th", [{"id": f"m{i}-{j}", "role": "user", "content": ""} for j in range(3)]
+            )
+            for i in range(20)
+        ]
+        # The same message id from both writers at once is stored exactly once.
+        jobs += [
+            s.append_messages("th", [{"id": "dup", "role": "user", "content": ""}]) for s in (a, b)
+        ]
+        await asyncio.wait_for(asyncio.gather(*jobs), timeout=30)
+        stored = await a.list_messages("th")
+        ids = [m["id"] for m in stored]
+        assert len(ids) == 61 and len(set(ids)) == 61
+        for i in range(20):  # each batch stays contiguous and in order
+            start = ids.index(f"m{i}-0")
+            assert ids[start : start + 3] == [f"m{i}-{j}" for j in range(3)]
+
+    if kind == "sqlite":
+        url = f"sqlite+aiosqlite:///{tmp_path / 'race.db'}"
+        a, b = await open_store(url), await open_store(url)
+        assert isinstance(a, SqlThreadStore) and isinstance(b, SqlThreadStore)
+        try:
+            await run(a, b)
+        finally:
+            await a.close()
+            await b.close()
+        return
+    async with pg_schema_engine() as engine:
+        await upgrade_engine(engine)
+        other = make_engine(
+            engine.url.render_as_string(hide_password=False),
+            connect_args={"server_settings": {"search_path": await _search_path(engine)}},
+        )
+        try:
+            await run(SqlThreadStore(engine), SqlThreadStore(other))
+        finally:
+            await other.dispose()
+
+
+async def _search_path(engine: AsyncEngine) -> str:
+    async with engine.connect() as conn:
+        return str((await conn.execute(text("SHOW search_path"))).scalar())
+
+
+async def test_store_clock_is_used(tmp_path: Path) -> None:
+    clock = StepClock()
+    store = await open_store(f"sqlite+aiosqlite:///{tmp_path / 'c.db'}", clock=clock)
+    try:
+        thread = await store.create_thread("t", resource_id="r")
+        assert thread.created_at == clock.now
+        assert (await store.get_thread("t")) == thread
+    finally:
+        await store.close()
+
+
+def test_plain_alembic_cli_path_uses_the_url(tmp_path: Path) -> None:
+    """``alembic -x``-style use without a passed connection: env.py opens its own engine."""
+    from alembic import command
+
+    from iobridge.store.migrate import alembic_config
+
+    url = f"sqlite+aiosqlite:///{tmp_path / 'cli%.db'}"
+    command.upgrade(alembic_config(url), "head")
+    assert (tmp_path / "cli%.db").exists()
+
+    async def check() -> str | None:
+        engine = make_engine(url)
+        try:
+            return await current_revision(engine)
+        finally:
+            await engine.dispose()
+
+    assert asyncio.run(check()) == head_revision()
