@@ -12,7 +12,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from iobridge.agents.context import ToolResult
 from iobridge.errors import InputError
 from iobridge.http.body import read_body, read_json_object
-from iobridge.protocol.run_input import parse_run_input
+from iobridge.http.security import CurrentPrincipal
+from iobridge.protocol.run_input import RUN_AGENT_INPUT_SCHEMA, parse_run_input
 from iobridge.protocol.sse import PING, sse_frames
 from iobridge.runtime.engine import Runtime
 from iobridge.runtime.run import Run
@@ -20,14 +21,6 @@ from iobridge.runtime.run import Run
 router = APIRouter()
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
-
-def _principal(request: Request) -> Any:
-    return request.app.state.authenticator.authenticate(request.headers)
-
-
-def _scope(request: Request, principal: Any) -> frozenset[str] | None:
-    return principal.resource_ids  # type: ignore[no-any-return]
 
 
 async def _follow(runtime: Runtime, run: Run, after: int, ping: float) -> AsyncIterator[bytes]:
@@ -49,15 +42,25 @@ def _sse(request: Request, run: Run, after: int = 0) -> StreamingResponse:
     )
 
 
-@router.post("/run", summary="Start a run and stream its AG-UI events (SSE)")
-async def start_run(request: Request) -> StreamingResponse:
+@router.post(
+    "/run",
+    summary="Start a run and stream its AG-UI events (SSE)",
+    response_class=StreamingResponse,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": RUN_AGENT_INPUT_SCHEMA}},
+        },
+        "responses": {"200": {"content": {"text/event-stream": {}}}},
+    },
+)
+async def start_run(request: Request, principal: CurrentPrincipal) -> StreamingResponse:
     """Parse a RunAgentInput, start the run, and stream its events.
 
     Errors before the stream starts are JSON envelopes: 400 bad body, 401 credentials,
     404 unknown agent or foreign thread, 409 runId running or thread busy, 413 too large.
     """
     state = request.app.state
-    principal = _principal(request)
     body = await read_body(request, state.settings.max_body_bytes)
     run_input = parse_run_input(body)
     requested = run_input.forwarded_props.get("resourceId")
@@ -100,26 +103,28 @@ def parse_tool_result(data: dict[str, Any]) -> ToolResult:
     "/runs/{run_id}/tool-calls/{tool_call_id}/result",
     summary="Submit a frontend tool's result to its live run",
 )
-async def submit_tool_result(request: Request, run_id: str, tool_call_id: str) -> JSONResponse:
+async def submit_tool_result(
+    request: Request, run_id: str, tool_call_id: str, principal: CurrentPrincipal
+) -> JSONResponse:
     """200 accepted; 404 unknown run/call (or a server tool's call); 409 already answered."""
     state = request.app.state
-    principal = _principal(request)
     data = await read_json_object(request, state.settings.max_body_bytes)
     result = parse_tool_result(data)
     state.runtime.submit_tool_result(
-        run_id, tool_call_id, result, resource_ids=_scope(request, principal)
+        run_id, tool_call_id, result, resource_ids=principal.resource_ids
     )
     return JSONResponse({"status": "accepted"})
 
 
 @router.get("/runs/{run_id}/events", summary="Resume a run's SSE stream (Last-Event-ID)")
-async def resume_run(request: Request, run_id: str) -> StreamingResponse:
+async def resume_run(
+    request: Request, run_id: str, principal: CurrentPrincipal
+) -> StreamingResponse:
     """Replay the retained events after ``Last-Event-ID`` (or ``?after=``), then follow live.
 
     An extension over the io protocol: a client that lost its stream reconnects here.
     """
-    principal = _principal(request)
-    run = request.app.state.runtime.get_run(run_id, resource_ids=_scope(request, principal))
+    run = request.app.state.runtime.get_run(run_id, resource_ids=principal.resource_ids)
     raw = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
     if not raw.isdigit() or int(raw) > run.log.last_seq:
         raise InputError("Last-Event-ID must be an event id of this run", code="INVALID_CURSOR")
@@ -127,14 +132,13 @@ async def resume_run(request: Request, run_id: str) -> StreamingResponse:
 
 
 @router.post("/runs/{run_id}/cancel", summary="Cancel a live run")
-async def cancel_run(request: Request, run_id: str) -> Response:
+async def cancel_run(request: Request, run_id: str, principal: CurrentPrincipal) -> Response:
     """Stop the run (agent and pending tools); it ends with RUN_FINISHED outcome cancelled.
 
     202 when the run was stopped, 200 when it had already ended.
     """
-    principal = _principal(request)
     runtime: Runtime = request.app.state.runtime
-    run = runtime.get_run(run_id, resource_ids=_scope(request, principal))
+    run = runtime.get_run(run_id, resource_ids=principal.resource_ids)
     stopped = runtime.cancel(run)
     return JSONResponse(
         {"status": "cancelling" if stopped else "ended"}, status_code=202 if stopped else 200

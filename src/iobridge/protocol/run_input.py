@@ -125,6 +125,23 @@ class _RunAgentInput(_Open):
 
 
 _message_adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(_Message)
+
+
+def _inline_refs(schema: Any, defs: dict[str, Any]) -> Any:
+    """Replace local ``$defs`` references (they do not resolve inside an OpenAPI document)."""
+    if isinstance(schema, dict):
+        ref = schema.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            return _inline_refs(defs[ref.removeprefix("#/$defs/")], defs)
+        return {k: _inline_refs(v, defs) for k, v in schema.items() if k != "$defs"}
+    if isinstance(schema, list):
+        return [_inline_refs(item, defs) for item in schema]
+    return schema
+
+
+_raw_schema = _RunAgentInput.model_json_schema(by_alias=True)
+#: JSON Schema of the accepted body, for the OpenAPI document.
+RUN_AGENT_INPUT_SCHEMA: dict[str, Any] = _inline_refs(_raw_schema, _raw_schema.get("$defs", {}))
 _input_adapter: pydantic.TypeAdapter[_RunAgentInput] = pydantic.TypeAdapter(_RunAgentInput)
 
 
