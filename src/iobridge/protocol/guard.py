@@ -158,6 +158,21 @@ class LifecycleGuard:
         self._handle(event)
         return self._drain()
 
+    def feed_text_content(self, message_id: str, delta: str) -> list[Event]:
+        """``feed`` of a TEXT_MESSAGE_CONTENT built by the caller (the hot path of a run).
+
+        Same rules as ``feed``; the common case (an open message, a non-empty string
+        delta) skips the generic dispatch.
+        """
+        if (
+            self.state is GuardState.RUNNING
+            and message_id in self._texts
+            and type(delta) is str
+            and delta
+        ):
+            return [{"type": ev.TEXT_MESSAGE_CONTENT, "messageId": message_id, "delta": delta}]
+        return self.feed(ev.text_content(message_id, delta))
+
     def finish(self, *, result: Any = None, outcome: dict[str, Any] | None = None) -> list[Event]:
         """Close everything open and emit RUN_FINISHED."""
         if self.ended:

@@ -32,12 +32,12 @@ class Transcript:
         if self._sealed:
             return
         kind = event["type"]
-        if kind == ev.TEXT_MESSAGE_START:
+        if kind in (ev.TEXT_MESSAGE_CONTENT, ev.REASONING_MESSAGE_CONTENT):
+            self._parts.setdefault(event["messageId"], []).append(event["delta"])
+        elif kind == ev.TEXT_MESSAGE_START:
             self._assistant(event["messageId"])
             self._parts.setdefault(event["messageId"], [])
             self._open.add(event["messageId"])
-        elif kind in (ev.TEXT_MESSAGE_CONTENT, ev.REASONING_MESSAGE_CONTENT):
-            self._parts.setdefault(event["messageId"], []).append(event["delta"])
         elif kind in (ev.TEXT_MESSAGE_END, ev.REASONING_MESSAGE_END):
             self._open.discard(event["messageId"])
         elif kind == ev.TOOL_CALL_START:

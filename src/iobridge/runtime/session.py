@@ -108,13 +108,17 @@ class Session:
 
     def emit(self, output: out.AgentOutput) -> None:
         """Translate one agent output into events."""
+        if type(output) is str and self._text_id is not None:
+            # The hot path: one more delta of the open text message.
+            events = self.guard.feed_text_content(self._text_id, output)
+            if events:
+                event = events[0]
+                self.transcript.apply(event)
+                self.run.log.append(encode_event(event))
+                return
         if self.guard.ended:
             raise RunEnded()
         if type(output) is str:
-            if self._text_id is not None:  # the hot path: one more delta of open text
-                self.push({"type": ev.TEXT_MESSAGE_CONTENT, "messageId": self._text_id,
-                           "delta": output})
-                return
             output = out.TextDelta(delta=output)
         elif isinstance(output, str):
             output = out.TextDelta(delta=str(output))
