@@ -382,8 +382,8 @@ async def test_resume_is_refused_for_another_principal(
     harness: StartHarness, client_key: Any, other_key: Any
 ) -> None:
     peers = [
-        {"fingerprint": client_key.fingerprint, "principal": "alice", "resourceIds": ["ra"]},
-        {"fingerprint": other_key.fingerprint, "principal": "bob", "resourceIds": ["rb"]},
+        {"fingerprint": client_key.fingerprint, "principal": "alice", "resource_ids": ["ra"]},
+        {"fingerprint": other_key.fingerprint, "principal": "bob", "resource_ids": ["rb"]},
     ]
     auth = {"mode": "api-key", "api_keys": [{"sha256": "0" * 64, "principal": "x"}]}
     async with harness(agents=[counting_agent()], auth=auth, npamp={"peers": peers}) as h:
@@ -508,8 +508,8 @@ async def test_clause6_client_labels_every_run_and_a_favourable_label_grants_not
     harness: StartHarness, client_key: Any
 ) -> None:
     peers = [
-        {"fingerprint": client_key.fingerprint, "principal": "alice", "resourceIds": ["ra"],
-         "maxEffect": 3},
+        {"fingerprint": client_key.fingerprint, "principal": "alice", "resource_ids": ["ra"],
+         "max_effect": 3},
     ]
     auth = {"mode": "api-key", "api_keys": [{"sha256": "0" * 64, "principal": "x"}]}
     async with harness(auth=auth, npamp={"peers": peers}) as h, h.client(client_key) as client:

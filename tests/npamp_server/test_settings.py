@@ -32,8 +32,8 @@ def test_defaults_agree_with_nobody_and_listen_nowhere() -> None:
     [
         {"agui_peers": ["sha256:xyz"]},
         {"peers": [{"fingerprint": "md5:00", "principal": "p"}]},
-        {"peers": [{"fingerprint": ALICE.fingerprint, "principal": "p", "resourceIds": []}]},
-        {"peers": [{"fingerprint": ALICE.fingerprint, "principal": "p", "maxEffect": 4}]},
+        {"peers": [{"fingerprint": ALICE.fingerprint, "principal": "p", "resource_ids": []}]},
+        {"peers": [{"fingerprint": ALICE.fingerprint, "principal": "p", "max_effect": 4}]},
         {"channels": [0x000C]},
         {"channels": []},
         {"agui_protocol_id": 0x00},
@@ -56,7 +56,7 @@ def test_configured_peer_maps_to_its_principal_and_others_to_nobody() -> None:
     settings = NpampSettings(
         peers=[
             {"fingerprint": ALICE.fingerprint.upper().replace("SHA256", "sha256"),
-             "principal": "alice", "resourceIds": ["ra", "rb"], "maxEffect": 1},
+             "principal": "alice", "resource_ids": ["ra", "rb"], "max_effect": 1},
         ],
         agui_peers=[ALICE.fingerprint],
     )

@@ -41,11 +41,11 @@ class NpampPeer(BaseModel):
     fingerprint: str
     principal: str
     #: Allowed resourceIds; ``None`` allows any.
-    resource_ids: list[str] | None = Field(default=None, alias="resourceIds")
+    resource_ids: list[str] | None = None
     #: Used when a run names no ``forwardedProps.resourceId`` (default: the first allowed).
-    default_resource: str | None = Field(default=None, alias="defaultResource")
+    default_resource: str | None = None
     #: Most severe SafetyLabel effect this peer may request (0 read_only .. 3 destructive).
-    max_effect: int = Field(default=3, ge=0, le=3, alias="maxEffect")
+    max_effect: int = Field(default=3, ge=0, le=3)
 
     @field_validator("fingerprint")
     @classmethod
