@@ -103,9 +103,11 @@ class StoreMemory:
         incoming = new_messages(stored, run_input.messages)
         if not options.read_only:
             if thread is None:
-                await self.store.get_or_create_thread(
+                thread, _ = await self.store.get_or_create_thread(
                     run_input.thread_id, resource_id=resource_id, agent_id=agent_id
                 )
+                if thread.resource_id != resource_id:  # created by someone else meanwhile
+                    raise NotFoundError("thread not found", code="THREAD_NOT_FOUND")
             if incoming:
                 await self.store.append_messages(run_input.thread_id, incoming)
             if options.generate_title:

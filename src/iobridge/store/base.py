@@ -222,16 +222,14 @@ class ThreadStore(ABC):
         The run engine uses this for client-minted thread ids; checking that an existing
         thread belongs to the caller's resource stays with the caller.
         """
-        thread = await self.get_thread(thread_id)
-        if thread is not None:
-            return thread, False
+        # Create first: callers use this for ids they just found missing, so the insert
+        # usually succeeds in one round trip; a conflict means it exists (or just appeared).
         try:
             return (
                 await self.create_thread(thread_id, resource_id=resource_id, agent_id=agent_id),
                 True,
             )
         except ConflictError:
-            # Another request created it in between.
             thread = await self.get_thread(thread_id)
             if thread is None:
                 raise
