@@ -6,8 +6,10 @@ import asyncio
 import contextlib
 import ssl
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
+import google_crc32c
 import pytest
 
 from iobridge.npamp.aio import Association, Handler, NpampServer, TransportConfig, connect, serve
@@ -15,10 +17,12 @@ from iobridge.npamp.connection import NpampConnection
 from iobridge.npamp.connection_state import AssociationState
 from iobridge.npamp.errors import (
     AeadFailure,
+    CrcMismatch,
     HandshakeTimeout,
     NpampError,
     RemoteProtocolError,
     ReplayedSequence,
+    SequenceGap,
     TransportError,
 )
 from iobridge.npamp.events import FrameReceived
@@ -233,7 +237,25 @@ async def _raw_client(
     return conn, reader, writer
 
 
-@pytest.mark.parametrize("tamper", ["ciphertext", "replay"])
+def _relabel(frame: bytes, channel: int) -> bytes:
+    """The same sealed frame claiming another channel, with a valid header CRC."""
+    out = bytearray(frame)
+    out[7:9] = channel.to_bytes(2, "big")
+    out[21:25] = google_crc32c.value(bytes(out[:21])).to_bytes(4, "big")
+    return bytes(out)
+
+
+_TAMPERS = {
+    "header": CrcMismatch,
+    "ciphertext": AeadFailure,
+    "tag": AeadFailure,
+    "replay": ReplayedSequence,
+    "skip": SequenceGap,
+    "wrong_channel_key": AeadFailure,
+}
+
+
+@pytest.mark.parametrize("tamper", list(_TAMPERS))
 async def test_tampered_frame_over_tls_rejected_nothing_delivered(
     certs: tuple[Path, Path], tamper: str
 ) -> None:
@@ -253,16 +275,47 @@ async def test_tampered_frame_over_tls_rejected_nothing_delivered(
         good = conn.data_to_send()
         conn.send_frame(BRIDGE, 0x0200, b"evil")
         bad = bytearray(conn.data_to_send())
-        if tamper == "ciphertext":
+        if tamper == "header":
+            bad[12] ^= 0x01  # a sequence-number bit: the CRC no longer matches
+        elif tamper == "ciphertext":
             bad[40] ^= 0x01
-        else:
+        elif tamper == "tag":
+            bad[-1] ^= 0x80
+        elif tamper == "replay":
             bad = bytearray(good)
+        elif tamper == "skip":
+            conn.send_frame(BRIDGE, 0x0200, b"after the skipped one")
+            bad = bytearray(conn.data_to_send())
+        else:  # sealed with the Interaction channel's key, at the Bridge's next number
+            conn.send_frame(INTERACTION, 0x0200, b"x")
+            conn.send_frame(INTERACTION, 0x0200, b"evil")
+            last = conn.data_to_send()[-(36 + len(b"evil") + 16) :]  # header, "evil", tag
+            bad = bytearray(_relabel(last, BRIDGE))
         writer.write(good + bytes(bad))
         await writer.drain()
         assert await reader.read(65536) == b""  # server aborts without a reply
         writer.close()
-    expected = AeadFailure if tamper == "ciphertext" else ReplayedSequence
-    assert seen == [b"good", expected]
+    assert seen == [b"good", _TAMPERS[tamper]]
+
+
+async def test_profile_downgrade_refused_over_tls(certs: tuple[Path, Path]) -> None:
+    """A server whose minimum is High refuses a client that offers only Standard."""
+    client_cfg, server_cfg = _configs(Profile.STANDARD)
+    high_only = replace(
+        server_cfg.handshake, profiles=(Profile.HIGH,), min_profile=Profile.HIGH
+    )
+    server_cfg = replace(server_cfg, handshake=high_only)
+    called = False
+
+    async def handler(assoc: Association) -> None:
+        nonlocal called
+        called = True
+
+    async with _start(certs, server_cfg, handler) as srv, asyncio.timeout(10):
+        with pytest.raises(NpampError):
+            async with connect("127.0.0.1", srv.port, client_ssl_context(certs[0]), client_cfg):
+                pass
+    assert not called
 
 
 async def test_server_times_out_silent_client(certs: tuple[Path, Path]) -> None:
