@@ -165,15 +165,47 @@ async def test_next_run_tool_mode_continues_from_the_tool_message(serve: Any) ->
     assert [m["role"] for m in stored] == ["user", "assistant", "tool", "assistant"]
 
 
+TWO_KEYS = {
+    "mode": "api-key",
+    "api_keys": [
+        {"sha256": hash_api_key("key-a"), "principal": "alice", "resource_ids": ["ra"]},
+        {"sha256": hash_api_key("key-b"), "principal": "bob", "resource_ids": ["rb"]},
+    ],
+}
+
+
+async def test_run_routes_are_owned_by_the_runs_resource(serve: Any) -> None:
+    server = serve(auth=TWO_KEYS)
+    alice, bob = {"X-API-Key": "key-a"}, {"X-API-Key": "key-b"}
+    body = run_body("get_weather", tools=[WEATHER])
+    async with (
+        httpx.AsyncClient(base_url=server.url) as client,
+        client.stream("POST", "/io-bridge/run", json=body, headers=alice) as response,
+    ):
+        async for line in response.aiter_lines():
+            if '"TOOL_CALL_END"' not in line:
+                continue
+            call_id = line.split('"toolCallId":"')[1].split('"')[0]
+            result = f"/io-bridge/runs/r1/tool-calls/{call_id}/result"
+            for method, path, payload in (
+                ("POST", result, {"result": "stolen"}),
+                ("GET", "/io-bridge/runs/r1/events", None),
+                ("POST", "/io-bridge/runs/r1/cancel", None),
+            ):
+                foreign = await client.request(method, path, json=payload, headers=bob)
+                assert foreign.status_code == 404, path
+                assert foreign.json()["error"]["code"] == "RUN_NOT_FOUND"
+                anonymous = await client.request(method, path, json=payload)
+                assert anonymous.status_code == 401, path
+            # Nothing was consumed by the refused calls: the owner's answer still lands.
+            assert len(server.runtime.pending) == 1
+            mine = await client.post(result, json={"result": "sunny"}, headers=alice)
+            assert mine.status_code == 200
+    assert server.runtime.get_run("r1").status.value == "finished"
+
+
 async def test_runs_on_foreign_threads_are_404_before_streaming(serve: Any) -> None:
-    auth = {
-        "mode": "api-key",
-        "api_keys": [
-            {"sha256": hash_api_key("key-a"), "principal": "alice", "resource_ids": ["ra"]},
-            {"sha256": hash_api_key("key-b"), "principal": "bob", "resource_ids": ["rb"]},
-        ],
-    }
-    server = serve(auth=auth)
+    server = serve(auth=TWO_KEYS)
     alice = {"X-API-Key": "key-a"}
     bob = {"X-API-Key": "key-b"}
     async with httpx.AsyncClient(base_url=server.url) as client:
