@@ -153,6 +153,8 @@ _SC_FLAG_CANCEL_ACK = 0x02
 _MAX_U64 = (1 << 64) - 1
 _TL = struct.Struct(">HH")
 _SC = struct.Struct(">BBBQ")
+#: The whole StreamControl TLV: type, length, then the value above.
+_SC_TLV = struct.Struct(">HHBBBQ")
 
 
 class FrameType(IntEnum):
@@ -403,10 +405,27 @@ def pull_envelope(value: bytes) -> BridgeEnvelope:
 
 def push_stream_control(sc: StreamControl) -> bytes:
     """Encode the StreamControl as a complete TLV (type 0x0011, 11-octet value)."""
-    flags = (_SC_FLAG_RESUMABLE if sc.resumable else 0) | (
-        _SC_FLAG_CANCEL_ACK if sc.cancel_ack else 0
+    return stream_control_tlv(
+        sc.control, sc.event_id, resumable=sc.resumable, cancel_ack=sc.cancel_ack,
+        version=sc.version,
     )
-    return push_tlv(TlvType.STREAM_CONTROL, _SC.pack(sc.version, sc.control, flags, sc.event_id))
+
+
+def stream_control_tlv(
+    control: int,
+    event_id: int,
+    *,
+    resumable: bool = False,
+    cancel_ack: bool = False,
+    version: int = STREAM_CONTROL_VERSION,
+) -> bytes:
+    """A StreamControl TLV from its fields (no dataclass: the per-event producer path).
+
+    Raises:
+        struct.error: A field does not fit its width (callers pass checked values).
+    """
+    flags = (_SC_FLAG_RESUMABLE if resumable else 0) | (_SC_FLAG_CANCEL_ACK if cancel_ack else 0)
+    return _SC_TLV.pack(TlvType.STREAM_CONTROL, _SC.size, version, control, flags, event_id)
 
 
 def pull_stream_control(value: bytes) -> StreamControl:

@@ -48,6 +48,7 @@ from iobridge.npamp.bridge import (
     pull_bridge_message,
     push_bridge_error_body,
     push_bridge_message,
+    stream_control_tlv,
 )
 from iobridge.npamp.errors import InvalidState
 from iobridge.npamp.safety import DEFAULT_RUN_LABEL, effective_effect
@@ -103,6 +104,8 @@ class _Stream:
     floor: int | None = None
     resumable: bool = False
     label: SafetyLabel | None = None
+    #: Producer: the encoded envelope TLV of this stream's data frames (constant per stream).
+    data_envelope: bytes = b""
 
     def expect(self, event: StreamInput, *, local: bool) -> StreamState:
         """The state ``event`` leads to; a pair missing from the table sends us to ``ERROR``."""
@@ -275,7 +278,21 @@ class BridgeSession:
         """
         stream = self._get(Role.PRODUCER, correlation_id)
         stream.step(StreamInput.SEND_DATA, local=True)
-        return self._send_stream_frame(stream, FrameType.BRIDGE_STREAM_DATA, data)
+        if not stream.data_envelope:
+            # The first data frame goes through the checked encoder; later ones reuse its
+            # (identical) envelope and only pack a new StreamControl: the per-event path.
+            event_id = self._send_stream_frame(stream, FrameType.BRIDGE_STREAM_DATA, data)
+            payload = self._outbox[-1][1]  # envelope TLV first: type(2) length(2) value
+            stream.data_envelope = payload[: 4 + int.from_bytes(payload[2:4], "big")]
+            return event_id
+        if stream.last_event_id >= _MAX_U64:
+            raise InvalidState("the stream's u64 event_id space is exhausted")
+        stream.last_event_id += 1
+        control = stream_control_tlv(Control.DATA, stream.last_event_id, resumable=self.resumable)
+        self._outbox.append(
+            (FrameType.BRIDGE_STREAM_DATA, stream.data_envelope + control + data)
+        )
+        return stream.last_event_id
 
     def end_stream(self, correlation_id: bytes, data: bytes = b"") -> int:
         """Queue the single terminating BRIDGE_STREAM_END (``final``), after the last event.
