@@ -2,14 +2,39 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
+import pydantic
 import typer
 
 from iobridge.npamp_server.cli import app as npamp_app
 
+if TYPE_CHECKING:
+    from iobridge.config import Settings
+
 app = typer.Typer(help="iobridge: io.Intelligence Agent Protocol backend.", no_args_is_help=True)
+
+
+def load_settings(config: Path | None, **overrides: Any) -> Settings:
+    """Settings for a command; a bad file or value is one clear line and exit status 2."""
+    from iobridge.config import Settings
+
+    try:
+        return Settings.load(config, **overrides)
+    except FileNotFoundError as exc:
+        message = f"config file not found: {exc.filename}"
+    except tomllib.TOMLDecodeError as exc:
+        message = f"config file is not valid TOML: {exc}"
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
+            for err in exc.errors(include_url=False)
+        )
+        message = f"invalid configuration: {problems}"
+    typer.echo(f"iobridge: {message}", err=True)
+    raise typer.Exit(2)
 
 
 @app.callback()
@@ -33,12 +58,11 @@ def serve(
     """Serve the bridge over HTTP, and over N-PAMP when a port is set (one process, one loop)."""
     import uvicorn
 
-    from iobridge.config import Settings
     from iobridge.http.app import create_app
     from iobridge.npamp_server.server import install
 
     npamp = {"port": npamp_port} if npamp_port is not None else None
-    settings = Settings.load(config, host=host, port=port, prefix=prefix, npamp=npamp)
+    settings = load_settings(config, host=host, port=port, prefix=prefix, npamp=npamp)
     application = create_app(settings)
     install(application, application.state.bridge)
     uvicorn.run(
@@ -64,10 +88,9 @@ def db_upgrade(
     """Apply the schema migrations to the configured database."""
     import asyncio
 
-    from iobridge.config import Settings
     from iobridge.store.migrate import upgrade
 
-    settings = Settings.load(config, database_url=database_url)
+    settings = load_settings(config, database_url=database_url)
     asyncio.run(upgrade(settings.database_url))
     typer.echo("database is at the latest schema")
 

@@ -1,0 +1,75 @@
+"""Settings precedence and the command line (``iobridge serve`` / ``db upgrade``)."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from iobridge.cli import app
+from iobridge.config import Settings
+
+runner = CliRunner()
+
+
+def test_file_then_environment_then_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "iobridge.toml"
+    config.write_text(
+        'port = 9001\nprefix = "/from-file"\nping_interval = 3\n[auth]\nmode = "none"\n'
+    )
+    monkeypatch.setenv("IOBRIDGE_PORT", "9002")
+    monkeypatch.setenv("IOBRIDGE_TOOL_TIMEOUT", "12")
+    settings = Settings.load(config, prefix="/from-flag")
+    assert settings.port == 9002  # the environment beats the file
+    assert settings.prefix == "/from-flag"  # a flag beats both
+    assert settings.ping_interval == 3  # the file beats the default
+    assert settings.tool_timeout == 12
+
+
+def test_config_file_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "other.toml"
+    config.write_text('prefix = "/env-named"\n')
+    monkeypatch.setenv("IOBRIDGE_CONFIG", str(config))
+    assert Settings.load().prefix == "/env-named"
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (None, "config file not found"),
+        ("port = [", "not valid TOML"),
+        ("port = 70000", "invalid configuration: port"),
+        ('tool_result_mode = "sometimes"', "invalid configuration: tool_result_mode"),
+        ('[auth]\nmode = "magic"', "invalid configuration: auth.mode"),
+    ],
+)
+def test_bad_configuration_is_one_clear_line(
+    tmp_path: Path, content: str | None, expected: str
+) -> None:
+    config = tmp_path / "iobridge.toml"
+    if content is not None:
+        config.write_text(content)
+    result = runner.invoke(app, ["db", "upgrade", "--config", str(config)])
+    assert result.exit_code == 2
+    assert expected in result.output
+    assert "Traceback" not in result.output
+
+
+def test_db_upgrade_creates_the_schema(tmp_path: Path) -> None:
+    db = tmp_path / "fresh.db"
+    result = runner.invoke(app, ["db", "upgrade", "--database-url", f"sqlite+aiosqlite:///{db}"])
+    assert result.exit_code == 0, result.output
+    with sqlite3.connect(db) as conn:
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    assert {"iobridge_threads", "iobridge_messages", "iobridge_alembic_version"} <= tables
+    again = runner.invoke(app, ["db", "upgrade", "--database-url", f"sqlite+aiosqlite:///{db}"])
+    assert again.exit_code == 0  # idempotent
+
+
+def test_serve_documents_its_flags() -> None:
+    result = runner.invoke(app, ["serve", "--help"])
+    assert result.exit_code == 0
+    for flag in ("--host", "--port", "--prefix", "--config", "--npamp-port"):
+        assert flag in result.output
