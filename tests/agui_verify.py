@@ -54,6 +54,7 @@ OPTIONAL_STRINGS: dict[str, tuple[str, ...]] = {
 KNOWN_TYPES = frozenset(REQUIRED_STRINGS) | {"RAW", "STATE_SNAPSHOT", "STATE_DELTA",
                                               "MESSAGES_SNAPSHOT"}
 TEXT_ROLES = frozenset({"developer", "system", "assistant", "user"})
+NULLABLE = {"CUSTOM": "/value", "RAW": "/event", "STATE_SNAPSHOT": "/snapshot"}
 OUTCOME_TYPES = frozenset({"success", "interrupt", "cancelled"})
 
 
@@ -83,6 +84,8 @@ def _check_shape(index: int, event: dict[str, Any]) -> str:
         raise StreamError(f"#{index}: event without a string type: {event!r}")
     # Unknown types are dropped by the client: only their top level must be null-free.
     nulls = _nulls(event, "", deep=kind in KNOWN_TYPES)
+    # A required member typed "any" may be null (CUSTOM.value, RAW.event, STATE_SNAPSHOT).
+    nulls = [n for n in nulls if n != NULLABLE.get(kind)]
     if nulls:
         raise StreamError(f"#{index} {kind}: null members {nulls}")
     stamp = event.get("timestamp")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ag_ui_validate.pytest_plugin import assert_valid_agui
 from harness import run_client
 
 from agui_verify import verify_events
@@ -38,6 +39,8 @@ def check(report: dict[str, Any]) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = report["events"]
     verify_events(events, thread_id=report["threadId"], run_id=report["runId"])
     verify_events(report["wire"], thread_id=report["threadId"], run_id=report["runId"])
+    # And the third-party conformance validator (ag-ui-validate), warnings included.
+    assert_valid_agui(report["wire"], max_warnings=0)
     assert kinds(events) == kinds(report["wire"])
     return events
 

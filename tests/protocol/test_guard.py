@@ -84,8 +84,8 @@ def test_agent_run_finished_closes_everything_and_echoes_the_request_ids() -> No
 @pytest.mark.parametrize(
     ("message", "code", "expected"),
     [("broke", "E1", {"type": "RUN_ERROR", "message": "broke", "code": "E1"}),
-     ("", None, {"type": "RUN_ERROR", "message": "The run failed."}),
-     (None, 5, {"type": "RUN_ERROR", "message": "The run failed."})],
+     ("", None, {"type": "RUN_ERROR", "message": "The run failed.", "code": "AGENT_ERROR"}),
+     (None, 5, {"type": "RUN_ERROR", "message": "The run failed.", "code": "AGENT_ERROR"})],
 )
 def test_agent_run_error_is_the_terminal_with_a_safe_message(
     message: Any, code: Any, expected: dict[str, Any]
@@ -259,12 +259,36 @@ def test_events_without_a_string_type_are_dropped(event: dict[str, Any]) -> None
     assert body(run(event)) == []
 
 
-def test_unknown_types_and_extensions_pass_through() -> None:
+def test_extensions_pass_through_and_unknown_types_ride_in_raw() -> None:
     events = [{"type": "CUSTOM", "name": "n", "value": {"a": None}},
               {"type": "RAW", "event": {"x": 1}, "source": "p"},
-              {"type": "STATE_SNAPSHOT", "snapshot": {}},
-              {"type": "SOMETHING_NEWER", "x": 1}]
-    assert body(run(*events)) == events
+              {"type": "STATE_SNAPSHOT", "snapshot": {}}]
+    newer = {"type": "SOMETHING_NEWER", "x": 1}
+    assert body(run(*events, newer)) == [
+        *events, {"type": "RAW", "event": newer, "source": "iobridge"}
+    ]
+
+
+def test_null_is_kept_where_it_is_a_required_value() -> None:
+    emitted = body(run({"type": "CUSTOM", "name": "n", "value": None},
+                       {"type": "CUSTOM", "name": "m"},
+                       {"type": "STATE_SNAPSHOT", "snapshot": None, "metadata": None}))
+    assert emitted == [{"type": "CUSTOM", "name": "n", "value": None},
+                       {"type": "CUSTOM", "name": "m", "value": None},
+                       {"type": "STATE_SNAPSHOT", "snapshot": None}]
+
+
+def test_reasoning_chunks_are_expanded_and_closed() -> None:
+    emitted = run({"type": "REASONING_MESSAGE_CHUNK", "messageId": "r", "delta": "hm"},
+                  {"type": "REASONING_MESSAGE_CHUNK", "delta": " ok"},
+                  {"type": "REASONING_MESSAGE_CHUNK", "messageId": "s", "delta": "x"})
+    assert [(e["type"], e.get("delta")) for e in body(emitted)] == [
+        ("REASONING_MESSAGE_START", None), ("REASONING_MESSAGE_CONTENT", "hm"),
+        ("REASONING_MESSAGE_CONTENT", " ok"), ("REASONING_MESSAGE_END", None),
+        ("REASONING_MESSAGE_START", None), ("REASONING_MESSAGE_CONTENT", "x"),
+        ("REASONING_MESSAGE_END", None),  # closed by the run's end
+    ]
+    assert emitted[-2] == {"type": "REASONING_MESSAGE_END", "messageId": "s"}
 
 
 def test_nulls_and_non_integer_timestamps_are_removed_without_touching_the_input() -> None:

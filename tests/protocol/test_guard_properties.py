@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from ag_ui_validate.pytest_plugin import assert_valid_agui
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -199,6 +200,7 @@ def test_any_agent_behaviour_yields_a_valid_run(run: tuple[Any, ...]) -> None:
     events, cut, ending = run
     emitted = _drive(events, cut, ending)
     verify_events(emitted, thread_id=THREAD, run_id=RUN)
+    assert_valid_agui(emitted)  # the independent third-party validator agrees
     # The wire form must survive a JSON round trip unchanged (no tuples, NaN, objects).
     assert json.loads(json.dumps(emitted)) == emitted
     invalid = _expected_invalid_args(events[:cut])
@@ -369,6 +371,7 @@ def test_any_function_agent_streams_a_valid_run(script: list[Any], raise_at: int
     assert response.headers["content-type"].startswith("text/event-stream")
     events = parse_sse(response.content)
     verify_events(events, thread_id=THREAD, run_id=RUN)
+    assert_valid_agui(events)
     terminal = events[-1]
     if raise_at is not None and raise_at <= len(script) and terminal["type"] == "RUN_ERROR":
         # A raise never leaks internals: a generic message with a code.

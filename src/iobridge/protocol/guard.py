@@ -25,8 +25,9 @@ Protocol, plus what ``@ag-ui/client`` checks (``verifyEvents``):
 
 Repairs: content for a message that is not open opens it; END/RESULT for unknown ids,
 duplicate STARTs, events without a string ``type``, non-integer timestamps and ``null``
-fields are dropped; CHUNK events are expanded into START/CONTENT. Unknown event types pass
-through unchanged (AG-UI grows; the guard only polices what it knows).
+fields are dropped; CHUNK events are expanded into START/CONTENT. Event types AG-UI 1.0 does
+not define are carried inside a RAW event (``{"type": "RAW", "event": ...}``): the client
+validates every event against its schema and would fail the run on an unknown type.
 """
 
 from __future__ import annotations
@@ -76,6 +77,8 @@ TRANSITIONS: dict[tuple[GuardState, GuardInput], GuardState] = {
 }
 
 INVALID_TOOL_ARGS = "INVALID_TOOL_ARGS"
+#: Code of a RUN_ERROR an agent emitted without one (every RUN_ERROR carries a code).
+AGENT_ERROR = "AGENT_ERROR"
 #: Roles a TEXT_MESSAGE_START may carry (anything else becomes ``assistant``).
 TEXT_ROLES = frozenset({"developer", "system", "assistant", "user"})
 SUBAGENT_STARTED = "SUBAGENT_STARTED"
@@ -129,6 +132,7 @@ class LifecycleGuard:
         #: Tool calls released (closed) and whether their result was sent.
         self._closed_calls: dict[str, bool] = {}
         self._chunk_text: str | None = None
+        self._chunk_reasoning: str | None = None
         self._chunk_call: str | None = None
         self._out: list[Event] = []
         #: The terminal event, once emitted.
@@ -232,6 +236,7 @@ class LifecycleGuard:
         self._calls.clear()
         self._chunk_call = None
         self._chunk_text = None
+        self._chunk_reasoning = None
         for message_id in list(self._reasoning_messages):
             self._emit(ev.reasoning_message_end(message_id))
         self._reasoning_messages.clear()
@@ -257,10 +262,14 @@ class LifecycleGuard:
         if required is not None and not all(check(clean.get(f)) for f, check in required):
             return
         handler = _HANDLERS.get(kind)
-        if handler is None:
+        if handler is not None:
+            handler(self, clean)
+        elif kind in PASS_THROUGH:
             self._emit(clean)
         else:
-            handler(self, clean)
+            # A type the client does not know would fail its schema check and the whole run:
+            # carry it as a RAW event instead, so nothing is lost and the stream stays valid.
+            self._emit({"type": ev.RAW, "event": clean, "source": RAW_SOURCE})
 
     # -- run lifecycle ---------------------------------------------------------------
 
@@ -285,7 +294,7 @@ class LifecycleGuard:
         self._terminate(
             ev.run_error(
                 message if isinstance(message, str) and message else "The run failed.",
-                code if isinstance(code, str) else None,
+                code if isinstance(code, str) and code else AGENT_ERROR,
             )
         )
 
@@ -470,10 +479,25 @@ class LifecycleGuard:
             self._on_reasoning_message_start(ev.reasoning_message_start(message_id))
         self._emit(event)
 
+    def _on_reasoning_chunk(self, event: Event) -> None:
+        message_id = event.get("messageId")
+        if isinstance(message_id, str) and message_id != self._chunk_reasoning:
+            if self._chunk_reasoning is not None:
+                self._on_reasoning_message_end(ev.reasoning_message_end(self._chunk_reasoning))
+            self._chunk_reasoning = message_id
+            self._on_reasoning_message_start(ev.reasoning_message_start(message_id))
+        delta = event.get("delta")
+        if self._chunk_reasoning is not None and isinstance(delta, str) and delta:
+            self._on_reasoning_message_content(
+                ev.reasoning_message_content(self._chunk_reasoning, delta)
+            )
+
     def _on_reasoning_message_end(self, event: Event) -> None:
         message_id = event.get("messageId")
         if isinstance(message_id, str) and message_id in self._reasoning_messages:
             del self._reasoning_messages[message_id]
+            if self._chunk_reasoning == message_id:
+                self._chunk_reasoning = None
             self._emit(event)
 
 
@@ -516,10 +540,6 @@ def _is_str(value: Any) -> bool:
     return isinstance(value, str) and bool(value)
 
 
-def _is_present(value: Any) -> bool:
-    return value is not None
-
-
 def _is_list(value: Any) -> bool:
     return isinstance(value, list)
 
@@ -532,8 +552,6 @@ def _is_dict(value: Any) -> bool:
 #: ``@ag-ui/client`` fails the whole run on it (ZodError).
 _REQUIRED: dict[str, tuple[tuple[str, Callable[[Any], bool]], ...]] = {
     ev.CUSTOM: (("name", _is_str),),
-    ev.RAW: (("event", _is_present),),
-    ev.STATE_SNAPSHOT: (("snapshot", _is_present),),
     ev.STATE_DELTA: (("delta", _is_list),),
     ev.MESSAGES_SNAPSHOT: (("messages", _is_list),),
     "ACTIVITY_SNAPSHOT": (("messageId", _is_str), ("activityType", _is_str),
@@ -542,12 +560,32 @@ _REQUIRED: dict[str, tuple[tuple[str, Callable[[Any], bool]], ...]] = {
     SUBAGENT_STARTED: (("subagentRunId", _is_str), ("name", _is_str)),
     SUBAGENT_FINISHED: (("subagentRunId", _is_str),),
     SUBAGENT_ERROR: (("subagentRunId", _is_str), ("message", _is_str)),
+    "REASONING_ENCRYPTED_VALUE": (("subtype", _is_str), ("entityId", _is_str),
+                                  ("encryptedValue", _is_str)),
 }
+
+#: Types emitted as they are (after the checks above): AG-UI 1.0 types with no open/close
+#: state. Anything else, including the deprecated THINKING_* family, becomes RAW.
+PASS_THROUGH = frozenset(
+    {
+        ev.STATE_SNAPSHOT, ev.STATE_DELTA, ev.MESSAGES_SNAPSHOT, ev.CUSTOM, ev.RAW,
+        "ACTIVITY_SNAPSHOT", "ACTIVITY_DELTA", "REASONING_ENCRYPTED_VALUE",
+    }
+)
+#: ``source`` of the RAW events that carry event types the guard does not know.
+RAW_SOURCE = "iobridge"
+
+
+#: Required members whose type is "any": ``null`` is a value there, not an absent option.
+_NULLABLE: dict[str, str] = {ev.CUSTOM: "value", ev.STATE_SNAPSHOT: "snapshot", ev.RAW: "event"}
 
 
 def _clean(event: Event) -> Event:
-    """A copy without ``null`` members and without a non-integer ``timestamp``."""
-    clean = {k: v for k, v in event.items() if v is not None}
+    """A copy without ``null`` optional members and without a non-integer ``timestamp``."""
+    keep = _NULLABLE.get(event["type"])
+    clean = {k: v for k, v in event.items() if v is not None or k == keep}
+    if keep is not None:
+        clean.setdefault(keep, None)
     stamp = clean.get("timestamp")
     if stamp is not None and (not isinstance(stamp, int) or isinstance(stamp, bool)):
         del clean["timestamp"]
@@ -574,6 +612,7 @@ _HANDLERS: dict[str, Callable[[LifecycleGuard, Event], None]] = {
     ev.REASONING_MESSAGE_START: LifecycleGuard._on_reasoning_message_start,
     ev.REASONING_MESSAGE_CONTENT: LifecycleGuard._on_reasoning_message_content,
     ev.REASONING_MESSAGE_END: LifecycleGuard._on_reasoning_message_end,
+    ev.REASONING_MESSAGE_CHUNK: LifecycleGuard._on_reasoning_chunk,
     SUBAGENT_STARTED: LifecycleGuard._on_subagent_started,
     SUBAGENT_FINISHED: LifecycleGuard._on_subagent_ended,
     SUBAGENT_ERROR: LifecycleGuard._on_subagent_ended,
