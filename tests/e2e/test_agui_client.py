@@ -10,9 +10,11 @@ except under ``CI=true``, where that is a failure.
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
-from ag_ui_validate.pytest_plugin import assert_valid_agui
+import pytest
+from ag_ui_validate.pytest_plugin import assert_valid_agui, assert_valid_agui_endpoint
 from harness import run_client
 
 from agui_verify import verify_events
@@ -125,3 +127,17 @@ def test_mixed_turn_server_tool_and_two_parallel_frontend_tools(server: str) -> 
     assert "current_time" not in {p["toolCallName"] for p in report["posts"]}
     assert kinds(events)[-1] == "RUN_FINISHED"
     assert report["runErrors"] == []
+
+
+@pytest.mark.parametrize("text", ["hello there", "what time is it, and 7 * 6?"])
+async def test_live_endpoint_passes_the_third_party_validator(server: str, text: str) -> None:
+    """ag-ui-validate POSTs the run itself and checks transport rules too (content type,
+    framing, disconnects), at warning level."""
+    run_input = {
+        "threadId": f"thread-{uuid.uuid4().hex[:12]}", "runId": f"run-{uuid.uuid4().hex[:12]}",
+        "messages": [{"id": "m1", "role": "user", "content": text}],
+        "tools": [], "context": [], "forwardedProps": {},
+    }
+    await assert_valid_agui_endpoint(
+        f"{server}/io-bridge/run", input=run_input, timeout_ms=15000, max_warnings=0
+    )
