@@ -146,7 +146,7 @@ async def test_messages_route(client: httpx.AsyncClient, store: ThreadStore) -> 
 
 
 BAD_REQUESTS: list[tuple[str, str, dict[str, Any], str]] = [
-    ("post", "/threads", {"content": b"{not json"}, "INVALID_REQUEST"),
+    ("post", "/threads", {"content": b"{not json"}, "INVALID_JSON"),
     ("post", "/threads", {"json": [1, 2]}, "INVALID_REQUEST"),
     ("post", "/threads", {"json": {"title": 5}}, "INVALID_REQUEST"),
     ("post", "/threads", {"json": {"metadata": [1]}}, "INVALID_REQUEST"),

@@ -29,14 +29,12 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-async def read_json_object(request: Request, limit: int) -> dict[str, Any]:
-    """The body as a JSON object.
+def parse_json_object(body: bytes) -> dict[str, Any]:
+    """``body`` as a JSON object.
 
     Raises:
-        PayloadTooLarge: body over ``limit``.
-        InputError: not JSON, or not an object.
+        InputError: not JSON (``INVALID_JSON``), or not an object.
     """
-    body = await read_body(request, limit)
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -44,3 +42,13 @@ async def read_json_object(request: Request, limit: int) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise InputError("request body must be a JSON object")
     return data
+
+
+async def read_json_object(request: Request, limit: int) -> dict[str, Any]:
+    """The body as a JSON object.
+
+    Raises:
+        PayloadTooLarge: body over ``limit``.
+        InputError: not JSON, or not an object.
+    """
+    return parse_json_object(await read_body(request, limit))

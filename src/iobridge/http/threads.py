@@ -11,13 +11,13 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Any, TypeVar
 
-import orjson
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from iobridge.auth import Authenticator, Principal
-from iobridge.errors import InputError, NotFoundError, PayloadTooLarge
+from iobridge.errors import InputError, NotFoundError
+from iobridge.http.body import parse_json_object, read_body
 from iobridge.http.security import CurrentPrincipal
 from iobridge.store.base import (
     Thread,
@@ -71,17 +71,10 @@ def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
 
 
 async def _read_body(request: Request, model: type[_Body]) -> _Body:
-    raw = await request.body()
-    if len(raw) > MAX_BODY_BYTES:
-        raise PayloadTooLarge(f"body is larger than {MAX_BODY_BYTES} bytes")
+    raw = await read_body(request, MAX_BODY_BYTES)
     if not raw.strip():
         return model()
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise InputError("body is not valid JSON") from None
-    if not isinstance(data, dict):
-        raise InputError("body must be a JSON object")
+    data = parse_json_object(raw)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
