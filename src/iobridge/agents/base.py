@@ -28,6 +28,9 @@ class Agent(ABC):
     model_id: str | None = None
     #: Tools this agent executes on the server.
     tools: Sequence[ServerTool] = ()
+    #: How frontend tool results reach this agent (``"in-run"``/``"next-run"``); ``None``
+    #: leaves it to the request, then the transport, then the server setting.
+    tool_result_mode: str | None = None
 
     def describe(self) -> dict[str, Any]:
         """Discovery data: ``{id, name, description, modelId?, tools: [{name, description}]}``."""

@@ -25,6 +25,7 @@ from iobridge.runtime.session import RunEnded, Session
 from iobridge.store.history import model_view
 
 if TYPE_CHECKING:
+    from iobridge.agents.base import Agent
     from iobridge.agents.catalog import AgentCatalog
 
 logger = logging.getLogger("iobridge.runtime")
@@ -153,14 +154,10 @@ class Runtime:
         run.task = asyncio.create_task(self._drive(run, ctx), name=f"run-{run.run_id}")
         return run
 
-    def _tool_mode(self, props: dict[str, Any], agent: Any, default: str | None) -> str:
+    def _tool_mode(self, props: dict[str, Any], agent: Agent, default: str | None) -> str:
         mode = props.get("toolResultMode")
         if mode is None:
-            mode = (
-                getattr(agent, "tool_result_mode", None)
-                or default
-                or self.settings.tool_result_mode
-            )
+            mode = agent.tool_result_mode or default or self.settings.tool_result_mode
         if mode not in TOOL_RESULT_MODES:
             raise InputError(
                 "forwardedProps.toolResultMode must be 'in-run' or 'next-run'",
