@@ -49,6 +49,8 @@ class Settings(BaseSettings):
     database_url: str = "sqlite+aiosqlite:///./iobridge.db"
     #: Browser origins allowed to call the bridge (CORS); empty disables CORS.
     cors_origins: list[str] = Field(default_factory=list)
+    #: Serve the playground page at ``/playground`` (``create_app`` only, not ``Bridge``).
+    playground: bool = True
     #: Agent id run when a request names none (default: the first agent).
     default_agent: str | None = None
     log_level: str = "info"

@@ -29,6 +29,7 @@ from iobridge.runtime.engine import Runtime, RuntimeSettings
 from iobridge.runtime.memory import StoreMemory
 from iobridge.store.base import ThreadStore
 from iobridge.store.migrate import open_store
+from iobridge.web import playground_router
 
 logger = logging.getLogger("iobridge")
 
@@ -136,5 +137,7 @@ def create_app(
             allow_headers=["*"],
         )
     bridge.install(app)
+    if bridge.settings.playground:
+        app.include_router(playground_router(bridge.settings.prefix))
     app.state.bridge = bridge
     return app
