@@ -5,6 +5,10 @@ same raw-socket client (HTTP/1.1, chunked decoding, counts ``data:`` frames). Pr
 time to first event, and the ratio to the bare baseline (target >= 0.5). ``--profile`` adds a
 cProfile of the iobridge server side.
 
+The client is a thread of this process: while a run's producer is CPU-bound it rarely gets the
+GIL, which inflates the in-process time to first event (a separate client process sees 2-4 ms
+where this prints 40-60 ms). Throughput, the figure compared, is not affected that way.
+
     .venv/bin/python bench/sse_throughput.py [--deltas 10000] [--rounds 5] [--profile]
 """
 
