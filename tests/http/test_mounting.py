@@ -13,7 +13,8 @@ from iobridge.http.app import Bridge
 
 
 async def test_bridge_installs_into_an_existing_app(tmp_path: Path) -> None:
-    bridge = Bridge(Settings(prefix="/agents-api", database_url=f"sqlite+aiosqlite:///{tmp_path}/m.db"))
+    database = f"sqlite+aiosqlite:///{tmp_path}/m.db"
+    bridge = Bridge(Settings(prefix="/agents-api", database_url=database))
     app = FastAPI(lifespan=bridge.lifespan)
 
     @app.get("/health")
