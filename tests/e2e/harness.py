@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from tests.helpers import free_port
 
 from agui_verify import parse_sse
 
@@ -38,19 +39,13 @@ def _require_node() -> None:
     pytest.skip(reason)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def running_server(
     workdir: Path, *, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
 ) -> Iterator[str]:
     """``iobridge serve`` in a subprocess working in ``workdir``; yields its base URL."""
     _require_node()
-    port = _free_port()
+    port = free_port()
     full_env = {**os.environ,
                 "IOBRIDGE_DATABASE_URL": f"sqlite+aiosqlite:///{workdir}/iobridge.db",
                 "IOBRIDGE_LOG_LEVEL": "warning", **(env or {})}

@@ -7,8 +7,8 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.conftest import LiveServer
-from tests.conftest_pg import build_app
+from tests.backends import build_app
+from tests.helpers import LiveServer
 
 from iobridge.agents.base import Agent
 from iobridge.agents.catalog import AgentCatalog

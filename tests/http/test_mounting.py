@@ -6,7 +6,7 @@ from pathlib import Path
 
 import httpx
 from fastapi import FastAPI
-from tests.conftest import LiveServer, parse_sse, run_body
+from tests.helpers import LiveServer, parse_sse, run_body
 
 from iobridge.config import Settings
 from iobridge.http.app import Bridge

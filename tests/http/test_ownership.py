@@ -16,7 +16,7 @@ import httpx
 import jwt
 import pytest
 from pydantic import ValidationError
-from tests.conftest_pg import SQL_BACKENDS, build_app, open_backend
+from tests.backends import SQL_BACKENDS, build_app, open_backend
 
 from iobridge.agents.base import Agent
 from iobridge.agents.catalog import AgentCatalog

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.conftest import parse_sse, run_body, types
+from tests.helpers import parse_sse, run_body, types
 
 from iobridge.agents.function import FunctionAgent
 from iobridge.agents.outputs import AgentOutput

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.conftest_pg import SQL_BACKENDS, build_app, open_backend
+from tests.backends import SQL_BACKENDS, build_app, open_backend
 
 from iobridge.auth import Authenticator, AuthSettings
 from iobridge.store import ThreadStore

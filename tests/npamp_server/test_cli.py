@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
-from tests.conftest import free_port
+from tests.helpers import free_port
 from typer.testing import CliRunner
 
 from iobridge.cli import app

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from tests.conftest import parse_sse, run_body
+from tests.helpers import parse_sse, run_body
 
 from iobridge.agents.context import RunContext
 from iobridge.agents.function import FunctionAgent

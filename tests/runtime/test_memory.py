@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.conftest import free_port, parse_sse, run_body, types
+from tests.helpers import free_port, parse_sse, run_body, types
 
 from iobridge.agents.function import FunctionAgent
 from iobridge.agents.outputs import AgentOutput, TextEnd

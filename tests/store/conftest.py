@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from tests.conftest_pg import BACKENDS, StepClock, open_backend
+from tests.backends import BACKENDS, StepClock, open_backend
 
 from iobridge.store import ThreadStore
 

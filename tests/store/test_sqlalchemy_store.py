@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import inspect, text
 from sqlalchemy.ext.asyncio import AsyncEngine
-from tests.conftest_pg import SQL_BACKENDS, StepClock, pg_schema_engine
+from tests.backends import SQL_BACKENDS, StepClock, pg_schema_engine
 
 from iobridge.store import MemoryThreadStore, SqlThreadStore, open_store, upgrade
 from iobridge.store.migrate import current_revision, head_revision, upgrade_engine

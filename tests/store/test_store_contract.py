@@ -6,7 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from tests.conftest_pg import StepClock
+from tests.backends import StepClock
 
 from iobridge.errors import ConflictError, InputError, NotFoundError
 from iobridge.store import ThreadStore

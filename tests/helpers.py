@@ -1,0 +1,71 @@
+"""Test helpers: a real server on loopback, free ports, run bodies, SSE parsing."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI
+
+from agui_verify import parse_sse
+
+__all__ = ["LiveServer", "free_port", "parse_sse", "run_body", "types"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class LiveServer:
+    """A uvicorn server in a background thread on 127.0.0.1."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on"
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> LiveServer:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("server did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+    @property
+    def runtime(self) -> Any:
+        return self.app.state.runtime
+
+
+def types(events: list[dict[str, Any]]) -> list[str]:
+    return [e["type"] for e in events]
+
+
+def run_body(
+    text: str, *, thread_id: str = "t1", run_id: str = "r1", tools: list[Any] | None = None,
+    **props: Any,
+) -> dict[str, Any]:
+    """A RunAgentInput with one user message."""
+    return {
+        "threadId": thread_id,
+        "runId": run_id,
+        "messages": [{"id": f"u-{run_id}", "role": "user", "content": text}],
+        "tools": tools or [],
+        "context": [],
+        "forwardedProps": props,
+    }
