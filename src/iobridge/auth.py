@@ -259,20 +259,23 @@ class Authenticator:
         """Whether ``principal`` may read and write threads owned by ``resource_id``."""
         return principal.resource_ids is None or resource_id in principal.resource_ids
 
-    def resolve_resource(self, principal: Principal, requested: str | None) -> str:
+    def resolve_resource(self, principal: Principal, requested: object) -> str:
         """The resourceId a request acts for: ``requested``, or the principal's default.
 
+        ``requested`` comes straight from a request (``forwardedProps.resourceId``, a query
+        or a body), so any JSON value is accepted here and checked.
+
         Raises:
-            InputError: ``requested`` is not a valid id.
+            InputError: ``requested`` is not a valid id (a non-string included).
             NotFoundError: ``requested`` is not the principal's (answered like a missing
                 resource, so the reply reveals nothing about other resources).
         """
         if requested is None:
             return principal.default_resource
-        validate_id(requested, "resourceId")
-        if not self.can_access(principal, requested):
+        resource_id = validate_id(requested, "resourceId")
+        if not self.can_access(principal, resource_id):
             raise NotFoundError("resource not found", code="RESOURCE_NOT_FOUND")
-        return requested
+        return resource_id
 
     def list_scope(self, principal: Principal, requested: str | None) -> frozenset[str]:
         """The resourceIds a thread listing covers.

@@ -215,6 +215,12 @@ async def test_idle_stream_sends_pings_while_a_tool_is_pending(serve: Any) -> No
             400,
             "INVALID_FORWARDED_PROPS",
         ),
+        (
+            b'{"threadId": "t", "runId": "r", "messages": [], "forwardedProps": '
+            b'{"resourceId": 5}}',
+            400,
+            "INVALID_ID",
+        ),
     ],
 )
 async def test_bad_requests_get_json_errors(

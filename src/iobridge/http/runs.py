@@ -63,10 +63,9 @@ async def start_run(request: Request, principal: CurrentPrincipal) -> StreamingR
     state = request.app.state
     body = await read_body(request, state.settings.max_body_bytes)
     run_input = parse_run_input(body)
-    requested = run_input.forwarded_props.get("resourceId")
-    if requested is not None and not isinstance(requested, str):
-        raise InputError("forwardedProps.resourceId must be a string")
-    resource_id = state.authenticator.resolve_resource(principal, requested)
+    resource_id = state.authenticator.resolve_resource(
+        principal, run_input.forwarded_props.get("resourceId")
+    )
     run = await state.runtime.start(run_input, resource_id=resource_id)
     return _sse(request, run)
 

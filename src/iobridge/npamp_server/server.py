@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from iobridge.auth import Authenticator, Principal
-from iobridge.errors import InputError, IobridgeError, NotFoundError
+from iobridge.errors import IobridgeError, NotFoundError
 from iobridge.npamp.aio import Association, NpampServer, TransportConfig, serve
 from iobridge.npamp.bridge import Effect, SafetyLabel, SafetyPolicyViolation, TransportErrorCode
 from iobridge.npamp.connection import AssociationConfig
@@ -261,10 +261,9 @@ class _Peer:
         try:
             principal = self._authorize(event.safety_label)
             run_input = parse_run_input(event.body)
-            requested = run_input.forwarded_props.get("resourceId")
-            if requested is not None and not isinstance(requested, str):
-                raise InputError("forwardedProps.resourceId must be a string")
-            resource_id = self.server.authenticator.resolve_resource(principal, requested)
+            resource_id = self.server.authenticator.resolve_resource(
+                principal, run_input.forwarded_props.get("resourceId")
+            )
             run = await self.server.runtime.start(
                 run_input,
                 resource_id=resource_id,
