@@ -37,12 +37,9 @@ class RunLog:
         """Append one encoded event; returns its sequence number."""
         if self._closed:
             raise RuntimeError("run log is closed")
-        entries = self._entries
-        entries.append(data)
-        changed = self._changed
-        if changed is not None and not changed.done():
-            changed.set_result(None)
-        return len(entries)
+        self._entries.append(data)
+        self._wake()
+        return len(self._entries)
 
     def close(self) -> None:
         """Mark the log complete and wake every follower."""

@@ -112,9 +112,7 @@ class Session:
             # The hot path: one more delta of the open text message.
             events = self.guard.feed_text_content(self._text_id, output)
             if events:
-                event = events[0]
-                self.transcript.apply(event)
-                self.run.log.append(encode_event(event))
+                self._append(events)
                 return
         if self.guard.ended:
             raise RunEnded()
