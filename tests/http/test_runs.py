@@ -374,3 +374,87 @@ async def test_invalid_tool_arguments_end_the_run_cleanly(serve: Any) -> None:
     assert types(events) == ["RUN_STARTED", "RUN_ERROR"]
     assert events[-1]["code"] == "INVALID_TOOL_ARGS"
     assert len(server.runtime.pending) == 0
+
+
+# -- extensions: resume with Last-Event-ID, cancel ------------------------------------
+
+
+def frames(body: str) -> list[tuple[int, dict[str, Any]]]:
+    """(id, event) of each SSE event frame (ids need not start at 1 on a resumed stream)."""
+    out = []
+    for frame in body.split("\n\n"):
+        lines = frame.split("\n")
+        if len(lines) == 2 and lines[0].startswith("id: ") and lines[1].startswith("data: "):
+            out.append((int(lines[0][4:]), json.loads(lines[1][6:])))
+    return out
+
+
+async def test_resume_after_a_dropped_stream_delivers_every_event_once(serve: Any) -> None:
+    server = serve(detach_grace_seconds=5)
+    body = run_body("get_weather", tools=[WEATHER])
+    received: list[tuple[int, dict[str, Any]]] = []
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        async with client.stream("POST", "/io-bridge/run", json=body) as response:
+            last_id = 0
+            async for line in response.aiter_lines():
+                if line.startswith("id: "):
+                    last_id = int(line[4:])
+                elif line.startswith("data: "):
+                    received.append((last_id, json.loads(line[6:])))
+                    if received[-1][1]["type"] == "TOOL_CALL_END":
+                        break  # the connection drops while the tool is pending
+        call_id = received[-1][1]["toolCallId"]
+        run = server.runtime.get_run("r1")
+        assert not run.done  # the grace keeps the run alive
+        async with client.stream(
+            "GET", "/io-bridge/runs/r1/events", headers={"Last-Event-ID": str(last_id)}
+        ) as resumed:
+            posted = await client.post(
+                f"/io-bridge/runs/r1/tool-calls/{call_id}/result", json={"result": "sunny"}
+            )
+            assert posted.status_code == 200
+            rest = frames((await resumed.aread()).decode())
+    everything = received + rest
+    assert [i for i, _ in everything] == list(range(1, len(everything) + 1))
+    assert [e for _, e in everything] == [json.loads(data) for _, data in run.log.entries()]
+    assert everything[-1][1]["type"] == "RUN_FINISHED"
+
+
+@pytest.mark.parametrize("cursor", ["abc", "-1", "999"])
+async def test_resume_with_a_bad_cursor_is_400(serve: Any, cursor: str) -> None:
+    server = serve()
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        await client.post("/io-bridge/run", json=run_body("hi"))
+        response = await client.get(
+            "/io-bridge/runs/r1/events", headers={"Last-Event-ID": cursor}
+        )
+        assert response.status_code == 400
+        assert response.json()["error"]["code"] == "INVALID_CURSOR"
+        replay = await client.get("/io-bridge/runs/r1/events", params={"after": 2})
+        assert frames(replay.text)[0][0] == 3
+
+
+async def test_cancel_stops_the_run_and_its_pending_tool(serve: Any) -> None:
+    server = serve()
+    body = run_body("get_weather", tools=[WEATHER])
+    seen: list[dict[str, Any]] = []
+    async with (
+        httpx.AsyncClient(base_url=server.url) as client,
+        client.stream("POST", "/io-bridge/run", json=body) as response,
+    ):
+        async for event in events_of(response):
+            seen.append(event)
+            if event["type"] == "TOOL_CALL_END":
+                cancelled = await client.post("/io-bridge/runs/r1/cancel")
+                assert cancelled.status_code == 202
+                assert cancelled.json() == {"status": "cancelling"}
+        again = await client.post("/io-bridge/runs/r1/cancel")
+        assert again.status_code == 200 and again.json() == {"status": "ended"}
+        stored = (await client.get("/io-bridge/threads/t1/messages")).json()["messages"]
+    assert seen[-1] == {"type": "RUN_FINISHED", "threadId": "t1", "runId": "r1",
+                        "outcome": {"type": "cancelled"}}
+    assert not any(e["type"] == "TOOL_CALL_RESULT" for e in seen)
+    assert len(server.runtime.pending) == 0
+    # What completed before the cancel is stored: the user message and the announced call.
+    assert [m["role"] for m in stored] == ["user", "assistant"]
+    assert stored[1]["toolCalls"][0]["function"]["name"] == "get_weather"
