@@ -1,7 +1,7 @@
 """AG-UI over N-PAMP vs SSE: events/s and wire bytes per event for one 10,000-delta run.
 
 One process, one event loop, one Bridge: uvicorn serves HTTP and the N-PAMP listener serves
-Bridge streams from the same runtime. The run is produced once (received live over N-PAMP),
+Bridge streams from the same Backend. The run is produced once (received live over N-PAMP),
 then its retained log is read again over each transport from event 0 — N-PAMP with a resume on
 a new association, SSE with ``GET /runs/{id}/events`` — so both carry the very same octets.
 
@@ -79,7 +79,7 @@ async def main(deltas: int) -> None:
                         npamp={"agui_peers": "*", "trusted_peers": "*",
                                "anonymous_max_effect": 3})
     app = create_app(settings, agents=[_agent(deltas)])
-    bridge = app.state.bridge
+    backend = app.state.backend
     server_key = IdentityKey.generate(SignatureScheme.ED25519)
     client_key = IdentityKey.generate(SignatureScheme.ED25519)
     http = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=http_port,
@@ -88,7 +88,7 @@ async def main(deltas: int) -> None:
     while not http.started:
         await asyncio.sleep(0.01)
     with tempfile.TemporaryDirectory() as tmp:
-        npamp = AgUiServer.from_bridge(bridge, identity=server_key)
+        npamp = AgUiServer(backend, identity=server_key)
         ssl_ctx = server_ssl_context(*self_signed_certificate(tmp))
         listener = await npamp.listen("127.0.0.1", 0, ssl_ctx)
         pins = [server_key.fingerprint]

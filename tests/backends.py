@@ -140,28 +140,19 @@ async def open_backend(
 
 
 def build_app(store: ThreadStore, authenticator: Any, catalog: Any = None) -> Any:
-    """A minimal app with the persistence routers under ``/io-bridge``.
+    """``create_app`` over ``store`` with ``authenticator``'s settings and ``catalog``.
 
-    Stands in for the lead's ``create_app()``: the same ``app.state`` attributes and an
-    ``IobridgeError`` handler that writes the JSON error envelope.
+    The store is the caller's (opened and closed by the test), so no lifespan is needed.
     """
-    from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse
-
     from iobridge.agents.catalog import AgentCatalog
-    from iobridge.errors import IobridgeError
-    from iobridge.http.agents import router as agents_router
-    from iobridge.http.threads import router as threads_router
+    from iobridge.app import Backend
+    from iobridge.config import Settings
+    from iobridge.http.app import create_app
 
-    app = FastAPI()
-    app.state.store = store
-    app.state.authenticator = authenticator
-    app.state.catalog = catalog if catalog is not None else AgentCatalog()
-
-    @app.exception_handler(IobridgeError)
-    async def _envelope(request: Request, exc: IobridgeError) -> JSONResponse:
-        return JSONResponse(exc.to_body(), status_code=exc.status)
-
-    app.include_router(threads_router, prefix="/io-bridge")
-    app.include_router(agents_router, prefix="/io-bridge")
-    return app
+    backend = Backend(
+        Settings(playground=False),
+        catalog=catalog if catalog is not None else AgentCatalog(),
+        store=store,
+        authenticator=authenticator,
+    )
+    return create_app(backend=backend)

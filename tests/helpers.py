@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -12,7 +13,7 @@ from fastapi import FastAPI
 
 from agui_verify import parse_sse
 
-__all__ = ["LiveServer", "free_port", "parse_sse", "run_body", "types"]
+__all__ = ["LiveServer", "free_port", "parse_sse", "run_body", "terminal", "types"]
 
 
 def free_port() -> int:
@@ -49,7 +50,17 @@ class LiveServer:
 
     @property
     def runtime(self) -> Any:
-        return self.app.state.runtime
+        return self.app.state.backend.runtime
+
+    def run(self, run_id: str, owner: str = "anonymous") -> Any:
+        """The engine's record of a run (``owner``: the principal that started it)."""
+        return self.runtime.get_run(owner, run_id)
+
+
+def terminal(run: Any) -> dict[str, Any]:
+    """The last event in a run's log, decoded (its terminal event once the run ended)."""
+    entries = run.log.entries()
+    return dict(json.loads(entries[-1][1]))
 
 
 def types(events: list[dict[str, Any]]) -> list[str]:

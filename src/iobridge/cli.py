@@ -54,24 +54,57 @@ def serve(
         int | None,
         typer.Option(help="Also serve AG-UI over N-PAMP on this port [env IOBRIDGE_NPAMP__PORT]"),
     ] = None,
+    http: Annotated[
+        bool, typer.Option("--http/--no-http", help="Serve HTTP (--no-http: N-PAMP only)")
+    ] = True,
 ) -> None:
-    """Serve the bridge over HTTP, and over N-PAMP when a port is set (one process, one loop)."""
-    import uvicorn
-
-    from iobridge.http.app import create_app
-    from iobridge.npamp_server.server import install
+    """Serve the backend over HTTP and/or N-PAMP (one process, one loop, one Backend)."""
+    import asyncio
 
     npamp = {"port": npamp_port} if npamp_port is not None else None
     settings = load_settings(config, host=host, port=port, prefix=prefix, npamp=npamp)
-    application = create_app(settings)
-    install(application, application.state.bridge)
-    uvicorn.run(
-        application,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        timeout_graceful_shutdown=5,
-    )
+    if not http and settings.npamp.port is None:
+        typer.echo("iobridge: --no-http needs an N-PAMP port (--npamp-port)", err=True)
+        raise typer.Exit(2)
+    asyncio.run(_serve(settings, http=http))
+
+
+async def _serve(settings: Settings, *, http: bool) -> None:
+    """Open one Backend and serve it until SIGINT/SIGTERM, then exit cleanly (status 0)."""
+    import asyncio
+    import contextlib
+    import signal
+
+    from iobridge.app import Backend
+
+    _show_logs(settings.log_level)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with Backend(settings) as backend, contextlib.AsyncExitStack() as stack:
+        if settings.npamp.port is not None:
+            from iobridge.npamp_server.server import serving
+
+            await stack.enter_async_context(serving(backend))
+        if http:
+            from iobridge.http.server import serve_http
+
+            await serve_http(backend, stop)
+        else:
+            await stop.wait()
+
+
+def _show_logs(level: str) -> None:
+    """Print iobridge's own log records (uvicorn configures only its own loggers)."""
+    import logging
+
+    logger = logging.getLogger("iobridge")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s: %(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(level.upper())
 
 
 db_app = typer.Typer(help="Thread store maintenance.", no_args_is_help=True)

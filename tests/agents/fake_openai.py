@@ -29,6 +29,7 @@ from iobridge.agents.base import Agent
 from iobridge.agents.context import RunContext, ToolResult
 from iobridge.agents.tools import ServerTool, result_content
 from iobridge.errors import InputError
+from iobridge.protocol.options import parse_run_options
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -286,7 +287,7 @@ def make_context(
         messages=messages,
         frontend_tools=frontend_tools or [],
         context=context or [],
-        forwarded_props=forwarded_props or {},
+        options=parse_run_options(forwarded_props),
         session=session,
     )
 

@@ -8,20 +8,20 @@ import httpx
 from fastapi import FastAPI
 from tests.helpers import LiveServer, parse_sse, run_body
 
+from iobridge.app import Backend
 from iobridge.config import Settings
-from iobridge.http.app import Bridge
+from iobridge.http.app import mount
 
 
-async def test_bridge_installs_into_an_existing_app(tmp_path: Path) -> None:
+async def test_the_backend_mounts_into_an_existing_app_in_one_call(tmp_path: Path) -> None:
     database = f"sqlite+aiosqlite:///{tmp_path}/m.db"
-    bridge = Bridge(Settings(prefix="/agents-api", database_url=database))
-    app = FastAPI(lifespan=bridge.lifespan)
+    app = FastAPI()
 
     @app.get("/health")
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
-    bridge.install(app)
+    mount(app, Backend(Settings(prefix="/agents-api", database_url=database)))
     with LiveServer(app) as server:
         async with httpx.AsyncClient(base_url=server.url) as client:
             assert (await client.get("/health")).json() == {"status": "ok"}

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.helpers import parse_sse, run_body, types
+from tests.helpers import parse_sse, run_body, terminal, types
 
 from iobridge.agents.function import FunctionAgent
 from iobridge.agents.outputs import AgentOutput
@@ -164,8 +164,8 @@ async def test_client_disconnect_cancels_run_and_pending_calls(serve: Any) -> No
         await asyncio.sleep(0.01)
     assert len(server.runtime.pending) == 0
     assert server.runtime.active_runs == 0
-    run = server.runtime.get_run("r1")
-    assert run.status.value == "cancelled"
+    ended = terminal(server.run("r1"))
+    assert ended["type"] == "RUN_ERROR" and ended["code"] == "RUN_CANCELLED"
 
 
 async def test_idle_stream_sends_pings_while_a_tool_is_pending(serve: Any) -> None:
@@ -404,7 +404,7 @@ async def test_resume_after_a_dropped_stream_delivers_every_event_once(serve: An
                     if received[-1][1]["type"] == "TOOL_CALL_END":
                         break  # the connection drops while the tool is pending
         call_id = received[-1][1]["toolCallId"]
-        run = server.runtime.get_run("r1")
+        run = server.run("r1")
         assert not run.done  # the grace keeps the run alive
         async with client.stream(
             "GET", "/io-bridge/runs/r1/events", headers={"Last-Event-ID": str(last_id)}

@@ -1,4 +1,4 @@
-"""Harness: one Bridge whose runtime serves HTTP (in-process ASGI) and N-PAMP (TLS, loopback)."""
+"""Harness: one Backend served over HTTP (in-process ASGI) and N-PAMP (TLS, loopback)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import httpx
 import pytest
 
 from iobridge.agents.base import Agent
+from iobridge.app import Backend
 from iobridge.config import Settings
-from iobridge.http.app import Bridge, create_app
+from iobridge.http.app import create_app
 from iobridge.npamp.aio import Association, TransportConfig, connect
 from iobridge.npamp.bridge import (
     BridgeMessage,
@@ -59,15 +60,19 @@ def other_key() -> IdentityKey:
 
 
 class Harness:
-    """A running Bridge: ``http`` (ASGI client), ``server`` (N-PAMP) and client helpers."""
+    """A running Backend: ``http`` (ASGI client), ``server`` (N-PAMP) and client helpers."""
 
-    def __init__(self, bridge: Bridge, server: AgUiServer, port: int, server_key: IdentityKey):
-        self.bridge, self.server, self.port, self.server_key = bridge, server, port, server_key
+    def __init__(self, backend: Backend, server: AgUiServer, port: int, server_key: IdentityKey):
+        self.backend, self.server, self.port, self.server_key = backend, server, port, server_key
         self.http: httpx.AsyncClient | None = None
 
     @property
     def runtime(self) -> Any:
-        return self.bridge.runtime
+        return self.backend.runtime
+
+    def run(self, run_id: str, owner: str = "anonymous") -> Any:
+        """The engine's record of a run (``owner``: the principal that started it)."""
+        return self.runtime.get_run(owner, run_id)
 
     def client(self, identity: IdentityKey, **kwargs: Any) -> Any:
         """``async with h.client(key) as c`` — our AG-UI client."""
@@ -153,12 +158,11 @@ def harness(
         npamp = {"agui_peers": "*", "trusted_peers": "*", **overrides.pop("npamp", {})}
         overrides.setdefault("database_url", "memory://")
         settings = Settings(npamp=npamp, **overrides)
-        app = create_app(settings, agents=agents or [])
-        bridge: Bridge = app.state.bridge
-        async with bridge.lifespan(app):
-            server = AgUiServer.from_bridge(bridge, identity=server_key)
+        async with Backend(settings, agents=agents or []) as backend:
+            app = create_app(backend=backend)
+            server = AgUiServer(backend, identity=server_key)
             listener = await server.listen("127.0.0.1", 0, server_ssl_context(*certs))
-            h = Harness(bridge, server, listener.port, server_key)
+            h = Harness(backend, server, listener.port, server_key)
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
                 h.http = http

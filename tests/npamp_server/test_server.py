@@ -1,5 +1,5 @@
 """AG-UI over N-PAMP end to end: our client and raw peers against our server, real TLS on
-loopback, one Bridge whose runtime also serves HTTP. One test per MAP-AGUI §10 clause."""
+loopback, one Backend also served over HTTP. One test per MAP-AGUI §10 clause."""
 
 from __future__ import annotations
 
@@ -71,8 +71,8 @@ def error_code(msg: BridgeMessage) -> TransportErrorCode | None:
     return None if body is None else body.code
 
 
-def log_of(h: Harness, run_id: str) -> list[tuple[int, bytes]]:
-    return list(h.runtime.get_run(run_id).log.entries())
+def log_of(h: Harness, run_id: str, owner: str = "anonymous") -> list[tuple[int, bytes]]:
+    return list(h.run(run_id, owner).log.entries())
 
 
 # --- §10 clause 1: octet-for-octet under the agreed protocol_id, JSON ------------------------
@@ -170,7 +170,7 @@ async def test_frontend_tool_next_run_mode_continues_in_run_two(
         second = await collect(client.run(follow))
         text = "".join(e.data["delta"] for e in second if e.type == "TEXT_MESSAGE_CONTENT")
         assert text == 'The tool get_weather returned {"sky": "clear"}.'
-        assert h.bridge.store is not None
+        assert h.backend.store is not None
 
 
 # --- §10 clause 3: RUN_ERROR in-stream; failures below AG-UI as BRIDGE_ERROR -----------------
@@ -216,7 +216,7 @@ async def test_busy_thread_is_not_delivered(harness: StartHarness, client_key: A
         gate.set()
         rest = [e async for e in iterator]
         assert rest[-1].type == "RUN_FINISHED"
-        assert h.runtime.get_run("r1").log.closed
+        assert h.run("r1").log.closed
 
 
 async def test_unknown_method_is_method_unsupported(harness: StartHarness, client_key: Any) -> None:
@@ -249,7 +249,7 @@ async def test_unagreed_peer_gets_protocol_unsupported_and_no_run(
             assert error_code(reply) is TransportErrorCode.PROTOCOL_UNSUPPORTED
             assert await peer.silent(None)  # no announcement, nothing else
         with pytest.raises(Exception):  # noqa: B017 - the run never existed
-            h.runtime.get_run("r1")
+            h.run("r1")
 
 
 async def test_other_protocol_id_from_an_agreed_peer_is_unsupported(
@@ -367,7 +367,7 @@ async def test_clause5_resume_on_a_new_association_delivers_every_event_once(
             corr, cursor = stream.correlation_id, stream.last_event_id
         assert cursor > 0
         await asyncio.sleep(0.05)
-        run = h.runtime.get_run("r1")
+        run = h.run("r1")
         assert not run.done  # the association dropped; the run goes on for the resume grace
         gate.set()
         async with h.client(client_key) as client:
@@ -396,7 +396,7 @@ async def test_resume_is_refused_for_another_principal(
         assert refused.value.transport_code is TransportErrorCode.NOT_RESUMABLE
         async with h.client(client_key) as client:
             again = await collect(client.resume(stream.correlation_id, 2))
-        assert [(e.event_id, e.raw) for e in again] == log_of(h, "r1")[2:]
+        assert [(e.event_id, e.raw) for e in again] == log_of(h, "r1", owner="alice")[2:]
 
 
 async def test_not_resumable_after_retention_or_for_unknown_stream(
@@ -440,7 +440,7 @@ async def test_cancel_is_answered_by_exactly_one_cancel_ack(
         sent = [m.stream_control.event_id for m in data + rest[:-1]]  # type: ignore[union-attr]
         assert ack.event_id == sent[-1]
         assert await peer.silent()
-        run = h.runtime.get_run("r1")
+        run = h.run("r1")
         async with asyncio.timeout(WAIT):
             while not run.done:
                 await asyncio.sleep(0.01)
@@ -479,7 +479,7 @@ async def test_clause5_cancel_through_the_client_is_normal_completion(
                     await client.cancel(stream)  # a second cancel does nothing
         assert stream.cancelled and stream.ended
         assert [e.type for e in events][:2] == ["RUN_STARTED", "TEXT_MESSAGE_START"]
-        assert h.runtime.get_run("r1").stop_reason == "cancelled"
+        assert h.run("r1").stop_reason == "cancelled"
 
 
 # --- §10 clause 6: SafetyLabel ---------------------------------------------------------------
@@ -498,7 +498,7 @@ async def test_clause6_missing_label_is_destructive_and_refused_by_policy(
         (reply,) = await peer.stream()
         assert error_code(reply) is TransportErrorCode.SAFETY_POLICY
         with pytest.raises(Exception):  # noqa: B017 - never started
-            h.runtime.get_run("r1")
+            h.run("r1")
     async with harness(npamp={"anonymous_max_effect": 3}) as h, h.raw(client_key) as peer:
         await peer.send(FrameType.BRIDGE_REQUEST, peer.run_payload(b"s3", body, label=None))
         assert (await peer.stream())[-1].frame_type is FrameType.BRIDGE_STREAM_END
@@ -527,7 +527,7 @@ async def test_clause6_client_labels_every_run_and_a_favourable_label_grants_not
         assert [label.effect if label else None for label in labels] == [
             Effect.NON_IDEMPOTENT_WRITE, Effect.DESTRUCTIVE,
         ]
-        assert h.runtime.get_run("r1").resource_id == "ra"
+        assert h.run("r1", owner="alice").resource_id == "ra"
         # read_only on a foreign resource: refused like a missing resource.
         foreign = run_body("x", thread_id="t9", run_id="r3", resourceId="rb")
         with pytest.raises(RunRefused) as refused:
@@ -591,7 +591,7 @@ async def test_clause8_no_sse_framing_and_no_run_state_in_envelopes(
             assert m.envelope.correlation_id == b"q1" and m.envelope.method == ""
             assert b"thread-A" not in push_envelope(m.envelope)
         assert frames[-1].body == b""
-        assert h.runtime.get_run("run-B").thread_id == "thread-A"
+        assert h.run("run-B").thread_id == "thread-A"
 
 
 async def test_dropped_association_without_grace_cancels_the_run(
@@ -605,7 +605,7 @@ async def test_dropped_association_without_grace_cancels_the_run(
                 async for event in stream:
                     if event.type == "TEXT_MESSAGE_CONTENT":
                         break
-        run = h.runtime.get_run("r1")
+        run = h.run("r1")
         async with asyncio.timeout(WAIT):
             while not run.done:
                 await asyncio.sleep(0.01)

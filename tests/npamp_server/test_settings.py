@@ -6,11 +6,10 @@ import pytest
 from pydantic import ValidationError
 
 from iobridge.auth import Authenticator, AuthSettings
-from iobridge.config import Settings
+from iobridge.config import NpampSettings, Settings
 from iobridge.npamp.identity import IdentityKey
 from iobridge.npamp.profiles import SignatureScheme
 from iobridge.npamp_server.principals import PeerDirectory
-from iobridge.npamp_server.settings import NpampSettings
 
 ALICE = IdentityKey.generate(SignatureScheme.ED25519)
 BOB = IdentityKey.generate(SignatureScheme.ED25519)

@@ -148,12 +148,13 @@ def test_a_tool_call_is_held_back_until_its_end_then_released_whole() -> None:
     guard.start()
     assert guard.feed(call("START", toolCallName="f")) == []
     assert guard.feed(call("ARGS", delta='{"a":')) == []
-    assert guard.open_tool_calls() == ["c"]
     assert guard.feed(call("ARGS", delta="1}")) == []
     assert guard.feed(call("END")) == [
         call("START", toolCallName="f"), call("ARGS", delta='{"a":'),
         call("ARGS", delta="1}"), call("END")]
-    assert guard.open_tool_calls() == []
+    # Released once: a second END for the same call is dropped, and the run finishes clean.
+    assert guard.feed(call("END")) == []
+    assert [e["type"] for e in guard.finish()] == ["RUN_FINISHED"]
 
 
 def test_a_call_without_arguments_gets_an_empty_object() -> None:

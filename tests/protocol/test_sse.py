@@ -6,19 +6,19 @@ import pytest
 
 from agui_verify import StreamError, parse_sse
 from iobridge.protocol.events import encode_event, text_content
-from iobridge.protocol.sse import PING, sse_frame, sse_frames
+from iobridge.protocol.sse import PING, sse_frames
 
 
 def test_one_frame_is_id_then_one_data_line_then_a_blank_line() -> None:
     data = encode_event(text_content("m", "a\nb\r\nc"))
-    frame = sse_frame(7, data)
+    frame = sse_frames([(7, data)])
     assert frame == b"id: 7\ndata: " + data + b"\n\n"
     assert b"\r" not in frame and frame.count(b"\n") == 3
 
 
 def test_a_batch_is_the_concatenation_of_single_frames() -> None:
     entries = [(1, b'{"type":"A"}'), (2, b'{"type":"B"}')]
-    assert sse_frames(entries) == sse_frame(1, entries[0][1]) + sse_frame(2, entries[1][1])
+    assert sse_frames(entries) == sse_frames(entries[:1]) + sse_frames(entries[1:])
     assert sse_frames([]) == b""
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.helpers import free_port, parse_sse, run_body, types
+from tests.helpers import free_port, parse_sse, run_body, terminal, types
 
 from iobridge.agents.function import FunctionAgent
 from iobridge.agents.outputs import AgentOutput, TextEnd
@@ -201,7 +201,7 @@ async def test_run_routes_are_owned_by_the_runs_resource(serve: Any) -> None:
             assert len(server.runtime.pending) == 1
             mine = await client.post(result, json={"result": "sunny"}, headers=alice)
             assert mine.status_code == 200
-    assert server.runtime.get_run("r1").status.value == "finished"
+    assert terminal(server.run("r1", owner="alice"))["type"] == "RUN_FINISHED"
 
 
 async def test_runs_on_foreign_threads_are_404_before_streaming(serve: Any) -> None:

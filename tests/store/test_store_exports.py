@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import iobridge.auth
+import iobridge.protocol.messages
 import iobridge.store
-import iobridge.store.history
 
 
 def test_store_package_exports() -> None:
@@ -17,7 +17,7 @@ def test_store_package_exports() -> None:
 
 
 def test_module_exports_exist() -> None:
-    for module in (iobridge.auth, iobridge.store.history):
+    for module in (iobridge.auth, iobridge.protocol.messages):
         assert len(set(module.__all__)) == len(module.__all__)
         for name in module.__all__:
             assert hasattr(module, name), name

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from iobridge.agents.context import RunContext
     from iobridge.agents.outputs import AgentOutput
     from iobridge.agents.tools import ServerTool
+    from iobridge.protocol.options import ToolResultMode
 
 
 class Agent(ABC):
@@ -28,9 +29,9 @@ class Agent(ABC):
     model_id: str | None = None
     #: Tools this agent executes on the server.
     tools: Sequence[ServerTool] = ()
-    #: How frontend tool results reach this agent (``"in-run"``/``"next-run"``); ``None``
-    #: leaves it to the request, then the transport, then the server setting.
-    tool_result_mode: str | None = None
+    #: How frontend tool results reach this agent; ``None`` leaves it to the request, then
+    #: the transport, then the server setting.
+    tool_result_mode: ToolResultMode | None = None
 
     def describe(self) -> dict[str, Any]:
         """Discovery data: ``{id, name, description, modelId?, tools: [{name, description}]}``."""
@@ -39,13 +40,6 @@ class Agent(ABC):
             data["modelId"] = self.model_id
         data["tools"] = [t.describe() for t in self.tools]
         return data
-
-    def prepare(self, forwarded_props: dict[str, Any]) -> None:  # noqa: B027 - optional hook
-        """Validate run options before the stream starts.
-
-        Raise ``iobridge.errors.InputError`` for bad ``modelSettings``/``structuredOutput`` so
-        the client gets a 400 instead of a RUN_ERROR.
-        """
 
     def server_tool(self, name: str) -> ServerTool | None:
         """The server tool called ``name``, if this agent has one."""

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from iobridge.protocol.options import RunOptions
+
 if TYPE_CHECKING:
     from iobridge.agents.outputs import AgentOutput
 
@@ -82,11 +84,17 @@ class RunContext:
     frontend_tools: list[dict[str, Any]] = field(default_factory=list)
     #: ``RunAgentInput.context`` entries (``{description, value}``).
     context: list[dict[str, Any]] = field(default_factory=list)
-    forwarded_props: dict[str, Any] = field(default_factory=dict)
+    #: ``forwardedProps``, parsed once at run start (unknown keys in ``options.props``).
+    options: RunOptions = field(default_factory=RunOptions)
     state: Any = None
     #: The resource the run acts for (thread owner).
     resource_id: str = "default"
     session: RunSession
+
+    @property
+    def forwarded_props(self) -> dict[str, Any]:
+        """The request's ``forwardedProps`` object as sent (unknown keys included)."""
+        return self.options.props
 
     def emit(self, output: AgentOutput) -> None:
         """Send an output into the run stream."""

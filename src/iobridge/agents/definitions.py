@@ -17,16 +17,20 @@ import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from pydantic_ai.settings import ModelSettings
 
 from iobridge.agents.base import Agent
-from iobridge.agents.model import TOOL_RESULT_MODES, ModelAgent
+from iobridge.agents.model import ModelAgent
 from iobridge.agents.providers import AgentConfigError, build_model
-from iobridge.agents.settings import parse_model_settings
 from iobridge.agents.tools import ServerTool, tool
 from iobridge.errors import InputError
+from iobridge.protocol.options import (
+    TOOL_RESULT_MODES,
+    parse_model_settings,
+    parse_tool_result_mode,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -182,8 +186,12 @@ def build_agent(
             "api_key_env must be the name of an environment variable (like OPENAI_API_KEY), "
             "not the key itself"
         )
-    if d.tool_result_mode is not None and d.tool_result_mode not in TOOL_RESULT_MODES:
-        raise AgentConfigError(f"tool_result_mode must be one of {', '.join(TOOL_RESULT_MODES)}")
+    try:
+        mode = parse_tool_result_mode(d.tool_result_mode, where="tool_result_mode")
+    except InputError:
+        raise AgentConfigError(
+            f"tool_result_mode must be one of {', '.join(TOOL_RESULT_MODES)}"
+        ) from None
     if not 0 <= d.output_retries <= 10:
         raise AgentConfigError("output_retries must be between 0 and 10")
     if d.timeout is not None and not d.timeout > 0:
@@ -194,7 +202,7 @@ def build_agent(
         problems = "; ".join(f"{p['field']} {p['message']}" for p in exc.details or [])
         raise AgentConfigError(f"invalid model_settings: {problems}") from None
     if d.timeout is not None:
-        settings = ModelSettings(**settings, timeout=d.timeout)
+        settings["timeout"] = d.timeout
     tools = [resolve_tool(t) for t in d.tools]
     names = [t.name for t in tools]
     duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -213,10 +221,10 @@ def build_agent(
         description=d.description,
         instructions=d.instructions,
         tools=tools,
-        model_settings=settings,
+        model_settings=cast(ModelSettings, settings),
         model_id=d.model,
         output_retries=d.output_retries,
-        tool_result_mode=d.tool_result_mode,
+        tool_result_mode=mode,
     )
 
 

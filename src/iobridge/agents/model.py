@@ -27,7 +27,7 @@ import base64
 import binascii
 import logging
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai import (
@@ -81,8 +81,8 @@ from iobridge.agents.outputs import (
     TextEnd,
 )
 from iobridge.agents.providers import adapt_settings, map_model_error
-from iobridge.agents.settings import StructuredOutput, parse_run_options
-from iobridge.errors import AgentError, InputError
+from iobridge.errors import AgentError
+from iobridge.protocol.options import TOOL_RESULT_MODES, StructuredOutput, ToolResultMode
 
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
@@ -94,8 +94,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Tool-result modes an agent may ask the runtime for.
-TOOL_RESULT_MODES = ("in-run", "next-run")
 #: Arguments are JSON objects; the tool itself (or the frontend) checks them in detail.
 _ANY_OBJECT = SchemaValidator(core_schema.dict_schema())
 _EMPTY_OBJECT_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
@@ -130,7 +128,7 @@ class ModelAgent(Agent):
         model_settings: ModelSettings | None = None,
         model_id: str | None = None,
         output_retries: int = 2,
-        tool_result_mode: str | None = None,
+        tool_result_mode: ToolResultMode | None = None,
     ) -> None:
         if tool_result_mode is not None and tool_result_mode not in TOOL_RESULT_MODES:
             raise ValueError(f"tool_result_mode must be one of {TOOL_RESULT_MODES}")
@@ -151,25 +149,18 @@ class ModelAgent(Agent):
             for t in self.tools
         ]
 
-    def prepare(self, forwarded_props: dict[str, Any]) -> None:
-        """Reject bad ``modelSettings``/``structuredOutput`` before the stream (HTTP 400)."""
-        parse_run_options(forwarded_props)
-
     async def run(self, ctx: RunContext) -> AsyncIterator[AgentOutput]:
         """Run the model/tool loop and stream its outputs."""
-        try:
-            options = parse_run_options(ctx.forwarded_props)
-        except InputError as exc:  # prepare() was skipped: report in-stream instead
-            raise AgentError(exc.message, code=exc.code) from None
+        options = ctx.options
         history = to_model_messages(ctx.messages)
         instructions = context_instructions(ctx.context)
         if not history and not (self.instructions or instructions):
             raise AgentError("the run has no messages for the model", code="INVALID_REQUEST")
         structured = options.structured_output
         agent = self._pydantic_agent(structured)
-        toolset = BridgeToolset(self._tool_definitions(ctx.frontend_tools), ctx)
+        toolset = RunToolset(self._tool_definitions(ctx.frontend_tools), ctx)
         settings = adapt_settings(
-            self.model, ModelSettings(**{**self.model_settings, **options.model_settings})
+            self.model, cast(ModelSettings, {**self.model_settings, **options.model_settings})
         )
         step = 0
         try:
@@ -272,8 +263,8 @@ class ModelAgent(Agent):
         return defs
 
 
-class BridgeToolset(AbstractToolset[None]):
-    """The run's tools, executed through the bridge's ``RunContext``.
+class RunToolset(AbstractToolset[None]):
+    """The run's tools, executed through the run's ``RunContext``.
 
     The runtime decides where a tool runs, so server and frontend tools look alike here.
     """

@@ -1,15 +1,15 @@
-"""The FastAPI application: ``create_app()`` for a server, ``Bridge`` to mount into your own.
+"""The FastAPI application: ``create_app()`` for a server, ``mount()`` into your own app.
 
-``Bridge`` owns one runtime, agent catalog, authenticator and thread store; ``install``
-adds its routes (under the configured prefix) and error handlers to any FastAPI app, and its
-``lifespan`` opens and closes the store and stops live runs on shutdown.
+Both put a :class:`~iobridge.app.Backend` behind the io protocol's routes (under the
+configured prefix) and route every error through the JSON envelope. The app's lifespan opens
+the backend unless the caller runs it itself (``create_app(backend=...)`` on a backend that
+is already open, as ``iobridge serve`` does to share it with N-PAMP).
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -17,101 +17,42 @@ from fastapi.middleware.cors import CORSMiddleware
 from iobridge import __version__
 from iobridge.agents.base import Agent
 from iobridge.agents.catalog import AgentCatalog
-from iobridge.agents.definitions import load_agents
-from iobridge.agents.demo import DemoAgent
-from iobridge.auth import Authenticator
+from iobridge.app import Backend
 from iobridge.config import Settings
 from iobridge.http.agents import router as agents_router
 from iobridge.http.errors import install_error_handlers
 from iobridge.http.runs import router as runs_router
 from iobridge.http.threads import router as threads_router
-from iobridge.runtime.engine import Runtime, RuntimeSettings
-from iobridge.runtime.memory import StoreMemory
 from iobridge.store.base import ThreadStore
-from iobridge.store.migrate import open_store
 from iobridge.web import playground_router
 
-logger = logging.getLogger("iobridge")
+__all__ = ["create_app", "mount"]
 
 
-def build_catalog(settings: Settings, agents: Sequence[Agent] = ()) -> AgentCatalog:
-    """The demo agent, the configured agents, then ``agents`` given in Python.
+def _install_routes(app: FastAPI, backend: Backend) -> None:
+    app.state.backend = backend
+    install_error_handlers(app)
+    prefix = backend.settings.prefix
+    app.include_router(runs_router, prefix=prefix, tags=["runs"])
+    app.include_router(threads_router, prefix=prefix, tags=["threads"])
+    app.include_router(agents_router, prefix=prefix, tags=["agents"])
 
-    The default agent is ``settings.default_agent``, else the first configured or given
-    agent, else the demo agent.
 
-    A configured agent that cannot be built (missing API key, bad tool import) is logged and
-    left out; the server still starts with the others.
+def mount(app: FastAPI, backend: Backend) -> None:
+    """Serve ``backend`` from an existing FastAPI ``app`` (one call).
+
+    Adds the routes and error handlers, and wraps the app's lifespan so the backend opens at
+    startup and closes (live runs stopped, store closed) at shutdown.
     """
-    catalog = AgentCatalog([DemoAgent()])
-    configured, errors = load_agents(settings.agents)
-    for agent in [*configured, *agents]:
-        catalog.register(agent)
-    for agent_id, reason in errors.items():
-        logger.error("agent %s is unavailable: %s", agent_id, reason)
-    catalog.unavailable.update(errors)
-    if settings.default_agent is not None:
-        catalog.default_id = settings.default_agent
-    elif configured or agents:
-        catalog.default_id = [*configured, *agents][0].id
-    return catalog
-
-
-class Bridge:
-    """The io.Intelligence bridge as a mountable unit."""
-
-    def __init__(
-        self,
-        settings: Settings | None = None,
-        *,
-        agents: Sequence[Agent] = (),
-        catalog: AgentCatalog | None = None,
-        store: ThreadStore | None = None,
-    ) -> None:
-        self.settings = settings or Settings.load()
-        #: The thread store; opened from ``settings.database_url`` at startup if not given.
-        self.store = store
-        self.catalog = catalog or build_catalog(self.settings, agents)
-        self.authenticator = Authenticator(self.settings.auth)
-        self.runtime = Runtime(
-            self.catalog,
-            settings=RuntimeSettings(
-                tool_timeout=self.settings.tool_timeout,
-                retention_seconds=self.settings.retention_seconds,
-                max_retained_runs=self.settings.max_retained_runs,
-                detach_grace_seconds=self.settings.detach_grace_seconds,
-                tool_result_mode=self.settings.tool_result_mode,
-            ),
-        )
-
-    def install(self, app: FastAPI) -> None:
-        """Add the bridge's routes, state and error handlers to ``app``."""
-        app.state.settings = self.settings
-        app.state.catalog = self.catalog
-        app.state.authenticator = self.authenticator
-        app.state.runtime = self.runtime
-        app.state.store = self.store
-        install_error_handlers(app)
-        prefix = self.settings.prefix
-        app.include_router(runs_router, prefix=prefix, tags=["runs"])
-        app.include_router(threads_router, prefix=prefix, tags=["threads"])
-        app.include_router(agents_router, prefix=prefix, tags=["agents"])
+    _install_routes(app, backend)
+    inner = app.router.lifespan_context
 
     @asynccontextmanager
-    async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
-        """Open the store at startup; stop live runs and close the store at shutdown."""
-        owned = self.store is None
-        if self.store is None:
-            self.store = await open_store(self.settings.database_url)
-        app.state.store = self.store
-        self.runtime.memory = StoreMemory(self.store)
-        try:
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with backend, inner(app):
             yield
-        finally:
-            await self.runtime.aclose()
-            if owned:
-                await self.store.close()
-                self.store = None
+
+    app.router.lifespan_context = lifespan
 
 
 def create_app(
@@ -120,24 +61,39 @@ def create_app(
     agents: Sequence[Agent] = (),
     catalog: AgentCatalog | None = None,
     store: ThreadStore | None = None,
+    backend: Backend | None = None,
 ) -> FastAPI:
-    """A complete server application."""
-    bridge = Bridge(settings, agents=agents, catalog=catalog, store=store)
+    """A complete server application.
+
+    Without ``backend`` one is built from the other arguments and opened by the app's
+    lifespan. With ``backend`` the caller opens and closes it (the app only serves it).
+    """
+    owned = backend is None
+    if backend is None:
+        backend = Backend(settings, agents=agents, catalog=catalog, store=store)
+    opened = backend
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            if owned:
+                await stack.enter_async_context(opened)
+            yield
+
     app = FastAPI(
         title="iobridge",
         version=__version__,
         summary="io.Intelligence Agent Protocol backend (AG-UI over SSE)",
-        lifespan=bridge.lifespan,
+        lifespan=lifespan,
     )
-    if bridge.settings.cors_origins:
+    if backend.settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,
-            allow_origins=bridge.settings.cors_origins,
+            allow_origins=backend.settings.cors_origins,
             allow_methods=["GET", "POST", "PATCH", "DELETE", "OPTIONS"],
             allow_headers=["*"],
         )
-    bridge.install(app)
-    if bridge.settings.playground:
-        app.include_router(playground_router(bridge.settings.prefix))
-    app.state.bridge = bridge
+    _install_routes(app, backend)
+    if backend.settings.playground:
+        app.include_router(playground_router(backend.settings.prefix))
     return app

@@ -9,9 +9,9 @@ protocol_id is a separate, per-peer configuration fact (NPAMP-REG §7.1).
 from __future__ import annotations
 
 from iobridge.auth import ANONYMOUS, DEFAULT_RESOURCE, Authenticator, Principal
+from iobridge.config import ANY_PEER, NpampSettings
 from iobridge.npamp.identity import PinnedPeers, fingerprint
 from iobridge.npamp.profiles import SignatureScheme
-from iobridge.npamp_server.settings import ANY_PEER, NpampSettings
 
 __all__ = ["PeerDirectory"]
 

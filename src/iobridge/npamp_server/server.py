@@ -1,22 +1,25 @@
-"""The AG-UI Bridge server: N-PAMP associations mapped onto the shared run engine.
+"""The AG-UI Bridge server: N-PAMP associations carrying the runs of a :class:`Backend`.
 
 Theory of operation
 -------------------
 This is a thin asyncio shell. :class:`~iobridge.npamp.aio.Association` moves frames,
 :class:`~iobridge.npamp.stream.BridgeSession` (one per AG-UI channel of an association) decides
-every Bridge and CC-STREAM rule, and :class:`~iobridge.runtime.engine.Runtime` runs the agents.
-The shell only turns session events into runtime calls:
+every Bridge and CC-STREAM rule, and :class:`~iobridge.app.Backend` owns the runs (agents,
+ownership, cursors, attach/detach). The shell only turns session events into Backend calls:
 
-* ``RunRequested`` → authorize (peer key → principal, SafetyLabel ceiling, resource), then
-  ``runtime.start``; a failure before the stream starts is a BRIDGE_ERROR (NotDelivered,
+* ``RunRequested`` → authorize (peer key → principal, SafetyLabel ceiling), then
+  ``backend.start_run``; a failure before the stream starts is a BRIDGE_ERROR (NotDelivered,
   SafetyPolicy), never a RUN_ERROR, and never success (MAP-AGUI §4.3).
 * Each run-log entry is one BRIDGE_STREAM_DATA whose foreign message is the log entry itself,
   the octets SSE puts after ``data:`` ("events are bytes once"); ``event_id`` is the log
   sequence number. After the terminal event comes exactly one BRIDGE_STREAM_END.
 * ``ResumeRequested`` (possibly on a new association) → the registry maps (principal,
-  correlation_id) to the run; replay after the cursor, then follow live.
+  correlation_id) to the run; ``backend.resume`` checks it and the cursor; replay after the
+  cursor, then follow live.
 * ``CancelRequested`` → the session already queued the single cancel_ack END; we stop
-  forwarding and ``runtime.cancel`` the run (RUN_FINISHED ``outcome: cancelled`` is stored).
+  forwarding and ``backend.cancel_run`` (RUN_FINISHED ``outcome: cancelled`` is stored).
+
+It imports nothing of HTTP: ``iobridge serve --no-http`` runs it alone.
 
 Frames of one session are sent under one lock, drained in the order the session queued them,
 so a cancel_ack can never overtake a data frame that precedes it.
@@ -31,11 +34,12 @@ import logging
 import ssl
 import tempfile
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from iobridge.auth import Authenticator, Principal
-from iobridge.errors import IobridgeError, NotFoundError
+from iobridge.auth import Principal
+from iobridge.errors import InputError, IobridgeError, NotFoundError
 from iobridge.npamp.aio import Association, NpampServer, TransportConfig, serve
 from iobridge.npamp.bridge import Effect, SafetyLabel, SafetyPolicyViolation, TransportErrorCode
 from iobridge.npamp.connection import AssociationConfig
@@ -61,17 +65,13 @@ from iobridge.npamp.stream_events import (
 from iobridge.npamp.stream_state import Role, StreamState
 from iobridge.npamp.tls import self_signed_certificate, server_ssl_context
 from iobridge.npamp_server.principals import PeerDirectory
-from iobridge.npamp_server.settings import NpampSettings
-from iobridge.protocol.run_input import parse_run_input
 
 if TYPE_CHECKING:
-    from fastapi import FastAPI
-
-    from iobridge.http.app import Bridge
-    from iobridge.runtime.engine import Runtime
+    from iobridge.app import Backend
+    from iobridge.config import NpampSettings
     from iobridge.runtime.run import Run
 
-__all__ = ["AgUiServer", "install"]
+__all__ = ["AgUiServer", "serving"]
 
 logger = logging.getLogger("iobridge.npamp")
 
@@ -90,27 +90,19 @@ class _Refusal(Exception):
 
 
 class AgUiServer:
-    """Carries AG-UI runs of one :class:`~iobridge.runtime.engine.Runtime` over N-PAMP.
+    """Carries the AG-UI runs of one :class:`~iobridge.app.Backend` over N-PAMP.
 
     Args:
-        runtime: The engine the HTTP app uses too.
-        authenticator: The HTTP authenticator (its mode and resource rules apply unchanged).
-        settings: The ``npamp`` settings.
-        identity: Our identity key; loaded from ``settings.identity_key`` or freshly generated.
+        backend: The application core (shared with HTTP when both are served).
+        identity: Our identity key; loaded from ``npamp.identity_key`` or freshly generated.
     """
 
-    def __init__(
-        self,
-        runtime: Runtime,
-        authenticator: Authenticator,
-        settings: NpampSettings,
-        *,
-        identity: IdentityKey | None = None,
-    ) -> None:
-        self.runtime = runtime
-        self.authenticator = authenticator
+    def __init__(self, backend: Backend, *, identity: IdentityKey | None = None) -> None:
+        self.backend = backend
+        settings: NpampSettings = backend.settings.npamp
         self.settings = settings
-        self.peers = PeerDirectory(settings, authenticator)
+        #: Its mode and resource rules apply to peers as they do to HTTP callers.
+        self.peers = PeerDirectory(settings, backend.authenticator)
         if identity is None:
             identity = (
                 load_identity(settings.identity_key)
@@ -121,17 +113,10 @@ class AgUiServer:
         #: (principal id, correlation_id) → run_id, for resume on any association.
         self.streams: dict[tuple[str, bytes], str] = {}
 
-    @classmethod
-    def from_bridge(cls, bridge: Bridge, *, identity: IdentityKey | None = None) -> AgUiServer:
-        """The server for a :class:`~iobridge.http.app.Bridge` (same runtime and auth)."""
-        return cls(
-            bridge.runtime, bridge.authenticator, bridge.settings.npamp, identity=identity
-        )
-
     @property
     def resumable(self) -> bool:
         """Whether finished runs are retained, so streams may be advertised resumable."""
-        return self.runtime.settings.retention_seconds > 0
+        return self.backend.settings.retention_seconds > 0
 
     def transport_config(self) -> TransportConfig:
         """Handshake (our key, peer trust) and association (channels) settings."""
@@ -158,11 +143,11 @@ class AgUiServer:
 
     def remember(self, principal: Principal, correlation_id: bytes, run: Run) -> None:
         """Register a stream for resume; forget entries whose runs are no longer retained."""
-        limit = self.runtime.settings.max_retained_runs + self.runtime.active_runs
-        if len(self.streams) >= limit:
+        runtime = self.backend.runtime
+        if len(self.streams) >= runtime.settings.max_retained_runs + runtime.active_runs:
             for key, run_id in list(self.streams.items()):
                 try:
-                    self.runtime.get_run(run_id)
+                    runtime.get_run(key[0], run_id)
                 except NotFoundError:
                     del self.streams[key]
         self.streams[(principal.id, correlation_id)] = run.run_id
@@ -238,10 +223,15 @@ class _Peer:
         """The session acknowledged a cancel: release resume state and stop the run."""
         forwarding = self.streams.get(key)
         principal = self.server.peers.principal(self.assoc.peer_identity)
-        if principal is not None:
-            self.server.streams.pop((principal.id, key[1]), None)
+        if principal is None:
+            return
+        self.server.streams.pop((principal.id, key[1]), None)
         if forwarding is not None and forwarding.run is not None:
-            self.server.runtime.cancel(forwarding.run)
+            self._cancel(principal, forwarding.run)
+
+    def _cancel(self, principal: Principal, run: Run) -> None:
+        with contextlib.suppress(NotFoundError):
+            self.server.backend.cancel_run(principal, run.run_id)
 
     # -- runs ---------------------------------------------------------------------------
 
@@ -260,14 +250,8 @@ class _Peer:
         corr = event.correlation_id
         try:
             principal = self._authorize(event.safety_label)
-            run_input = parse_run_input(event.body)
-            resource_id = self.server.authenticator.resolve_resource(
-                principal, run_input.forwarded_props.get("resourceId")
-            )
-            run = await self.server.runtime.start(
-                run_input,
-                resource_id=resource_id,
-                tool_result_mode=self.server.settings.tool_result_mode,
+            run = await self.server.backend.start_run(
+                principal, event.body, tool_result_mode=self.server.settings.tool_result_mode
             )
         except _Refusal as exc:
             await self._fail(channel, corr, exc.code, exc.message)
@@ -277,59 +261,63 @@ class _Peer:
             await self._fail(channel, corr, TransportErrorCode.NOT_DELIVERED, reason)
             return
         self.server.remember(principal, corr, run)
-        await self._forward(channel, corr, run, 0)
+        await self._forward(channel, corr, principal, run, 0)
 
     async def _resume(self, channel: int, event: ResumeRequested) -> None:
         corr = event.correlation_id
         try:
             principal = self._authorize(event.safety_label)
-            run = self._resumable_run(principal, corr, event.cursor)
+            run, after = self._resumable_run(principal, corr, event.cursor)
         except _Refusal as exc:
             await self._fail(channel, corr, exc.code, exc.message)
             return
-        await self._forward(channel, corr, run, event.cursor)
+        await self._forward(channel, corr, principal, run, after)
 
-    def _resumable_run(self, principal: Principal, corr: bytes, cursor: int) -> Run:
+    def _resumable_run(self, principal: Principal, corr: bytes, cursor: int) -> tuple[Run, int]:
         """The retained run behind (principal, correlation_id), re-authorized (CC-STREAM §12)."""
         run_id = self.server.streams.get((principal.id, corr))
         if run_id is None:
             raise _Refusal(TransportErrorCode.NOT_RESUMABLE, "no resumable stream with this id")
         try:
-            run = self.server.runtime.get_run(run_id, resource_ids=principal.resource_ids)
+            return self.server.backend.resume(principal, run_id, cursor)
         except NotFoundError:
             self.server.streams.pop((principal.id, corr), None)
             raise _Refusal(
                 TransportErrorCode.NOT_RESUMABLE, "the run is no longer retained"
             ) from None
-        if cursor > run.log.last_seq:
-            raise _Refusal(TransportErrorCode.NOT_RESUMABLE, "the cursor is beyond the stream")
-        return run
+        except InputError:
+            raise _Refusal(
+                TransportErrorCode.NOT_RESUMABLE, "the cursor is beyond the stream"
+            ) from None
 
-    async def _forward(self, channel: int, corr: bytes, run: Run, after: int) -> None:
+    async def _forward(
+        self, channel: int, corr: bytes, principal: Principal, run: Run, after: int
+    ) -> None:
         """Carry the run log after ``after`` as the stream, then its single END."""
-        session, runtime = self.sessions[channel], self.server.runtime
+        session = self.sessions[channel]
         forwarding = self.streams.get((channel, corr))
         if forwarding is not None:
             forwarding.run = run
-        runtime.attach(run)
+        batches = self.server.backend.follow(
+            run, after, detach_grace=self.server.settings.resume_grace_seconds
+        )
         try:
-            async for batch in run.log.follow(after):
+            async with aclosing(batches):
+                async for batch in batches:
+                    async with self.lock:
+                        if session.state_of(Role.PRODUCER, corr) not in _PRODUCING:
+                            break
+                        for _seq, data in batch:
+                            session.send_event(corr, data)  # event_id == _seq: both from after
+                        await self._flush_locked(channel)
                 async with self.lock:
-                    if session.state_of(Role.PRODUCER, corr) not in _PRODUCING:
-                        break
-                    for _seq, data in batch:
-                        session.send_event(corr, data)  # event_id == _seq: both count from after
-                    await self._flush_locked(channel)
-            async with self.lock:
-                if session.state_of(Role.PRODUCER, corr) in _PRODUCING:
-                    session.end_stream(corr)
-                    await self._flush_locked(channel)
-            if session.state_of(Role.PRODUCER, corr) is StreamState.CANCELLED:
-                runtime.cancel(run)  # cancelled while the run was being started
+                    if session.state_of(Role.PRODUCER, corr) in _PRODUCING:
+                        session.end_stream(corr)
+                        await self._flush_locked(channel)
+                if session.state_of(Role.PRODUCER, corr) is StreamState.CANCELLED:
+                    self._cancel(principal, run)  # cancelled while the run was being started
         except _GONE:
             pass  # the association dropped: the run goes on for the resume grace
-        finally:
-            runtime.detach(run, grace=self.server.settings.resume_grace_seconds)
 
     async def _fail(self, channel: int, corr: bytes, code: TransportErrorCode, reason: str) -> None:
         session = self.sessions[channel]
@@ -368,7 +356,7 @@ class _Peer:
         return b"\xa2\x00\x19\x01\x03\x02\x81" + push_protocol_record(record)
 
 
-# --- wiring into the HTTP app --------------------------------------------------------------
+# --- serving ------------------------------------------------------------------------------
 
 
 def _ssl_context(settings: NpampSettings, workdir: str) -> ssl.SSLContext:
@@ -379,32 +367,24 @@ def _ssl_context(settings: NpampSettings, workdir: str) -> ssl.SSLContext:
 
 
 @contextlib.asynccontextmanager
-async def _serving(bridge: Bridge, host: str, port: int) -> AsyncIterator[AgUiServer]:
-    server = AgUiServer.from_bridge(bridge)
+async def serving(
+    backend: Backend, *, host: str | None = None, port: int | None = None
+) -> AsyncIterator[AgUiServer]:
+    """Serve ``backend`` over N-PAMP while the context is open (the backend must be open).
+
+    ``host``/``port`` default to ``npamp.host`` (else the HTTP ``host``) and ``npamp.port``.
+    On exit the listener closes and its associations end; runs whose peers may resume keep
+    going until the backend itself closes.
+    """
+    npamp = backend.settings.npamp
+    port = npamp.port if port is None else port
+    if port is None:
+        raise ValueError("no N-PAMP port: set npamp.port (or --npamp-port)")
+    host = host or npamp.host or backend.settings.host
+    server = AgUiServer(backend)
     with tempfile.TemporaryDirectory(prefix="iobridge-npamp-") as workdir:
-        listener = await server.listen(host, port, _ssl_context(bridge.settings.npamp, workdir))
+        listener = await server.listen(host, port, _ssl_context(npamp, workdir))
         try:
             yield server
         finally:
             await listener.wait_closed()
-
-
-def install(app: FastAPI, bridge: Bridge) -> None:
-    """Serve N-PAMP from ``app``'s lifespan, in the same event loop and runtime as HTTP.
-
-    The listener starts after the bridge opened its store and stops before live runs are
-    cancelled. Does nothing when ``settings.npamp.port`` is unset.
-    """
-    npamp = bridge.settings.npamp
-    if npamp.port is None:
-        return
-    port, host = npamp.port, npamp.host or bridge.settings.host
-    inner = app.router.lifespan_context
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with inner(app), _serving(bridge, host, port) as server:
-            app.state.npamp = server
-            yield
-
-    app.router.lifespan_context = lifespan

@@ -15,13 +15,18 @@ Protocol, plus what ``@ag-ui/client`` checks (``verifyEvents``):
 4. Every text message (and reasoning message/span, and step) is closed before the
    terminal event: ``finish``/``fail`` close what is open, innermost first.
 5. Every tool call is closed. The guard *holds back* a tool call (START, ARGS…) until its
-   TOOL_CALL_END and releases it whole only if
-7. the concatenated TOOL_CALL_ARGS parse as JSON (``{}`` is inserted when there were no
+   TOOL_CALL_END and releases it whole only if the concatenated TOOL_CALL_ARGS parse as
+   JSON (guarantee 7 below).
+6. Empty ``TEXT_MESSAGE_CONTENT`` deltas are dropped.
+7. Concatenated ``TOOL_CALL_ARGS`` form valid JSON (``{}`` is inserted when there were no
    fragments). If they do not, the call is never shown and the run ends with RUN_ERROR
    ``INVALID_TOOL_ARGS``: a frontend must never execute a tool with broken arguments, and
    an announced call could not be closed validly. Holding back costs only the live display
    of argument streaming, which a UI cannot act on before TOOL_CALL_END anyway.
-6. Empty ``TEXT_MESSAGE_CONTENT`` deltas are dropped.
+
+The run-level machine has three states (``GuardState``): ``IDLE`` until the first input,
+which emits RUN_STARTED and moves to ``RUNNING``; ``ENDED`` once ``finish``/``fail`` emitted
+the terminal event. Nothing moves it back; in ``ENDED`` every call returns nothing.
 
 Repairs: content for a message that is not open opens it; END/RESULT for unknown ids,
 duplicate STARTs, events without a string ``type``, non-integer timestamps and ``null``
@@ -44,7 +49,7 @@ from iobridge.protocol.events import Event
 
 
 class GuardState(enum.Enum):
-    """Run-level states."""
+    """Run-level states (see the module docstring)."""
 
     #: Nothing emitted yet; the first input emits RUN_STARTED.
     IDLE = "idle"
@@ -52,29 +57,6 @@ class GuardState(enum.Enum):
     RUNNING = "running"
     #: The terminal event was emitted; every later input yields nothing.
     ENDED = "ended"
-
-
-class GuardInput(enum.Enum):
-    """Inputs the run-level machine reacts to."""
-
-    START = "start"
-    EVENT = "event"
-    FINISH = "finish"
-    FAIL = "fail"
-
-
-#: (state, input) -> next state. Inputs missing here are ignored (nothing is emitted):
-#: an agent cannot break the run, it can only be repaired.
-TRANSITIONS: dict[tuple[GuardState, GuardInput], GuardState] = {
-    (GuardState.IDLE, GuardInput.START): GuardState.RUNNING,
-    (GuardState.IDLE, GuardInput.EVENT): GuardState.RUNNING,
-    (GuardState.IDLE, GuardInput.FINISH): GuardState.ENDED,
-    (GuardState.IDLE, GuardInput.FAIL): GuardState.ENDED,
-    (GuardState.RUNNING, GuardInput.START): GuardState.RUNNING,
-    (GuardState.RUNNING, GuardInput.EVENT): GuardState.RUNNING,
-    (GuardState.RUNNING, GuardInput.FINISH): GuardState.ENDED,
-    (GuardState.RUNNING, GuardInput.FAIL): GuardState.ENDED,
-}
 
 INVALID_TOOL_ARGS = "INVALID_TOOL_ARGS"
 #: Code of a RUN_ERROR an agent emitted without one (every RUN_ERROR carries a code).
@@ -119,7 +101,6 @@ class LifecycleGuard:
         self.parent_run_id = parent_run_id
         self._new_id = new_id
         self.state = GuardState.IDLE
-        self._started = False
         #: Open text messages (insertion ordered), by messageId.
         self._texts: dict[str, None] = {}
         #: Text message ids already closed: never reopened (ag-ui-validate AGUI104).
@@ -135,8 +116,6 @@ class LifecycleGuard:
         self._chunk_reasoning: str | None = None
         self._chunk_call: str | None = None
         self._out: list[Event] = []
-        #: The terminal event, once emitted.
-        self.terminal: Event | None = None
 
     # -- public API ------------------------------------------------------------------
 
@@ -147,16 +126,12 @@ class LifecycleGuard:
 
     def start(self) -> list[Event]:
         """Emit RUN_STARTED (idempotent)."""
-        if self._advance(GuardInput.START):
-            self._ensure_started()
+        self._ensure_started()
         return self._drain()
 
     def feed(self, event: Event) -> list[Event]:
         """Offer one candidate event; returns the events to emit now (possibly none)."""
-        if self.state is GuardState.RUNNING:  # the hot path of the table below
-            self._handle(event)
-            return self._drain()
-        if not self._advance(GuardInput.EVENT):
+        if self.state is GuardState.ENDED:
             return []
         self._ensure_started()
         self._handle(event)
@@ -199,28 +174,15 @@ class LifecycleGuard:
         self._terminate(ev.run_error(message, code))
         return self._drain()
 
-    def open_tool_calls(self) -> list[str]:
-        """Ids of tool calls announced but not yet ended (held back)."""
-        return list(self._calls)
-
     # -- machinery -------------------------------------------------------------------
 
-    def _advance(self, guard_input: GuardInput) -> bool:
-        nxt = TRANSITIONS.get((self.state, guard_input))
-        if nxt is None:
-            return False
-        if nxt is not GuardState.ENDED:
-            self.state = nxt
-        return True
-
     def _ensure_started(self) -> None:
-        if not self._started:
-            self._started = True
+        if self.state is GuardState.IDLE:
+            self.state = GuardState.RUNNING
             self._out.append(ev.run_started(self.thread_id, self.run_id, self.parent_run_id))
 
     def _terminate(self, event: Event) -> None:
         self._out.append(event)
-        self.terminal = event
         self.state = GuardState.ENDED
 
     def _drain(self) -> list[Event]:

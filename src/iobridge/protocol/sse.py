@@ -12,11 +12,6 @@ from collections.abc import Iterable
 PING = b": ping\n\n"
 
 
-def sse_frame(seq: int, data: bytes) -> bytes:
-    """Frame one encoded event."""
-    return b"id: %d\ndata: %b\n\n" % (seq, data)
-
-
 def sse_frames(entries: Iterable[tuple[int, bytes]]) -> bytes:
     """Frame several events into one chunk (one socket write for a batch)."""
     return b"".join([b"id: %d\ndata: %b\n\n" % entry for entry in entries])

@@ -1,9 +1,12 @@
 """The run engine: one place that starts, drives, cancels and retains runs.
 
-Both transports call only this: ``start`` a run (after which they follow ``run.log``),
-``submit_tool_result``, ``cancel``, ``detach`` when a follower goes away, and ``get_run``
-to resume. Agents, tools, pending frontend calls and persistence live behind it, so a
+The application core (:mod:`iobridge.app`) calls only this: ``start`` a run (after which
+transports follow ``run.log``), ``get_run``, ``submit_tool_result``, ``cancel``, ``attach``
+and ``detach``. Agents, tools, pending frontend calls and persistence live behind it, so a
 feature that works over SSE works over N-PAMP by construction.
+
+Runs are keyed by ``(owner, runId)``; a thread is busy per ``(resourceId, threadId)`` from
+the moment a run is admitted until what it produced is stored.
 """
 
 from __future__ import annotations
@@ -12,25 +15,26 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from iobridge.agents.context import RunContext, ToolResult
-from iobridge.errors import AgentError, ConflictError, InputError, NotFoundError
-from iobridge.protocol.run_input import RunInput
+from iobridge.errors import AgentError, ConflictError, NotFoundError
+from iobridge.protocol.messages import model_view
 from iobridge.runtime.pending import PendingRegistry
-from iobridge.runtime.run import Run, RunStatus
+from iobridge.runtime.run import Run, RunKey
+from iobridge.runtime.runlog import RunLog
 from iobridge.runtime.session import RunEnded, Session
-from iobridge.store.history import model_view
+from iobridge.runtime.tools import ToolDispatch
 
 if TYPE_CHECKING:
     from iobridge.agents.base import Agent
-    from iobridge.agents.catalog import AgentCatalog
+    from iobridge.protocol.options import RunOptions, ToolResultMode
+    from iobridge.protocol.run_input import RunInput
+    from iobridge.runtime.thread_memory import ThreadMemory
 
 logger = logging.getLogger("iobridge.runtime")
 
-TOOL_RESULT_MODES = ("in-run", "next-run")
 #: Outputs an agent may produce before the engine yields to the event loop.
 YIELD_EVERY = 32
 
@@ -48,134 +52,123 @@ class RuntimeSettings:
     #: Seconds a run survives with no follower before it is cancelled (0: at once).
     detach_grace_seconds: float = 0.0
     #: Default frontend tool mode: ``in-run`` (the io protocol) or ``next-run`` (plain AG-UI).
-    tool_result_mode: str = "in-run"
-
-
-class ThreadMemory(Protocol):
-    """Persistence hooks (thread memory); absent means a stateless engine."""
-
-    async def begin(self, run_input: RunInput, resource_id: str, agent_id: str) -> list[Any]:
-        """Check ownership, store the new messages, return the history the model sees."""
-        ...
-
-    async def end(self, run: Run, messages: list[dict[str, Any]]) -> None:
-        """Store the messages the run produced."""
-        ...
-
-
-AccessCheck = Callable[[str], bool]
+    tool_result_mode: ToolResultMode = "in-run"
 
 
 class Runtime:
-    """Starts and tracks runs; see the module docstring."""
+    """Starts and tracks runs; see the module docstring.
+
+    Args:
+        settings: The engine's knobs.
+        memory: Thread persistence; ``None`` makes the engine stateless (the model sees
+            exactly the request's messages).
+    """
 
     def __init__(
-        self,
-        catalog: AgentCatalog,
-        *,
-        settings: RuntimeSettings | None = None,
-        memory: ThreadMemory | None = None,
+        self, *, settings: RuntimeSettings | None = None, memory: ThreadMemory | None = None
     ) -> None:
-        self.catalog = catalog
         self.settings = settings or RuntimeSettings()
         self.memory = memory
         self.pending = PendingRegistry()
-        self._runs: dict[str, Run] = {}
-        self._retained: OrderedDict[str, float] = OrderedDict()
-        self._busy_threads: set[str] = set()
-        self._detach_timers: dict[str, asyncio.TimerHandle] = {}
+        self._runs: dict[RunKey, Run] = {}
+        self._retained: OrderedDict[RunKey, float] = OrderedDict()
+        self._busy_threads: set[tuple[str, str]] = set()
+        self._detach_timers: dict[RunKey, asyncio.TimerHandle] = {}
 
     # -- starting ----------------------------------------------------------------------
 
     async def start(
         self,
         run_input: RunInput,
+        options: RunOptions,
+        agent: Agent,
         *,
-        resource_id: str = "default",
-        tool_result_mode: str | None = None,
+        owner: str,
+        resource_id: str,
+        tool_result_mode: ToolResultMode | None = None,
     ) -> Run:
-        """Validate a run request and start the run; events appear in ``run.log``.
+        """Start the run; its events appear in ``run.log``.
 
         ``tool_result_mode`` is the transport's default frontend-tool mode (N-PAMP: results
-        come in the next run); ``forwardedProps.toolResultMode`` and agent config win.
+        come in the next run); ``forwardedProps.toolResultMode`` and the agent's own win.
 
         Raises:
-            NotFoundError: unknown ``forwardedProps.agentId`` (or a foreign thread).
-            InputError: options the agent rejects (``modelSettings``, ...).
+            NotFoundError: a thread of another resource.
             ConflictError: the runId is already running, or the thread is busy.
         """
-        props = run_input.forwarded_props
-        agent_id = props.get("agentId")
-        agent = self.catalog.get(agent_id if isinstance(agent_id, str) else None)
-        agent.prepare(props)
-        mode = self._tool_mode(props, agent, tool_result_mode)
-        existing = self._runs.get(run_input.run_id)
+        key: RunKey = (owner, run_input.run_id)
+        mode = (
+            options.tool_result_mode
+            or agent.tool_result_mode
+            or tool_result_mode
+            or self.settings.tool_result_mode
+        )
+        existing = self._runs.get(key)
         if existing is not None and not existing.done:
             raise ConflictError("a run with this runId is running", code="RUN_ALREADY_RUNNING")
-        if run_input.thread_id in self._busy_threads:
+        thread = (resource_id, run_input.thread_id)
+        if thread in self._busy_threads:
             raise ConflictError("another run is active on this thread", code="THREAD_BUSY")
-        self._busy_threads.add(run_input.thread_id)
+        self._busy_threads.add(thread)
         try:
             if self.memory is not None:
-                history = await self.memory.begin(run_input, resource_id, agent.id)
+                history = await self.memory.begin(run_input, options, resource_id, agent.id)
             else:
                 history = [dict(m) for m in model_view(run_input.messages)]
         except BaseException:
-            self._busy_threads.discard(run_input.thread_id)
+            self._busy_threads.discard(thread)
             raise
         if existing is not None:
-            self._forget(existing.run_id)
+            self._forget(key)
+        log = RunLog()
         run = Run(
             run_id=run_input.run_id,
             thread_id=run_input.thread_id,
-            parent_run_id=run_input.parent_run_id,
+            owner=owner,
             resource_id=resource_id,
-            agent=agent,
-            runtime=self,
-            frontend_tools=run_input.tools,
-            forwarded_props=props,
-            defer_frontend_tools=mode == "next-run",
+            agent_id=agent.id,
+            options=options,
+            log=log,
         )
-        session = Session(run)
-        run.session = session
+        session = Session(
+            log, run_input.thread_id, run_input.run_id, parent_run_id=run_input.parent_run_id
+        )
+        dispatch = ToolDispatch(
+            session,
+            agent,
+            [t["name"] for t in run_input.tools],
+            pending=self.pending,
+            run=key,
+            tool_timeout=self.settings.tool_timeout,
+            defer_frontend=mode == "next-run",
+        )
         ctx = RunContext(
             thread_id=run.thread_id,
             run_id=run.run_id,
             messages=history,
             frontend_tools=run_input.tools,
             context=run_input.context,
-            forwarded_props=props,
+            options=options,
             state=run_input.state,
             resource_id=resource_id,
-            session=session,
+            session=dispatch,
         )
-        self._runs[run.run_id] = run
+        self._runs[key] = run
         session.start()
-        run.task = asyncio.create_task(self._drive(run, ctx), name=f"run-{run.run_id}")
+        run.task = asyncio.create_task(
+            self._drive(run, agent, session, ctx), name=f"run-{run.run_id}"
+        )
         return run
 
-    def _tool_mode(self, props: dict[str, Any], agent: Agent, default: str | None) -> str:
-        mode = props.get("toolResultMode")
-        if mode is None:
-            mode = agent.tool_result_mode or default or self.settings.tool_result_mode
-        if mode not in TOOL_RESULT_MODES:
-            raise InputError(
-                "forwardedProps.toolResultMode must be 'in-run' or 'next-run'",
-                code="INVALID_FORWARDED_PROPS",
-            )
-        return str(mode)
-
-    async def _drive(self, run: Run, ctx: RunContext) -> None:
+    async def _drive(self, run: Run, agent: Agent, session: Session, ctx: RunContext) -> None:
         try:
-            await self._produce(run, ctx)
+            await self._produce(run, agent, session, ctx)
         finally:
-            await self._conclude(run)
+            await self._conclude(run, session)
 
-    async def _produce(self, run: Run, ctx: RunContext) -> None:
-        session = run.session
-        assert session is not None
+    async def _produce(self, run: Run, agent: Agent, session: Session, ctx: RunContext) -> None:
         try:
-            agen = run.agent.run(ctx)
+            agen = agent.run(ctx)
             try:
                 produced = 0
                 async for output in agen:
@@ -190,96 +183,95 @@ class Runtime:
                 if aclose is not None:
                     await aclose()
             session.finish()
-            run.status = RunStatus.FINISHED
         except RunEnded:
-            run.status = RunStatus.FAILED
+            pass
         except asyncio.CancelledError:
             if run.stop_reason == "cancelled":
                 session.finish(outcome={"type": "cancelled"})
             else:
                 session.fail("The run was stopped.", "RUN_CANCELLED")
-            run.status = RunStatus.CANCELLED
         except AgentError as exc:
             session.fail(exc.message, exc.code)
-            run.status = RunStatus.FAILED
         except Exception:
-            logger.exception("agent %s failed in run %s", run.agent.id, run.run_id)
+            logger.exception("agent %s failed in run %s", agent.id, run.run_id)
             session.fail("The agent failed unexpectedly.", "AGENT_ERROR")
-            run.status = RunStatus.FAILED
 
-    async def _conclude(self, run: Run) -> None:
-        """Store what the run produced, free the thread, then release the terminal event."""
-        session = run.session
-        assert session is not None
+    async def _conclude(self, run: Run, session: Session) -> None:
+        """Store what the run produced, free the thread, then release the terminal event.
+
+        The thread stays busy until the final write has committed or definitively failed,
+        even if the run's task is cancelled meanwhile: otherwise the next run could start on a
+        thread whose last run is not stored yet, and the history would interleave.
+        """
         if not session.guard.ended:
             session.fail("The run ended without a terminal event.", "AGENT_ERROR")
-        if run.status is RunStatus.RUNNING:
-            run.status = RunStatus.FAILED
-        self.pending.cancel_run(run.run_id)
-        timer = self._detach_timers.pop(run.run_id, None)
+        self.pending.cancel_run(run.key)
+        timer = self._detach_timers.pop(run.key, None)
         if timer is not None:
             timer.cancel()
+        cancelled = False
         try:
             if self.memory is not None:
-                await asyncio.shield(self.memory.end(run, session.transcript.messages))
-        except (Exception, asyncio.CancelledError):
-            logger.exception("could not store the messages of run %s", run.run_id)
+                write = asyncio.ensure_future(
+                    self.memory.end(run.thread_id, run.options, session.transcript.messages)
+                )
+                cancelled = await _settle(write)
+                if not write.cancelled() and write.exception() is not None:
+                    logger.error(
+                        "could not store the messages of run %s",
+                        run.run_id,
+                        exc_info=write.exception(),
+                    )
         finally:
-            self._busy_threads.discard(run.thread_id)
+            self._busy_threads.discard((run.resource_id, run.thread_id))
             session.release_terminal()
-            self._retain(run.run_id)
+            self._retain(run.key)
+        if cancelled:
+            raise asyncio.CancelledError()
 
     # -- retention ---------------------------------------------------------------------
 
-    def _retain(self, run_id: str) -> None:
+    def _retain(self, key: RunKey) -> None:
         now = time.monotonic()
-        self._retained[run_id] = now
+        self._retained[key] = now
         self._expire(now)
 
     def _expire(self, now: float) -> None:
         limit = self.settings.max_retained_runs
         horizon = now - self.settings.retention_seconds
         while self._retained:
-            run_id, finished = next(iter(self._retained.items()))
+            key, finished = next(iter(self._retained.items()))
             if len(self._retained) <= limit and finished > horizon:
                 break
-            self._forget(run_id)
+            self._forget(key)
 
-    def _forget(self, run_id: str) -> None:
-        self._retained.pop(run_id, None)
-        self._runs.pop(run_id, None)
-        self.pending.forget_run(run_id)
+    def _forget(self, key: RunKey) -> None:
+        self._retained.pop(key, None)
+        self._runs.pop(key, None)
+        self.pending.forget_run(key)
 
     # -- lookups and actions -------------------------------------------------------------
 
-    def get_run(self, run_id: str, *, resource_ids: Collection[str] | None = None) -> Run:
-        """A live or retained run the caller may see.
+    def get_run(self, owner: str, run_id: str) -> Run:
+        """A live or retained run of ``owner``.
 
         Raises:
-            NotFoundError: unknown, expired, or owned by another resource.
+            NotFoundError: unknown, expired, or started by someone else.
         """
         self._expire(time.monotonic())
-        run = self._runs.get(run_id)
-        if run is None or (resource_ids is not None and run.resource_id not in resource_ids):
+        run = self._runs.get((owner, run_id))
+        if run is None:
             raise NotFoundError("unknown run", code="RUN_NOT_FOUND")
         return run
 
-    def submit_tool_result(
-        self,
-        run_id: str,
-        tool_call_id: str,
-        result: ToolResult,
-        *,
-        resource_ids: Collection[str] | None = None,
-    ) -> None:
+    def submit_tool_result(self, run: Run, tool_call_id: str, result: ToolResult) -> None:
         """Deliver a frontend tool's result to its waiting run.
 
         Raises:
-            NotFoundError: unknown run, unknown call, or a server tool's call.
+            NotFoundError: unknown call, or a server tool's call.
             ConflictError: the call already has a result.
         """
-        run = self.get_run(run_id, resource_ids=resource_ids)
-        self.pending.resolve(run.run_id, tool_call_id, result)
+        self.pending.resolve(run.key, tool_call_id, result)
 
     def cancel(self, run: Run, reason: str = "cancelled") -> bool:
         """Stop a running run (agent task and pending tools). False if it already ended."""
@@ -292,7 +284,7 @@ class Runtime:
     def attach(self, run: Run) -> None:
         """A transport starts following the run."""
         run.subscribers += 1
-        timer = self._detach_timers.pop(run.run_id, None)
+        timer = self._detach_timers.pop(run.key, None)
         if timer is not None:
             timer.cancel()
 
@@ -311,7 +303,7 @@ class Runtime:
             self.cancel(run, "disconnected")
             return
         loop = asyncio.get_running_loop()
-        self._detach_timers[run.run_id] = loop.call_later(
+        self._detach_timers[run.key] = loop.call_later(
             grace, lambda: self.cancel(run, "disconnected") if not run.subscribers else None
         )
 
@@ -327,3 +319,16 @@ class Runtime:
     def active_runs(self) -> int:
         """Runs still producing events."""
         return sum(1 for r in self._runs.values() if not r.done)
+
+
+async def _settle(task: asyncio.Future[Any]) -> bool:
+    """Wait until ``task`` is done, even through cancellation; True if we were cancelled."""
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = True
+        except Exception:
+            break  # the task failed; its exception is read by the caller
+    return cancelled

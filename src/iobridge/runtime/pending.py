@@ -1,4 +1,4 @@
-"""Frontend tool calls waiting for the client's result, keyed by (runId, toolCallId)."""
+"""Frontend tool calls waiting for the client's result, indexed by run."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ from dataclasses import dataclass, field
 
 from iobridge.agents.context import ToolResult
 from iobridge.errors import ConflictError, NotFoundError
+from iobridge.runtime.run import RunKey
 
 
 @dataclass(eq=False)
 class PendingToolCall:
     """One announced frontend tool call and the future its result resolves."""
 
-    run_id: str
+    run: RunKey
     tool_call_id: str
     name: str
     future: asyncio.Future[ToolResult] = field(
@@ -26,42 +27,42 @@ class PendingRegistry:
 
     A call is registered before its TOOL_CALL_END is emitted (so a fast client can never
     post too early), resolved once by the result route, and removed when its waiter ends
-    (result, timeout or cancellation): nothing outlives its run.
+    (result, timeout or cancellation): nothing outlives its run. Calls are indexed by run,
+    so ending a run costs what that run's calls cost, not what every run's calls cost.
     """
 
     def __init__(self) -> None:
-        self._calls: dict[tuple[str, str], PendingToolCall] = {}
+        self._calls: dict[RunKey, dict[str, PendingToolCall]] = {}
         #: Calls already answered, so a second post gets 409 rather than 404.
-        self._answered: set[tuple[str, str]] = set()
+        self._answered: dict[RunKey, set[str]] = {}
 
     def __len__(self) -> int:
-        return len(self._calls)
+        return sum(len(calls) for calls in self._calls.values())
 
-    def register(self, run_id: str, tool_call_id: str, name: str) -> PendingToolCall:
-        """Register a call (idempotent for the same key)."""
-        key = (run_id, tool_call_id)
-        call = self._calls.get(key)
+    def register(self, run: RunKey, tool_call_id: str, name: str) -> PendingToolCall:
+        """Register a call (idempotent for the same run and id)."""
+        calls = self._calls.setdefault(run, {})
+        call = calls.get(tool_call_id)
         if call is None:
-            call = self._calls[key] = PendingToolCall(run_id, tool_call_id, name)
+            call = calls[tool_call_id] = PendingToolCall(run, tool_call_id, name)
         return call
 
-    def resolve(self, run_id: str, tool_call_id: str, result: ToolResult) -> None:
+    def resolve(self, run: RunKey, tool_call_id: str, result: ToolResult) -> None:
         """Deliver the client's result.
 
         Raises:
             ConflictError: the call was already answered.
             NotFoundError: no such pending call in this run.
         """
-        key = (run_id, tool_call_id)
-        call = self._calls.get(key)
+        call = self._calls.get(run, {}).get(tool_call_id)
         if call is None or call.future.done():
-            if key in self._answered or call is not None:
+            if call is not None or tool_call_id in self._answered.get(run, ()):
                 raise ConflictError(
                     "this tool call already has a result", code="TOOL_RESULT_ALREADY_SUBMITTED"
                 )
             raise NotFoundError("unknown tool call for this run", code="TOOL_CALL_NOT_FOUND")
         call.future.set_result(result)
-        self._answered.add(key)
+        self._answered.setdefault(run, set()).add(tool_call_id)
 
     async def wait(self, call: PendingToolCall, timeout: float) -> ToolResult:
         """Wait for the call's result; the call is unregistered however the wait ends.
@@ -72,18 +73,24 @@ class PendingRegistry:
         try:
             return await asyncio.wait_for(asyncio.shield(call.future), timeout)
         finally:
-            self._calls.pop((call.run_id, call.tool_call_id), None)
+            self._discard(call)
             if not call.future.done():
                 call.future.cancel()
 
-    def cancel_run(self, run_id: str) -> None:
+    def _discard(self, call: PendingToolCall) -> None:
+        calls = self._calls.get(call.run)
+        if calls is not None and calls.get(call.tool_call_id) is call:
+            del calls[call.tool_call_id]
+            if not calls:
+                del self._calls[call.run]
+
+    def cancel_run(self, run: RunKey) -> None:
         """Cancel the run's waiting calls (the run ended); answers are remembered."""
-        for key in [k for k in self._calls if k[0] == run_id]:
-            call = self._calls.pop(key)
+        for call in self._calls.pop(run, {}).values():
             if not call.future.done():
                 call.future.cancel()
 
-    def forget_run(self, run_id: str) -> None:
+    def forget_run(self, run: RunKey) -> None:
         """Drop every trace of a run that is no longer retained."""
-        self.cancel_run(run_id)
-        self._answered = {k for k in self._answered if k[0] != run_id}
+        self.cancel_run(run)
+        self._answered.pop(run, None)

@@ -1,51 +1,45 @@
-"""A live (or retained) run: its identity, agent, log and task."""
+"""A live (or retained) run: its identity, options, log and task.
+
+A plain record: the engine acts on runs, transports read ``log``; nothing here points back
+at the engine.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
+from iobridge.protocol.options import RunOptions
 from iobridge.runtime.runlog import RunLog
 
-if TYPE_CHECKING:
-    from iobridge.agents.base import Agent
-    from iobridge.runtime.engine import Runtime
-    from iobridge.runtime.session import Session
-
-
-class RunStatus(enum.Enum):
-    """Where a run is in its life."""
-
-    RUNNING = "running"
-    FINISHED = "finished"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
+#: Runs are keyed by their owner (the principal that started them) and their runId, so
+#: another principal's ids can be neither observed nor disturbed.
+RunKey = tuple[str, str]
 
 
 @dataclass(eq=False, kw_only=True)
 class Run:
-    """One run. The transports only read ``log`` and ask the runtime to act on the run."""
+    """One run. The transports only read ``log`` and ask the engine to act on the run."""
 
     run_id: str
     thread_id: str
-    parent_run_id: str | None
+    #: The principal that started the run (part of its key).
+    owner: str
+    #: The resource the run acts for (the thread's owner).
     resource_id: str
-    agent: Agent
-    runtime: Runtime
-    frontend_tools: list[dict[str, Any]]
-    forwarded_props: dict[str, Any] = field(default_factory=dict)
-    #: Next-run tool mode: frontend calls end the run; results come in the next run.
-    defer_frontend_tools: bool = False
+    agent_id: str
+    options: RunOptions
     log: RunLog = field(default_factory=RunLog)
-    status: RunStatus = RunStatus.RUNNING
-    session: Session | None = None
     task: asyncio.Task[None] | None = None
     #: Transports currently following the log (SSE responses, N-PAMP streams).
     subscribers: int = 0
     #: When set, the run has been asked to stop and why ("cancelled", "disconnected").
     stop_reason: str | None = None
+
+    @property
+    def key(self) -> RunKey:
+        """``(owner, run_id)``: how the engine and the pending registry know the run."""
+        return (self.owner, self.run_id)
 
     @property
     def done(self) -> bool:

@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from iobridge.store.base import Clock, ThreadStore, utc_now
-from iobridge.store.memory import MemoryThreadStore
+from iobridge.store.memory_store import MemoryThreadStore
 from iobridge.store.sqlalchemy_store import WRITE_OPTION, SqlThreadStore, make_engine
 
 __all__ = [

@@ -1,11 +1,14 @@
-"""Per-run model options from ``forwardedProps``: ``modelSettings`` and ``structuredOutput``.
+"""``forwardedProps`` parsed once, at run start, into one typed ``RunOptions``.
 
-Both are checked before the stream starts (``Agent.prepare``), so a client that sends a
-temperature of ``"hot"`` or a schema that is not a JSON Schema gets an HTTP 400 with details
-rather than a RUN_ERROR halfway through a stream. Parsing is pure: no I/O, no model calls.
+The io protocol's conventions (``agentId``, ``resourceId``, ``memoryOptions``,
+``modelSettings``, ``structuredOutput``) and iobridge's ``toolResultMode`` are checked before
+the stream starts, so a client that sends a temperature of ``"hot"`` or a schema that is not a
+JSON Schema gets an HTTP 400 with details rather than a RUN_ERROR halfway through a stream.
+Unknown keys are kept (``RunOptions.props``) for agents that read their own. Parsing is pure:
+no I/O, no model calls.
 
 ``modelSettings`` keys (camelCase on the wire; the snake_case spelling is accepted too, so the
-same names work in ``iobridge.toml``) map onto pydantic-ai ``ModelSettings``:
+same names work in ``iobridge.toml``) map onto pydantic-ai ``ModelSettings`` keys:
 
 =================  ===================  ==========================================
 wire key           ModelSettings key    accepted values
@@ -34,10 +37,9 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Literal, get_args
 
 import jsonschema
-from pydantic_ai.settings import ModelSettings
 
 from iobridge.errors import InputError
 
@@ -109,8 +111,10 @@ MODEL_SETTINGS: dict[str, tuple[str, Callable[[Any], str | None]]] = {
 _BY_SNAKE = {snake: wire for wire, (snake, _) in MODEL_SETTINGS.items()}
 
 
-def parse_model_settings(raw: Any, *, where: str = "forwardedProps.modelSettings") -> ModelSettings:
-    """Validate ``raw`` and return the pydantic-ai ``ModelSettings`` it describes.
+def parse_model_settings(
+    raw: Any, *, where: str = "forwardedProps.modelSettings"
+) -> dict[str, Any]:
+    """Validate ``raw`` and return the pydantic-ai ``ModelSettings`` keys it describes.
 
     Args:
         raw: The ``modelSettings`` object (``None`` means no overrides).
@@ -124,7 +128,7 @@ def parse_model_settings(raw: Any, *, where: str = "forwardedProps.modelSettings
             details list every offending field.
     """
     if raw is None:
-        return ModelSettings()
+        return {}
     if not isinstance(raw, Mapping):
         raise InputError(
             f"{where} must be an object",
@@ -149,7 +153,7 @@ def parse_model_settings(raw: Any, *, where: str = "forwardedProps.modelSettings
         raise InputError(
             f"invalid model settings: {names}", code="INVALID_MODEL_SETTINGS", details=problems
         )
-    return cast(ModelSettings, settings)
+    return settings
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -219,22 +223,105 @@ def parse_structured_output(raw: Any) -> StructuredOutput | None:
     )
 
 
+#: How frontend tool results reach a run: ``in-run`` (the result route, the io protocol) or
+#: ``next-run`` (the run ends; the client re-runs with the tool message, plain AG-UI).
+ToolResultMode = Literal["in-run", "next-run"]
+TOOL_RESULT_MODES: tuple[ToolResultMode, ...] = get_args(ToolResultMode)
+
+DEFAULT_LAST_MESSAGES = 40
+
+
+def _props_error(message: str) -> InputError:
+    return InputError(message, code="INVALID_FORWARDED_PROPS")
+
+
+def parse_tool_result_mode(raw: Any, *, where: str = "forwardedProps.toolResultMode") -> (
+    ToolResultMode | None
+):
+    """``raw`` as a ``ToolResultMode`` (``None`` stays ``None``: the default applies).
+
+    Raises:
+        InputError: any other value.
+    """
+    if raw is None:
+        return None
+    for mode in TOOL_RESULT_MODES:
+        if raw == mode:
+            return mode
+    raise _props_error(f"{where} must be 'in-run' or 'next-run'")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryOptions:
+    """``forwardedProps.memoryOptions``: how the run reads and writes its thread."""
+
+    #: The model sees at most this many stored messages (never splitting a call from its result).
+    last_messages: int = DEFAULT_LAST_MESSAGES
+    #: Read history, store nothing.
+    read_only: bool = False
+    #: Title an untitled thread from the conversation.
+    generate_title: bool = False
+
+
+def parse_memory_options(raw: Any) -> MemoryOptions:
+    """Read ``memoryOptions``; unknown keys are ignored.
+
+    Raises:
+        InputError: not an object, or a known key has the wrong type or range.
+    """
+    if raw is None:
+        return MemoryOptions()
+    if not isinstance(raw, Mapping):
+        raise _props_error("forwardedProps.memoryOptions must be an object")
+    last = raw.get("lastMessages", DEFAULT_LAST_MESSAGES)
+    if last is False or last is None:
+        last = DEFAULT_LAST_MESSAGES
+    if type(last) is not int or last < 0:
+        raise _props_error("memoryOptions.lastMessages must be a non-negative integer")
+    flags = {}
+    for key in ("readOnly", "generateTitle"):
+        value = raw.get(key, False)
+        if not isinstance(value, bool):
+            raise _props_error(f"memoryOptions.{key} must be a boolean")
+        flags[key] = value
+    return MemoryOptions(
+        last_messages=last, read_only=flags["readOnly"], generate_title=flags["generateTitle"]
+    )
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunOptions:
-    """The per-run options an agent takes from ``forwardedProps``."""
+    """A run's ``forwardedProps``, validated; every consumer reads this, never the raw dict."""
 
-    model_settings: ModelSettings = field(default_factory=lambda: ModelSettings())
+    #: ``agentId``: the agent to run (``None``: the server's default).
+    agent_id: str | None = None
+    #: ``resourceId`` exactly as sent (any JSON value); the authenticator checks it.
+    resource_id: Any = None
+    memory: MemoryOptions = field(default_factory=MemoryOptions)
+    #: ``modelSettings`` as pydantic-ai ``ModelSettings`` keys (``max_tokens``, ...).
+    model_settings: dict[str, Any] = field(default_factory=dict)
     structured_output: StructuredOutput | None = None
+    tool_result_mode: ToolResultMode | None = None
+    #: The whole ``forwardedProps`` object, unknown keys included (pass-through).
+    props: dict[str, Any] = field(default_factory=dict)
 
 
 def parse_run_options(forwarded_props: Mapping[str, Any] | None) -> RunOptions:
-    """Read ``modelSettings`` and ``structuredOutput`` from ``forwardedProps``.
+    """Parse ``forwardedProps`` once.
 
     Raises:
-        InputError: either option is present and invalid.
+        InputError: a known key is present and invalid (``agentId`` not a string included).
     """
-    props = forwarded_props or {}
+    props = dict(forwarded_props or {})
+    agent_id = props.get("agentId")
+    if agent_id is not None and (not isinstance(agent_id, str) or not agent_id):
+        raise InputError("forwardedProps.agentId must be a non-empty string", code="INVALID_ID")
     return RunOptions(
+        agent_id=agent_id,
+        resource_id=props.get("resourceId"),
+        memory=parse_memory_options(props.get("memoryOptions")),
         model_settings=parse_model_settings(props.get("modelSettings")),
         structured_output=parse_structured_output(props.get("structuredOutput")),
+        tool_result_mode=parse_tool_result_mode(props.get("toolResultMode")),
+        props=props,
     )

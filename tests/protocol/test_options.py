@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from iobridge.agents.settings import (
+from iobridge.errors import InputError
+from iobridge.protocol.options import (
     MODEL_SETTINGS,
     parse_model_settings,
     parse_run_options,
     parse_structured_output,
 )
-from iobridge.errors import InputError
 
 ALL = {"temperature": 0.5, "maxTokens": 100, "topP": 1, "topK": 3, "seed": -7,
        "stopSequences": ["\n\n", "END"], "presencePenalty": -2, "frequencyPenalty": 2,
@@ -38,7 +38,7 @@ def test_none_means_no_overrides() -> None:
 
 
 def test_unknown_keys_are_ignored_and_logged(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="iobridge.agents.settings"):
+    with caplog.at_level(logging.INFO, logger="iobridge.protocol.options"):
         assert parse_model_settings({"temperature": 1, "reasoningEffort": "high"}) == {
             "temperature": 1}
     assert "reasoningEffort" in caplog.text

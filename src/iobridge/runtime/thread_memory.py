@@ -9,57 +9,33 @@ run produced are appended. ``memoryOptions``: ``lastMessages`` (default 40), ``r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from iobridge.errors import InputError, NotFoundError
-from iobridge.store.history import model_view, new_messages, window
+from iobridge.errors import NotFoundError
+from iobridge.protocol.messages import model_view, new_messages, window
 
 if TYPE_CHECKING:
+    from iobridge.protocol.options import RunOptions
     from iobridge.protocol.run_input import RunInput
-    from iobridge.runtime.run import Run
     from iobridge.store.base import ThreadStore
 
-DEFAULT_LAST_MESSAGES = 40
 TITLE_LENGTH = 80
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MemoryOptions:
-    """``forwardedProps.memoryOptions``, validated."""
+class ThreadMemory(Protocol):
+    """Persistence hooks of the run engine; without one the engine is stateless."""
 
-    last_messages: int = DEFAULT_LAST_MESSAGES
-    read_only: bool = False
-    generate_title: bool = False
+    async def begin(
+        self, run_input: RunInput, options: RunOptions, resource_id: str, agent_id: str
+    ) -> list[dict[str, Any]]:
+        """Check ownership, store the new messages, return the history the model sees."""
+        ...
 
-    @classmethod
-    def parse(cls, forwarded_props: dict[str, Any]) -> MemoryOptions:
-        """Read the options; unknown keys are ignored.
-
-        Raises:
-            InputError: a known key has the wrong type or range.
-        """
-        raw = forwarded_props.get("memoryOptions")
-        if raw is None:
-            return cls()
-        if not isinstance(raw, dict):
-            raise InputError("forwardedProps.memoryOptions must be an object",
-                             code="INVALID_FORWARDED_PROPS")
-        last = raw.get("lastMessages", DEFAULT_LAST_MESSAGES)
-        if last is False or last is None:
-            last = DEFAULT_LAST_MESSAGES
-        if type(last) is not int or last < 0:
-            raise InputError("memoryOptions.lastMessages must be a non-negative integer",
-                             code="INVALID_FORWARDED_PROPS")
-        flags = {}
-        for key in ("readOnly", "generateTitle"):
-            value = raw.get(key, False)
-            if not isinstance(value, bool):
-                raise InputError(f"memoryOptions.{key} must be a boolean",
-                                 code="INVALID_FORWARDED_PROPS")
-            flags[key] = value
-        return cls(last_messages=last, read_only=flags["readOnly"],
-                   generate_title=flags["generateTitle"])
+    async def end(
+        self, thread_id: str, options: RunOptions, messages: list[dict[str, Any]]
+    ) -> None:
+        """Store the messages the run produced."""
+        ...
 
 
 def title_from(messages: list[dict[str, Any]]) -> str | None:
@@ -87,21 +63,20 @@ class StoreMemory:
         self.store = store
 
     async def begin(
-        self, run_input: RunInput, resource_id: str, agent_id: str
+        self, run_input: RunInput, options: RunOptions, resource_id: str, agent_id: str
     ) -> list[dict[str, Any]]:
         """Check ownership, store the new messages, return the model's history.
 
         Raises:
             NotFoundError: the thread belongs to another resource (answered as missing).
-            InputError: bad ``memoryOptions``.
         """
-        options = MemoryOptions.parse(run_input.forwarded_props)
+        memory = options.memory
         thread = await self.store.get_thread(run_input.thread_id)
         if thread is not None and thread.resource_id != resource_id:
             raise NotFoundError("thread not found", code="THREAD_NOT_FOUND")
         stored = await self.store.list_messages(run_input.thread_id) if thread else []
         incoming = new_messages(stored, run_input.messages)
-        if not options.read_only:
+        if not memory.read_only:
             if thread is None:
                 thread, _ = await self.store.get_or_create_thread(
                     run_input.thread_id, resource_id=resource_id, agent_id=agent_id
@@ -110,15 +85,16 @@ class StoreMemory:
                     raise NotFoundError("thread not found", code="THREAD_NOT_FOUND")
             if incoming:
                 await self.store.append_messages(run_input.thread_id, incoming)
-            if options.generate_title:
+            if memory.generate_title:
                 title = title_from(stored + incoming)
                 if title:
                     await self.store.set_title_if_empty(run_input.thread_id, title)
-        visible = window(stored, options.last_messages) + incoming
+        visible = window(stored, memory.last_messages) + incoming
         return [dict(m) for m in model_view(visible)]
 
-    async def end(self, run: Run, messages: list[dict[str, Any]]) -> None:
+    async def end(
+        self, thread_id: str, options: RunOptions, messages: list[dict[str, Any]]
+    ) -> None:
         """Append what the run produced (nothing when ``readOnly``)."""
-        if not messages or MemoryOptions.parse(run.forwarded_props).read_only:
-            return
-        await self.store.append_messages(run.thread_id, messages)
+        if messages and not options.memory.read_only:
+            await self.store.append_messages(thread_id, messages)

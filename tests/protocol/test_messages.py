@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from iobridge.store.history import call_ids, model_view, new_messages, window
+from iobridge.protocol.messages import call_ids, model_view, new_messages, window
 
 Msg = dict[str, Any]
 

@@ -1,0 +1,358 @@
+"""The application core: ``Backend``, what every transport serves.
+
+``Backend`` is the composition root. It owns the settings, the agent catalog, the
+authenticator, the thread store, thread memory and the run engine, as one async context
+manager (``async with Backend(settings) as backend``), and exposes the operations a transport
+needs, each taking the caller's :class:`~iobridge.auth.Principal`:
+
+* runs: ``start_run`` (raw body in, a started run out), ``follow`` (the run's log as batches
+  of ``(seq, event bytes)``, attached while iterated), ``resume`` (a run and a checked
+  cursor), ``cancel_run``, ``submit_tool_result``;
+* agents: ``list_agents``, ``describe_agent``;
+* threads: ``create_thread``, ``list_threads``, ``get_thread``, ``update_thread``,
+  ``delete_thread``, ``list_messages``.
+
+Ownership, cursors, attach/detach and ``forwardedProps`` are decided here once; the HTTP
+routes (:mod:`iobridge.http`) and the N-PAMP server (:mod:`iobridge.npamp_server`) only parse,
+call and encode. This module imports neither transport.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from contextlib import AsyncExitStack
+from typing import Any
+
+from iobridge.agents.base import Agent
+from iobridge.agents.catalog import AgentCatalog
+from iobridge.agents.context import ToolResult
+from iobridge.agents.definitions import load_agents
+from iobridge.agents.demo import DemoAgent
+from iobridge.auth import Authenticator, Principal
+from iobridge.config import Settings
+from iobridge.errors import InputError, NotFoundError
+from iobridge.protocol.options import ToolResultMode, parse_run_options
+from iobridge.protocol.run_input import parse_run_input
+from iobridge.runtime.engine import Runtime, RuntimeSettings
+from iobridge.runtime.run import Run
+from iobridge.runtime.thread_memory import StoreMemory
+from iobridge.store.base import Thread, ThreadStore, validate_id
+from iobridge.store.migrate import open_store
+
+__all__ = ["Backend", "build_catalog"]
+
+logger = logging.getLogger("iobridge")
+
+#: A resume cursor is a run-log sequence number: ASCII digits, at most this many.
+MAX_CURSOR_DIGITS = 19
+
+
+def build_catalog(settings: Settings, agents: Sequence[Agent] = ()) -> AgentCatalog:
+    """The demo agent, the configured agents, then ``agents`` given in Python.
+
+    The default agent is ``settings.default_agent``, else the first configured or given
+    agent, else the demo agent. A configured agent that cannot be built (missing API key, bad
+    tool import) is logged and left out; the server still starts with the others.
+    """
+    catalog = AgentCatalog([DemoAgent()])
+    configured, errors = load_agents(settings.agents)
+    for agent in [*configured, *agents]:
+        catalog.register(agent)
+    for agent_id, reason in errors.items():
+        logger.error("agent %s is unavailable: %s", agent_id, reason)
+    catalog.unavailable.update(errors)
+    if settings.default_agent is not None:
+        catalog.default_id = settings.default_agent
+    elif configured or agents:
+        catalog.default_id = [*configured, *agents][0].id
+    return catalog
+
+
+class Backend:
+    """The io.Intelligence backend, independent of any transport.
+
+    Args:
+        settings: Everything configurable (default: ``Settings.load()``).
+        agents: Agents given in Python, added after the configured ones.
+        catalog: A ready catalog instead of one built from ``settings`` and ``agents``.
+        store: An open thread store (the caller closes it); default: opened from
+            ``settings.database_url`` on entry and closed on exit.
+        authenticator: A ready authenticator instead of one built from ``settings.auth``.
+    """
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        agents: Sequence[Agent] = (),
+        catalog: AgentCatalog | None = None,
+        store: ThreadStore | None = None,
+        authenticator: Authenticator | None = None,
+    ) -> None:
+        self.settings = settings or Settings.load()
+        self.catalog = catalog or build_catalog(self.settings, agents)
+        self.authenticator = authenticator or Authenticator(self.settings.auth)
+        self.runtime = Runtime(
+            settings=RuntimeSettings(
+                tool_timeout=self.settings.tool_timeout,
+                retention_seconds=self.settings.retention_seconds,
+                max_retained_runs=self.settings.max_retained_runs,
+                detach_grace_seconds=self.settings.detach_grace_seconds,
+                tool_result_mode=self.settings.tool_result_mode,
+            )
+        )
+        self._given_store = store
+        self._store: ThreadStore | None = store
+        self._stack: AsyncExitStack | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def __aenter__(self) -> Backend:
+        """Open the store (migrating it) and turn thread memory on."""
+        stack = AsyncExitStack()
+        try:
+            if self._given_store is None:
+                self._store = await open_store(self.settings.database_url)
+                stack.push_async_callback(self._store.close)
+            self.runtime.memory = StoreMemory(self.store)
+            # Runs stop (and store what they produced) before the store closes.
+            stack.push_async_callback(self.runtime.aclose)
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._stack = stack
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        """Stop live runs, then close the store if this backend opened it."""
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.aclose()
+        self.runtime.memory = None
+        self._store = self._given_store
+
+    @property
+    def store(self) -> ThreadStore:
+        """The thread store (available once the backend is entered, or when given)."""
+        if self._store is None:
+            raise RuntimeError("the backend is not open: use 'async with Backend(...)'")
+        return self._store
+
+    # -- runs ---------------------------------------------------------------------------
+
+    async def start_run(
+        self,
+        principal: Principal,
+        body: bytes | str | dict[str, Any],
+        *,
+        tool_result_mode: ToolResultMode | None = None,
+    ) -> Run:
+        """Parse a RunAgentInput and start its run (events follow in ``run.log``).
+
+        ``tool_result_mode`` is the transport's default for frontend tools.
+
+        Raises:
+            InputError: a bad body or ``forwardedProps`` (400).
+            NotFoundError: an unknown agent, a foreign resource or thread (404).
+            ConflictError: the runId is running, or the thread is busy (409).
+        """
+        run_input = parse_run_input(body)
+        options = parse_run_options(run_input.forwarded_props)
+        resource_id = self.authenticator.resolve_resource(principal, options.resource_id)
+        agent = self.catalog.get(options.agent_id)
+        return await self.runtime.start(
+            run_input,
+            options,
+            agent,
+            owner=principal.id,
+            resource_id=resource_id,
+            tool_result_mode=tool_result_mode,
+        )
+
+    async def follow(
+        self,
+        run: Run,
+        after: int = 0,
+        *,
+        idle: float | None = None,
+        detach_grace: float | None = None,
+    ) -> AsyncGenerator[list[tuple[int, bytes]]]:
+        """The run's log after ``after``, in batches, until the run ends.
+
+        The caller counts as a follower while it iterates; when it stops (or is cancelled)
+        and no follower is left, the run is cancelled after ``detach_grace`` seconds (default
+        ``settings.detach_grace_seconds``). With ``idle`` set, an empty batch is yielded after
+        that many quiet seconds (a keep-alive). Close it with ``contextlib.aclosing``.
+        """
+        self.runtime.attach(run)
+        try:
+            async for batch in run.log.follow(after, idle=idle):
+                yield batch
+        finally:
+            self.runtime.detach(run, grace=detach_grace)
+
+    def get_run(self, principal: Principal, run_id: str) -> Run:
+        """A live or retained run the caller started.
+
+        Raises:
+            NotFoundError: unknown, expired, or someone else's (404, alike).
+        """
+        return self.runtime.get_run(principal.id, run_id)
+
+    def resume(
+        self, principal: Principal, run_id: str, cursor: str | int | None
+    ) -> tuple[Run, int]:
+        """The run to resume and the sequence number to continue after.
+
+        ``cursor`` is the last event id the client has (``Last-Event-ID``, ``?after=`` or an
+        N-PAMP resume cursor); ``None`` replays from the start.
+
+        Raises:
+            NotFoundError: no such run for this caller.
+            InputError: the cursor is not an event id of this run (``INVALID_CURSOR``).
+        """
+        run = self.get_run(principal, run_id)
+        if cursor is None:
+            return run, 0
+        if isinstance(cursor, str):
+            if not cursor.isascii() or not cursor.isdigit() or len(cursor) > MAX_CURSOR_DIGITS:
+                raise _bad_cursor()
+            cursor = int(cursor)
+        if not 0 <= cursor <= run.log.last_seq:
+            raise _bad_cursor()
+        return run, cursor
+
+    def cancel_run(self, principal: Principal, run_id: str) -> bool:
+        """Stop the caller's run; ``False`` if it had already ended.
+
+        Raises:
+            NotFoundError: no such run for this caller.
+        """
+        return self.runtime.cancel(self.get_run(principal, run_id))
+
+    def submit_tool_result(
+        self, principal: Principal, run_id: str, tool_call_id: str, result: ToolResult
+    ) -> None:
+        """Deliver a frontend tool's result to the caller's live run.
+
+        Raises:
+            NotFoundError: unknown run or call, or a server tool's call.
+            ConflictError: the call already has a result.
+        """
+        self.runtime.submit_tool_result(self.get_run(principal, run_id), tool_call_id, result)
+
+    # -- agents -------------------------------------------------------------------------
+
+    def list_agents(self) -> list[dict[str, Any]]:
+        """Discovery data of every agent, in registration order."""
+        return [agent.describe() for agent in self.catalog.list()]
+
+    def describe_agent(self, agent_id: object) -> dict[str, Any]:
+        """One agent's discovery data.
+
+        Raises:
+            InputError: not a valid id.
+            NotFoundError: no such agent (``AGENT_NOT_FOUND``).
+        """
+        return self.catalog.get(validate_id(agent_id, "agentId")).describe()
+
+    # -- threads ------------------------------------------------------------------------
+
+    async def create_thread(
+        self,
+        principal: Principal,
+        *,
+        thread_id: str,
+        resource: object = None,
+        agent_id: str | None = None,
+        title: str = "",
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Thread:
+        """Create an empty thread owned by ``resource`` (default: the caller's).
+
+        Raises:
+            NotFoundError: a foreign resource or an unknown agent.
+            ConflictError: the id is taken (``THREAD_EXISTS``).
+        """
+        resource_id = self.authenticator.resolve_resource(principal, resource)
+        if agent_id is not None:
+            self.catalog.get(agent_id)
+        return await self.store.create_thread(
+            thread_id, resource_id=resource_id, agent_id=agent_id, title=title, metadata=metadata
+        )
+
+    async def list_threads(
+        self,
+        principal: Principal,
+        *,
+        resource: str | None = None,
+        agent_id: str | None = None,
+        limit: int,
+        cursor: str | None = None,
+    ) -> tuple[list[Thread], str | None]:
+        """A page of the caller's threads (of ``resource`` when given) and the next cursor."""
+        scope = self.authenticator.list_scope(principal, resource)
+        return await self.store.list_threads(scope, agent_id=agent_id, limit=limit, cursor=cursor)
+
+    async def get_thread(
+        self, principal: Principal, thread_id: str, resource: str | None = None
+    ) -> Thread:
+        """The thread, if the caller may see it (and it belongs to ``resource`` when given).
+
+        Raises:
+            NotFoundError: missing, or another resource's (``THREAD_NOT_FOUND``, alike).
+        """
+        validate_id(thread_id, "threadId")
+        if resource is not None:
+            validate_id(resource, "resourceId")
+        thread = await self.store.get_thread(thread_id)
+        if (
+            thread is None
+            or not self.authenticator.can_access(principal, thread.resource_id)
+            or (resource is not None and thread.resource_id != resource)
+        ):
+            raise _thread_not_found(thread_id)
+        return thread
+
+    async def update_thread(
+        self,
+        principal: Principal,
+        thread_id: str,
+        *,
+        resource: str | None = None,
+        title: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Thread:
+        """Replace the caller's thread's title and/or metadata."""
+        await self.get_thread(principal, thread_id, resource)
+        return await self.store.update_thread(thread_id, title=title, metadata=metadata)
+
+    async def delete_thread(
+        self, principal: Principal, thread_id: str, resource: str | None = None
+    ) -> None:
+        """Delete the caller's thread and its messages."""
+        await self.get_thread(principal, thread_id, resource)
+        if not await self.store.delete_thread(thread_id):
+            raise _thread_not_found(thread_id)
+
+    async def list_messages(
+        self,
+        principal: Principal,
+        thread_id: str,
+        *,
+        resource: str | None = None,
+        limit: int | None = None,
+        before: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """The caller's thread's stored messages, oldest first."""
+        await self.get_thread(principal, thread_id, resource)
+        return await self.store.list_messages(thread_id, limit=limit, before=before)
+
+
+def _bad_cursor() -> InputError:
+    return InputError("Last-Event-ID must be an event id of this run", code="INVALID_CURSOR")
+
+
+def _thread_not_found(thread_id: str) -> NotFoundError:
+    return NotFoundError(f"thread {thread_id!r} not found", code="THREAD_NOT_FOUND")

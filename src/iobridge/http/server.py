@@ -1,0 +1,46 @@
+"""Running the HTTP app under uvicorn inside a loop the caller owns (``iobridge serve``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+
+import uvicorn
+
+from iobridge.app import Backend
+from iobridge.http.app import create_app
+
+__all__ = ["serve_http"]
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling: the caller decides when to stop."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def serve_http(backend: Backend, stop: asyncio.Event) -> None:
+    """Serve ``backend`` (already open) over HTTP until ``stop`` is set."""
+    settings = backend.settings
+    server = _Server(
+        uvicorn.Config(
+            create_app(backend=backend),
+            host=settings.host,
+            port=settings.port,
+            log_level=settings.log_level,
+            timeout_graceful_shutdown=5,
+        )
+    )
+
+    async def stop_when_asked() -> None:
+        await stop.wait()
+        server.should_exit = True
+
+    watcher = asyncio.create_task(stop_when_asked())
+    try:
+        await server.serve()
+    finally:
+        watcher.cancel()
