@@ -25,10 +25,12 @@ e2e-deps: tests/e2e/node_modules/.installed
 
 test: $(STAMP) e2e-deps
 	$(BIN)/ruff check src tests bench
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
+	$(BIN)/lint-imports
 	$(BIN)/mypy
 
 bench: $(STAMP)

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -70,9 +71,10 @@ def _serving(args: list[str], *, block_http: bool, npamp_port: int) -> Iterator[
         deadline = time.monotonic() + 20
         while True:
             assert proc.poll() is None, proc.communicate()[0].decode()
-            with contextlib.suppress(OSError):
-                with __import__("socket").create_connection(("127.0.0.1", npamp_port), 0.2):
-                    break
+            with contextlib.suppress(OSError), socket.create_connection(
+                ("127.0.0.1", npamp_port), 0.2
+            ):
+                break
             assert time.monotonic() < deadline, "server did not start"
             time.sleep(0.05)
         yield
