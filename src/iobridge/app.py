@@ -19,6 +19,7 @@ call and encode. This module imports neither transport.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import AsyncExitStack
@@ -31,7 +32,13 @@ from iobridge.agents.definitions import load_agents
 from iobridge.agents.demo import DemoAgent
 from iobridge.auth import Authenticator, Principal
 from iobridge.config import Settings
-from iobridge.errors import InputError, NotFoundError
+from iobridge.errors import (
+    GoneError,
+    InputError,
+    NotFoundError,
+    ServiceUnavailable,
+    TooManyRequests,
+)
 from iobridge.protocol.options import ToolResultMode, parse_run_options
 from iobridge.protocol.run_input import parse_run_input
 from iobridge.runtime.engine import Runtime, RuntimeSettings
@@ -100,8 +107,14 @@ class Backend:
                 max_retained_runs=self.settings.max_retained_runs,
                 detach_grace_seconds=self.settings.detach_grace_seconds,
                 tool_result_mode=self.settings.tool_result_mode,
+                max_retained_bytes=self.settings.max_retained_bytes,
+                max_run_log_bytes=self.settings.max_run_log_bytes,
+                max_active_runs=self.settings.max_active_runs,
+                max_active_runs_per_owner=self.settings.max_active_runs_per_principal,
             )
         )
+        #: False once shutdown began: new runs answer 503.
+        self.admitting = True
         self._given_store = store
         self._store: ThreadStore | None = store
         self._stack: AsyncExitStack | None = None
@@ -118,6 +131,8 @@ class Backend:
             self.runtime.memory = StoreMemory(self.store)
             # Runs stop (and store what they produced) before the store closes.
             stack.push_async_callback(self.runtime.aclose)
+            janitor = asyncio.create_task(self._expire_retained(), name="iobridge-retention")
+            stack.callback(janitor.cancel)
         except BaseException:
             await stack.aclose()
             raise
@@ -131,6 +146,20 @@ class Backend:
             await stack.aclose()
         self.runtime.memory = None
         self._store = self._given_store
+
+    async def shutdown(self) -> None:
+        """Stop admitting runs, let live ones finish for ``drain_seconds``, then end the rest
+        with RUN_ERROR ``SERVER_SHUTDOWN`` (each stores what it produced)."""
+        self.admitting = False
+        await self.runtime.drain(self.settings.drain_seconds)
+        await self.runtime.aclose()
+
+    async def _expire_retained(self) -> None:
+        """Drop expired retained runs on a timer, not only when another run ends."""
+        period = min(5.0, max(0.05, self.settings.retention_seconds / 4))
+        while True:
+            await asyncio.sleep(period)
+            self.runtime.expire()
 
     @property
     def store(self) -> ThreadStore:
@@ -156,7 +185,11 @@ class Backend:
             InputError: a bad body or ``forwardedProps`` (400).
             NotFoundError: an unknown agent, a foreign resource or thread (404).
             ConflictError: the runId is running, or the thread is busy (409).
+            TooManyRequests: over the active-run limits (429 ``TOO_MANY_RUNS``).
+            ServiceUnavailable: the server is shutting down (503).
         """
+        if not self.admitting:
+            raise ServiceUnavailable("the server is shutting down", code="SERVER_SHUTTING_DOWN")
         run_input = parse_run_input(body)
         options = parse_run_options(run_input.forwarded_props)
         resource_id = self.authenticator.resolve_resource(principal, options.resource_id)
@@ -211,17 +244,25 @@ class Backend:
         Raises:
             NotFoundError: no such run for this caller.
             InputError: the cursor is not an event id of this run (``INVALID_CURSOR``).
+            GoneError: events after the cursor are no longer retained (``EVENTS_NOT_RETAINED``).
+            TooManyRequests: the run has as many followers as it may (``TOO_MANY_FOLLOWERS``).
         """
         run = self.get_run(principal, run_id)
-        if cursor is None:
-            return run, 0
         if isinstance(cursor, str):
             if not cursor.isascii() or not cursor.isdigit() or len(cursor) > MAX_CURSOR_DIGITS:
                 raise _bad_cursor()
             cursor = int(cursor)
-        if not 0 <= cursor <= run.log.last_seq:
+        after = cursor or 0
+        if not 0 <= after <= run.log.last_seq:
             raise _bad_cursor()
-        return run, cursor
+        if after < run.log.first_seq - 1:
+            raise GoneError(
+                f"events before {run.log.first_seq} are no longer retained",
+                code="EVENTS_NOT_RETAINED",
+            )
+        if run.subscribers >= self.settings.max_followers_per_run:
+            raise TooManyRequests("this run has too many followers", code="TOO_MANY_FOLLOWERS")
+        return run, after
 
     def cancel_run(self, principal: Principal, run_id: str) -> bool:
         """Stop the caller's run; ``False`` if it had already ended.

@@ -90,9 +90,10 @@ async def _serve(settings: Settings, *, http: bool) -> None:
         if http:
             from iobridge.http.server import serve_http
 
-            await serve_http(backend, stop)
+            await serve_http(backend, stop, before_exit=backend.shutdown)
         else:
             await stop.wait()
+            await backend.shutdown()
 
 
 def _show_logs(level: str) -> None:

@@ -147,6 +147,18 @@ class Settings(BaseSettings):
     #: Seconds a finished run's events stay available for resume.
     retention_seconds: float = Field(default=300.0, ge=0)
     max_retained_runs: int = Field(default=1000, ge=0)
+    #: Bytes of finished runs' events kept for resume, in total (oldest finished dropped first).
+    max_retained_bytes: int = Field(default=256 * 1024 * 1024, ge=0)
+    #: Bytes of events one run keeps for replay; a resume before them answers 410.
+    max_run_log_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
+    #: Followers (SSE resumes, N-PAMP streams) of one run at once; more answer 429.
+    max_followers_per_run: int = Field(default=8, ge=1)
+    #: Runs producing events at once, in total and per principal; more answer 429.
+    max_active_runs: int = Field(default=2000, ge=1)
+    max_active_runs_per_principal: int = Field(default=500, ge=1)
+    #: Seconds a shutdown (SIGTERM) lets live runs finish before ending them with
+    #: RUN_ERROR ``SERVER_SHUTDOWN``.
+    drain_seconds: float = Field(default=10.0, ge=0)
     #: Seconds a run survives after its last follower disconnects (0 cancels at once).
     detach_grace_seconds: float = Field(default=0.0, ge=0)
     #: Thread store. ``memory`` keeps nothing across restarts.

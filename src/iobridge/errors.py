@@ -10,7 +10,10 @@ exception inside a run becomes a generic ``RUN_ERROR`` with no internals.
     ├── AuthenticationError 401  missing or bad credentials
     ├── NotFoundError       404  unknown or not-yours (ownership never leaks existence)
     ├── ConflictError       409  run already running, thread busy, result already posted
+    ├── GoneError           410  events no longer retained for a resume
     ├── PayloadTooLarge     413  body over the configured limit
+    ├── TooManyRequests     429  over an admission limit (``retry_after`` seconds)
+    ├── ServiceUnavailable  503  shutting down (``retry_after`` seconds)
     └── AgentError          ---  in-stream failure with a stable code and a safe message
 """
 
@@ -65,6 +68,35 @@ class ConflictError(IobridgeError):
 
     status = 409
     default_code = "CONFLICT"
+
+
+class GoneError(IobridgeError):
+    """What was asked for existed but is no longer kept."""
+
+    status = 410
+    default_code = "GONE"
+
+
+class TooManyRequests(IobridgeError):
+    """An admission limit is reached; the client may retry after ``retry_after`` seconds."""
+
+    status = 429
+    default_code = "TOO_MANY_REQUESTS"
+
+    def __init__(self, message: str, *, code: str | None = None, retry_after: float = 1.0) -> None:
+        super().__init__(message, code=code)
+        self.retry_after = retry_after
+
+
+class ServiceUnavailable(IobridgeError):
+    """The server cannot take the request now (shutting down)."""
+
+    status = 503
+    default_code = "UNAVAILABLE"
+
+    def __init__(self, message: str, *, code: str | None = None, retry_after: float = 5.0) -> None:
+        super().__init__(message, code=code)
+        self.retry_after = retry_after
 
 
 class PayloadTooLarge(IobridgeError):

@@ -455,6 +455,11 @@ async def test_cancel_stops_the_run_and_its_pending_tool(serve: Any) -> None:
                         "outcome": {"type": "cancelled"}}
     assert not any(e["type"] == "TOOL_CALL_RESULT" for e in seen)
     assert len(server.runtime.pending) == 0
-    # What completed before the cancel is stored: the user message and the announced call.
-    assert [m["role"] for m in stored] == ["user", "assistant"]
-    assert stored[1]["toolCalls"][0]["function"]["name"] == "get_weather"
+    # What completed before the cancel is stored: the user message and the announced call,
+    # which gets an error result so the stored history replays to a model (no unpaired call).
+    assert [m["role"] for m in stored] == ["user", "assistant", "tool"]
+    call = stored[1]["toolCalls"][0]
+    assert call["function"]["name"] == "get_weather"
+    assert stored[2]["toolCallId"] == call["id"]
+    assert stored[2]["error"] == "the run was cancelled before the client answered"
+    assert json.loads(stored[2]["content"]) == {"error": stored[2]["error"]}

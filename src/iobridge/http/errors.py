@@ -7,6 +7,7 @@ logged and answered with a generic 500.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from iobridge.errors import IobridgeError
+from iobridge.errors import IobridgeError, ServiceUnavailable, TooManyRequests
 
 logger = logging.getLogger("iobridge.http")
 
@@ -28,6 +29,7 @@ _STATUS_CODES = {
     409: "CONFLICT",
     413: "PAYLOAD_TOO_LARGE",
     415: "UNSUPPORTED_MEDIA_TYPE",
+    429: "TOO_MANY_REQUESTS",
     422: "INVALID_REQUEST",
 }
 
@@ -48,8 +50,12 @@ def error_response(
 
 async def _iobridge_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, IobridgeError)
-    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-    return error_response(exc.status, exc.code, exc.message, exc.details, headers)
+    headers: dict[str, str] = {}
+    if exc.status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
+    if isinstance(exc, TooManyRequests | ServiceUnavailable):
+        headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
+    return error_response(exc.status, exc.code, exc.message, exc.details, headers or None)
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:

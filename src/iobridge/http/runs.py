@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -18,6 +19,7 @@ from iobridge.http.security import CurrentBackend, CurrentPrincipal
 from iobridge.protocol.run_input import RUN_AGENT_INPUT_SCHEMA
 from iobridge.protocol.sse import PING, sse_frames
 from iobridge.runtime.run import Run
+from iobridge.runtime.runlog import LogTrimmed
 
 router = APIRouter()
 
@@ -25,11 +27,16 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 async def _frames(backend: Backend, run: Run, after: int) -> AsyncIterator[bytes]:
-    """The run log as SSE: every ready event in one chunk, pings while idle."""
+    """The run log as SSE: ready events in bounded chunks, pings while idle.
+
+    A follower that fell behind the run's replay window (``max_run_log_bytes``) is cut off:
+    its stream ends without a terminal event, and a resume answers 410.
+    """
     batches = backend.follow(run, after, idle=backend.settings.ping_interval)
     async with aclosing(batches):
-        async for batch in batches:
-            yield sse_frames(batch) if batch else PING
+        with contextlib.suppress(LogTrimmed):
+            async for batch in batches:
+                yield sse_frames(batch) if batch else PING
 
 
 def _sse(backend: Backend, run: Run, after: int = 0) -> StreamingResponse:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import uvicorn
 
@@ -22,8 +22,17 @@ class _Server(uvicorn.Server):
         yield
 
 
-async def serve_http(backend: Backend, stop: asyncio.Event) -> None:
-    """Serve ``backend`` (already open) over HTTP until ``stop`` is set."""
+async def serve_http(
+    backend: Backend,
+    stop: asyncio.Event,
+    *,
+    before_exit: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """Serve ``backend`` (already open) over HTTP until ``stop`` is set.
+
+    ``before_exit`` runs once ``stop`` is set, while connections are still served (so live
+    streams receive their last events), before uvicorn shuts down.
+    """
     settings = backend.settings
     server = _Server(
         uvicorn.Config(
@@ -37,7 +46,11 @@ async def serve_http(backend: Backend, stop: asyncio.Event) -> None:
 
     async def stop_when_asked() -> None:
         await stop.wait()
-        server.should_exit = True
+        try:
+            if before_exit is not None:
+                await before_exit()
+        finally:
+            server.should_exit = True
 
     watcher = asyncio.create_task(stop_when_asked())
     try:

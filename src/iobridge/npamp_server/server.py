@@ -65,6 +65,7 @@ from iobridge.npamp.stream_events import (
 from iobridge.npamp.stream_state import Role, StreamState
 from iobridge.npamp.tls import self_signed_certificate, server_ssl_context
 from iobridge.npamp_server.principals import PeerDirectory
+from iobridge.runtime.runlog import LogTrimmed
 
 if TYPE_CHECKING:
     from iobridge.app import Backend
@@ -289,6 +290,8 @@ class _Peer:
             raise _Refusal(
                 TransportErrorCode.NOT_RESUMABLE, "the cursor is beyond the stream"
             ) from None
+        except IobridgeError as exc:  # no longer retained, too many followers
+            raise _Refusal(TransportErrorCode.NOT_RESUMABLE, exc.message) from None
 
     async def _forward(
         self, channel: int, corr: bytes, principal: Principal, run: Run, after: int
@@ -316,6 +319,8 @@ class _Peer:
                         await self._flush_locked(channel)
                 if session.state_of(Role.PRODUCER, corr) is StreamState.CANCELLED:
                     self._cancel(principal, run)  # cancelled while the run was being started
+        except LogTrimmed as exc:  # this consumer fell behind the run's replay window
+            await self._fail(channel, corr, TransportErrorCode.NOT_RESUMABLE, str(exc))
         except _GONE:
             pass  # the association dropped: the run goes on for the resume grace
 

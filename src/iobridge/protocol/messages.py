@@ -23,7 +23,9 @@ from typing import Any
 __all__ = [
     "HIDDEN_FROM_MODEL",
     "NOT_STORED_FROM_CLIENT",
+    "answered_call",
     "call_ids",
+    "merge_incoming",
     "model_view",
     "new_messages",
     "window",
@@ -47,7 +49,8 @@ def call_ids(message: Message) -> list[str]:
     return [c["id"] for c in calls if isinstance(c, Mapping) and isinstance(c.get("id"), str)]
 
 
-def _answered(message: Message) -> str | None:
+def answered_call(message: Message) -> str | None:
+    """The tool-call id a ``tool`` message answers (``None`` for other roles)."""
     if message.get("role") != "tool":
         return None
     value = message.get("toolCallId")
@@ -66,9 +69,21 @@ def new_messages(stored: Iterable[Message], incoming: Iterable[Message]) -> list
     for message in stored:
         if isinstance(message.get("id"), str):
             seen.add(message["id"])
-        tool_call = _answered(message)
+        tool_call = answered_call(message)
         if tool_call is not None:
             answered.add(tool_call)
+    return merge_incoming(seen, answered, incoming)
+
+
+def merge_incoming(
+    stored_ids: Iterable[str], answered: Iterable[str], incoming: Iterable[Message]
+) -> list[dict[str, Any]]:
+    """``new_messages`` given only what it needs of the thread: which of the incoming ids are
+    stored, and which of the incoming tool results' calls the thread has already answered
+    (a store answers both with indexed lookups, whatever the thread's length).
+    """
+    seen = set(stored_ids)
+    answered = set(answered)
     out: list[dict[str, Any]] = []
     for message in incoming:
         message_id = message.get("id")
@@ -76,7 +91,7 @@ def new_messages(stored: Iterable[Message], incoming: Iterable[Message]) -> list
             continue
         if message.get("role") in NOT_STORED_FROM_CLIENT:
             continue
-        tool_call = _answered(message)
+        tool_call = answered_call(message)
         if tool_call is not None:
             if tool_call in answered:
                 continue
@@ -103,7 +118,7 @@ def window(messages: Sequence[Message], last_n: int) -> list[Message]:
     while True:
         earliest = start
         for message in messages[start:]:
-            tool_call = _answered(message)
+            tool_call = answered_call(message)
             if tool_call is not None and issued_at.get(tool_call, start) < earliest:
                 earliest = issued_at[tool_call]
         if earliest == start:
@@ -128,7 +143,7 @@ def model_view(messages: Sequence[Message]) -> list[Message]:
     results: dict[str, Message] = {}
     for message in visible:
         issued.update(call_ids(message))
-        tool_call = _answered(message)
+        tool_call = answered_call(message)
         if tool_call is not None and tool_call in issued and tool_call not in results:
             results[tool_call] = message
     last_turn = max((i for i, m in enumerate(visible) if m.get("role") != "tool"), default=-1)

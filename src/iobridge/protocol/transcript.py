@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from iobridge.protocol import events as ev
 from iobridge.protocol.events import Event
 
@@ -72,6 +74,23 @@ class Transcript:
             if message.get("role") == "tool" and message.get("toolCallId") == tool_call_id:
                 message["error"] = error
                 return
+
+    def unanswered_calls(self) -> list[str]:
+        """Ids of the tool calls issued in this run that have no result message."""
+        answered = {m.get("toolCallId") for m in self._messages.values() if m["role"] == "tool"}
+        return [call_id for call_id in self._calls if call_id not in answered]
+
+    def add_error_result(self, message_id: str, tool_call_id: str, error: str) -> None:
+        """Close an unanswered call with a failed ``tool`` message (stored history must pair
+        every call with a result, or it cannot be replayed to a model)."""
+        content = orjson.dumps({"error": error}).decode()
+        self._messages[message_id] = {
+            "id": message_id,
+            "role": "tool",
+            "toolCallId": tool_call_id,
+            "content": content,
+            "error": error,
+        }
 
     def seal(self, *, complete: bool) -> None:
         """Stop folding; when the run did not complete, drop messages still open."""

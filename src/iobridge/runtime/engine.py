@@ -6,7 +6,8 @@ and ``detach``. Agents, tools, pending frontend calls and persistence live behin
 feature that works over SSE works over N-PAMP by construction.
 
 Runs are keyed by ``(owner, runId)``; a thread is busy per ``(resourceId, threadId)`` from
-the moment a run is admitted until what it produced is stored.
+the moment a run is admitted until what it produced is stored. Admission is bounded (runs in
+total and per owner), and so is what finished runs keep for resume (count, age and bytes).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from iobridge.agents.context import RunContext, ToolResult
-from iobridge.errors import AgentError, ConflictError, NotFoundError
+from iobridge.errors import AgentError, ConflictError, NotFoundError, TooManyRequests
 from iobridge.protocol.messages import model_view
 from iobridge.runtime.pending import PendingRegistry
 from iobridge.runtime.run import Run, RunKey
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from iobridge.agents.base import Agent
     from iobridge.protocol.options import RunOptions, ToolResultMode
     from iobridge.protocol.run_input import RunInput
-    from iobridge.runtime.thread_memory import ThreadMemory
+    from iobridge.runtime.thread_memory import RunMemory, ThreadMemory
 
 logger = logging.getLogger("iobridge.runtime")
 
@@ -53,6 +54,20 @@ class RuntimeSettings:
     detach_grace_seconds: float = 0.0
     #: Default frontend tool mode: ``in-run`` (the io protocol) or ``next-run`` (plain AG-UI).
     tool_result_mode: ToolResultMode = "in-run"
+    #: Bytes of finished runs' logs kept for resume (oldest finished dropped first).
+    max_retained_bytes: int = 256 * 1024 * 1024
+    #: Bytes of events one run keeps for replay (older ones answer "no longer retained").
+    max_run_log_bytes: int = 32 * 1024 * 1024
+    #: Runs producing events at once, in total and per owner (principal).
+    max_active_runs: int = 2000
+    max_active_runs_per_owner: int = 500
+
+#: Why a run was stopped -> what its stored, unanswered frontend calls say.
+_UNANSWERED = {
+    "cancelled": "the run was cancelled before the client answered",
+    "disconnected": "the client disconnected before answering",
+    "shutdown": "the server shut down before the client answered",
+}
 
 
 class Runtime:
@@ -72,8 +87,12 @@ class Runtime:
         self.pending = PendingRegistry()
         self._runs: dict[RunKey, Run] = {}
         self._retained: OrderedDict[RunKey, float] = OrderedDict()
+        self._retained_bytes = 0
         self._busy_threads: set[tuple[str, str]] = set()
         self._detach_timers: dict[RunKey, asyncio.TimerHandle] = {}
+        #: Live runs per owner, and in total.
+        self._active: dict[str, int] = {}
+        self._active_total = 0
 
     # -- starting ----------------------------------------------------------------------
 
@@ -93,9 +112,11 @@ class Runtime:
         come in the next run); ``forwardedProps.toolResultMode`` and the agent's own win.
 
         Raises:
+            TooManyRequests: an admission limit is reached (``TOO_MANY_RUNS``).
             NotFoundError: a thread of another resource.
             ConflictError: the runId is already running, or the thread is busy.
         """
+        self._admit(owner)
         key: RunKey = (owner, run_input.run_id)
         mode = (
             options.tool_result_mode
@@ -111,16 +132,22 @@ class Runtime:
             raise ConflictError("another run is active on this thread", code="THREAD_BUSY")
         self._busy_threads.add(thread)
         try:
-            if self.memory is not None:
-                history = await self.memory.begin(run_input, options, resource_id, agent.id)
-            else:
-                history = [dict(m) for m in model_view(run_input.messages)]
+            memory = (
+                await self.memory.begin(run_input, options, resource_id, agent.id)
+                if self.memory is not None
+                else None
+            )
         except BaseException:
             self._busy_threads.discard(thread)
             raise
+        history = (
+            memory.history
+            if memory is not None
+            else [dict(m) for m in model_view(run_input.messages)]
+        )
         if existing is not None:
             self._forget(key)
-        log = RunLog()
+        log = RunLog(max_bytes=self.settings.max_run_log_bytes)
         run = Run(
             run_id=run_input.run_id,
             thread_id=run_input.thread_id,
@@ -154,17 +181,38 @@ class Runtime:
             session=dispatch,
         )
         self._runs[key] = run
+        self._active[owner] = self._active.get(owner, 0) + 1
+        self._active_total += 1
         session.start()
+        # RUN_STARTED is in the log: the new messages are written while the agent works.
+        saved = asyncio.ensure_future(memory.save_start()) if memory is not None else None
         run.task = asyncio.create_task(
-            self._drive(run, agent, session, ctx), name=f"run-{run.run_id}"
+            self._drive(run, agent, session, ctx, memory, saved), name=f"run-{run.run_id}"
         )
         return run
 
-    async def _drive(self, run: Run, agent: Agent, session: Session, ctx: RunContext) -> None:
+    def _admit(self, owner: str) -> None:
+        settings = self.settings
+        if self._active_total >= settings.max_active_runs:
+            raise TooManyRequests(
+                "the server is running as many runs as it may", code="TOO_MANY_RUNS"
+            )
+        if self._active.get(owner, 0) >= settings.max_active_runs_per_owner:
+            raise TooManyRequests("too many runs at once for this caller", code="TOO_MANY_RUNS")
+
+    async def _drive(
+        self,
+        run: Run,
+        agent: Agent,
+        session: Session,
+        ctx: RunContext,
+        memory: RunMemory | None,
+        saved: asyncio.Future[None] | None,
+    ) -> None:
         try:
             await self._produce(run, agent, session, ctx)
         finally:
-            await self._conclude(run, session)
+            await self._conclude(run, session, memory, saved)
 
     async def _produce(self, run: Run, agent: Agent, session: Session, ctx: RunContext) -> None:
         try:
@@ -188,6 +236,8 @@ class Runtime:
         except asyncio.CancelledError:
             if run.stop_reason == "cancelled":
                 session.finish(outcome={"type": "cancelled"})
+            elif run.stop_reason == "shutdown":
+                session.fail("The server is shutting down.", "SERVER_SHUTDOWN")
             else:
                 session.fail("The run was stopped.", "RUN_CANCELLED")
         except AgentError as exc:
@@ -196,7 +246,13 @@ class Runtime:
             logger.exception("agent %s failed in run %s", agent.id, run.run_id)
             session.fail("The agent failed unexpectedly.", "AGENT_ERROR")
 
-    async def _conclude(self, run: Run, session: Session) -> None:
+    async def _conclude(
+        self,
+        run: Run,
+        session: Session,
+        memory: RunMemory | None,
+        saved: asyncio.Future[None] | None,
+    ) -> None:
         """Store what the run produced, free the thread, then release the terminal event.
 
         The thread stays busy until the final write has committed or definitively failed,
@@ -211,42 +267,64 @@ class Runtime:
             timer.cancel()
         cancelled = False
         try:
-            if self.memory is not None:
-                write = asyncio.ensure_future(
-                    self.memory.end(run.thread_id, run.options, session.transcript.messages)
-                )
-                cancelled = await _settle(write)
-                if not write.cancelled() and write.exception() is not None:
-                    logger.error(
-                        "could not store the messages of run %s",
-                        run.run_id,
-                        exc_info=write.exception(),
-                    )
+            if memory is not None:
+                if saved is not None:
+                    cancelled = await _settle(saved)
+                    _log_failure(saved, run)
+                self._close_unanswered(run, session)
+                write = asyncio.ensure_future(memory.save_end(session.transcript.messages))
+                cancelled = await _settle(write) or cancelled
+                _log_failure(write, run)
         finally:
             self._busy_threads.discard((run.resource_id, run.thread_id))
+            self._active[run.owner] -= 1
+            if not self._active[run.owner]:
+                del self._active[run.owner]
+            self._active_total -= 1
             session.release_terminal()
-            self._retain(run.key)
+            self._retain(run)
         if cancelled:
             raise asyncio.CancelledError()
 
+    def _close_unanswered(self, run: Run, session: Session) -> None:
+        """Give each frontend call the client never answered an error result, for storage."""
+        transcript = session.transcript
+        deferred = set(session.deferred_calls)  # next-run calls: answered by the next run
+        reason = _UNANSWERED.get(run.stop_reason or "", "the run ended before the client answered")
+        for call_id in transcript.unanswered_calls():
+            if call_id not in deferred:
+                transcript.add_error_result(session.new_id(), call_id, reason)
+
     # -- retention ---------------------------------------------------------------------
 
-    def _retain(self, key: RunKey) -> None:
+    def _retain(self, run: Run) -> None:
         now = time.monotonic()
-        self._retained[key] = now
+        self._retained[run.key] = now
+        self._retained_bytes += run.log.nbytes
         self._expire(now)
 
+    def expire(self) -> None:
+        """Drop finished runs past the retention bounds (also run on a timer)."""
+        self._expire(time.monotonic())
+
     def _expire(self, now: float) -> None:
-        limit = self.settings.max_retained_runs
-        horizon = now - self.settings.retention_seconds
+        settings = self.settings
+        horizon = now - settings.retention_seconds
         while self._retained:
             key, finished = next(iter(self._retained.items()))
-            if len(self._retained) <= limit and finished > horizon:
+            if (
+                len(self._retained) <= settings.max_retained_runs
+                and finished > horizon
+                and self._retained_bytes <= settings.max_retained_bytes
+            ):
                 break
             self._forget(key)
 
     def _forget(self, key: RunKey) -> None:
-        self._retained.pop(key, None)
+        if self._retained.pop(key, None) is not None:
+            run = self._runs.get(key)
+            if run is not None:
+                self._retained_bytes -= run.log.nbytes
         self._runs.pop(key, None)
         self.pending.forget_run(key)
 
@@ -307,18 +385,39 @@ class Runtime:
             grace, lambda: self.cancel(run, "disconnected") if not run.subscribers else None
         )
 
+    async def drain(self, seconds: float) -> None:
+        """Wait up to ``seconds`` for live runs to end by themselves."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while True:
+            tasks = self._live_tasks()
+            remaining = deadline - loop.time()
+            if not tasks or remaining <= 0:
+                return
+            await asyncio.wait(tasks, timeout=remaining)
+
     async def aclose(self) -> None:
-        """Cancel every live run and wait for them to conclude (server shutdown)."""
-        tasks = [r.task for r in self._runs.values() if r.task and not r.task.done()]
+        """End every live run with RUN_ERROR ``SERVER_SHUTDOWN``, stored, and wait for them."""
+        tasks = self._live_tasks()
         for run in list(self._runs.values()):
             self.cancel(run, "shutdown")
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
+    def _live_tasks(self) -> list[asyncio.Task[None]]:
+        return [r.task for r in self._runs.values() if r.task is not None and not r.task.done()]
+
     @property
     def active_runs(self) -> int:
         """Runs still producing events."""
-        return sum(1 for r in self._runs.values() if not r.done)
+        return self._active_total
+
+
+def _log_failure(write: asyncio.Future[None], run: Run) -> None:
+    if not write.cancelled() and write.exception() is not None:
+        logger.error(
+            "could not store the messages of run %s", run.run_id, exc_info=write.exception()
+        )
 
 
 async def _settle(task: asyncio.Future[Any]) -> bool:

@@ -1,9 +1,14 @@
-"""The run log: the ordered, encoded events of one run, readable from any point.
+"""The run log: the ordered, encoded events of one run, readable from any retained point.
 
 Both transports read this log: the SSE route frames each entry, the N-PAMP server puts each
 entry in one BRIDGE_STREAM_DATA frame. Entries are the encoded event bytes, so every
 subscriber carries the very same octets. Sequence numbers start at 1 and are the SSE
 ``id`` and the N-PAMP ``event_id``.
+
+Memory is bounded in bytes: the log keeps at most ``max_bytes`` of entries (the newest; the
+terminal event is always kept). A follower asking for entries that were dropped gets
+:class:`LogTrimmed`; followers get ready entries in batches of at most ``batch_bytes``, so
+a replay of a long log is sent in bounded chunks under the transport's backpressure.
 """
 
 from __future__ import annotations
@@ -11,17 +16,38 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+#: Default per-run replay window and follower batch size.
+DEFAULT_MAX_BYTES = 32 * 1024 * 1024
+DEFAULT_BATCH_BYTES = 256 * 1024
+
+
+class LogTrimmed(Exception):
+    """The entries after the requested cursor are no longer retained."""
+
+    def __init__(self, first_retained: int) -> None:
+        super().__init__(f"events before {first_retained} are no longer retained")
+        self.first_retained = first_retained
+
 
 class RunLog:
-    """Append-only event log with any number of followers."""
+    """Append-only event log with any number of followers and a byte-bounded window."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, *, max_bytes: int = DEFAULT_MAX_BYTES, batch_bytes: int = DEFAULT_BATCH_BYTES
+    ) -> None:
+        #: Entries from index ``_head`` on are retained; dropped ones are compacted lazily.
         self._entries: list[bytes] = []
+        self._head = 0
+        #: Sequence number of the first retained entry, minus one.
+        self._base = 0
+        self._bytes = 0
+        self._max_bytes = max_bytes
+        self._batch_bytes = batch_bytes
         self._closed = False
         self._changed: asyncio.Future[None] | None = None
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._entries) - self._head
 
     @property
     def closed(self) -> bool:
@@ -31,39 +57,85 @@ class RunLog:
     @property
     def last_seq(self) -> int:
         """Sequence number of the last entry (0 when empty)."""
-        return len(self._entries)
+        return self._base + len(self._entries) - self._head
+
+    @property
+    def first_seq(self) -> int:
+        """Sequence number of the first retained entry (``last_seq + 1`` when empty)."""
+        return self._base + 1
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the retained entries."""
+        return self._bytes
 
     def append(self, data: bytes) -> int:
         """Append one encoded event; returns its sequence number."""
         if self._closed:
             raise RuntimeError("run log is closed")
-        self._entries.append(data)
+        entries = self._entries
+        entries.append(data)
+        self._bytes += len(data)
+        if self._bytes > self._max_bytes:
+            self._trim()
         self._wake()
-        return len(self._entries)
+        return self._base + len(entries) - self._head
+
+    def _trim(self) -> None:
+        entries = self._entries
+        while self._bytes > self._max_bytes and len(entries) - self._head > 1:
+            self._bytes -= len(entries[self._head])
+            self._head += 1
+            self._base += 1
+        if self._head > len(entries) // 2:
+            del entries[: self._head]
+            self._head = 0
 
     def close(self) -> None:
         """Mark the log complete and wake every follower."""
         self._closed = True
         self._wake()
 
-    def entries(self, after: int = 0) -> list[tuple[int, bytes]]:
-        """The entries after sequence number ``after``."""
-        return [(after + i + 1, data) for i, data in enumerate(self._entries[after:])]
+    def entries(self, after: int = 0, *, max_bytes: int | None = None) -> list[tuple[int, bytes]]:
+        """The retained entries after sequence number ``after`` (at most ``max_bytes``,
+        but always at least one entry when there is one).
+
+        Raises:
+            LogTrimmed: entries right after ``after`` were dropped.
+        """
+        if after < self._base:
+            raise LogTrimmed(self.first_seq)
+        start = self._head + after - self._base
+        if max_bytes is None:
+            return [(after + i + 1, data) for i, data in enumerate(self._entries[start:])]
+        entries = self._entries
+        out: list[tuple[int, bytes]] = []
+        size = 0
+        for index in range(start, len(entries)):
+            data = entries[index]
+            size += len(data)
+            if out and size > max_bytes:
+                break
+            out.append((after + len(out) + 1, data))
+        return out
 
     async def follow(
         self, after: int = 0, *, idle: float | None = None
     ) -> AsyncIterator[list[tuple[int, bytes]]]:
         """Yield batches of entries after ``after`` until the log is closed.
 
-        Everything ready is yielded as one batch (one write for the transport); then the
-        follower waits for more. With ``idle`` set, an empty batch is yielded after that many
-        idle seconds so the transport can send a keep-alive.
+        What is ready is yielded in batches of at most ``batch_bytes`` (one write for the
+        transport each); then the follower waits for more. With ``idle`` set, an empty batch
+        is yielded after that many idle seconds so the transport can send a keep-alive.
+
+        Raises:
+            LogTrimmed: the follower fell behind the retained window.
         """
         position = after
         while True:
-            if position < len(self._entries):
-                batch = self.entries(position)
-                position += len(batch)
+            if position < self.last_seq:
+                batch = self.entries(position, max_bytes=self._batch_bytes)
+                position = batch[-1][0]
                 yield batch
                 continue
             if self._closed:

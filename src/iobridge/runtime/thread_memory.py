@@ -1,18 +1,24 @@
 """Thread memory for runs: what the model sees, and what a run leaves in its thread.
 
-On start, the incoming messages are merged into the stored thread by message id (a client
-may send its whole history or only the new message), and the model sees the stored thread
-windowed by ``memoryOptions.lastMessages`` plus the new messages. On end, the messages the
-run produced are appended. ``memoryOptions``: ``lastMessages`` (default 40), ``readOnly``
-(read history, store nothing), ``generateTitle`` (title from the first user message).
+On start, one read tells which incoming messages the thread already holds (a client may
+send its whole history or only the new message) and gives the newest ``lastMessages``; the
+model sees that window plus the new messages. Nothing is written before the run starts
+streaming: the new messages are written right after RUN_STARTED (``save_start``, group
+committed with other runs' writes), and what the run produced when it ends (``save_end``,
+one transaction with any pending start write). ``memoryOptions``: ``lastMessages`` (default
+40), ``readOnly`` (read history, store nothing), ``generateTitle`` (title from the first user
+message).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from iobridge.errors import NotFoundError
-from iobridge.protocol.messages import model_view, new_messages, window
+from iobridge.protocol.messages import answered_call, merge_incoming, model_view, window
+from iobridge.store.base import normalize_messages
 
 if TYPE_CHECKING:
     from iobridge.protocol.options import RunOptions
@@ -22,23 +28,32 @@ if TYPE_CHECKING:
 TITLE_LENGTH = 80
 
 
+class RunMemory(Protocol):
+    """One run's view of its thread."""
+
+    #: What the model sees: the stored window plus the new messages, model view applied.
+    history: list[dict[str, Any]]
+
+    async def save_start(self) -> None:
+        """Store the run's new incoming messages (right after RUN_STARTED)."""
+        ...
+
+    async def save_end(self, produced: Sequence[dict[str, Any]]) -> None:
+        """Store what the run produced (after ``save_start`` settled)."""
+        ...
+
+
 class ThreadMemory(Protocol):
-    """Persistence hooks of the run engine; without one the engine is stateless."""
+    """Persistence of the run engine; without one the engine is stateless."""
 
     async def begin(
         self, run_input: RunInput, options: RunOptions, resource_id: str, agent_id: str
-    ) -> list[dict[str, Any]]:
-        """Check ownership, store the new messages, return the history the model sees."""
-        ...
-
-    async def end(
-        self, thread_id: str, options: RunOptions, messages: list[dict[str, Any]]
-    ) -> None:
-        """Store the messages the run produced."""
+    ) -> RunMemory:
+        """Check ownership and read the thread (no write)."""
         ...
 
 
-def title_from(messages: list[dict[str, Any]]) -> str | None:
+def title_from(messages: Sequence[dict[str, Any]]) -> str | None:
     """A thread title from the first user message's text."""
     for message in messages:
         if message.get("role") != "user":
@@ -56,6 +71,41 @@ def title_from(messages: list[dict[str, Any]]) -> str | None:
     return None
 
 
+@dataclass(eq=False, kw_only=True)
+class _StoreRun:
+    """``RunMemory`` of one run over a ``ThreadStore``."""
+
+    store: ThreadStore
+    thread_id: str
+    resource_id: str
+    agent_id: str
+    read_only: bool
+    incoming: list[dict[str, Any]]
+    title: str | None
+    history: list[dict[str, Any]]
+
+    async def save_start(self) -> None:
+        if self.read_only or not (self.incoming or self.title):
+            return
+        await self._write(self.incoming, self.title)
+
+    async def save_end(self, produced: Sequence[dict[str, Any]]) -> None:
+        # The incoming messages go again: ids already stored are skipped, so the thread is
+        # complete even if the start write failed.
+        if self.read_only:
+            return
+        await self._write([*self.incoming, *produced], self.title)
+
+    async def _write(self, messages: Sequence[dict[str, Any]], title: str | None) -> None:
+        await self.store.write_for_run(
+            self.thread_id,
+            resource_id=self.resource_id,
+            agent_id=self.agent_id,
+            messages=messages,
+            title=title,
+        )
+
+
 class StoreMemory:
     """``ThreadMemory`` over a ``ThreadStore``; a threadId is never a credential."""
 
@@ -64,37 +114,39 @@ class StoreMemory:
 
     async def begin(
         self, run_input: RunInput, options: RunOptions, resource_id: str, agent_id: str
-    ) -> list[dict[str, Any]]:
-        """Check ownership, store the new messages, return the model's history.
+    ) -> RunMemory:
+        """Check ownership and read the thread; the model's history is ready, nothing stored.
 
         Raises:
             NotFoundError: the thread belongs to another resource (answered as missing).
+            InputError: a new message cannot be stored (``INVALID_MESSAGE``; nothing stored).
         """
         memory = options.memory
-        thread = await self.store.get_thread(run_input.thread_id)
+        messages = run_input.messages
+        read = await self.store.read_for_run(
+            run_input.thread_id,
+            message_ids=[m["id"] for m in messages if isinstance(m.get("id"), str)],
+            tool_call_ids=[c for m in messages if (c := answered_call(m)) is not None],
+            last_n=memory.last_messages,
+            first_user=memory.generate_title,
+        )
+        thread = read.thread
         if thread is not None and thread.resource_id != resource_id:
             raise NotFoundError("thread not found", code="THREAD_NOT_FOUND")
-        stored = await self.store.list_messages(run_input.thread_id) if thread else []
-        incoming = new_messages(stored, run_input.messages)
-        if not memory.read_only:
-            if thread is None:
-                thread, _ = await self.store.get_or_create_thread(
-                    run_input.thread_id, resource_id=resource_id, agent_id=agent_id
-                )
-                if thread.resource_id != resource_id:  # created by someone else meanwhile
-                    raise NotFoundError("thread not found", code="THREAD_NOT_FOUND")
-            if incoming:
-                await self.store.append_messages(run_input.thread_id, incoming)
-            if memory.generate_title:
-                title = title_from(stored + incoming)
-                if title:
-                    await self.store.set_title_if_empty(run_input.thread_id, title)
-        visible = window(stored, memory.last_messages) + incoming
-        return [dict(m) for m in model_view(visible)]
-
-    async def end(
-        self, thread_id: str, options: RunOptions, messages: list[dict[str, Any]]
-    ) -> None:
-        """Append what the run produced (nothing when ``readOnly``)."""
-        if messages and not options.memory.read_only:
-            await self.store.append_messages(thread_id, messages)
+        incoming = merge_incoming(read.stored_ids, read.answered, messages)
+        normalize_messages(incoming)
+        title = None
+        if memory.generate_title and not memory.read_only and (thread is None or not thread.title):
+            first = [read.first_user] if read.first_user is not None else []
+            title = title_from([*first, *incoming])
+        visible = window(read.window, memory.last_messages) + incoming
+        return _StoreRun(
+            store=self.store,
+            thread_id=run_input.thread_id,
+            resource_id=resource_id,
+            agent_id=agent_id,
+            read_only=memory.read_only,
+            incoming=incoming,
+            title=title,
+            history=[dict(m) for m in model_view(visible)],
+        )

@@ -21,13 +21,15 @@ from typing import Any
 
 import orjson
 
-from iobridge.errors import ConflictError, InputError
+from iobridge.errors import ConflictError, InputError, NotFoundError
+from iobridge.protocol.messages import answered_call, window
 
 __all__ = [
     "MAX_ID_LENGTH",
     "MAX_METADATA_BYTES",
     "MAX_TITLE_LENGTH",
     "Clock",
+    "RunRead",
     "Thread",
     "ThreadStore",
     "check_limit",
@@ -186,6 +188,22 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
     return when, thread_id
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunRead:
+    """What a run needs to know about its thread before it starts (one read)."""
+
+    thread: Thread | None
+    #: Of the run's incoming message ids, those already stored in the thread.
+    stored_ids: frozenset[str] = frozenset()
+    #: Of the run's incoming tool results' call ids, those the thread already answered.
+    answered: frozenset[str] = frozenset()
+    #: The newest ``last_n`` stored messages, oldest first, reaching back far enough that no
+    #: tool result in it is separated from the assistant message that issued its call.
+    window: list[dict[str, Any]] = field(default_factory=list)
+    #: The thread's first stored user message, when asked for (titles).
+    first_user: dict[str, Any] | None = None
+
+
 class ThreadStore(ABC):
     """Threads and their messages. Every method is safe to call concurrently.
 
@@ -313,6 +331,63 @@ class ThreadStore(ABC):
             NotFoundError: no such thread.
             InputError: a message lacks a valid ``id`` or ``role``; nothing is stored.
         """
+
+    async def read_for_run(
+        self,
+        thread_id: str,
+        *,
+        message_ids: Collection[str],
+        tool_call_ids: Collection[str],
+        last_n: int,
+        first_user: bool = False,
+    ) -> RunRead:
+        """Everything a run needs before it starts, without loading the whole thread.
+
+        This default reads the whole thread; stores override it with indexed queries.
+        """
+        thread = await self.get_thread(thread_id)
+        if thread is None:
+            return RunRead(thread=None)
+        stored = await self.list_messages(thread_id)
+        ids = {m["id"] for m in stored}
+        answered = {c for m in stored if (c := answered_call(m)) is not None}
+        return RunRead(
+            thread=thread,
+            stored_ids=frozenset(i for i in message_ids if i in ids),
+            answered=frozenset(c for c in tool_call_ids if c in answered),
+            window=[dict(m) for m in window(stored, last_n)],
+            first_user=next((m for m in stored if m.get("role") == "user"), None)
+            if first_user
+            else None,
+        )
+
+    async def write_for_run(
+        self,
+        thread_id: str,
+        *,
+        resource_id: str,
+        agent_id: str | None,
+        messages: Sequence[Mapping[str, Any]],
+        title: str | None = None,
+    ) -> None:
+        """A run's write: create the thread if missing, append ``messages`` (ids already
+        stored are skipped), and set ``title`` unless the thread has one. Stores make this one
+        transaction; this default is three calls.
+
+        Raises:
+            NotFoundError: the thread exists but belongs to another resource.
+            InputError: a message is not storable (nothing is stored).
+        """
+        normalize_messages(messages)
+        thread, _ = await self.get_or_create_thread(
+            thread_id, resource_id=resource_id, agent_id=agent_id
+        )
+        if thread.resource_id != resource_id:
+            raise NotFoundError("thread not found", code="THREAD_NOT_FOUND")
+        if messages:
+            await self.append_messages(thread_id, messages)
+        if title:
+            await self.set_title_if_empty(thread_id, title)
 
     @abstractmethod
     async def close(self) -> None:

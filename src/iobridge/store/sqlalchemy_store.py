@@ -1,10 +1,19 @@
 """``ThreadStore`` on SQLAlchemy 2 asyncio: SQLite (default, WAL) or PostgreSQL (asyncpg).
 
-Writes that read before they write (appending messages) must not interleave. PostgreSQL gets
-that from ``SELECT … FOR UPDATE`` on the thread row. SQLite has no row locks, so write
-transactions start with ``BEGIN IMMEDIATE``: the database write lock is taken up front (and
-waited for, up to the busy timeout) instead of failing with "database is locked" when a
-deferred transaction tries to upgrade its read lock.
+Every write goes through one :class:`~iobridge.store.group_writer.GroupWriter`: one
+connection, and the writes queued meanwhile committed together (group commit), so a burst of
+runs costs a few transactions, not one each, and SQLite never sleeps in its busy handler
+for our own writes. Reads use the engine's pool (WAL lets them run beside the writer).
+
+Writes that read before they write (appending messages) must not interleave with another
+process's. PostgreSQL gets that from ``SELECT … FOR UPDATE`` on the thread row. SQLite has no
+row locks, so write transactions start with ``BEGIN IMMEDIATE``: the database write lock is
+taken up front (and waited for, up to the busy timeout) instead of failing with "database is
+locked" when a deferred transaction tries to upgrade its read lock.
+
+A run reads its thread with indexed queries only (``read_for_run``: the ids it sends that
+are stored, the calls it answers that are answered, the newest ``lastMessages``): its cost
+does not grow with the thread.
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -21,8 +31,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from iobridge.errors import ConflictError, InputError, NotFoundError
+from iobridge.protocol.messages import answered_call, call_ids, window
 from iobridge.store.base import (
     Clock,
+    RunRead,
     Thread,
     ThreadStore,
     check_limit,
@@ -32,6 +44,7 @@ from iobridge.store.base import (
     normalize_messages,
     utc_now,
 )
+from iobridge.store.group_writer import GroupWriter
 from iobridge.store.records import UTCDateTime, messages, threads
 
 __all__ = ["DEFAULT_DATABASE_URL", "WRITE_OPTION", "SqlThreadStore", "make_engine"]
@@ -43,6 +56,8 @@ WAL_SWITCH_ATTEMPTS = 100
 WRITE_OPTION = "iobridge_write"
 #: Bound parameters per ``IN (…)`` chunk, well under SQLite's and asyncpg's limits.
 _CHUNK = 500
+#: How far past ``lastMessages`` a window reaches back for the issuer of a call.
+_WINDOW_SLACK = 200
 
 
 def _json_dumps(value: Any) -> str:
@@ -111,7 +126,8 @@ class SqlThreadStore(ThreadStore):
 
     def __init__(self, engine: AsyncEngine, *, clock: Clock = utc_now) -> None:
         self.engine = engine
-        self._writer = engine.execution_options(**{WRITE_OPTION: True})
+        self._writes = GroupWriter(engine.execution_options(**{WRITE_OPTION: True}))
+        self._lock_rows = engine.dialect.name != "sqlite"
         self._clock = clock
 
     async def get_thread(self, thread_id: str) -> Thread | None:
@@ -139,19 +155,11 @@ class SqlThreadStore(ThreadStore):
             created_at=now,
             updated_at=now,
         )
+        async def insert(conn: AsyncConnection) -> None:
+            await conn.execute(threads.insert().values(**_thread_row(thread)))
+
         try:
-            async with self._writer.begin() as conn:
-                await conn.execute(
-                    threads.insert().values(
-                        id=thread.id,
-                        resource_id=thread.resource_id,
-                        agent_id=thread.agent_id,
-                        title=thread.title,
-                        metadata=thread.metadata,
-                        created_at=now,
-                        updated_at=now,
-                    )
-                )
+            await self._writes.submit(insert)
         except IntegrityError:
             raise ConflictError(
                 f"thread {thread_id!r} already exists", code="THREAD_EXISTS"
@@ -170,30 +178,31 @@ class SqlThreadStore(ThreadStore):
             values["title"] = title
         if metadata is not None:
             values["metadata"] = dict(metadata)
-        async with self._writer.begin() as conn:
+        async def change(conn: AsyncConnection) -> Thread:
             result = await conn.execute(
                 update(threads).where(threads.c.id == thread_id).values(**values)
             )
             if result.rowcount == 0:
                 raise NotFoundError(f"thread {thread_id!r} not found", code="THREAD_NOT_FOUND")
             row = (await conn.execute(select(threads).where(threads.c.id == thread_id))).one()
-        return _thread(row)
+            return _thread(row)
+
+        return await self._writes.submit(change)
 
     async def set_title_if_empty(self, thread_id: str, title: str) -> bool:
-        async with self._writer.begin() as conn:
-            result = await conn.execute(
-                update(threads)
-                .where(threads.c.id == thread_id, threads.c.title == "")
-                .values(title=title)
-            )
-        return result.rowcount == 1
+        async def set_title(conn: AsyncConnection) -> bool:
+            return await _set_title_if_empty(conn, thread_id, title)
+
+        return await self._writes.submit(set_title)
 
     async def delete_thread(self, thread_id: str) -> bool:
-        async with self._writer.begin() as conn:
+        async def remove(conn: AsyncConnection) -> bool:
             # Explicit, not only ON DELETE CASCADE: SQLite enforces foreign keys per connection.
             await conn.execute(delete(messages).where(messages.c.thread_id == thread_id))
             result = await conn.execute(delete(threads).where(threads.c.id == thread_id))
-        return result.rowcount == 1
+            return bool(result.rowcount == 1)
+
+        return await self._writes.submit(remove)
 
     async def list_threads(
         self,
@@ -253,45 +262,179 @@ class SqlThreadStore(ThreadStore):
         self, thread_id: str, messages_in: Sequence[Mapping[str, Any]]
     ) -> list[dict[str, Any]]:
         batch = normalize_messages(messages_in)
-        now = self._clock()
-        async with self._writer.begin() as conn:
-            locked = (
-                await conn.execute(
-                    select(threads.c.id).where(threads.c.id == thread_id).with_for_update()
-                )
-            ).first()
-            if locked is None:
+
+        async def append(conn: AsyncConnection) -> list[dict[str, Any]]:
+            if await self._locked_thread(conn, thread_id) is None:
                 raise NotFoundError(f"thread {thread_id!r} not found", code="THREAD_NOT_FOUND")
-            known = await _stored_ids(conn, thread_id, [m["id"] for m in batch])
-            new = [m for m in batch if m["id"] not in known]
-            if not new:
-                return []
-            last = (
-                await conn.execute(
-                    select(func.max(messages.c.position)).where(messages.c.thread_id == thread_id)
+            return await _append(conn, thread_id, batch, self._clock())
+
+        return await self._writes.submit(append)
+
+    async def write_for_run(
+        self,
+        thread_id: str,
+        *,
+        resource_id: str,
+        agent_id: str | None,
+        messages: Sequence[Mapping[str, Any]],
+        title: str | None = None,
+    ) -> None:
+        batch = normalize_messages(messages)
+        check_thread_ids(thread_id, resource_id, agent_id)
+
+        async def write(conn: AsyncConnection) -> None:
+            now = self._clock()
+            owner = await self._locked_thread(conn, thread_id)
+            if owner is None:
+                thread = Thread(
+                    id=thread_id, resource_id=resource_id, agent_id=agent_id,
+                    created_at=now, updated_at=now,
                 )
-            ).scalar()
-            start = 0 if last is None else last + 1
-            rows = [
-                {
-                    "thread_id": thread_id,
-                    "position": start + offset,
-                    "message_id": m["id"],
-                    "role": m["role"],
-                    "tool_call_id": _tool_call_id(m),
-                    "data": m,
-                    "created_at": now,
-                }
-                for offset, m in enumerate(new)
-            ]
-            await conn.execute(messages.insert(), rows)
-            await conn.execute(
-                update(threads).where(threads.c.id == thread_id).values(updated_at=now)
-            )
-        return [dict(m) for m in new]
+                await conn.execute(threads.insert().values(**_thread_row(thread)))
+            elif owner != resource_id:
+                raise NotFoundError("thread not found", code="THREAD_NOT_FOUND")
+            if batch:
+                await _append(conn, thread_id, batch, now)
+            if title:
+                await _set_title_if_empty(conn, thread_id, title)
+
+        await self._writes.submit(write)
+
+    async def read_for_run(
+        self,
+        thread_id: str,
+        *,
+        message_ids: Collection[str],
+        tool_call_ids: Collection[str],
+        last_n: int,
+        first_user: bool = False,
+    ) -> RunRead:
+        async with self.engine.connect() as conn:
+            row = (await conn.execute(select(threads).where(threads.c.id == thread_id))).first()
+            if row is None:
+                return RunRead(thread=None)
+            stored = await _stored_ids(conn, thread_id, list(message_ids))
+            answered = await _answered(conn, thread_id, list(tool_call_ids))
+            recent = await _window(conn, thread_id, last_n)
+            first = None
+            if first_user:
+                first = (
+                    await conn.execute(
+                        select(messages.c.data)
+                        .where(messages.c.thread_id == thread_id, messages.c.role == "user")
+                        .order_by(messages.c.position)
+                        .limit(1)
+                    )
+                ).scalar()
+        return RunRead(
+            thread=_thread(row),
+            stored_ids=frozenset(stored),
+            answered=frozenset(answered),
+            window=recent,
+            first_user=first,
+        )
+
+    async def _locked_thread(self, conn: AsyncConnection, thread_id: str) -> str | None:
+        """The thread's owner, its row locked against other writers (``None``: no thread)."""
+        query = select(threads.c.resource_id).where(threads.c.id == thread_id)
+        if self._lock_rows:
+            query = query.with_for_update()
+        owner: str | None = (await conn.execute(query)).scalar()
+        return owner
 
     async def close(self) -> None:
+        await self._writes.close()
         await self.engine.dispose()
+
+
+def _thread_row(thread: Thread) -> dict[str, Any]:
+    return {
+        "id": thread.id,
+        "resource_id": thread.resource_id,
+        "agent_id": thread.agent_id,
+        "title": thread.title,
+        "metadata": dict(thread.metadata),
+        "created_at": thread.created_at,
+        "updated_at": thread.updated_at,
+    }
+
+
+async def _set_title_if_empty(conn: AsyncConnection, thread_id: str, title: str) -> bool:
+    result = await conn.execute(
+        update(threads).where(threads.c.id == thread_id, threads.c.title == "").values(title=title)
+    )
+    return bool(result.rowcount == 1)
+
+
+async def _append(
+    conn: AsyncConnection, thread_id: str, batch: list[dict[str, Any]], now: datetime
+) -> list[dict[str, Any]]:
+    """Append the messages of ``batch`` not stored yet, after the thread's last position."""
+    known = await _stored_ids(conn, thread_id, [m["id"] for m in batch])
+    new = [m for m in batch if m["id"] not in known]
+    if not new:
+        return []
+    last = (
+        await conn.execute(
+            select(func.max(messages.c.position)).where(messages.c.thread_id == thread_id)
+        )
+    ).scalar()
+    start = 0 if last is None else last + 1
+    rows = [
+        {
+            "thread_id": thread_id,
+            "position": start + offset,
+            "message_id": m["id"],
+            "role": m["role"],
+            "tool_call_id": _tool_call_id(m),
+            "data": m,
+            "created_at": now,
+        }
+        for offset, m in enumerate(new)
+    ]
+    await conn.execute(messages.insert(), rows)
+    await conn.execute(update(threads).where(threads.c.id == thread_id).values(updated_at=now))
+    return [dict(m) for m in new]
+
+
+async def _answered(conn: AsyncConnection, thread_id: str, call_ids: list[str]) -> set[str]:
+    """Of ``call_ids``, those a stored ``tool`` message of the thread answers (indexed)."""
+    found: set[str] = set()
+    for i in range(0, len(call_ids), _CHUNK):
+        result = await conn.execute(
+            select(messages.c.tool_call_id).where(
+                messages.c.thread_id == thread_id,
+                messages.c.tool_call_id.in_(call_ids[i : i + _CHUNK]),
+                messages.c.role == "tool",
+            )
+        )
+        found.update(result.scalars())
+    return found
+
+
+async def _window(conn: AsyncConnection, thread_id: str, last_n: int) -> list[dict[str, Any]]:
+    """The newest ``last_n`` messages, reaching back (within a bound) to the assistant
+    message that issued any call answered among them; ``window`` then trims exactly."""
+    if last_n <= 0:
+        return []
+    limit = last_n
+    bound = 4 * last_n + _WINDOW_SLACK
+    while True:
+        query = (
+            select(messages.c.data)
+            .where(messages.c.thread_id == thread_id)
+            .order_by(messages.c.position.desc())
+            .limit(limit)
+        )
+        rows = list(reversed((await conn.execute(query)).scalars().all()))
+        if len(rows) < limit or limit >= bound or not _issuer_missing(rows):
+            return [dict(m) for m in window(rows, last_n)]
+        limit = min(bound, limit * 2)
+
+
+def _issuer_missing(rows: Sequence[Mapping[str, Any]]) -> bool:
+    issued = {c for m in rows for c in call_ids(m)}
+    return any((c := answered_call(m)) is not None and c not in issued for m in rows)
 
 
 async def _stored_ids(conn: AsyncConnection, thread_id: str, ids: list[str]) -> set[str]:
