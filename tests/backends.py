@@ -19,7 +19,6 @@ import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -137,22 +136,3 @@ async def open_backend(
         yield store
     finally:
         await store.close()
-
-
-def build_app(store: ThreadStore, authenticator: Any, catalog: Any = None) -> Any:
-    """``create_app`` over ``store`` with ``authenticator``'s settings and ``catalog``.
-
-    The store is the caller's (opened and closed by the test), so no lifespan is needed.
-    """
-    from iobridge.agents.catalog import AgentCatalog
-    from iobridge.app import Backend
-    from iobridge.config import Settings
-    from iobridge.http.app import create_app
-
-    backend = Backend(
-        Settings(playground=False),
-        catalog=catalog if catalog is not None else AgentCatalog(),
-        store=store,
-        authenticator=authenticator,
-    )
-    return create_app(backend=backend)

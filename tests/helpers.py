@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import uvicorn
 from fastapi import FastAPI
 
 from agui_verify import parse_sse
 
-__all__ = ["LiveServer", "free_port", "parse_sse", "run_body", "terminal", "types"]
+__all__ = ["LiveServer", "app_client", "free_port", "parse_sse", "run_body", "terminal", "types"]
 
 
 def free_port() -> int:
@@ -61,6 +64,20 @@ def terminal(run: Any) -> dict[str, Any]:
     """The last event in a run's log, decoded (its terminal event once the run ended)."""
     entries = run.log.entries()
     return dict(json.loads(entries[-1][1]))
+
+
+@contextlib.asynccontextmanager
+async def app_client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    """An in-process client of ``app`` with its lifespan running (startup, then shutdown).
+
+    For stores opened in the test's own event loop (a uvicorn thread has another loop).
+    """
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://test", timeout=10
+        ) as client:
+            yield client
 
 
 def types(events: list[dict[str, Any]]) -> list[str]:

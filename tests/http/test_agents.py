@@ -1,4 +1,5 @@
-"""Agent discovery routes (Level 4), in-process and over real loopback HTTP."""
+"""Agent discovery routes (Level 4) of ``create_app``, in-process (lifespan running) and over
+real loopback HTTP."""
 
 from __future__ import annotations
 
@@ -7,13 +8,13 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.backends import build_app
-from tests.helpers import LiveServer
+from tests.helpers import LiveServer, app_client
 
 from iobridge.agents.base import Agent
-from iobridge.agents.catalog import AgentCatalog
 from iobridge.agents.tools import ServerTool
-from iobridge.auth import Authenticator, AuthSettings, hash_api_key
+from iobridge.auth import hash_api_key
+from iobridge.config import Settings
+from iobridge.http.app import create_app
 from iobridge.store import MemoryThreadStore
 
 BASE = "/io-bridge"
@@ -44,17 +45,17 @@ WEATHER = ServerTool(
 
 @pytest.fixture
 async def client() -> AsyncIterator[httpx.AsyncClient]:
-    catalog = AgentCatalog([Scripted("planner", "openai:gpt-4o", (WEATHER,)), Scripted("offline")])
-    app = build_app(MemoryThreadStore(), Authenticator(AuthSettings()), catalog)
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=10) as c:
+    agents = [Scripted("planner", "openai:gpt-4o", (WEATHER,)), Scripted("offline")]
+    async with app_client(create_app(Settings(), agents=agents, store=MemoryThreadStore())) as c:
         yield c
 
 
 async def test_list_agents_in_registration_order(client: httpx.AsyncClient) -> None:
     response = await client.get(f"{BASE}/agents")
     assert response.status_code == 200
-    assert response.json() == {
+    demo, *given = response.json()["agents"]
+    assert demo["id"] == "demo"  # the built-in agent comes first
+    assert {"agents": given} == {
         "agents": [
             {
                 "id": "planner",

@@ -16,10 +16,10 @@ import httpx
 import jwt
 import pytest
 from pydantic import ValidationError
-from tests.backends import SQL_BACKENDS, build_app, open_backend
+from tests.backends import SQL_BACKENDS, open_backend
+from tests.helpers import app_client
 
 from iobridge.agents.base import Agent
-from iobridge.agents.catalog import AgentCatalog
 from iobridge.auth import (
     ApiKeyEntry,
     Authenticator,
@@ -28,7 +28,9 @@ from iobridge.auth import (
     Principal,
     hash_api_key,
 )
+from iobridge.config import Settings
 from iobridge.errors import AuthenticationError, InputError, NotFoundError
+from iobridge.http.app import create_app
 from iobridge.store import ThreadStore
 
 BASE = "/io-bridge"
@@ -215,14 +217,14 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 
 @pytest.fixture(params=["api-key", "jwt"])
 async def rig(
-    request: pytest.FixtureRequest, store: ThreadStore
+    request: pytest.FixtureRequest, store: ThreadStore, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[tuple[httpx.AsyncClient, Creds]]:
+    """``create_app`` with its lifespan, over the store under test."""
     mode = request.param
-    settings = api_key_settings() if mode == "api-key" else jwt_settings()
-    auth = Authenticator(settings, environ={"BOB_KEY": BOB_KEY})
-    app = build_app(store, auth, AgentCatalog([NullAgent()]))
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=10) as c:
+    monkeypatch.setenv("BOB_KEY", BOB_KEY)
+    auth = api_key_settings() if mode == "api-key" else jwt_settings()
+    app = create_app(Settings(auth=auth), agents=[NullAgent()], store=store)
+    async with app_client(app) as c:
         yield c, credentials(mode)
 
 
@@ -326,7 +328,7 @@ async def test_missing_or_bad_credentials_are_401(
 async def test_agents_with_credentials(rig: tuple[httpx.AsyncClient, Creds]) -> None:
     client, creds = rig
     listed = await client.get(f"{BASE}/agents", headers=creds["bob"])
-    assert [a["id"] for a in listed.json()["agents"]] == ["helper"]
+    assert [a["id"] for a in listed.json()["agents"]] == ["demo", "helper"]
 
 
 @pytest.mark.parametrize("store", ["sqlite"], indirect=True)

@@ -1,4 +1,5 @@
-"""Thread and message routes (Level 3) over a SQLite file and PostgreSQL, auth mode none."""
+"""Thread and message routes (Level 3) of ``create_app`` (lifespan running) over a SQLite
+file and PostgreSQL, auth mode none."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.backends import SQL_BACKENDS, build_app, open_backend
+from tests.backends import SQL_BACKENDS, open_backend
+from tests.helpers import app_client, parse_sse, run_body
 
-from iobridge.auth import Authenticator, AuthSettings
+from iobridge.agents.function import FunctionAgent
+from iobridge.config import Settings
+from iobridge.http.app import create_app
 from iobridge.store import ThreadStore
 
 BASE = "/io-bridge"
@@ -24,10 +28,13 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 
 @pytest.fixture
 async def client(store: ThreadStore) -> AsyncIterator[httpx.AsyncClient]:
-    app = build_app(store, Authenticator(AuthSettings()))
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test", timeout=10) as c:
+    agents = [FunctionAgent(_reply, id=agent_id) for agent_id in ("alpha", "beta")]
+    async with app_client(create_app(Settings(), agents=agents, store=store)) as c:
         yield c
+
+
+async def _reply(ctx: Any) -> str:
+    return "ok"
 
 
 def assert_error(response: httpx.Response, status: int, code: str | None = None) -> None:
@@ -92,6 +99,23 @@ async def test_agent_id_is_checked_and_filters(client: httpx.AsyncClient) -> Non
     unknown = await client.post(f"{BASE}/threads", json={"agentId": "nope"})
     assert_error(unknown, 404, "AGENT_NOT_FOUND")
     assert (await client.get(f"{BASE}/threads")).json() == {"threads": []}
+    for thread_id, agent_id in (("a1", "alpha"), ("b1", "beta"), ("a2", "alpha")):
+        created = await client.post(f"{BASE}/threads", json={"id": thread_id, "agentId": agent_id})
+        assert created.status_code == 201 and created.json()["agentId"] == agent_id
+    await client.post(f"{BASE}/threads", json={"id": "none"})
+    # A run records its agent on the thread it creates.
+    ran = await client.post(f"{BASE}/run", json=run_body("hi", thread_id="b2", agentId="beta"))
+    assert parse_sse(ran.text)[-1]["type"] == "RUN_FINISHED"
+
+    async def listed(**params: Any) -> list[str]:
+        response = await client.get(f"{BASE}/threads", params=params)
+        assert response.status_code == 200, response.text
+        return [t["id"] for t in response.json()["threads"]]
+
+    assert sorted(await listed(agentId="alpha")) == ["a1", "a2"]
+    assert sorted(await listed(agentId="beta")) == ["b1", "b2"]
+    assert await listed(agentId="nobody") == []
+    assert sorted(await listed()) == ["a1", "a2", "b1", "b2", "none"]
 
 
 async def test_list_pages_with_next_cursor(client: httpx.AsyncClient) -> None:
