@@ -463,3 +463,35 @@ async def test_cancel_stops_the_run_and_its_pending_tool(serve: Any) -> None:
     assert stored[2]["toolCallId"] == call["id"]
     assert stored[2]["error"] == "the run was cancelled before the client answered"
     assert json.loads(stored[2]["content"]) == {"error": stored[2]["error"]}
+
+# -- retention of finished runs -----------------------------------------------------------
+
+
+async def test_only_the_newest_max_retained_runs_stay_readable(serve: Any) -> None:
+    server = serve(max_retained_runs=2)
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        for n in (1, 2, 3):
+            response = await client.post(
+                "/io-bridge/run", json=run_body("hi", run_id=f"r{n}", thread_id=f"t{n}")
+            )
+            assert parse_sse(response.text)[-1]["type"] == "RUN_FINISHED"
+        gone = await client.get("/io-bridge/runs/r1/events")
+        assert gone.status_code == 404
+        assert gone.json()["error"]["code"] == "RUN_NOT_FOUND"
+        for run_id in ("r2", "r3"):
+            replay = await client.get(f"/io-bridge/runs/{run_id}/events")
+            assert replay.status_code == 200
+            assert parse_sse(replay.text)[-1]["type"] == "RUN_FINISHED"
+        # An evicted run cannot be cancelled either: it answers like an unknown one.
+        cancelled = await client.post("/io-bridge/runs/r1/cancel")
+        assert cancelled.status_code == 404
+
+
+async def test_retention_seconds_zero_forgets_a_run_once_it_ends(serve: Any) -> None:
+    server = serve(retention_seconds=0)
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        response = await client.post("/io-bridge/run", json=run_body("hi"))
+        assert parse_sse(response.text)[-1]["type"] == "RUN_FINISHED"  # the stream is whole
+        gone = await client.get("/io-bridge/runs/r1/events")
+        assert gone.status_code == 404
+        assert gone.json()["error"]["code"] == "RUN_NOT_FOUND"

@@ -8,6 +8,7 @@ import ssl
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import google_crc32c
 import pytest
@@ -146,24 +147,60 @@ async def test_untrusted_client_refused(certs: tuple[Path, Path]) -> None:
     assert not called
 
 
-async def test_alpn_required(certs: tuple[Path, Path]) -> None:
+async def _reply_to_a_valid_client_hello(port: int, ctx: ssl.SSLContext) -> tuple[Any, bytes]:
+    """Open TLS with ``ctx``, send a well-formed CLIENT_HELLO, return (ALPN, the bytes back).
+
+    Reads until the server closes or its first frame is complete.
+    """
+    c_hs, _ = handshake_configs()
+    client = NpampConnection(ClientHandshake(c_hs))
+    client.initiate()
+    hello = client.data_to_send()
+    assert FrameReader().feed(hello)[0].frame_type == FrameType.CLIENT_HELLO
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx)
+    received = b""
+    try:
+        selected = writer.get_extra_info("ssl_object").selected_alpn_protocol()
+        with contextlib.suppress(ConnectionError, ssl.SSLError):
+            writer.write(hello)
+            await writer.drain()
+            frames = FrameReader()
+            while chunk := await reader.read(65536):
+                received += chunk
+                if frames.feed(chunk):
+                    break
+    finally:
+        writer.close()
+    return selected, received
+
+
+@pytest.mark.parametrize("offered", [["h2"], ["n-pamp/1"], None], ids=["h2", "n-pamp/1", "none"])
+async def test_server_refuses_tls_without_alpn_n_pamp_2(
+    certs: tuple[Path, Path], offered: list[str] | None
+) -> None:
+    """The refusal is the server's: a valid CLIENT_HELLO over such TLS gets no N-PAMP byte."""
     _, server_cfg = _configs()
-    async with _start(certs, server_cfg, echo) as srv:
-        ctx = ssl.create_default_context(cafile=str(certs[0]))
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_3
-        ctx.set_alpn_protocols(["h2"])
-        async with asyncio.timeout(10):
-            with pytest.raises((TransportError, ConnectionError, ssl.SSLError)):
-                reader, writer = await asyncio.open_connection("127.0.0.1", srv.port, ssl=ctx)
-                try:
-                    selected = writer.get_extra_info("ssl_object").selected_alpn_protocol()
-                    assert selected != ALPN
-                    writer.write(b"\x00" * 36)
-                    await writer.drain()
-                    if not await reader.read(1):
-                        raise TransportError("server hung up")
-                finally:
-                    writer.close()
+    called = False
+
+    async def handler(assoc: Association) -> None:
+        nonlocal called
+        called = True
+
+    ctx = ssl.create_default_context(cafile=str(certs[0]))
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    if offered is not None:
+        ctx.set_alpn_protocols(offered)
+    async with _start(certs, server_cfg, handler) as srv, asyncio.timeout(10):
+        selected, received = await _reply_to_a_valid_client_hello(srv.port, ctx)
+        # Control: the same CLIENT_HELLO over TLS with ALPN n-pamp/2 is answered.
+        good_alpn, answered = await _reply_to_a_valid_client_hello(
+            srv.port, client_ssl_context(certs[0])
+        )
+    assert selected is None
+    assert received == b""
+    assert not called
+    assert good_alpn == ALPN
+    assert FrameReader().feed(answered)[0].frame_type == FrameType.SERVER_HELLO
 
 
 async def test_handshake_timeout(certs: tuple[Path, Path]) -> None:

@@ -321,6 +321,29 @@ def test_repaired_inputs_give_a_valid_run(event: dict[str, Any], why: str) -> No
     run(event)
 
 
+def test_a_bad_role_start_is_repaired_and_keeps_its_members() -> None:
+    """Repaired, not dropped: the START (with its name) is on the wire, END closes it."""
+    emitted = run(text("START", role="tool", name="helper"), text("END"))
+    assert body(emitted) == [text("START", role="assistant", name="helper"), text("END")]
+    emitted = run(text("START", role="system"), text("CONTENT", delta="x"), text("END"))
+    assert body(emitted) == [text("START", role="system"), text("CONTENT", delta="x"),
+                             text("END")]
+
+
+def test_a_bad_role_chunk_is_repaired_exactly() -> None:
+    emitted = run({"type": "TEXT_MESSAGE_CHUNK", "messageId": "m", "role": "bogus", "delta": "x"})
+    assert body(emitted) == [text("START", role="assistant"), text("CONTENT", delta="x"),
+                             text("END")]
+
+
+def test_the_text_fast_path_drops_empty_deltas() -> None:
+    guard = _guard()
+    guard.feed(text("START", role="assistant"))
+    assert guard.feed_text_content("m", "") == []
+    assert guard.feed_text_content("m", "a") == [text("CONTENT", delta="a")]
+    assert guard.feed_text_content("unknown", "") == []
+
+
 def test_unhashable_tool_call_id_in_args_is_dropped() -> None:
     emitted = run(call("ARGS", {"id": "c"}, delta="{}"))
     assert body(emitted) == []

@@ -66,6 +66,33 @@ async def test_whole_history_client_does_not_duplicate(serve: Any) -> None:
     assert len({m["id"] for m in stored}) == len(stored)
 
 
+async def test_whole_history_client_the_agent_sees_each_message_once(serve: Any) -> None:
+    """A client resending its whole history: the agent sees the thread once, then the new turn."""
+    seen: list[list[dict[str, Any]]] = []
+
+    async def recorder(ctx: Any) -> AsyncIterator[AgentOutput]:
+        seen.append(ctx.messages)
+        yield f"reply {len(seen)}"
+
+    server = serve(agents=[FunctionAgent(recorder, id="rec")])
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        history: list[dict[str, Any]] = []
+        for n in (1, 2, 3):
+            body = run_body(f"message {n}", run_id=f"r{n}", agentId="rec")
+            body["messages"] = [*history, user(f"u{n}", f"message {n}")]
+            response = await client.post("/io-bridge/run", json=body)
+            assert parse_sse(response.text)[-1]["type"] == "RUN_FINISHED"
+            history = await messages_of(client, "t1")
+    for view in seen:
+        ids = [m["id"] for m in view]
+        assert len(ids) == len(set(ids)), ids
+    assert [m["content"] for m in seen[2]] == [
+        "message 1", "reply 1", "message 2", "reply 2", "message 3"]
+    assert [m["content"] for m in history] == [
+        "message 1", "reply 1", "message 2", "reply 2", "message 3", "reply 3"]
+    assert [m["id"] for m in seen[2]] == [m["id"] for m in history[:5]]
+
+
 async def test_model_sees_stored_history_windowed_and_without_activity(serve: Any) -> None:
     seen: list[list[dict[str, Any]]] = []
 
@@ -110,6 +137,17 @@ async def test_generate_title_from_first_user_message(serve: Any) -> None:
         thread = (await client.get("/io-bridge/threads/t1")).json()
     assert thread["title"] == "Plan a trip to Lisbon in May"
     assert thread["agentId"] == "demo"
+
+
+async def test_a_long_first_message_gives_a_cut_title(serve: Any) -> None:
+    words = " ".join(f"word{i:02d}" for i in range(40))  # 279 characters
+    server = serve()
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        body = run_body(f"  {words}\n", memoryOptions={"generateTitle": True})
+        await client.post("/io-bridge/run", json=body)
+        title = (await client.get("/io-bridge/threads/t1")).json()["title"]
+    # Cut at the last space within 80 characters, then an ellipsis.
+    assert title == " ".join(f"word{i:02d}" for i in range(11)) + "…"
 
 
 @pytest.mark.parametrize(
