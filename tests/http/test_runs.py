@@ -267,11 +267,13 @@ async def test_body_over_the_limit_is_413(serve: Any) -> None:
 async def test_same_run_id_while_running_is_409(serve: Any) -> None:
     server = serve()
     body = run_body("get_weather", tools=[WEATHER], thread_id="ta")
+    seen: list[dict[str, Any]] = []
     async with (
         httpx.AsyncClient(base_url=server.url) as client,
         client.stream("POST", "/io-bridge/run", json=body) as response,
     ):
         async for event in events_of(response):
+            seen.append(event)
             if event["type"] == "TOOL_CALL_END":
                 again = await client.post("/io-bridge/run", json=run_body("hi", thread_id="tb"))
                 assert again.status_code == 409
@@ -281,10 +283,16 @@ async def test_same_run_id_while_running_is_409(serve: Any) -> None:
                 )
                 assert busy.status_code == 409
                 assert busy.json()["error"]["code"] == "THREAD_BUSY"
-                await client.post(
+                posted = await client.post(
                     f"/io-bridge/runs/r1/tool-calls/{event['toolCallId']}/result",
                     json={"result": "sunny"},
                 )
+                assert posted.status_code == 200
+    # The checks above ran (the call was announced) and the run went on with the answer.
+    assert types(seen).count("TOOL_CALL_END") == 1
+    result = next(e for e in seen if e["type"] == "TOOL_CALL_RESULT")
+    assert result["content"] == "sunny"
+    assert seen[-1]["type"] == "RUN_FINISHED"
 
 
 # -- the tool result route ----------------------------------------------------------
@@ -293,12 +301,15 @@ async def test_same_run_id_while_running_is_409(serve: Any) -> None:
 async def test_tool_result_route_statuses(serve: Any) -> None:
     server = serve()
     body = run_body("get_weather and the time", tools=[WEATHER])
+    checked: list[str] = []
+    seen: list[dict[str, Any]] = []
     async with (
         httpx.AsyncClient(base_url=server.url) as client,
         client.stream("POST", "/io-bridge/run", json=body) as response,
     ):
         names: dict[str, str] = {}
         async for event in events_of(response):
+            seen.append(event)
             if event["type"] == "TOOL_CALL_START":
                 names[event["toolCallId"]] = event["toolCallName"]
             if event["type"] == "TOOL_CALL_RESULT" and names[event["toolCallId"]] == "current_time":
@@ -332,6 +343,13 @@ async def test_tool_result_route_statuses(serve: Any) -> None:
                 again = await post(f"{base}/{frontend_call}/result", {"result": 2})
                 assert again.status_code == 409
                 assert again.json()["error"]["code"] == "TOOL_RESULT_ALREADY_SUBMITTED"
+                checked.append(frontend_call)
+    # The checks above ran, and the one accepted answer is the one the run used.
+    assert len(checked) == 1
+    assert seen[-1]["type"] == "RUN_FINISHED"
+    [declined] = [e for e in seen if e["type"] == "TOOL_CALL_RESULT"
+                  and e["toolCallId"] == checked[0]]
+    assert "user declined" in declined["content"]
 
 
 async def test_agent_exception_becomes_run_error_without_internals(serve: Any) -> None:

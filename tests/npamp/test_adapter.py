@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from iobridge.npamp import adapter
+from iobridge.npamp import adapter, adapter_bridge
 
 FLOW = json.loads((Path(__file__).parent / "vectors" / "handshake-flow-kat.json").read_text())
 SEC = FLOW["expected"]["secrets"]
@@ -228,14 +228,13 @@ def test_native_bodies_and_unknown_ops_skipped_bad_json_rejected(proc: AdapterPr
     assert out(proc.call("crc32c", octets=PING[:42]))["crc32c"] == "0d880c25"
 
 
-def test_bridge_ops_are_merged_when_present(proc: AdapterProcess) -> None:
-    bridge = pytest.importorskip("iobridge.npamp.adapter_bridge")
-    assert set(bridge.BRIDGE_OPS) <= set(adapter.OPS)
+def test_bridge_ops_are_merged(proc: AdapterProcess) -> None:
+    assert set(adapter_bridge.BRIDGE_OPS) <= set(adapter.OPS)
+    assert "bridge.envelope.decode" in adapter.OPS
     payload = "0010000835040100027231000200"  # BRIDGE_ERROR, ProtocolUnsupported (digest §7)
-    if "bridge.envelope.decode" in adapter.OPS:
-        got = out(proc.call("bridge.envelope.decode", frameType=0x0102, payload=payload))
-        assert (got["protocol_id"], got["message_kind"], got["corr"]) == (0x35, 4, "7231")
-        assert got["safety"] is None and got["foreign"] == "0200"
+    got = out(proc.call("bridge.envelope.decode", frameType=0x0102, payload=payload))
+    assert (got["protocol_id"], got["message_kind"], got["corr"]) == (0x35, 4, "7231")
+    assert got["safety"] is None and got["foreign"] == "0200"
 
 
 def test_every_implemented_core_op_was_exercised() -> None:

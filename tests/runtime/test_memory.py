@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.helpers import free_port, parse_sse, run_body, terminal, types
+from tests.helpers import free_port, parse_sse, run_body, types
 
 from iobridge.agents.function import FunctionAgent
 from iobridge.agents.outputs import AgentOutput, TextEnd
@@ -213,14 +213,17 @@ TWO_KEYS = {
 
 
 async def test_run_routes_are_owned_by_the_runs_resource(serve: Any) -> None:
-    server = serve(auth=TWO_KEYS)
+    # A tool timeout far beyond the test's own timeout: only the owner's answer can end it.
+    server = serve(auth=TWO_KEYS, tool_timeout=600)
     alice, bob = {"X-API-Key": "key-a"}, {"X-API-Key": "key-b"}
     body = run_body("get_weather", tools=[WEATHER])
+    lines: list[str] = []
     async with (
         httpx.AsyncClient(base_url=server.url) as client,
         client.stream("POST", "/io-bridge/run", json=body, headers=alice) as response,
     ):
         async for line in response.aiter_lines():
+            lines.append(line)
             if '"TOOL_CALL_END"' not in line:
                 continue
             call_id = line.split('"toolCallId":"')[1].split('"')[0]
@@ -239,7 +242,10 @@ async def test_run_routes_are_owned_by_the_runs_resource(serve: Any) -> None:
             assert len(server.runtime.pending) == 1
             mine = await client.post(result, json={"result": "sunny"}, headers=alice)
             assert mine.status_code == 200
-    assert terminal(server.run("r1", owner="alice"))["type"] == "RUN_FINISHED"
+    events = parse_sse("\n".join(lines) + "\n\n")
+    [tool_result] = [e for e in events if e["type"] == "TOOL_CALL_RESULT"]
+    assert tool_result["content"] == "sunny"  # the owner's answer, not a timeout or bob's
+    assert events[-1]["type"] == "RUN_FINISHED"
 
 
 async def test_runs_on_foreign_threads_are_404_before_streaming(serve: Any) -> None:
