@@ -4,8 +4,10 @@ Hypothesis drives ``LifecycleGuard`` with arbitrary agent behaviour (every event
 and malformed ids, empty deltas, broken JSON fragments, nulls, float timestamps, the agent's
 own RUN_* events) cut short by ``finish`` or ``fail`` at a random point, and checks every
 output with the independent checker in ``tests/agui_verify.py``. A second group runs random
-``FunctionAgent`` generators that raise at a random point through the whole HTTP stack and
-checks the SSE body. Example counts stay small so the file runs in seconds.
+``FunctionAgent`` generators that raise at a random point through ``create_app`` with its
+lifespan (thread memory on) over a real SQLite file and PostgreSQL, and checks the SSE body,
+the stored thread against the wire, and what the next run sees. Example counts stay small so
+the file runs in seconds.
 """
 
 from __future__ import annotations
@@ -13,13 +15,15 @@ from __future__ import annotations
 import asyncio
 import json
 import tempfile
+from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from ag_ui_validate.pytest_plugin import assert_valid_agui
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.backends import open_backend
+from tests.helpers import app_client
 
 from agui_verify import StreamError, parse_sse, verify_events
 from iobridge.agents import outputs as out
@@ -349,31 +353,127 @@ def _agent(script: list[Any], raise_at: int | None) -> FunctionAgent:
     return FunctionAgent(run, id="random", tools=[echo])
 
 
-_DB_DIR = tempfile.mkdtemp(prefix="iobridge-props-")
+_DB_DIR = Path(tempfile.mkdtemp(prefix="iobridge-props-"))
 
 
-async def _post_run(agent: FunctionAgent) -> httpx.Response:
-    app = create_app(Settings(database_url=f"sqlite+aiosqlite:///{_DB_DIR}/db.sqlite"),
-                     agents=[agent])
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-        body = {"threadId": THREAD, "runId": RUN, "tools": [], "context": [],
-                "messages": [{"id": "u1", "role": "user", "content": "go"}],
-                "forwardedProps": {"agentId": "random"}}
-        return await asyncio.wait_for(client.post("/io-bridge/run", json=body), 10)
+def fold(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages a run's wire events stand for, by the AG-UI client's rules.
+
+    Text and tool calls form assistant messages (a call joins the message named by its
+    ``parentMessageId``), TOOL_CALL_RESULT a ``tool`` message, reasoning a ``reasoning``
+    message; in order of first appearance.
+    """
+    messages: dict[str, dict[str, Any]] = {}
+    texts: dict[str, list[str]] = {}
+    args: dict[str, list[str]] = {}
+    for event in events:
+        kind = event["type"]
+        if kind == "TEXT_MESSAGE_START":
+            messages.setdefault(event["messageId"], {"id": event["messageId"],
+                                                     "role": "assistant"})
+        elif kind in ("TEXT_MESSAGE_CONTENT", "REASONING_MESSAGE_CONTENT"):
+            texts.setdefault(event["messageId"], []).append(event["delta"])
+        elif kind == "REASONING_MESSAGE_START":
+            messages[event["messageId"]] = {"id": event["messageId"], "role": "reasoning"}
+        elif kind == "TOOL_CALL_START":
+            parent = event.get("parentMessageId") or event["toolCallId"]
+            message = messages.setdefault(parent, {"id": parent, "role": "assistant"})
+            message.setdefault("toolCalls", []).append(
+                {"id": event["toolCallId"], "type": "function",
+                 "function": {"name": event["toolCallName"], "arguments": ""}})
+        elif kind == "TOOL_CALL_ARGS":
+            args.setdefault(event["toolCallId"], []).append(event["delta"])
+        elif kind == "TOOL_CALL_RESULT":
+            messages[event["messageId"]] = {"id": event["messageId"], "role": "tool",
+                                            "toolCallId": event["toolCallId"],
+                                            "content": event["content"]}
+    folded = []
+    for message_id, message in messages.items():
+        text = "".join(texts.get(message_id, []))
+        if text or message["role"] == "reasoning":
+            message["content"] = text
+        for call in message.get("toolCalls", []):
+            call["function"]["arguments"] = "".join(args.get(call["id"], []))
+        if message["role"] == "tool" and _is_error_result(message["content"]):
+            message["error"] = message["content"]
+        folded.append(message)
+    return folded
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(OUTPUTS, max_size=12), st.one_of(st.none(), st.integers(0, 12)))
-def test_any_function_agent_streams_a_valid_run(script: list[Any], raise_at: int | None) -> None:
-    response = asyncio.run(_post_run(_agent(script, raise_at)))
+def _is_error_result(content: Any) -> bool:
+    """Tool results the runtime produced for a failed call: ``{"error": "..."}``."""
+    try:
+        value = json.loads(content) if isinstance(content, str) else None
+    except ValueError:
+        return False
+    return isinstance(value, dict) and set(value) == {"error"}
+
+
+def _recorder(seen: list[list[dict[str, Any]]]) -> FunctionAgent:
+    async def record(ctx: Any) -> str:
+        seen.append(ctx.messages)
+        return "noted"
+
+    return FunctionAgent(record, id="recorder")
+
+
+async def _two_runs(kind: str, agent: FunctionAgent) -> tuple[Any, ...]:
+    """A random run, then a second run on its thread, over ``create_app`` (lifespan on)."""
+    seen: list[list[dict[str, Any]]] = []
+    async with open_backend(kind, _DB_DIR) as store:
+        app = create_app(Settings(), agents=[agent, _recorder(seen)], store=store)
+        async with app_client(app) as client:
+            body = {"threadId": THREAD, "runId": RUN, "tools": [], "context": [],
+                    "messages": [{"id": "u1", "role": "user", "content": "go"}],
+                    "forwardedProps": {"agentId": "random"}}
+            first = await asyncio.wait_for(client.post("/io-bridge/run", json=body), 10)
+            after_first = (await client.get(f"/io-bridge/threads/{THREAD}/messages")).json()
+            again = {**body, "runId": "run-2", "forwardedProps": {"agentId": "recorder"},
+                     "messages": [{"id": "u2", "role": "user", "content": "again"}]}
+            second = await asyncio.wait_for(client.post("/io-bridge/run", json=again), 10)
+    return first, after_first["messages"], second, seen
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(script=st.lists(OUTPUTS, max_size=12), raise_at=st.one_of(st.none(), st.integers(0, 12)))
+def test_any_function_agent_streams_a_valid_run_and_the_thread_keeps_it(
+    kind: str, script: list[Any], raise_at: int | None
+) -> None:
+    """The whole stack with thread memory on: the wire is a valid run, the thread stores what
+    the wire shows (complete messages only), and the next run sees that thread."""
+    response, stored, second, seen = asyncio.run(_two_runs(kind, _agent(script, raise_at)))
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/event-stream")
     events = parse_sse(response.content)
     verify_events(events, thread_id=THREAD, run_id=RUN)
     assert_valid_agui(events)
     terminal = events[-1]
-    if raise_at is not None and raise_at <= len(script) and terminal["type"] == "RUN_ERROR":
+    if terminal["type"] == "RUN_ERROR":
         # A raise never leaks internals: a generic message with a code.
         assert "random" not in terminal["message"] and "failure" not in terminal["message"]
         assert isinstance(terminal.get("code"), str)
+
+    assert stored[0] == {"id": "u1", "role": "user", "content": "go"}
+    produced = fold(events)
+    if terminal["type"] == "RUN_FINISHED":
+        assert stored[1:] == produced
+    else:
+        # Messages cut short by the failure are left out (an assistant message that has tool
+        # calls keeps them, without its unfinished text); the rest is stored as shown.
+        by_id = {m["id"]: m for m in produced}
+        assert [m["id"] for m in stored[1:]] == [m["id"] for m in produced
+                                                  if m["id"] in {s["id"] for s in stored}]
+        for message in stored[1:]:
+            shown = by_id[message["id"]]
+            assert message in (shown, {k: v for k, v in shown.items() if k != "content"})
+
+    # The next run sees the stored thread (without reasoning) once, then its own message.
+    assert parse_sse(second.content)[-1]["type"] == "RUN_FINISHED"
+    [history] = seen
+    ids = [m["id"] for m in history]
+    assert len(ids) == len(set(ids)) and ids[-1] == "u2"
+    stored_ids = [m["id"] for m in stored if m["role"] != "reasoning"]
+    assert [i for i in stored_ids if i in ids] == ids[:-1]
+    assert "u1" in ids
