@@ -116,3 +116,24 @@ def run_client(base_url: str, text: str, *, tools: list[dict[str, Any]] | None =
     return report
 
 
+
+
+def run_conversation(base_url: str, texts: list[str], *, agent_id: str | None = None,
+                     thread_id: str | None = None) -> dict[str, Any]:
+    """Several runs on one thread by one ``HttpAgent`` that sends its whole history each run."""
+    thread_id = thread_id or f"thread-{uuid.uuid4().hex[:12]}"
+    turns = [{"runId": f"run-{uuid.uuid4().hex[:12]}", "text": text} for text in texts]
+    scenario = {"baseUrl": base_url, "threadId": thread_id, "turns": turns,
+                "agentId": agent_id, "timeoutMs": 20000}
+    completed = subprocess.run(
+        [NODE or "node", str(HERE / "run_conversation.mjs"), json.dumps(scenario)],
+        cwd=HERE, capture_output=True, text=True, timeout=40,
+        env={**os.environ, "SUPPRESS_TRANSFORMATION_WARNINGS": "true"},
+    )
+    lines = completed.stdout.strip().splitlines()
+    assert lines, f"node printed nothing (exit {completed.returncode}):\n{completed.stderr}"
+    report: dict[str, Any] = json.loads(lines[-1])
+    assert report["error"] is None, f"{report['error']}\nstderr:\n{completed.stderr}"
+    assert completed.returncode == 0, completed.stderr
+    report["threadId"] = thread_id
+    return report

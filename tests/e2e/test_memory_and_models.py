@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from harness import run_client, running_server
+from harness import run_client, run_conversation, running_server
 from tests.agents.fake_openai import FakeOpenAI, calls, text
 
 from agui_verify import verify_events
@@ -100,3 +100,58 @@ def test_model_agent_from_toml_with_a_frontend_tool(
     assert tool_message["tool_call_id"] == "call_w"
     assert json.loads(tool_message["content"])["sky"] == "snow"
     assert fake_llm.headers[0]["authorization"] == "Bearer sk-test-not-a-secret"
+
+
+def test_whole_history_client_model_agent_sees_each_message_once(
+    tmp_path: Path, fake_llm: FakeOpenAI
+) -> None:
+    """The stock client resends its whole history each run: stored once, seen once."""
+    (tmp_path / "iobridge.toml").write_text(
+        "[[agents]]\n"
+        'id = "local"\n'
+        'model = "openai:fake-model"\n'
+        f'base_url = "{fake_llm.base_url}"\n'
+        'api_key_env = "FAKE_LLM_KEY"\n'
+        'instructions = "Be brief."\n'
+        'tools = ["iobridge.agents.demo:calculate"]\n'
+    )
+    fake_llm.push(
+        text("Hello ", "there."),
+        calls(("call_c", "calculate", '{"expression": "2 + 2"}')),
+        text("It is 4."),
+        text("Bye."),
+    )
+    env = {"FAKE_LLM_KEY": "sk-test-not-a-secret"}
+    with running_server(tmp_path, env=env, args=("--config", str(tmp_path / "iobridge.toml"))) \
+            as url:
+        report = run_conversation(url, ["hi", "what is 2 + 2?", "thanks"], agent_id="local")
+        thread = report["threadId"]
+        stored = httpx.get(f"{url}/io-bridge/threads/{thread}/messages", timeout=10).json()
+    for turn in report["turns"]:
+        verify_events(turn["events"], thread_id=thread, run_id=turn["runId"])
+    messages = stored["messages"]
+    # The client really sent its whole history: the last run carried every earlier message.
+    last = report["turns"][-1]
+    assert last["sent"] == [m["id"] for m in messages[: len(last["sent"])]]
+    assert len(last["sent"]) == 7
+    # Stored once each, in order, and the same as the client's own view of the thread.
+    assert [m["id"] for m in messages] == [m["id"] for m in report["messages"]]
+    assert len({m["id"] for m in messages}) == len(messages)
+    assert [(m["role"], m.get("content")) for m in messages] == [
+        ("user", "hi"), ("assistant", "Hello there."),
+        ("user", "what is 2 + 2?"), ("assistant", None),
+        ("tool", '{"expression":"2 + 2","value":4}'), ("assistant", "It is 4."),
+        ("user", "thanks"), ("assistant", "Bye."),
+    ]
+    # Each model request saw the conversation once: no message twice, nothing missing.
+    assert len(fake_llm.requests) == 4
+    final = [m for m in fake_llm.requests[-1]["messages"] if m["role"] != "system"]
+    assert [(m["role"], m.get("content")) for m in final] == [
+        ("user", "hi"), ("assistant", "Hello there."),
+        ("user", "what is 2 + 2?"), ("assistant", None),
+        ("tool", '{"expression":"2 + 2","value":4}'), ("assistant", "It is 4."),
+        ("user", "thanks"),
+    ]
+    for request in fake_llm.requests:
+        users = [m["content"] for m in request["messages"] if m["role"] == "user"]
+        assert len(users) == len(set(users)), users
