@@ -13,11 +13,14 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.helpers import free_port, parse_sse, run_body, types
+from tests.backends import SQL_BACKENDS, open_backend
+from tests.helpers import app_client, free_port, parse_sse, run_body, types
 
 from iobridge.agents.function import FunctionAgent
 from iobridge.agents.outputs import AgentOutput, TextEnd
 from iobridge.auth import hash_api_key
+from iobridge.config import Settings
+from iobridge.http.app import create_app
 
 WEATHER = {"name": "get_weather", "description": "Weather", "parameters": {"type": "object"}}
 
@@ -91,6 +94,31 @@ async def test_whole_history_client_the_agent_sees_each_message_once(serve: Any)
     assert [m["content"] for m in history] == [
         "message 1", "reply 1", "message 2", "reply 2", "message 3", "reply 3"]
     assert [m["id"] for m in seen[2]] == [m["id"] for m in history[:5]]
+
+
+@pytest.mark.parametrize("kind", SQL_BACKENDS)
+async def test_thread_memory_over_each_sql_backend(kind: str, tmp_path: Path) -> None:
+    """Runs on ``create_app`` over the store itself: merged, stored and seen once per backend."""
+    seen: list[list[dict[str, Any]]] = []
+
+    async def recorder(ctx: Any) -> AsyncIterator[AgentOutput]:
+        seen.append(ctx.messages)
+        yield f"reply {len(seen)}"
+
+    async with open_backend(kind, tmp_path) as store:
+        app = create_app(Settings(), agents=[FunctionAgent(recorder, id="rec")], store=store)
+        async with app_client(app) as client:
+            first = await client.post("/io-bridge/run", json=run_body("one", agentId="rec"))
+            assert parse_sse(first.text)[-1]["type"] == "RUN_FINISHED"
+            history = await messages_of(client, "t1")
+            body = run_body("two", run_id="r2", agentId="rec")
+            body["messages"] = [*history, user("u2", "two")]
+            second = await client.post("/io-bridge/run", json=body)
+            assert parse_sse(second.text)[-1]["type"] == "RUN_FINISHED"
+            stored = await messages_of(client, "t1")
+        assert await store.list_messages("t1") == stored
+    assert [m["content"] for m in stored] == ["one", "reply 1", "two", "reply 2"]
+    assert [m["content"] for m in seen[1]] == ["one", "reply 1", "two"]
 
 
 async def test_model_sees_stored_history_windowed_and_without_activity(serve: Any) -> None:
