@@ -435,7 +435,7 @@ async def _two_runs(kind: str, agent: FunctionAgent) -> tuple[Any, ...]:
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
-@settings(max_examples=40, deadline=None,
+@settings(max_examples=30, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(script=st.lists(OUTPUTS, max_size=12), raise_at=st.one_of(st.none(), st.integers(0, 12)))
 def test_any_function_agent_streams_a_valid_run_and_the_thread_keeps_it(
