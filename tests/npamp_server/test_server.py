@@ -611,3 +611,47 @@ async def test_dropped_association_without_grace_cancels_the_run(
                 await asyncio.sleep(0.01)
         assert run.stop_reason == "disconnected"
         assert h.runtime.active_runs == 0
+
+
+async def test_runs_over_the_admission_limit_are_not_delivered_with_the_code(
+    harness: StartHarness, client_key: Any
+) -> None:
+    gate = asyncio.Event()
+    async with harness(agents=[gated_agent(gate)], max_active_runs=1) as h:
+        async with h.client(client_key) as client:
+            live = client.run(run_body("x", run_id="r1", agentId="paced"))
+            iterator = aiter(live)
+            assert (await anext(iterator)).type == "RUN_STARTED"
+            with pytest.raises(RunRefused) as refused:
+                await collect(client.run(run_body("y", run_id="r2", thread_id="t2")))
+            assert refused.value.transport_code is TransportErrorCode.NOT_DELIVERED
+            assert refused.value.reason.startswith("TOO_MANY_RUNS")
+            gate.set()
+            assert [e async for e in iterator][-1].type == "RUN_FINISHED"
+        assert h.backend.store is not None
+        assert await h.backend.store.get_thread("t2") is None  # nothing stored for it
+
+
+async def test_a_resume_before_the_replay_window_is_not_resumable(
+    harness: StartHarness, client_key: Any
+) -> None:
+    async def many(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        for i in range(200):
+            if i % 8 == 0:
+                await asyncio.sleep(0)
+            yield f"{i} "
+
+    agent = FunctionAgent(many, id="many")
+    async with harness(agents=[agent], max_run_log_bytes=8192) as h:
+        async with h.client(client_key) as client:
+            stream = client.run(run_body("x", agentId="many"))
+            events = await collect(stream)
+            assert len(events) == 204 and events[-1].type == "RUN_FINISHED"
+        async with h.client(client_key) as client:
+            with pytest.raises(RunRefused) as refused:
+                await collect(client.resume(stream.correlation_id, 1))
+            assert refused.value.transport_code is TransportErrorCode.NOT_RESUMABLE
+            assert "no longer retained" in refused.value.reason
+        async with h.client(client_key) as client:
+            tail = await collect(client.resume(stream.correlation_id, 202))
+            assert [e.event_id for e in tail] == [203, 204]

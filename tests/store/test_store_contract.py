@@ -262,3 +262,71 @@ def test_cursor_roundtrip_keeps_microseconds() -> None:
     clock = StepClock(timedelta(microseconds=7))
     when = clock()
     assert decode_cursor(encode_cursor(when, "id/ü")) == (when, "id/ü")
+
+
+# -- the run path: one read before a run, one write per step --------------------------------
+
+
+async def test_read_for_run_of_a_missing_thread(store: ThreadStore) -> None:
+    read = await store.read_for_run("nope", message_ids=["a"], tool_call_ids=["c"], last_n=10)
+    assert read.thread is None and read.window == [] and not read.stored_ids
+
+
+async def test_read_for_run_answers_ids_calls_window_and_first_user(store: ThreadStore) -> None:
+    await store.create_thread("t", resource_id="r")
+    history = [user("u0", "first question")]
+    for n in range(1, 30):  # assistant call / tool result pairs, then a user turn
+        history += [assistant_call(f"a{n}", f"c{n}"), tool(f"t{n}", f"c{n}"), user(f"u{n}")]
+    await store.append_messages("t", history)
+    read = await store.read_for_run(
+        "t", message_ids=["u0", "u5", "new"], tool_call_ids=["c3", "c-new"], last_n=5,
+        first_user=True,
+    )
+    assert read.thread is not None and read.thread.resource_id == "r"
+    assert read.stored_ids == {"u0", "u5"}
+    assert read.answered == {"c3"}
+    # The last 5 start with a tool result: the window reaches back to the call it answers.
+    assert [m["id"] for m in read.window] == ["a28", "t28", "u28", "a29", "t29", "u29"]
+    assert read.first_user == user("u0", "first question")
+    without = await store.read_for_run("t", message_ids=[], tool_call_ids=[], last_n=0)
+    assert without.window == [] and without.first_user is None
+
+
+async def test_read_for_run_window_reaches_far_back_for_an_issuer(store: ThreadStore) -> None:
+    await store.create_thread("t", resource_id="r")
+    # A call answered much later (next-run tool mode with chatter in between).
+    history = [user("u0"), assistant_call("a0", "late")]
+    history += [user(f"u{n}") for n in range(1, 20)]
+    history += [tool("t-late", "late"), user("u-last")]
+    await store.append_messages("t", history)
+    read = await store.read_for_run("t", message_ids=[], tool_call_ids=[], last_n=2)
+    ids = [m["id"] for m in read.window]
+    assert ids[0] == "a0" and ids[-2:] == ["t-late", "u-last"]
+
+
+async def test_write_for_run_creates_appends_and_titles_in_one_step(store: ThreadStore) -> None:
+    await store.write_for_run(
+        "t", resource_id="r", agent_id="demo", messages=[user("u1")], title="Hello"
+    )
+    thread = await store.get_thread("t")
+    assert thread is not None and (thread.resource_id, thread.agent_id, thread.title) == (
+        "r", "demo", "Hello")
+    # Again with the same message and more: ids already stored are skipped; the title stays.
+    await store.write_for_run(
+        "t", resource_id="r", agent_id="demo", messages=[user("u1"), user("u2")], title="Other"
+    )
+    assert [m["id"] for m in await store.list_messages("t")] == ["u1", "u2"]
+    thread = await store.get_thread("t")
+    assert thread is not None and thread.title == "Hello"
+
+
+async def test_write_for_run_refuses_a_foreign_thread_and_bad_messages(store: ThreadStore) -> None:
+    await store.write_for_run("t", resource_id="r", agent_id=None, messages=[user("u1")])
+    with pytest.raises(NotFoundError):
+        await store.write_for_run("t", resource_id="other", agent_id=None, messages=[user("x")])
+    with pytest.raises(InputError):
+        await store.write_for_run(
+            "t2", resource_id="r", agent_id=None, messages=[{"id": "m", "role": 3}]
+        )
+    assert await store.get_thread("t2") is None  # nothing stored for a refused write
+    assert [m["id"] for m in await store.list_messages("t")] == ["u1"]

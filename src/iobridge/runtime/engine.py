@@ -412,6 +412,11 @@ class Runtime:
         """Runs still producing events."""
         return self._active_total
 
+    @property
+    def retained_runs(self) -> int:
+        """Finished runs kept for resume."""
+        return len(self._retained)
+
 
 def _log_failure(write: asyncio.Future[None], run: Run) -> None:
     if not write.cancelled() and write.exception() is not None:

@@ -42,6 +42,8 @@ class GroupWriter:
     def __init__(
         self, engine: AsyncEngine, *, max_batch: int = MAX_BATCH, max_queue: int = MAX_QUEUE
     ) -> None:
+        if max_batch < 1 or max_queue < 1:
+            raise ValueError("max_batch and max_queue must be at least 1")
         self._engine = engine
         self._max_batch = max_batch
         self._queue: asyncio.Queue[tuple[Job, asyncio.Future[Any]]] = asyncio.Queue(max_queue)

@@ -1,0 +1,286 @@
+"""The run path under load and faults, over real loopback HTTP: what is written when, the
+thread held until stored, bounded memory, admission limits, and no dangling calls."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from typing import Any
+
+import httpx
+import pytest
+from tests.helpers import LiveServer, parse_sse, run_body
+
+from iobridge.agents.context import RunContext
+from iobridge.agents.function import FunctionAgent
+from iobridge.agents.outputs import AgentOutput
+from iobridge.auth import hash_api_key
+from iobridge.config import Settings
+from iobridge.http.app import create_app
+from iobridge.store import MemoryThreadStore
+
+WEATHER = {"name": "get_weather", "description": "Weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}}}
+
+
+class GatedStore(MemoryThreadStore):
+    """A store whose run writes wait until ``gate`` opens (a slow database), and are logged."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.gate.set()
+        self.writes: list[list[str]] = []
+        self.waiting = threading.Event()
+
+    async def write_for_run(
+        self,
+        thread_id: str,
+        *,
+        resource_id: str,
+        agent_id: str | None,
+        messages: Sequence[Mapping[str, Any]],
+        title: str | None = None,
+    ) -> None:
+        while not self.gate.is_set():
+            self.waiting.set()
+            await asyncio.sleep(0.01)
+        await super().write_for_run(
+            thread_id, resource_id=resource_id, agent_id=agent_id, messages=messages, title=title
+        )
+        self.writes.append([str(m["id"]) for m in messages])
+
+
+@pytest.fixture
+def gated() -> Iterator[tuple[GatedStore, LiveServer]]:
+    store = GatedStore()
+    with LiveServer(create_app(Settings(), store=store)) as server:
+        yield store, server
+
+
+async def _events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    async for line in response.aiter_lines():
+        if line.startswith("data: "):
+            yield json.loads(line[6:])
+
+
+# -- item 1: RUN_STARTED before any write --------------------------------------------------
+
+
+async def test_run_started_and_text_leave_while_the_store_write_waits(
+    gated: tuple[GatedStore, LiveServer],
+) -> None:
+    store, server = gated
+    store.gate.clear()
+    seen: list[str] = []
+    async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
+        async with client.stream("POST", "/io-bridge/run", json=run_body("hello")) as response:
+            async for event in _events(response):
+                seen.append(event["type"])
+                if event["type"] == "TEXT_MESSAGE_END":
+                    # The whole reply streamed while no write had completed.
+                    assert store.writes == []
+                    store.gate.set()
+        assert seen[0] == "RUN_STARTED" and seen[-1] == "RUN_FINISHED"
+        stored = (await client.get("/io-bridge/threads/t1/messages")).json()["messages"]
+    assert [m["role"] for m in stored] == ["user", "assistant"]
+    # One write when the run started (the user message), one when it ended (idempotent).
+    assert store.writes == [["u-r1"], ["u-r1", stored[1]["id"]]]
+
+
+# -- item 2: the thread is held until its run is stored -----------------------------------
+
+
+async def test_a_disconnect_during_the_final_write_keeps_the_thread_busy_until_stored(
+    gated: tuple[GatedStore, LiveServer],
+) -> None:
+    store, server = gated
+    async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
+        store.gate.clear()
+        first = run_body("first", run_id="rA")
+        async with client.stream("POST", "/io-bridge/run", json=first) as r:
+            async for event in _events(r):
+                if event["type"] == "TEXT_MESSAGE_END":
+                    break  # the final write is waiting: drop the connection now
+        for _ in range(200):  # the run concludes: the disconnect cancels it mid-write
+            if store.waiting.is_set() and server.runtime.active_runs == 1:
+                break
+            await asyncio.sleep(0.01)
+        busy = await client.post("/io-bridge/run", json=run_body("second", run_id="rB"))
+        assert busy.status_code == 409
+        assert busy.json()["error"]["code"] == "THREAD_BUSY"
+        store.gate.set()
+        for _ in range(200):
+            if server.runtime.active_runs == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert server.runtime.active_runs == 0
+        second = await client.post("/io-bridge/run", json=run_body("second", run_id="rC"))
+        assert parse_sse(second.text)[-1]["type"] == "RUN_FINISHED"
+        stored = (await client.get("/io-bridge/threads/t1/messages")).json()["messages"]
+    # Run A's messages, then run C's: never interleaved.
+    ids = [m["id"] for m in stored]
+    assert ids[0] == "u-rA" and ids.index("u-rC") == len(ids) - 2
+    assert [m["role"] for m in stored] == ["user", "assistant", "user", "assistant"]
+    assert "rB" not in json.dumps(stored)  # the refused run stored nothing
+
+
+# -- item 3: bounded memory ---------------------------------------------------------------
+
+
+def _counting(deltas: int) -> FunctionAgent:
+    async def count(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        for i in range(deltas):
+            if i % 8 == 0:
+                await asyncio.sleep(0)  # a model's pace: the live follower keeps up
+            yield f"{i} "
+
+    return FunctionAgent(count, id="count")
+
+
+async def test_a_resume_before_the_run_log_window_is_410(serve: Any) -> None:
+    server = serve(agents=[_counting(300)], max_run_log_bytes=8192)
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        events = parse_sse((await client.post(
+            "/io-bridge/run", json=run_body("x", agentId="count"))).text)
+        assert len(events) == 304 and events[-1]["type"] == "RUN_FINISHED"  # the live stream
+        gone = await client.get("/io-bridge/runs/r1/events", headers={"Last-Event-ID": "3"})
+        assert gone.status_code == 410
+        assert gone.json()["error"]["code"] == "EVENTS_NOT_RETAINED"
+        tail = await client.get("/io-bridge/runs/r1/events", headers={"Last-Event-ID": "300"})
+        assert tail.status_code == 200
+        frames = [f.split("\n") for f in tail.text.split("\n\n") if f]
+        assert [f[0] for f in frames] == ["id: 301", "id: 302", "id: 303", "id: 304"]
+        assert json.loads(frames[-1][1].removeprefix("data: "))["type"] == "RUN_FINISHED"
+    run = server.run("r1")
+    assert run.log.nbytes <= 8192 and run.log.last_seq == 304
+
+
+async def test_retention_is_bounded_by_bytes_oldest_first(serve: Any) -> None:
+    server = serve(agents=[_counting(20)], max_retained_bytes=6000)
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        for n in (1, 2, 3):
+            body = run_body("x", run_id=f"r{n}", thread_id=f"t{n}", agentId="count")
+            assert parse_sse((await client.post("/io-bridge/run", json=body)).text)
+        sizes = [server.run(f"r{n}").log.nbytes for n in (2, 3)]
+        assert sum(sizes) <= 6000 < sum(sizes) + min(sizes)  # room for two logs, not three
+        assert (await client.get("/io-bridge/runs/r1/events")).status_code == 404
+        for n in (2, 3):
+            assert (await client.get(f"/io-bridge/runs/r{n}/events")).status_code == 200
+
+
+async def test_retained_runs_expire_on_a_timer(serve: Any) -> None:
+    server = serve(retention_seconds=0.2)
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        assert parse_sse((await client.post("/io-bridge/run", json=run_body("hi"))).text)
+    assert server.runtime.retained_runs == 1
+    for _ in range(100):  # no other run ends and nobody asks: the timer expires it
+        if server.runtime.retained_runs == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert server.runtime.retained_runs == 0
+
+
+async def test_followers_per_run_are_limited(serve: Any) -> None:
+    server = serve(max_followers_per_run=1)
+    body = run_body("get_weather for Oslo", tools=[WEATHER])
+    async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
+        async with client.stream("POST", "/io-bridge/run", json=body) as response:
+            async for event in _events(response):
+                if event["type"] == "TOOL_CALL_END":
+                    second = await client.get("/io-bridge/runs/r1/events")
+                    assert second.status_code == 429
+                    assert second.json()["error"]["code"] == "TOO_MANY_FOLLOWERS"
+                    posted = await client.post(
+                        f"/io-bridge/runs/r1/tool-calls/{event['toolCallId']}/result",
+                        json={"result": "sunny"},
+                    )
+                    assert posted.status_code == 200
+        assert event["type"] == "RUN_FINISHED"
+
+
+# -- item 4: admission control ------------------------------------------------------------
+
+
+async def test_runs_over_the_per_principal_limit_are_429_and_store_nothing(serve: Any) -> None:
+    keys = [{"sha256": hash_api_key("ka"), "principal": "alice"},
+            {"sha256": hash_api_key("kb"), "principal": "bob"}]
+    server = serve(max_active_runs_per_principal=1, max_active_runs=2,
+                   auth={"mode": "api-key", "api_keys": keys})
+    alice, bob = {"X-API-Key": "ka"}, {"X-API-Key": "kb"}
+    pending = run_body("get_weather", tools=[WEATHER], thread_id="ta", run_id="ra")
+    async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
+        async with client.stream("POST", "/io-bridge/run", json=pending, headers=alice) as first:
+            async for event in _events(first):
+                if event["type"] == "TOOL_CALL_END":
+                    break
+            over = await client.post(
+                "/io-bridge/run", json=run_body("hi", thread_id="tb", run_id="rb"), headers=alice
+            )
+            assert over.status_code == 429
+            assert over.json()["error"]["code"] == "TOO_MANY_RUNS"
+            assert int(over.headers["retry-after"]) >= 1
+            missing = await client.get("/io-bridge/threads/tb", headers=alice)
+            assert missing.status_code == 404  # nothing was stored for the refused run
+            # Another principal still has room under the total limit.
+            other = await client.post(
+                "/io-bridge/run", json=run_body("hi", thread_id="tc", run_id="rc"), headers=bob
+            )
+            assert parse_sse(other.text)[-1]["type"] == "RUN_FINISHED"
+        # Alice's first run ended with her disconnect: she may run again.
+        for _ in range(200):
+            if server.runtime.active_runs == 0:
+                break
+            await asyncio.sleep(0.01)
+        again = await client.post(
+            "/io-bridge/run", json=run_body("hi", thread_id="tb", run_id="rb"), headers=alice
+        )
+        assert parse_sse(again.text)[-1]["type"] == "RUN_FINISHED"
+
+
+async def test_runs_over_the_total_limit_are_429(serve: Any) -> None:
+    server = serve(max_active_runs=1)
+    pending = run_body("get_weather", tools=[WEATHER], thread_id="ta", run_id="ra")
+    async with (
+        httpx.AsyncClient(base_url=server.url, timeout=10) as client,
+        client.stream("POST", "/io-bridge/run", json=pending) as first,
+    ):
+        async for event in _events(first):
+            if event["type"] == "TOOL_CALL_END":
+                break
+        over = await client.post("/io-bridge/run", json=run_body("hi", thread_id="tb"))
+        assert over.status_code == 429 and over.json()["error"]["code"] == "TOO_MANY_RUNS"
+
+
+# -- item 6: no dangling calls in history -------------------------------------------------
+
+
+async def test_a_disconnect_with_a_pending_call_stores_an_error_result(serve: Any) -> None:
+    server = serve()
+    body = run_body("get_weather for Oslo", tools=[WEATHER])
+    async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
+        async with client.stream("POST", "/io-bridge/run", json=body) as response:
+            async for event in _events(response):
+                if event["type"] == "TOOL_CALL_END":
+                    break
+        for _ in range(200):
+            if server.runtime.active_runs == 0:
+                break
+            await asyncio.sleep(0.01)
+        stored = (await client.get("/io-bridge/threads/t1/messages")).json()["messages"]
+    assert [m["role"] for m in stored] == ["user", "assistant", "tool"]
+    assert stored[2]["toolCallId"] == stored[1]["toolCalls"][0]["id"]
+    assert stored[2]["error"] == "the client disconnected before answering"
+
+
+async def test_next_run_calls_are_left_for_the_next_run(serve: Any) -> None:
+    server = serve(tool_result_mode="next-run")
+    async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
+        first = parse_sse((await client.post(
+            "/io-bridge/run", json=run_body("get_weather", tools=[WEATHER]))).text)
+        assert first[-1]["outcome"]["pendingToolCallIds"]
+        stored = (await client.get("/io-bridge/threads/t1/messages")).json()["messages"]
+    # The deferred call is answered by the client's next run, not by an error result.
+    assert [m["role"] for m in stored] == ["user", "assistant"]
