@@ -25,6 +25,7 @@ from iobridge.http.runs import router as runs_router
 from iobridge.http.threads import router as threads_router
 from iobridge.store.base import ThreadStore
 from iobridge.web import playground_router
+from iobridge.web.docs import install_docs
 
 __all__ = ["create_app", "mount"]
 
@@ -85,7 +86,10 @@ def create_app(
         version=__version__,
         summary="io.Intelligence Agent Protocol backend (AG-UI over SSE)",
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
+    install_docs(app)
     if backend.settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,
