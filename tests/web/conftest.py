@@ -27,9 +27,13 @@ CHROMIUM_ARGS = [
 ARTIFACTS = Path(__file__).parent / "artifacts"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def browser() -> Iterator[Any]:
-    """One headless Chromium for the session."""
+    """A headless Chromium for one test.
+
+    Per test, not per session: Playwright's sync API runs an event loop in the main thread
+    while it is open, which would stop pytest-asyncio from running the async tests after it.
+    """
     if not CHROMIUM.is_file():
         message = f"Chromium is not installed at {CHROMIUM} (apt-get install chromium)"
         if os.environ.get("CI") == "true":

@@ -99,5 +99,11 @@ def create_app(
         )
     _install_routes(app, backend)
     if backend.settings.playground:
-        app.include_router(playground_router(backend.settings.prefix))
+        catalog = backend.catalog
+        page = playground_router(
+            backend.settings.prefix,
+            default_agent=lambda: catalog.default_id,
+            authenticate=backend.authenticator.authenticate,
+        )
+        app.include_router(page)
     return app

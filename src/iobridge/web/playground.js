@@ -1,0 +1,844 @@
+// The playground: the whole io.Intelligence flow with no library. POST {prefix}/run, read the
+// SSE stream, run frontend tools in the page (or answer them from a form) and POST their
+// results back into the same run; threads and history through the REST routes.
+import { renderMarkdown } from "./markdown.js";
+
+const PREFIX = document.documentElement.dataset.prefix || "/io-bridge";
+const MAX_EVENTS = 2000;
+const STORE = { thread: "iobridge.thread", tools: "iobridge.tools", key: "iobridge.auth.key",
+                scheme: "iobridge.auth.scheme" };
+const $ = (id) => document.getElementById(id);
+const uid = () => crypto.randomUUID();
+
+const BUILTIN_TOOLS = [
+  { name: "get_weather", description: "Current weather for a city (runs in the browser).",
+    parameters: { type: "object", properties: { city: { type: "string" } } },
+    run: (args) => ({ city: args.city || "somewhere", sky: "clear", temperature: 21 }) },
+  { name: "show_notice", description: "Show a notice to the user (runs in the browser).",
+    parameters: { type: "object", properties: { text: { type: "string" } } },
+    run: (args) => { notice(`notice: ${args.text || "(empty)"}`); return { shown: true }; } },
+];
+
+const state = {
+  agents: [],
+  defaultAgent: null,
+  threadId: null,
+  threads: [],
+  nextCursor: null,
+  run: null, // {runId, stopping}
+  customTools: loadCustomTools(),
+  disabledTools: new Set(),
+};
+
+// ---------------------------------------------------------------- HTTP
+
+class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+function authHeaders() {
+  const key = sessionStorage.getItem(STORE.key);
+  if (!key) return {};
+  return sessionStorage.getItem(STORE.scheme) === "bearer"
+    ? { Authorization: `Bearer ${key}` }
+    : { "X-API-Key": key };
+}
+
+async function errorOf(response) {
+  let code = `HTTP_${response.status}`;
+  let message = response.statusText || "request failed";
+  try {
+    const body = await response.json();
+    if (body && body.error) {
+      code = body.error.code || code;
+      message = body.error.message || message;
+    }
+  } catch { /* not JSON: keep the status line */ }
+  return new ApiError(response.status, code, message);
+}
+
+async function request(method, url, body, extra = {}) {
+  const headers = { ...authHeaders() };
+  if (body !== undefined) headers["content-type"] = "application/json";
+  const response = await fetch(url, {
+    method, headers, body: body === undefined ? undefined : JSON.stringify(body), ...extra,
+  });
+  if (!response.ok) throw await errorOf(response);
+  return response;
+}
+
+async function api(method, path, body) {
+  const response = await request(method, PREFIX + path, body);
+  return response.status === 204 ? null : response.json();
+}
+
+/** A sentence for a person, never raw JSON. */
+function explain(error) {
+  if (!(error instanceof ApiError)) return `Network error: ${error.message || error}`;
+  if (error.status === 401) {
+    markAuthNeeded(true);
+    return "The server needs credentials: enter an API key or bearer token at the top right "
+      + `(${error.message}).`;
+  }
+  if (error.code === "THREAD_BUSY") {
+    return "This thread already has a run in progress: wait for it to finish or press Stop.";
+  }
+  if (error.code === "RUN_EXISTS" || error.code === "RUN_ALREADY_RUNNING") {
+    return `That run id is already in use (${error.message}).`;
+  }
+  return `${error.message} (${error.code}, HTTP ${error.status})`;
+}
+
+// ---------------------------------------------------------------- chat rendering
+
+function scrollChat() {
+  const chat = $("chat");
+  chat.scrollTop = chat.scrollHeight;
+}
+
+function element(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function addUser(text) {
+  $("chat").append(element("div", "msg user", text));
+  scrollChat();
+}
+
+function addError(text) {
+  $("chat").append(element("div", "msg error", text));
+  scrollChat();
+}
+
+function notice(text) {
+  $("chat").append(element("div", "msg notice", text));
+  scrollChat();
+}
+
+/** An assistant bubble whose Markdown is re-rendered (once per frame) as deltas arrive. */
+function assistantBubble(initial = "") {
+  const node = element("div", "msg assistant");
+  $("chat").append(node);
+  let text = initial;
+  let queued = false;
+  const render = () => {
+    queued = false;
+    node.innerHTML = renderMarkdown(text);
+    scrollChat();
+  };
+  render();
+  return {
+    node,
+    append(delta) {
+      text += delta;
+      if (!queued) {
+        queued = true;
+        requestAnimationFrame(render);
+      }
+    },
+    flush: render,
+  };
+}
+
+/** Reasoning, folded by default. */
+function reasoningBlock(initial = "") {
+  const details = element("details", "reasoning");
+  details.append(element("summary", "", "Reasoning"));
+  const body = element("div", "", initial);
+  details.append(body);
+  $("chat").append(details);
+  scrollChat();
+  return { append(delta) { body.textContent += delta; } };
+}
+
+function pretty(text) {
+  if (text === undefined || text === null || text === "") return "";
+  try {
+    return JSON.stringify(JSON.parse(text), null, 2);
+  } catch {
+    return String(text);
+  }
+}
+
+/** A tool call: name, origin, arguments and (later) its result, in one card. */
+function toolCard(toolCallId, name, origin) {
+  const card = element("div", `tool-card ${origin}`);
+  card.dataset.toolCallId = toolCallId;
+  const head = element("header");
+  head.append(element("span", "name", name), element("span", `badge ${origin}`, origin));
+  const status = element("span", "status", "running");
+  head.append(status);
+  const args = element("div", "section");
+  args.append(element("div", "label", "arguments"));
+  const argsPre = element("pre", "args");
+  args.append(argsPre);
+  const result = element("div", "section");
+  result.hidden = true;
+  result.append(element("div", "label", "result"));
+  const resultPre = element("pre", "result");
+  result.append(resultPre);
+  const answer = element("div", "section answer");
+  answer.hidden = true;
+  card.append(head, args, result, answer);
+  $("chat").append(card);
+  scrollChat();
+  let rawArgs = "";
+  return {
+    card, name, origin, answer,
+    appendArgs(delta) {
+      rawArgs += delta;
+      argsPre.textContent = rawArgs;
+    },
+    setArgs(text) {
+      rawArgs = text;
+      argsPre.textContent = pretty(text) || "{}";
+    },
+    args() {
+      try {
+        const parsed = JSON.parse(rawArgs || "{}");
+        return parsed && typeof parsed === "object" ? parsed : {};
+      } catch {
+        return {};
+      }
+    },
+    setStatus(text, failed = false) {
+      status.textContent = text;
+      card.classList.toggle("failed", failed);
+    },
+    setResult(content, failed = false) {
+      result.hidden = false;
+      resultPre.textContent = pretty(content);
+      answer.hidden = true;
+      answer.replaceChildren();
+      this.setStatus(failed ? "error" : "done", failed);
+    },
+  };
+}
+
+// ---------------------------------------------------------------- frontend tools
+
+function loadCustomTools() {
+  try {
+    const tools = JSON.parse(localStorage.getItem(STORE.tools) || "[]");
+    return Array.isArray(tools) ? tools.filter((t) => t && typeof t.name === "string") : [];
+  } catch {
+    return [];
+  }
+}
+
+function saveCustomTools() {
+  localStorage.setItem(STORE.tools, JSON.stringify(state.customTools));
+}
+
+function declaredTools() {
+  return [...BUILTIN_TOOLS, ...state.customTools].filter((t) => !state.disabledTools.has(t.name));
+}
+
+function renderTools() {
+  const rows = [...BUILTIN_TOOLS, ...state.customTools].map((tool) => {
+    const row = element("label", "row");
+    const box = element("input");
+    box.type = "checkbox";
+    box.checked = !state.disabledTools.has(tool.name);
+    box.dataset.tool = tool.name;
+    box.addEventListener("change", () => {
+      if (box.checked) state.disabledTools.delete(tool.name);
+      else state.disabledTools.add(tool.name);
+    });
+    row.append(box, element("code", "", tool.name),
+               element("span", "muted", tool.run ? "built-in" : "answered from a form"));
+    if (!tool.run) {
+      const remove = element("button", "remove", "remove");
+      remove.type = "button";
+      remove.addEventListener("click", (event) => {
+        event.preventDefault();
+        state.customTools = state.customTools.filter((t) => t.name !== tool.name);
+        saveCustomTools();
+        renderTools();
+      });
+      row.append(remove);
+    }
+    return row;
+  });
+  $("tools").replaceChildren(...rows);
+}
+
+function addCustomTool(event) {
+  event.preventDefault();
+  const name = $("tool-name").value.trim();
+  const raw = $("tool-parameters").value.trim();
+  let parameters = { type: "object", properties: {} };
+  try {
+    if (raw) parameters = JSON.parse(raw);
+    if (!parameters || typeof parameters !== "object" || Array.isArray(parameters)) {
+      throw new Error("parameters must be a JSON object");
+    }
+  } catch (error) {
+    $("tool-error").textContent = `Invalid JSON Schema: ${error.message}`;
+    return;
+  }
+  if ([...BUILTIN_TOOLS, ...state.customTools].some((t) => t.name === name)) {
+    $("tool-error").textContent = `A tool called ${name} is already declared.`;
+    return;
+  }
+  state.customTools.push({ name, description: $("tool-description").value.trim(), parameters });
+  saveCustomTools();
+  $("tool-form").reset();
+  $("tool-error").textContent = "";
+  renderTools();
+}
+
+/** A form under a pending frontend call: send a result (JSON or text) or an error. */
+function answerForm(runId, toolCallId, card, suggested) {
+  const form = element("form");
+  form.append(element("div", "label", "your answer (JSON or text)"));
+  const input = element("textarea");
+  input.rows = 3;
+  input.name = "result";
+  input.value = suggested === undefined ? "" : JSON.stringify(suggested, null, 2);
+  const buttons = element("div");
+  const send = element("button", "primary", "Send result");
+  send.type = "submit";
+  const fail = element("button", "", "Send as error");
+  fail.type = "button";
+  const problem = element("span", "error-text");
+  buttons.append(send, fail, problem);
+  form.append(input, buttons);
+  const submit = async (asError) => {
+    const text = input.value;
+    let body;
+    if (asError) {
+      body = { error: text || "failed in the browser" };
+    } else {
+      try {
+        body = { result: JSON.parse(text) };
+      } catch {
+        body = { content: text };
+      }
+    }
+    send.disabled = fail.disabled = true;
+    const ok = await postToolResult(runId, toolCallId, card, body);
+    if (!ok) send.disabled = fail.disabled = false;
+    else problem.textContent = "";
+  };
+  form.addEventListener("submit", (event) => { event.preventDefault(); submit(false); });
+  fail.addEventListener("click", () => submit(true));
+  card.answer.replaceChildren(form);
+  card.answer.hidden = false;
+  card.setStatus("waiting for your answer");
+  input.focus();
+}
+
+async function postToolResult(runId, toolCallId, card, body) {
+  try {
+    await request("POST", `${PREFIX}/runs/${encodeURIComponent(runId)}/tool-calls/`
+      + `${encodeURIComponent(toolCallId)}/result`, body);
+    card.setStatus("answered");
+    return true;
+  } catch (error) {
+    card.setStatus(`not accepted: ${explain(error)}`, true);
+    return false;
+  }
+}
+
+function handleFrontendCall(runId, toolCallId, card) {
+  const builtin = BUILTIN_TOOLS.find((t) => t.name === card.name);
+  let suggested;
+  if (builtin) {
+    try {
+      suggested = builtin.run(card.args());
+    } catch (error) {
+      suggested = { error: String(error) };
+    }
+  }
+  if (builtin && $("auto-answer").checked) {
+    postToolResult(runId, toolCallId, card, { result: suggested });
+  } else {
+    answerForm(runId, toolCallId, card, suggested);
+  }
+}
+
+// ---------------------------------------------------------------- event inspector
+
+let firstEventAt = null;
+
+function clock(date) {
+  return date.toTimeString().slice(0, 8) + "." + String(date.getMilliseconds()).padStart(3, "0");
+}
+
+function logEvent(event) {
+  const now = new Date();
+  firstEventAt ??= now.getTime();
+  const list = $("events");
+  const item = element("li");
+  item.dataset.type = event.type;
+  const since = ((now.getTime() - firstEventAt) / 1000).toFixed(3);
+  item.append(element("span", "time", `${clock(now)} +${since}s`),
+              element("span", `type${event.type === "RUN_ERROR" ? " error" : ""}`, event.type),
+              element("pre", "", JSON.stringify(event, null, 2)));
+  const filter = $("event-filter").value;
+  if (filter && filter !== event.type) item.classList.add("hidden");
+  list.append(item);
+  while (list.childElementCount > MAX_EVENTS) list.firstElementChild.remove();
+  if (![...$("event-filter").options].some((o) => o.value === event.type)) {
+    $("event-filter").append(new Option(event.type, event.type));
+  }
+  list.scrollTop = list.scrollHeight;
+}
+
+function applyFilter() {
+  const filter = $("event-filter").value;
+  for (const item of $("events").children) {
+    item.classList.toggle("hidden", Boolean(filter) && item.dataset.type !== filter);
+  }
+}
+
+// ---------------------------------------------------------------- runs
+
+async function* sseEvents(response) {
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += decoder.decode(value, { stream: true });
+    let cut;
+    while ((cut = buffer.indexOf("\n\n")) >= 0) {
+      const frame = buffer.slice(0, cut);
+      buffer = buffer.slice(cut + 2);
+      const data = frame.split("\n").filter((l) => l.startsWith("data:"))
+        .map((l) => l.slice(l.startsWith("data: ") ? 6 : 5));
+      if (data.length) yield JSON.parse(data.join("\n"));
+    }
+  }
+}
+
+function setBusy(busy) {
+  $("send").disabled = busy;
+  $("stop").disabled = !busy;
+  $("agent").disabled = busy;
+  $("composer").classList.toggle("busy", busy);
+}
+
+function serverToolNames() {
+  return new Set(state.agents.flatMap((a) => (a.tools || []).map((t) => t.name)));
+}
+
+async function run(text) {
+  const runId = uid();
+  const threadId = state.threadId;
+  const frontend = declaredTools();
+  const frontendNames = new Set(frontend.map((t) => t.name));
+  const body = {
+    threadId, runId, state: {}, context: [],
+    tools: frontend.map(({ name, description, parameters }) => ({ name, description, parameters })),
+    // Only the new message: the server keeps the thread's memory.
+    messages: [{ id: uid(), role: "user", content: text }],
+    forwardedProps: { agentId: $("agent").value, memoryOptions: { generateTitle: true } },
+  };
+  state.run = { runId, stopping: false };
+  setBusy(true);
+  const texts = new Map();
+  const reasoning = new Map();
+  const calls = new Map();
+  try {
+    const response = await request("POST", `${PREFIX}/run`, body);
+    for await (const event of sseEvents(response)) {
+      logEvent(event);
+      if (state.threadId !== threadId) continue; // the user switched threads: keep logging only
+      switch (event.type) {
+        case "TEXT_MESSAGE_START":
+          texts.set(event.messageId, assistantBubble());
+          break;
+        case "TEXT_MESSAGE_CONTENT":
+        case "TEXT_MESSAGE_CHUNK": {
+          const id = event.messageId ?? [...texts.keys()].pop();
+          if (!texts.has(id)) texts.set(id, assistantBubble());
+          texts.get(id).append(event.delta ?? "");
+          break;
+        }
+        case "TEXT_MESSAGE_END":
+          texts.get(event.messageId)?.flush();
+          break;
+        case "REASONING_MESSAGE_START":
+        case "THINKING_TEXT_MESSAGE_START":
+          reasoning.set(event.messageId ?? "thinking", reasoningBlock());
+          break;
+        case "REASONING_MESSAGE_CONTENT":
+        case "THINKING_TEXT_MESSAGE_CONTENT": {
+          const id = event.messageId ?? "thinking";
+          if (!reasoning.has(id)) reasoning.set(id, reasoningBlock());
+          reasoning.get(id).append(event.delta ?? "");
+          break;
+        }
+        case "TOOL_CALL_START": {
+          const origin = frontendNames.has(event.toolCallName) ? "frontend" : "server";
+          calls.set(event.toolCallId, toolCard(event.toolCallId, event.toolCallName, origin));
+          break;
+        }
+        case "TOOL_CALL_ARGS":
+          calls.get(event.toolCallId)?.appendArgs(event.delta);
+          break;
+        case "TOOL_CALL_END": {
+          const card = calls.get(event.toolCallId);
+          if (!card) break;
+          card.setArgs(JSON.stringify(card.args()));
+          if (card.origin === "frontend") handleFrontendCall(runId, event.toolCallId, card);
+          break;
+        }
+        case "TOOL_CALL_RESULT": {
+          const content = typeof event.content === "string"
+            ? event.content : JSON.stringify(event.content);
+          calls.get(event.toolCallId)?.setResult(content);
+          break;
+        }
+        case "RUN_ERROR":
+          addError(`The run failed: ${event.message}${event.code ? ` (${event.code})` : ""}`);
+          break;
+        case "RUN_FINISHED":
+          if (event.outcome?.type === "cancelled") notice("Run stopped.");
+          else if (event.outcome?.type === "interrupt") notice("The run is waiting (interrupt).");
+          break;
+        default:
+          break;
+      }
+    }
+    for (const bubble of texts.values()) bubble.flush();
+  } catch (error) {
+    addError(explain(error));
+  } finally {
+    for (const card of calls.values()) {
+      if (!card.answer.hidden) {
+        card.answer.hidden = true;
+        card.setStatus("the run ended before an answer", true);
+      }
+    }
+    state.run = null;
+    setBusy(false);
+    refreshThreads().catch(() => {});
+  }
+}
+
+async function stop() {
+  const live = state.run;
+  if (!live || live.stopping) return;
+  live.stopping = true;
+  $("stop").disabled = true;
+  try {
+    await api("POST", `/runs/${encodeURIComponent(live.runId)}/cancel`);
+  } catch (error) {
+    addError(`Could not stop the run: ${explain(error)}`);
+    live.stopping = false;
+    $("stop").disabled = false;
+  }
+}
+
+// ---------------------------------------------------------------- history
+
+function renderHistory(messages) {
+  $("chat").replaceChildren();
+  const serverTools = serverToolNames();
+  const cards = new Map();
+  for (const message of messages) {
+    switch (message.role) {
+      case "user": {
+        const content = message.content;
+        addUser(typeof content === "string" ? content
+          : (content || []).map((p) => p.text || `[${p.type}]`).join(" "));
+        break;
+      }
+      case "assistant":
+        if (message.content) assistantBubble(message.content);
+        for (const call of message.toolCalls || []) {
+          const name = call.function?.name ?? "tool";
+          const card = toolCard(call.id, name, serverTools.has(name) ? "server" : "frontend");
+          card.setArgs(call.function?.arguments || "{}");
+          card.setStatus("no result");
+          cards.set(call.id, card);
+        }
+        break;
+      case "tool":
+        cards.get(message.toolCallId)?.setResult(
+          typeof message.content === "string" ? message.content : JSON.stringify(message.content),
+          Boolean(message.error));
+        break;
+      case "reasoning":
+        reasoningBlock(message.content || "");
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+async function loadHistory(threadId) {
+  $("chat").replaceChildren();
+  try {
+    const { messages } = await api(
+      "GET", `/threads/${encodeURIComponent(threadId)}/messages?format=agui`);
+    if (state.threadId === threadId) renderHistory(messages);
+  } catch (error) {
+    // A thread chosen here but never run yet is not stored: an empty chat is right.
+    if (!(error instanceof ApiError && error.status === 404)) addError(explain(error));
+  }
+}
+
+// ---------------------------------------------------------------- threads
+
+function threadLabel(thread) {
+  return thread.title || `Untitled · ${thread.id.slice(0, 8)}`;
+}
+
+function renderThreads() {
+  const items = state.threads.map((thread) => {
+    const item = element("li");
+    item.dataset.threadId = thread.id;
+    item.classList.toggle("selected", thread.id === state.threadId);
+    const title = element("span", "title", threadLabel(thread));
+    title.title = thread.id;
+    const rename = element("button", "rename", "✎");
+    rename.type = "button";
+    rename.title = "Rename";
+    const remove = element("button", "delete", "✕");
+    remove.type = "button";
+    remove.title = "Delete";
+    item.append(title, rename, remove);
+    item.addEventListener("click", () => selectThread(thread.id));
+    rename.addEventListener("click", (event) => {
+      event.stopPropagation();
+      startRename(item, thread);
+    });
+    remove.addEventListener("click", (event) => {
+      event.stopPropagation();
+      if (!remove.classList.contains("confirm")) {
+        remove.classList.add("confirm");
+        remove.textContent = "delete?";
+        setTimeout(() => { remove.classList.remove("confirm"); remove.textContent = "✕"; }, 4000);
+        return;
+      }
+      deleteThread(thread.id);
+    });
+    return item;
+  });
+  $("threads").replaceChildren(...items);
+  $("more-threads").hidden = !state.nextCursor;
+  const current = state.threads.find((t) => t.id === state.threadId);
+  $("thread-title").textContent = current ? threadLabel(current)
+    : `New thread · ${state.threadId?.slice(0, 8) ?? ""}`;
+}
+
+function startRename(item, thread) {
+  const input = element("input");
+  input.value = thread.title;
+  input.setAttribute("aria-label", "Thread title");
+  item.replaceChildren(input);
+  input.focus();
+  let done = false;
+  const finish = async (save) => {
+    if (done) return;
+    done = true;
+    if (save && input.value.trim() !== thread.title) {
+      try {
+        await api("PATCH", `/threads/${encodeURIComponent(thread.id)}`,
+                  { title: input.value.trim() });
+      } catch (error) {
+        addError(`Could not rename the thread: ${explain(error)}`);
+      }
+    }
+    await refreshThreads();
+  };
+  input.addEventListener("click", (event) => event.stopPropagation());
+  input.addEventListener("keydown", (event) => {
+    if (event.key === "Enter") finish(true);
+    if (event.key === "Escape") finish(false);
+  });
+  input.addEventListener("blur", () => finish(true));
+}
+
+async function refreshThreads(append = false) {
+  const query = new URLSearchParams({ limit: "50" });
+  if (append && state.nextCursor) query.set("cursor", state.nextCursor);
+  const page = await api("GET", `/threads?${query}`);
+  state.threads = append ? [...state.threads, ...page.threads] : page.threads;
+  state.nextCursor = page.nextCursor ?? null;
+  renderThreads();
+}
+
+function rememberThread(threadId) {
+  localStorage.setItem(STORE.thread, threadId);
+  const url = new URL(location.href);
+  url.searchParams.set("thread", threadId);
+  history.replaceState(null, "", url);
+}
+
+async function selectThread(threadId) {
+  if (state.run) return; // a live run keeps its thread
+  state.threadId = threadId;
+  rememberThread(threadId);
+  const thread = state.threads.find((t) => t.id === threadId);
+  if (thread?.agentId && state.agents.some((a) => a.id === thread.agentId)) {
+    $("agent").value = thread.agentId;
+  }
+  renderThreads();
+  await loadHistory(threadId);
+}
+
+async function newThread() {
+  if (state.run) return;
+  try {
+    const thread = await api("POST", "/threads", { agentId: $("agent").value || undefined });
+    await refreshThreads();
+    await selectThread(thread.id);
+  } catch (error) {
+    addError(`Could not create a thread: ${explain(error)}`);
+  }
+  $("text").focus();
+}
+
+async function deleteThread(threadId) {
+  try {
+    await api("DELETE", `/threads/${encodeURIComponent(threadId)}`);
+  } catch (error) {
+    addError(`Could not delete the thread: ${explain(error)}`);
+    return;
+  }
+  if (threadId === state.threadId) {
+    state.threadId = uid();
+    rememberThread(state.threadId);
+    $("chat").replaceChildren();
+  }
+  await refreshThreads();
+}
+
+// ---------------------------------------------------------------- agents and auth
+
+function agentUnavailable(agent) {
+  return agent.status === "unavailable";
+}
+
+function renderAgents() {
+  const options = state.agents.map((agent) => {
+    const reason = agent.reason ?? agent.statusReason ?? agent.error ?? agent.message;
+    const label = agentUnavailable(agent)
+      ? `${agent.name || agent.id} (unavailable${reason ? `: ${reason}` : ""})`
+      : `${agent.name || agent.id} (${agent.id})`;
+    const option = new Option(label, agent.id);
+    option.disabled = agentUnavailable(agent);
+    if (option.disabled) option.className = "unavailable";
+    return option;
+  });
+  $("agent").replaceChildren(...options);
+  const usable = state.agents.filter((a) => !agentUnavailable(a));
+  const preferred = usable.find((a) => a.id === state.defaultAgent) ?? usable[0];
+  if (preferred) $("agent").value = preferred.id;
+  describeAgent();
+}
+
+function describeAgent() {
+  const agent = state.agents.find((a) => a.id === $("agent").value);
+  const unavailable = state.agents.filter(agentUnavailable).length;
+  const parts = [];
+  if (agent?.modelId) parts.push(agent.modelId);
+  if (agent && agent.id === state.defaultAgent) parts.push("default");
+  if (unavailable) parts.push(`${unavailable} unavailable`);
+  $("agent-note").textContent = parts.join(" · ");
+}
+
+function markAuthNeeded(needed) {
+  $("auth").classList.toggle("needed", needed);
+  const banner = $("banner");
+  banner.hidden = !needed;
+  banner.textContent = needed
+    ? "This server requires authentication: enter an API key (sent as X-API-Key) or a bearer "
+      + "token, then press Use. It is kept for this browser tab only."
+    : "";
+}
+
+async function connect() {
+  try {
+    const [config, { agents }] = await Promise.all([
+      request("GET", "/playground/config.json").then((r) => r.json()),
+      api("GET", "/agents"),
+    ]);
+    markAuthNeeded(false);
+    state.defaultAgent = config.defaultAgent ?? null;
+    state.agents = Array.isArray(agents) ? agents : [];
+    renderAgents();
+    await refreshThreads();
+    await selectThread(state.threadId);
+    return true;
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 401) markAuthNeeded(true);
+    else addError(`Cannot reach the server: ${explain(error)}`);
+    return false;
+  }
+}
+
+// ---------------------------------------------------------------- wiring
+
+function send() {
+  const text = $("text").value;
+  if (!text.trim() || state.run) return;
+  $("text").value = "";
+  addUser(text);
+  run(text);
+}
+
+function init() {
+  const fromUrl = new URLSearchParams(location.search).get("thread");
+  state.threadId = fromUrl || localStorage.getItem(STORE.thread) || uid();
+  rememberThread(state.threadId);
+  $("auth-key").value = sessionStorage.getItem(STORE.key) || "";
+  $("auth-scheme").value = sessionStorage.getItem(STORE.scheme) || "api-key";
+  renderTools();
+
+  $("composer").addEventListener("submit", (event) => { event.preventDefault(); send(); });
+  $("text").addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      send();
+    }
+  });
+  $("stop").addEventListener("click", stop);
+  $("new-thread").addEventListener("click", newThread);
+  $("more-threads").addEventListener("click", () => refreshThreads(true));
+  $("agent").addEventListener("change", describeAgent);
+  $("event-filter").addEventListener("change", applyFilter);
+  $("clear-events").addEventListener("click", () => {
+    $("events").replaceChildren();
+    firstEventAt = null;
+  });
+  $("tool-form").addEventListener("submit", addCustomTool);
+  $("auth").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const key = $("auth-key").value.trim();
+    if (key) sessionStorage.setItem(STORE.key, key);
+    else sessionStorage.removeItem(STORE.key);
+    sessionStorage.setItem(STORE.scheme, $("auth-scheme").value);
+    connect();
+  });
+  $("auth-clear").addEventListener("click", () => {
+    sessionStorage.removeItem(STORE.key);
+    $("auth-key").value = "";
+    connect();
+  });
+
+  connect().then((ok) => {
+    // ?say=... sends a first message (handy for demos and screenshots).
+    const say = new URLSearchParams(location.search).get("say");
+    if (ok && say) {
+      $("text").value = say;
+      send();
+    }
+  });
+}
+
+init();
