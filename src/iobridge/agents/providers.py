@@ -13,13 +13,15 @@ Keys come from the environment only: the variable named by ``api_key_env``, else
 provider's usual one (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``, ``GOOGLE_API_KEY``). The
 environment is an argument so tests and embedders can pass their own mapping.
 
-Provider SDKs are imported only when a model of theirs is built, to keep startup light.
+Provider SDKs are imported only when a model of theirs is built, to keep startup light and
+because only the OpenAI client is in the base install: the Anthropic and Google SDKs come
+with the ``iobridge[anthropic]`` / ``iobridge[google]`` extras (``iobridge[all]`` for both).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
@@ -48,14 +50,18 @@ class _ProviderInfo:
     key_env: str | None
     #: Whether a key is required even without ``base_url``.
     needs_key: bool
+    #: The iobridge extra that installs the SDK (``openai`` is in the base install).
+    extra: str
     default_base_url: str | None = None
 
 
 PROVIDERS: dict[str, _ProviderInfo] = {
-    "openai": _ProviderInfo("OPENAI_API_KEY", needs_key=True),
-    "ollama": _ProviderInfo(None, needs_key=False, default_base_url=OLLAMA_BASE_URL),
-    "anthropic": _ProviderInfo("ANTHROPIC_API_KEY", needs_key=True),
-    "google": _ProviderInfo("GOOGLE_API_KEY", needs_key=True),
+    "openai": _ProviderInfo("OPENAI_API_KEY", needs_key=True, extra="openai"),
+    "ollama": _ProviderInfo(
+        None, needs_key=False, extra="openai", default_base_url=OLLAMA_BASE_URL
+    ),
+    "anthropic": _ProviderInfo("ANTHROPIC_API_KEY", needs_key=True, extra="anthropic"),
+    "google": _ProviderInfo("GOOGLE_API_KEY", needs_key=True, extra="google"),
 }
 
 
@@ -123,30 +129,54 @@ def build_model(
     """Build the pydantic-ai model for ``model`` with its key from ``environ``.
 
     Raises:
-        AgentConfigError: bad model string, bad base URL, or a missing key.
+        AgentConfigError: bad model string, bad base URL, a missing key, or the provider's
+            SDK is not installed (the message names the extra to install).
     """
     provider, name = split_model_id(model)
     if base_url is not None:
         check_base_url(base_url)
     base_url = base_url or PROVIDERS[provider].default_base_url
     key = resolve_api_key(provider, api_key_env=api_key_env, base_url=base_url, environ=environ)
-    if provider in ("openai", "ollama"):
-        from pydantic_ai.models.openai import OpenAIChatModel
-        from pydantic_ai.providers.openai import OpenAIProvider
+    try:
+        return _MODELS[PROVIDERS[provider].extra](name, base_url, key)
+    except ImportError:
+        extra = PROVIDERS[provider].extra
+        raise AgentConfigError(
+            f"the {extra} SDK is not installed (model {provider}:{name}): "
+            f"pip install 'iobridge[{extra}]'"
+        ) from None
 
-        # Local OpenAI-compatible servers ignore the key but the SDK insists on one.
-        return OpenAIChatModel(
-            name, provider=OpenAIProvider(base_url=base_url, api_key=key or "not-needed")
-        )
-    if provider == "anthropic":
-        from pydantic_ai.models.anthropic import AnthropicModel
-        from pydantic_ai.providers.anthropic import AnthropicProvider
 
-        return AnthropicModel(name, provider=AnthropicProvider(api_key=key, base_url=base_url))
+def _openai(name: str, base_url: str | None, key: str | None) -> Model:
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    # Local OpenAI-compatible servers ignore the key but the SDK insists on one.
+    return OpenAIChatModel(
+        name, provider=OpenAIProvider(base_url=base_url, api_key=key or "not-needed")
+    )
+
+
+def _anthropic(name: str, base_url: str | None, key: str | None) -> Model:
+    from pydantic_ai.models.anthropic import AnthropicModel
+    from pydantic_ai.providers.anthropic import AnthropicProvider
+
+    return AnthropicModel(name, provider=AnthropicProvider(api_key=key, base_url=base_url))
+
+
+def _google(name: str, base_url: str | None, key: str | None) -> Model:
     from pydantic_ai.models.google import GoogleModel
     from pydantic_ai.providers.google import GoogleProvider
 
     return GoogleModel(name, provider=GoogleProvider(api_key=key, base_url=base_url))
+
+
+#: Model builders by the extra that installs their SDK; they import it when called.
+_MODELS: dict[str, Callable[[str, str | None, str | None], Model]] = {
+    "openai": _openai,
+    "anthropic": _anthropic,
+    "google": _google,
+}
 
 
 def adapt_settings(model: Model, settings: ModelSettings) -> ModelSettings:
