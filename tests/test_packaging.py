@@ -1,0 +1,77 @@
+"""The sdist is complete (docs, examples, LICENSE, CHANGELOG, web assets, tests) and builds
+a wheel that carries the playground and docs assets; provider SDKs are extras.
+
+Built with ``python -m build --no-isolation`` (the dev extra installs ``build`` and a
+setuptools new enough for the SPDX license field), so no download is needed.
+"""
+
+from __future__ import annotations
+
+import email
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+NAME = "iobridge-0.1.0"
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("dist")
+    done = subprocess.run(
+        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(ROOT)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return out
+
+
+def _files(folder: str, pattern: str = "*") -> set[str]:
+    return {
+        p.relative_to(ROOT).as_posix()
+        for p in (ROOT / folder).rglob(pattern)
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+
+
+def test_sdist_is_complete(dist: Path) -> None:
+    with tarfile.open(dist / f"{NAME}.tar.gz") as sdist:
+        members = {m.name.removeprefix(f"{NAME}/") for m in sdist.getmembers() if m.isfile()}
+        pkg_info = sdist.extractfile(f"{NAME}/PKG-INFO")
+        assert pkg_info is not None
+        info = email.message_from_bytes(pkg_info.read())
+    expected = {"LICENSE", "README.md", "CHANGELOG.md", "pyproject.toml", "MANIFEST.in"}
+    expected |= _files("docs") | _files("examples") | _files("src/iobridge/web")
+    expected |= _files("src/iobridge/store/migrations", "*.py") | {"src/iobridge/py.typed"}
+    expected |= _files("tests", "*.py")
+    assert expected - members == set()
+    leaked = [m for m in members if any(part in m for part in (
+        "node_modules/", "tests/web/artifacts/", ".venv/", "__pycache__", ".db"))]
+    assert leaked == []
+    assert info["License-Expression"] == "Apache-2.0"
+    assert info.get_all("License-File") == ["LICENSE"]
+    assert {"openai", "anthropic", "google", "all"} <= set(info.get_all("Provides-Extra"))
+    base = [r for r in info.get_all("Requires-Dist") if "extra ==" not in r]
+    assert "pydantic-ai-slim[openai]>=1.0" in base
+    assert not [r for r in base if "anthropic" in r or "google]" in r or "google," in r]
+
+
+def test_wheel_carries_the_web_and_migration_files(dist: Path) -> None:
+    with zipfile.ZipFile(dist / f"{NAME}-py3-none-any.whl") as wheel:
+        names = set(wheel.namelist())
+    web = {f"iobridge/web/{p.name}" for p in (ROOT / "src/iobridge/web").iterdir() if p.is_file()}
+    assert web - names == set()
+    assert "iobridge/store/migrations/env.py" in names
+    assert f"{NAME}.dist-info/licenses/LICENSE" in names
+
+
+def test_license_is_the_apache_2_text() -> None:
+    text = (ROOT / "LICENSE").read_text()
+    assert text.lstrip().startswith("Apache License\n                           Version 2.0")
+    assert "END OF TERMS AND CONDITIONS" in text
+    assert "APPENDIX: How to apply the Apache License to your work." in text
