@@ -39,6 +39,10 @@ async def test_playground_is_served_for_the_configured_prefix(serve: Any) -> Non
     assert root.status_code == 307 and root.headers["location"] == "/playground"
     assert page.status_code == 200
     assert page.headers["content-type"].startswith("text/html")
+    policy = page.headers["content-security-policy"]
+    assert "default-src 'none'" in policy and "script-src 'self'" in policy
+    assert "connect-src 'self'" in policy and "unsafe-inline" not in policy
+    assert page.headers["x-content-type-options"] == "nosniff"
     assert '<html lang="en" data-prefix="/bridge">' in page.text
     assert "__PREFIX__" not in page.text
     assert not re.search(r"(src|href)=\"https?:", page.text)

@@ -51,13 +51,18 @@ def browser() -> Iterator[Any]:
 def page(browser: Any) -> Iterator[Any]:
     """A fresh browser context and page; requests leaving the loopback are refused.
 
-    Uncaught script errors are collected on ``page.errors``.
+    Uncaught script errors and Content-Security-Policy violations are collected on
+    ``page.errors``.
     """
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     context.route("**/*", _loopback_only)
     page = context.new_page()
     page.errors = []
     page.on("pageerror", lambda exc: page.errors.append(str(exc)))
+    page.on(
+        "console",
+        lambda msg: page.errors.append(msg.text) if "Content Security Policy" in msg.text else None,
+    )
     page.set_default_timeout(15_000)
     yield page
     context.close()

@@ -20,6 +20,7 @@ from iobridge.agents.base import Agent
 from iobridge.agents.context import RunContext
 from iobridge.agents.outputs import AgentOutput, ReasoningDelta, ReasoningEnd
 from iobridge.auth import hash_api_key
+from iobridge.errors import AgentError
 
 MARKDOWN_REPLY = (
     "## Result\n\nSome **bold** and `code`.\nA second line.\n\n"
@@ -50,6 +51,17 @@ class SlowAgent(Agent):
         for n in range(600):
             yield f"word{n} "
             await asyncio.sleep(0.1)
+
+
+class FailingAgent(Agent):
+    """Says a word, then fails the way a rate-limited model does."""
+
+    id = "failing"
+    name = "Failing agent"
+
+    async def run(self, ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        yield "Thinking"
+        raise AgentError("the model provider is rate limiting requests", code="MODEL_RATE_LIMIT")
 
 
 def _open(page: Any, url: str) -> None:
@@ -332,4 +344,28 @@ def test_api_key_auth(serve: Any, page: Any, screenshot: Any) -> None:
     _send(page, "2 + 2")
     expect(page.locator(".msg.assistant").last).to_contain_text("2 + 2 = 4.")
     _wait_idle(page)
+    assert page.errors == []
+
+
+def test_page_policy_refuses_inline_scripts(serve: Any, page: Any) -> None:
+    """Defence in depth behind the escaping renderer: the page's CSP runs only its own files."""
+    server = serve()
+    _open(page, server.url)
+    with page.expect_console_message(lambda m: "Content Security Policy" in m.text):
+        page.evaluate(
+            "() => { const s = document.createElement('script');"
+            " s.textContent = 'window.__injected = 1'; document.body.append(s); }"
+        )
+    assert page.evaluate("window.__injected") is None
+
+
+def test_run_errors_are_shown_in_the_chat(serve: Any, page: Any) -> None:
+    server = serve(agents=[FailingAgent()], default_agent="failing")
+    _open(page, server.url)
+    _send(page, "hello")
+    expect(page.locator(".msg.error")).to_have_text(
+        "The run failed: the model provider is rate limiting requests (MODEL_RATE_LIMIT)"
+    )
+    _wait_idle(page)
+    expect(page.locator("#events li .type.error")).to_have_text("RUN_ERROR")
     assert page.errors == []

@@ -24,7 +24,16 @@ ASSETS = {
     "playground.css": "text/css; charset=utf-8",
     "favicon.svg": "image/svg+xml",
 }
-_NO_CACHE = {"Cache-Control": "no-cache"}
+#: The page loads nothing but its own files and talks only to its own origin: even a
+#: rendering bug could not run a script from a message or send data elsewhere.
+_HEADERS = {
+    "Cache-Control": "no-cache",
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+        "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'self'"
+    ),
+}
 
 
 def playground_router(
@@ -47,7 +56,7 @@ def playground_router(
 
     @router.get("/playground")
     async def playground() -> HTMLResponse:
-        return HTMLResponse(page, headers=_NO_CACHE)
+        return HTMLResponse(page, headers=_HEADERS)
 
     @router.get("/playground/config.json")
     async def config(request: Request) -> dict[str, Any]:
@@ -58,7 +67,7 @@ def playground_router(
     async def asset(name: str) -> Response:
         if name not in assets:
             return Response(status_code=404)
-        return Response(assets[name], media_type=ASSETS[name], headers=_NO_CACHE)
+        return Response(assets[name], media_type=ASSETS[name], headers=_HEADERS)
 
     @router.get("/favicon.ico")
     async def favicon() -> Response:

@@ -5,6 +5,7 @@ import { renderMarkdown } from "./markdown.js";
 
 const PREFIX = document.documentElement.dataset.prefix || "/io-bridge";
 const MAX_EVENTS = 2000;
+const MAX_EVENT_TYPES = 100;
 const STORE = { thread: "iobridge.thread", tools: "iobridge.tools", key: "iobridge.auth.key",
                 scheme: "iobridge.auth.scheme" };
 const $ = (id) => document.getElementById(id);
@@ -387,7 +388,8 @@ function logEvent(event) {
   if (filter && filter !== event.type) item.classList.add("hidden");
   list.append(item);
   while (list.childElementCount > MAX_EVENTS) list.firstElementChild.remove();
-  if (![...$("event-filter").options].some((o) => o.value === event.type)) {
+  const options = $("event-filter").options;
+  if (options.length < MAX_EVENT_TYPES && ![...options].some((o) => o.value === event.type)) {
     $("event-filter").append(new Option(event.type, event.type));
   }
   list.scrollTop = list.scrollHeight;
@@ -449,10 +451,12 @@ async function run(text) {
   const texts = new Map();
   const reasoning = new Map();
   const calls = new Map();
+  let ended = false;
   try {
     const response = await request("POST", `${PREFIX}/run`, body);
     for await (const event of sseEvents(response)) {
       logEvent(event);
+      ended ||= event.type === "RUN_FINISHED" || event.type === "RUN_ERROR";
       if (state.threadId !== threadId) continue; // the user switched threads: keep logging only
       switch (event.type) {
         case "TEXT_MESSAGE_START":
@@ -512,6 +516,7 @@ async function run(text) {
       }
     }
     for (const bubble of texts.values()) bubble.flush();
+    if (!ended) addError("The stream closed before the run finished (no RUN_FINISHED).");
   } catch (error) {
     addError(explain(error));
   } finally {
