@@ -108,6 +108,15 @@ def test_send_streams_sanitized_markdown_and_folds_reasoning(
     assert reasoning.get_attribute("open") is None
     expect(reasoning.locator("div")).to_have_text("The user wants formatting.")
     screenshot("markdown")
+
+    page.reload()  # the history renders the same way: Markdown, escaped HTML, folded reasoning
+    reply = page.locator(".msg.assistant")
+    expect(reply.locator("h2")).to_have_text("Result")
+    assert reply.locator("img").count() == 0
+    expect(page.locator("details.reasoning:not([open]) div")).to_have_text(
+        "The user wants formatting."
+    )
+    assert page.evaluate("window.__xss") is None
     assert page.errors == []
 
 
