@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 from playwright.sync_api import expect
+from tests.helpers import run_body
 
 from iobridge.agents.base import Agent
 from iobridge.agents.context import RunContext
@@ -378,3 +379,21 @@ def test_run_errors_are_shown_in_the_chat(serve: Any, page: Any) -> None:
     _wait_idle(page)
     expect(page.locator("#events li .type.error")).to_have_text("RUN_ERROR")
     assert page.errors == []
+
+
+def test_history_shows_at_most_the_latest_200_messages(serve: Any, page: Any) -> None:
+    server = serve()
+    thread_id = "long-thread"
+    with httpx.Client(base_url=f"{server.url}/io-bridge", timeout=30) as client:
+        for n in range(101):  # 202 messages: a user message and a reply per run
+            body = run_body(f"message {n}", thread_id=thread_id, run_id=f"r{n}")
+            assert '"RUN_FINISHED"' in client.post("/run", json=body).text
+        stored = client.get(f"/threads/{thread_id}/messages", params={"format": "agui"})
+    assert len(stored.json()["messages"]) == 202
+    page.goto(f"{server.url}/playground?thread={thread_id}")
+    expect(page.locator(".msg.notice").first).to_have_text(
+        "Showing the latest 200 messages of this thread."
+    )
+    expect(page.locator(".msg.user, .msg.assistant")).to_have_count(200)
+    expect(page.locator(".msg.user").first).to_have_text("message 1")
+    expect(page.locator(".msg.user").last).to_have_text("message 100")

@@ -6,6 +6,8 @@ import { renderMarkdown } from "./markdown.js";
 const PREFIX = document.documentElement.dataset.prefix || "/io-bridge";
 const MAX_EVENTS = 2000;
 const MAX_EVENT_TYPES = 100;
+// A thread's history is read as its latest messages, at most this many.
+const HISTORY_LIMIT = 200;
 const STORE = { thread: "iobridge.thread", tools: "iobridge.tools", key: "iobridge.auth.key",
                 scheme: "iobridge.auth.scheme" };
 const $ = (id) => document.getElementById(id);
@@ -87,9 +89,6 @@ function explain(error) {
   }
   if (error.code === "THREAD_BUSY") {
     return "This thread already has a run in progress: wait for it to finish or press Stop.";
-  }
-  if (error.code === "RUN_EXISTS" || error.code === "RUN_ALREADY_RUNNING") {
-    return `That run id is already in use (${error.message}).`;
   }
   return `${error.message} (${error.code}, HTTP ${error.status})`;
 }
@@ -587,9 +586,14 @@ function renderHistory(messages) {
 async function loadHistory(threadId) {
   $("chat").replaceChildren();
   try {
-    const { messages } = await api(
-      "GET", `/threads/${encodeURIComponent(threadId)}/messages?format=agui`);
-    if (state.threadId === threadId) renderHistory(messages);
+    const { messages } = await api("GET", `/threads/${encodeURIComponent(threadId)}`
+      + `/messages?format=agui&limit=${HISTORY_LIMIT}`);
+    if (state.threadId !== threadId) return;
+    renderHistory(messages);
+    if (messages.length >= HISTORY_LIMIT) {
+      $("chat").prepend(element("div", "msg notice",
+        `Showing the latest ${HISTORY_LIMIT} messages of this thread.`));
+    }
   } catch (error) {
     // A thread chosen here but never run yet is not stored: an empty chat is right.
     if (!(error instanceof ApiError && error.status === 404)) addError(explain(error));
@@ -731,7 +735,7 @@ function agentUnavailable(agent) {
 
 function renderAgents() {
   const options = state.agents.map((agent) => {
-    const reason = agent.reason ?? agent.statusReason ?? agent.error ?? agent.message;
+    const reason = agent.reason;
     const label = agentUnavailable(agent)
       ? `${agent.name || agent.id} (unavailable${reason ? `: ${reason}` : ""})`
       : `${agent.name || agent.id} (${agent.id})`;
