@@ -397,3 +397,41 @@ def test_history_shows_at_most_the_latest_200_messages(serve: Any, page: Any) ->
     expect(page.locator(".msg.user, .msg.assistant")).to_have_count(200)
     expect(page.locator(".msg.user").first).to_have_text("message 1")
     expect(page.locator(".msg.user").last).to_have_text("message 100")
+
+
+class ChattyAgent(Agent):
+    """2,100 text deltas in one run: more events than the inspector keeps."""
+
+    id = "chatty"
+    name = "Chatty agent"
+
+    async def run(self, ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        for n in range(2100):
+            yield f"w{n} "
+
+
+def test_inspector_keeps_the_latest_2000_events(serve: Any, page: Any) -> None:
+    server = serve(agents=[ChattyAgent()], default_agent="chatty")
+    _open(page, server.url)
+    _send(page, "talk")
+    expect(page.locator(".msg.assistant")).to_contain_text("w2099")
+    _wait_idle(page)
+    events = page.locator("#events li")
+    expect(events).to_have_count(2000)
+    expect(events.last.locator(".type")).to_have_text("RUN_FINISHED")
+    expect(events.first.locator(".type")).to_have_text("TEXT_MESSAGE_CONTENT")
+
+
+def test_thread_list_pages_by_50(serve: Any, page: Any) -> None:
+    server = serve()
+    with httpx.Client(base_url=f"{server.url}/io-bridge") as client:
+        for n in range(51):
+            assert client.post("/threads", json={"title": f"thread {n:02d}"}).status_code == 201
+    _open(page, server.url)
+    threads = page.locator("#threads li")
+    expect(threads).to_have_count(50)
+    expect(threads.first.locator(".title")).to_have_text("thread 50")
+    page.locator("#more-threads").click()
+    expect(threads).to_have_count(51)
+    expect(threads.last.locator(".title")).to_have_text("thread 00")
+    expect(page.locator("#more-threads")).to_be_hidden()

@@ -373,24 +373,40 @@ function clock(date) {
   return date.toTimeString().slice(0, 8) + "." + String(date.getMilliseconds()).padStart(3, "0");
 }
 
+// Events are timed when they arrive and drawn once per frame: a fast stream costs one
+// layout per frame, not one per event.
+let pendingEvents = [];
+
 function logEvent(event) {
   const now = new Date();
   firstEventAt ??= now.getTime();
+  if (pendingEvents.length === 0) requestAnimationFrame(drawEvents);
+  pendingEvents.push({ event, now, since: (now.getTime() - firstEventAt) / 1000 });
+  if (pendingEvents.length > MAX_EVENTS) pendingEvents.shift();
+}
+
+function drawEvents() {
+  const batch = pendingEvents;
+  pendingEvents = [];
   const list = $("events");
-  const item = element("li");
-  item.dataset.type = event.type;
-  const since = ((now.getTime() - firstEventAt) / 1000).toFixed(3);
-  item.append(element("span", "time", `${clock(now)} +${since}s`),
-              element("span", `type${event.type === "RUN_ERROR" ? " error" : ""}`, event.type),
-              element("pre", "", JSON.stringify(event, null, 2)));
-  const filter = $("event-filter").value;
-  if (filter && filter !== event.type) item.classList.add("hidden");
-  list.append(item);
-  while (list.childElementCount > MAX_EVENTS) list.firstElementChild.remove();
-  const options = $("event-filter").options;
-  if (options.length < MAX_EVENT_TYPES && ![...options].some((o) => o.value === event.type)) {
-    $("event-filter").append(new Option(event.type, event.type));
+  const filterBox = $("event-filter");
+  const known = new Set([...filterBox.options].map((o) => o.value));
+  const fragment = document.createDocumentFragment();
+  for (const { event, now, since } of batch) {
+    const item = element("li");
+    item.dataset.type = event.type;
+    item.append(element("span", "time", `${clock(now)} +${since.toFixed(3)}s`),
+                element("span", `type${event.type === "RUN_ERROR" ? " error" : ""}`, event.type),
+                element("pre", "", JSON.stringify(event, null, 2)));
+    if (filterBox.value && filterBox.value !== event.type) item.classList.add("hidden");
+    fragment.append(item);
+    if (known.size < MAX_EVENT_TYPES && !known.has(event.type)) {
+      known.add(event.type);
+      filterBox.append(new Option(event.type, event.type));
+    }
   }
+  list.append(fragment);
+  while (list.childElementCount > MAX_EVENTS) list.firstElementChild.remove();
   list.scrollTop = list.scrollHeight;
 }
 
@@ -823,6 +839,7 @@ function init() {
   $("event-filter").addEventListener("change", applyFilter);
   $("clear-events").addEventListener("click", () => {
     $("events").replaceChildren();
+    pendingEvents = [];
     firstEventAt = null;
   });
   $("tool-form").addEventListener("submit", addCustomTool);
