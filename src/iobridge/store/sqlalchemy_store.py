@@ -1,9 +1,11 @@
-"""``ThreadStore`` on SQLAlchemy 2 asyncio: SQLite (default, WAL) or PostgreSQL (asyncpg).
+"""``ThreadStore`` on SQLAlchemy 2: SQLite (default, WAL) or PostgreSQL (asyncpg).
 
-Every write goes through one :class:`~iobridge.store.group_writer.GroupWriter`: one
-connection, and the writes queued meanwhile committed together (group commit), so a burst of
-runs costs a few transactions, not one each, and SQLite never sleeps in its busy handler
-for our own writes. Reads use the engine's pool (WAL lets them run beside the writer).
+Queries are SQLAlchemy Core functions of a sync connection, run by an executor
+(:mod:`iobridge.store.sql_executor`): a pysqlite engine in worker threads for SQLite, the
+asyncpg engine for PostgreSQL. Every write goes through one ``GroupWriter``: the writes queued
+meanwhile are committed together (group commit), so a burst of runs costs a few transactions,
+not one each, and SQLite never sleeps in its busy handler for our own writes. Reads run
+beside the writer (WAL).
 
 Writes that read before they write (appending messages) must not interleave with another
 process's. PostgreSQL gets that from ``SELECT … FOR UPDATE`` on the thread row. SQLite has no
@@ -25,10 +27,10 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import delete, event, func, literal, select, tuple_, update
-from sqlalchemy.engine import Connection, Row, make_url
+from sqlalchemy import create_engine, delete, event, func, literal, select, tuple_, update
+from sqlalchemy.engine import Connection, Engine, Row, make_url
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from iobridge.errors import ConflictError, InputError, NotFoundError
 from iobridge.protocol.messages import answered_call, call_ids, window
@@ -44,8 +46,8 @@ from iobridge.store.base import (
     normalize_messages,
     utc_now,
 )
-from iobridge.store.group_writer import GroupWriter
 from iobridge.store.records import UTCDateTime, messages, threads
+from iobridge.store.sql_executor import AsyncExecutor, GroupWriter, SqlExecutor, ThreadExecutor
 
 __all__ = ["DEFAULT_DATABASE_URL", "WRITE_OPTION", "SqlThreadStore", "make_engine"]
 
@@ -71,12 +73,25 @@ def make_engine(database_url: str, **kwargs: Any) -> AsyncEngine:
         url, json_serializer=_json_dumps, json_deserializer=orjson.loads, **kwargs
     )
     if url.get_backend_name() == "sqlite":
-        _configure_sqlite(engine)
+        _configure_sqlite(engine.sync_engine)
     return engine
 
 
-def _configure_sqlite(engine: AsyncEngine) -> None:
-    @event.listens_for(engine.sync_engine, "connect")
+def _sqlite_sync_engine(engine: AsyncEngine, readers: int) -> Engine:
+    """A pysqlite engine on the same file, its connections usable from worker threads."""
+    sync = create_engine(
+        engine.url.set(drivername="sqlite"),
+        json_serializer=_json_dumps,
+        json_deserializer=orjson.loads,
+        connect_args={"check_same_thread": False},
+        pool_size=readers + 1,
+    )
+    _configure_sqlite(sync)
+    return sync
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         # Take over transaction control from the driver so "begin" below decides BEGIN's kind.
         dbapi_connection.isolation_level = None
@@ -87,7 +102,7 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.close()
 
-    @event.listens_for(engine.sync_engine, "begin")
+    @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         write = conn.get_execution_options().get(WRITE_OPTION, False)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
@@ -122,18 +137,32 @@ def _thread(row: Row[Any]) -> Thread:
 
 
 class SqlThreadStore(ThreadStore):
-    """Threads and messages in two tables (see ``records``); the schema is Alembic's job."""
+    """Threads and messages in two tables (see ``records``); the schema is Alembic's job.
+
+    Args:
+        engine: An engine from :func:`make_engine` (SQLite or PostgreSQL); the store owns it.
+        clock: Timestamps (injectable for tests).
+    """
 
     def __init__(self, engine: AsyncEngine, *, clock: Clock = utc_now) -> None:
         self.engine = engine
-        self._writes = GroupWriter(engine.execution_options(**{WRITE_OPTION: True}))
-        self._lock_rows = engine.dialect.name != "sqlite"
         self._clock = clock
+        self._lock_rows = engine.dialect.name != "sqlite"
+        executor: SqlExecutor
+        if engine.dialect.name == "sqlite":
+            sync = _sqlite_sync_engine(engine, readers=2)
+            executor = ThreadExecutor(sync, sync.execution_options(**{WRITE_OPTION: True}))
+        else:
+            executor = AsyncExecutor(engine, engine.execution_options(**{WRITE_OPTION: True}))
+        self._sql = executor
+        self._writes = GroupWriter(executor)
 
     async def get_thread(self, thread_id: str) -> Thread | None:
-        async with self.engine.connect() as conn:
-            row = (await conn.execute(select(threads).where(threads.c.id == thread_id))).first()
-        return _thread(row) if row is not None else None
+        def read(conn: Connection) -> Thread | None:
+            row = conn.execute(select(threads).where(threads.c.id == thread_id)).first()
+            return _thread(row) if row is not None else None
+
+        return await self._sql.read(read)
 
     async def create_thread(
         self,
@@ -155,8 +184,9 @@ class SqlThreadStore(ThreadStore):
             created_at=now,
             updated_at=now,
         )
-        async def insert(conn: AsyncConnection) -> None:
-            await conn.execute(threads.insert().values(**_thread_row(thread)))
+
+        def insert(conn: Connection) -> None:
+            conn.execute(threads.insert().values(**_thread_row(thread)))
 
         try:
             await self._writes.submit(insert)
@@ -178,28 +208,23 @@ class SqlThreadStore(ThreadStore):
             values["title"] = title
         if metadata is not None:
             values["metadata"] = dict(metadata)
-        async def change(conn: AsyncConnection) -> Thread:
-            result = await conn.execute(
-                update(threads).where(threads.c.id == thread_id).values(**values)
-            )
+
+        def change(conn: Connection) -> Thread:
+            result = conn.execute(update(threads).where(threads.c.id == thread_id).values(**values))
             if result.rowcount == 0:
                 raise NotFoundError(f"thread {thread_id!r} not found", code="THREAD_NOT_FOUND")
-            row = (await conn.execute(select(threads).where(threads.c.id == thread_id))).one()
-            return _thread(row)
+            return _thread(conn.execute(select(threads).where(threads.c.id == thread_id)).one())
 
         return await self._writes.submit(change)
 
     async def set_title_if_empty(self, thread_id: str, title: str) -> bool:
-        async def set_title(conn: AsyncConnection) -> bool:
-            return await _set_title_if_empty(conn, thread_id, title)
-
-        return await self._writes.submit(set_title)
+        return await self._writes.submit(lambda conn: _set_title_if_empty(conn, thread_id, title))
 
     async def delete_thread(self, thread_id: str) -> bool:
-        async def remove(conn: AsyncConnection) -> bool:
+        def remove(conn: Connection) -> bool:
             # Explicit, not only ON DELETE CASCADE: SQLite enforces foreign keys per connection.
-            await conn.execute(delete(messages).where(messages.c.thread_id == thread_id))
-            result = await conn.execute(delete(threads).where(threads.c.id == thread_id))
+            conn.execute(delete(messages).where(messages.c.thread_id == thread_id))
+            result = conn.execute(delete(threads).where(threads.c.id == thread_id))
             return bool(result.rowcount == 1)
 
         return await self._writes.submit(remove)
@@ -227,8 +252,7 @@ class SqlThreadStore(ThreadStore):
         if agent_id is not None:
             query = query.where(threads.c.agent_id == agent_id)
         query = query.order_by(threads.c.updated_at.desc(), threads.c.id.desc()).limit(limit + 1)
-        async with self.engine.connect() as conn:
-            rows = (await conn.execute(query)).all()
+        rows = await self._sql.read(lambda conn: conn.execute(query).all())
         page = [_thread(r) for r in rows[:limit]]
         more = len(rows) > limit
         return page, encode_cursor(page[-1].updated_at, page[-1].id) if more else None
@@ -238,35 +262,35 @@ class SqlThreadStore(ThreadStore):
     ) -> list[dict[str, Any]]:
         if limit is not None:
             check_limit(limit)
-        query = select(messages.c.data).where(messages.c.thread_id == thread_id)
-        async with self.engine.connect() as conn:
+
+        def read(conn: Connection) -> list[dict[str, Any]]:
+            query = select(messages.c.data).where(messages.c.thread_id == thread_id)
             if before is not None:
-                position = (
-                    await conn.execute(
-                        select(messages.c.position).where(
-                            messages.c.thread_id == thread_id, messages.c.message_id == before
-                        )
+                position = conn.execute(
+                    select(messages.c.position).where(
+                        messages.c.thread_id == thread_id, messages.c.message_id == before
                     )
                 ).scalar()
                 if position is None:
                     raise InputError(f"no message {before!r} in this thread", code="INVALID_CURSOR")
                 query = query.where(messages.c.position < position)
             if limit is None:
-                rows = (await conn.execute(query.order_by(messages.c.position))).scalars().all()
-                return list(rows)
+                return list(conn.execute(query.order_by(messages.c.position)).scalars().all())
             newest = query.order_by(messages.c.position.desc()).limit(limit)
-            rows = (await conn.execute(newest)).scalars().all()
-        return list(reversed(rows))
+            return list(reversed(conn.execute(newest).scalars().all()))
+
+        return await self._sql.read(read)
 
     async def append_messages(
         self, thread_id: str, messages_in: Sequence[Mapping[str, Any]]
     ) -> list[dict[str, Any]]:
         batch = normalize_messages(messages_in)
+        now = self._clock()
 
-        async def append(conn: AsyncConnection) -> list[dict[str, Any]]:
-            if await self._locked_thread(conn, thread_id) is None:
+        def append(conn: Connection) -> list[dict[str, Any]]:
+            if self._locked_thread(conn, thread_id) is None:
                 raise NotFoundError(f"thread {thread_id!r} not found", code="THREAD_NOT_FOUND")
-            return await _append(conn, thread_id, batch, self._clock())
+            return _append(conn, thread_id, batch, now)
 
         return await self._writes.submit(append)
 
@@ -281,22 +305,22 @@ class SqlThreadStore(ThreadStore):
     ) -> None:
         batch = normalize_messages(messages)
         check_thread_ids(thread_id, resource_id, agent_id)
+        now = self._clock()
 
-        async def write(conn: AsyncConnection) -> None:
-            now = self._clock()
-            owner = await self._locked_thread(conn, thread_id)
+        def write(conn: Connection) -> None:
+            owner = self._locked_thread(conn, thread_id)
             if owner is None:
                 thread = Thread(
                     id=thread_id, resource_id=resource_id, agent_id=agent_id,
                     created_at=now, updated_at=now,
                 )
-                await conn.execute(threads.insert().values(**_thread_row(thread)))
+                conn.execute(threads.insert().values(**_thread_row(thread)))
             elif owner != resource_id:
                 raise NotFoundError("thread not found", code="THREAD_NOT_FOUND")
             if batch:
-                await _append(conn, thread_id, batch, now)
+                _append(conn, thread_id, batch, now)
             if title:
-                await _set_title_if_empty(conn, thread_id, title)
+                _set_title_if_empty(conn, thread_id, title)
 
         await self._writes.submit(write)
 
@@ -309,41 +333,39 @@ class SqlThreadStore(ThreadStore):
         last_n: int,
         first_user: bool = False,
     ) -> RunRead:
-        async with self.engine.connect() as conn:
-            row = (await conn.execute(select(threads).where(threads.c.id == thread_id))).first()
+        def read(conn: Connection) -> RunRead:
+            row = conn.execute(select(threads).where(threads.c.id == thread_id)).first()
             if row is None:
                 return RunRead(thread=None)
-            stored = await _stored_ids(conn, thread_id, list(message_ids))
-            answered = await _answered(conn, thread_id, list(tool_call_ids))
-            recent = await _window(conn, thread_id, last_n)
             first = None
             if first_user:
-                first = (
-                    await conn.execute(
-                        select(messages.c.data)
-                        .where(messages.c.thread_id == thread_id, messages.c.role == "user")
-                        .order_by(messages.c.position)
-                        .limit(1)
-                    )
+                first = conn.execute(
+                    select(messages.c.data)
+                    .where(messages.c.thread_id == thread_id, messages.c.role == "user")
+                    .order_by(messages.c.position)
+                    .limit(1)
                 ).scalar()
-        return RunRead(
-            thread=_thread(row),
-            stored_ids=frozenset(stored),
-            answered=frozenset(answered),
-            window=recent,
-            first_user=first,
-        )
+            return RunRead(
+                thread=_thread(row),
+                stored_ids=frozenset(_stored_ids(conn, thread_id, list(message_ids))),
+                answered=frozenset(_answered(conn, thread_id, list(tool_call_ids))),
+                window=_window(conn, thread_id, last_n),
+                first_user=first,
+            )
 
-    async def _locked_thread(self, conn: AsyncConnection, thread_id: str) -> str | None:
+        return await self._sql.read(read)
+
+    def _locked_thread(self, conn: Connection, thread_id: str) -> str | None:
         """The thread's owner, its row locked against other writers (``None``: no thread)."""
         query = select(threads.c.resource_id).where(threads.c.id == thread_id)
         if self._lock_rows:
             query = query.with_for_update()
-        owner: str | None = (await conn.execute(query)).scalar()
+        owner: str | None = conn.execute(query).scalar()
         return owner
 
     async def close(self) -> None:
         await self._writes.close()
+        await self._sql.close()
         await self.engine.dispose()
 
 
@@ -359,25 +381,23 @@ def _thread_row(thread: Thread) -> dict[str, Any]:
     }
 
 
-async def _set_title_if_empty(conn: AsyncConnection, thread_id: str, title: str) -> bool:
-    result = await conn.execute(
+def _set_title_if_empty(conn: Connection, thread_id: str, title: str) -> bool:
+    result = conn.execute(
         update(threads).where(threads.c.id == thread_id, threads.c.title == "").values(title=title)
     )
     return bool(result.rowcount == 1)
 
 
-async def _append(
-    conn: AsyncConnection, thread_id: str, batch: list[dict[str, Any]], now: datetime
+def _append(
+    conn: Connection, thread_id: str, batch: list[dict[str, Any]], now: datetime
 ) -> list[dict[str, Any]]:
     """Append the messages of ``batch`` not stored yet, after the thread's last position."""
-    known = await _stored_ids(conn, thread_id, [m["id"] for m in batch])
+    known = _stored_ids(conn, thread_id, [m["id"] for m in batch])
     new = [m for m in batch if m["id"] not in known]
     if not new:
         return []
-    last = (
-        await conn.execute(
-            select(func.max(messages.c.position)).where(messages.c.thread_id == thread_id)
-        )
+    last = conn.execute(
+        select(func.max(messages.c.position)).where(messages.c.thread_id == thread_id)
     ).scalar()
     start = 0 if last is None else last + 1
     rows = [
@@ -392,16 +412,28 @@ async def _append(
         }
         for offset, m in enumerate(new)
     ]
-    await conn.execute(messages.insert(), rows)
-    await conn.execute(update(threads).where(threads.c.id == thread_id).values(updated_at=now))
+    conn.execute(messages.insert(), rows)
+    conn.execute(update(threads).where(threads.c.id == thread_id).values(updated_at=now))
     return [dict(m) for m in new]
 
 
-async def _answered(conn: AsyncConnection, thread_id: str, call_ids: list[str]) -> set[str]:
+def _stored_ids(conn: Connection, thread_id: str, ids: list[str]) -> set[str]:
+    found: set[str] = set()
+    for i in range(0, len(ids), _CHUNK):
+        result = conn.execute(
+            select(messages.c.message_id).where(
+                messages.c.thread_id == thread_id, messages.c.message_id.in_(ids[i : i + _CHUNK])
+            )
+        )
+        found.update(result.scalars())
+    return found
+
+
+def _answered(conn: Connection, thread_id: str, call_ids: list[str]) -> set[str]:
     """Of ``call_ids``, those a stored ``tool`` message of the thread answers (indexed)."""
     found: set[str] = set()
     for i in range(0, len(call_ids), _CHUNK):
-        result = await conn.execute(
+        result = conn.execute(
             select(messages.c.tool_call_id).where(
                 messages.c.thread_id == thread_id,
                 messages.c.tool_call_id.in_(call_ids[i : i + _CHUNK]),
@@ -412,7 +444,7 @@ async def _answered(conn: AsyncConnection, thread_id: str, call_ids: list[str]) 
     return found
 
 
-async def _window(conn: AsyncConnection, thread_id: str, last_n: int) -> list[dict[str, Any]]:
+def _window(conn: Connection, thread_id: str, last_n: int) -> list[dict[str, Any]]:
     """The newest ``last_n`` messages, reaching back (within a bound) to the assistant
     message that issued any call answered among them; ``window`` then trims exactly."""
     if last_n <= 0:
@@ -426,7 +458,7 @@ async def _window(conn: AsyncConnection, thread_id: str, last_n: int) -> list[di
             .order_by(messages.c.position.desc())
             .limit(limit)
         )
-        rows = list(reversed((await conn.execute(query)).scalars().all()))
+        rows = list(reversed(conn.execute(query).scalars().all()))
         if len(rows) < limit or limit >= bound or not _issuer_missing(rows):
             return [dict(m) for m in window(rows, last_n)]
         limit = min(bound, limit * 2)
@@ -435,19 +467,6 @@ async def _window(conn: AsyncConnection, thread_id: str, last_n: int) -> list[di
 def _issuer_missing(rows: Sequence[Mapping[str, Any]]) -> bool:
     issued = {c for m in rows for c in call_ids(m)}
     return any((c := answered_call(m)) is not None and c not in issued for m in rows)
-
-
-async def _stored_ids(conn: AsyncConnection, thread_id: str, ids: list[str]) -> set[str]:
-    found: set[str] = set()
-    for i in range(0, len(ids), _CHUNK):
-        chunk = ids[i : i + _CHUNK]
-        result = await conn.execute(
-            select(messages.c.message_id).where(
-                messages.c.thread_id == thread_id, messages.c.message_id.in_(chunk)
-            )
-        )
-        found.update(result.scalars())
-    return found
 
 
 def _tool_call_id(message: Mapping[str, Any]) -> str | None:

@@ -1,0 +1,195 @@
+"""Where the SQL store's statements run, and group commit of its writes.
+
+Queries are written once, as plain SQLAlchemy Core functions of a sync ``Connection``. An
+executor runs them without blocking the event loop:
+
+* SQLite (``ThreadExecutor``): a sync ``pysqlite`` engine in worker threads — one thread hop
+  per read or per batch of writes. (Through aiosqlite every statement, cursor and fetch is its
+  own hop to the driver's thread: ~100 hops per run, which cost more than the queries.)
+* PostgreSQL (``AsyncExecutor``): the asyncpg engine, the function driven by ``run_sync``.
+
+``GroupWriter`` owns the writes: jobs queued while a transaction runs are committed together in
+the next one (group commit), so N concurrent runs cost about one commit, and SQLite never
+sleeps in its busy handler for our own writes. If a batch fails its jobs run again one
+transaction each, so one bad job (a conflicting insert) fails alone. The queue is bounded: a
+caller waits for room rather than memory growing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+__all__ = ["AsyncExecutor", "GroupWriter", "Job", "SqlExecutor", "ThreadExecutor"]
+
+T = TypeVar("T")
+#: A unit of work: SQLAlchemy Core statements on one connection, inside its transaction.
+Job = Callable[[Connection], Any]
+
+#: Jobs committed together at most, and queued at most.
+MAX_BATCH = 256
+MAX_QUEUE = 8192
+
+
+class SqlExecutor(ABC):
+    """Runs sync Core functions against the database, off the event loop."""
+
+    @abstractmethod
+    async def read(self, fn: Callable[[Connection], T]) -> T:
+        """``fn(conn)`` in a read transaction."""
+
+    @abstractmethod
+    async def transaction(self, jobs: Sequence[Job]) -> list[Any]:
+        """Every job in one write transaction, committed; their results in order.
+
+        Raises:
+            Exception: the first job's error, or the commit's (nothing is committed).
+        """
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Release connections and threads."""
+
+
+class ThreadExecutor(SqlExecutor):
+    """A sync engine driven from worker threads (SQLite).
+
+    Args:
+        engine: Reads use ``engine``; writes use ``writer`` (one connection at a time).
+        writer: The same engine with the write-transaction execution option.
+        readers: Threads serving reads at once.
+    """
+
+    def __init__(self, engine: Engine, writer: Engine, *, readers: int = 2) -> None:
+        self.engine, self._writer = engine, writer
+        self._reads = ThreadPoolExecutor(readers, thread_name_prefix="iobridge-sql-read")
+        self._writes = ThreadPoolExecutor(1, thread_name_prefix="iobridge-sql-write")
+
+    async def read(self, fn: Callable[[Connection], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._reads, self._read, fn)
+
+    def _read(self, fn: Callable[[Connection], T]) -> T:
+        with self.engine.connect() as conn:
+            return fn(conn)
+
+    async def transaction(self, jobs: Sequence[Job]) -> list[Any]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._writes, self._transaction, list(jobs))
+
+    def _transaction(self, jobs: list[Job]) -> list[Any]:
+        with self._writer.begin() as conn:
+            return [job(conn) for job in jobs]
+
+    async def close(self) -> None:
+        self._reads.shutdown(wait=True)
+        self._writes.shutdown(wait=True)
+        self.engine.dispose()
+
+
+class AsyncExecutor(SqlExecutor):
+    """An async engine (PostgreSQL through asyncpg); functions run through ``run_sync``."""
+
+    def __init__(self, engine: AsyncEngine, writer: AsyncEngine) -> None:
+        self.engine, self._writer = engine, writer
+
+    async def read(self, fn: Callable[[Connection], T]) -> T:
+        async with self.engine.connect() as conn:
+            return await conn.run_sync(fn)
+
+    async def transaction(self, jobs: Sequence[Job]) -> list[Any]:
+        async with self._writer.begin() as conn:
+            return await conn.run_sync(lambda sync: [job(sync) for job in jobs])
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+
+class GroupWriter:
+    """Runs write jobs one transaction at a time, batching what is queued meanwhile.
+
+    Args:
+        executor: Where transactions run.
+        max_batch: Most jobs in one transaction.
+        max_queue: Most jobs waiting; ``submit`` waits for room beyond that.
+    """
+
+    def __init__(
+        self, executor: SqlExecutor, *, max_batch: int = MAX_BATCH, max_queue: int = MAX_QUEUE
+    ) -> None:
+        if max_batch < 1 or max_queue < 1:
+            raise ValueError("max_batch and max_queue must be at least 1")
+        self._executor = executor
+        self._max_batch = max_batch
+        self._queue: asyncio.Queue[tuple[Job, asyncio.Future[Any]]] = asyncio.Queue(max_queue)
+        self._task: asyncio.Task[None] | None = None
+
+    async def submit(self, job: Callable[[Connection], T]) -> T:
+        """Run ``job`` in the next transaction and return its result once committed.
+
+        Raises:
+            Exception: whatever the job raised, or the commit's error.
+        """
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        await self._queue.put((job, future))
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name="iobridge-store-writer")
+        result: T = await future
+        return result
+
+    async def close(self) -> None:
+        """Finish the queued jobs, then stop."""
+        if self._task is not None and not self._task.done():
+            await self._queue.join()
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            batch = [await self._queue.get()]
+            while len(batch) < self._max_batch and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            try:
+                await self._commit(batch)
+            finally:
+                for _ in batch:
+                    self._queue.task_done()
+
+    async def _commit(self, batch: list[tuple[Job, asyncio.Future[Any]]]) -> None:
+        live = [(job, future) for job, future in batch if not future.done()]
+        if not live:
+            return
+        try:
+            results = await self._executor.transaction([job for job, _ in live])
+        except Exception as exc:
+            if len(live) == 1:
+                _settle(live[0][1], error=exc)
+                return
+            for job, future in live:  # one transaction each: a bad job fails alone
+                try:
+                    (result,) = await self._executor.transaction([job])
+                except Exception as alone:
+                    _settle(future, error=alone)
+                else:
+                    _settle(future, result=result)
+            return
+        for (_, future), result in zip(live, results, strict=True):
+            _settle(future, result=result)
+
+
+def _settle(
+    future: asyncio.Future[Any], *, result: Any = None, error: BaseException | None = None
+) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
