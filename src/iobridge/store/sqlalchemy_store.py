@@ -27,7 +27,17 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import create_engine, delete, event, func, literal, select, tuple_, update
+from sqlalchemy import (
+    bindparam,
+    create_engine,
+    delete,
+    event,
+    func,
+    literal,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.engine import Connection, Engine, Row, make_url
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -124,6 +134,49 @@ def _enable_wal(cursor: Any) -> None:
     cursor.execute("PRAGMA journal_mode=WAL")
 
 
+# Statements of the run path, built once: building a Core statement per call costs about
+# three times what executing it costs (measured: 94 µs vs 30 µs a query on SQLite).
+_THREAD = select(threads).where(threads.c.id == bindparam("b_thread"))
+_OWNER = select(threads.c.resource_id).where(threads.c.id == bindparam("b_thread"))
+_OWNER_LOCKED = _OWNER.with_for_update()
+_STORED_IDS = select(messages.c.message_id).where(
+    messages.c.thread_id == bindparam("b_thread"),
+    messages.c.message_id.in_(bindparam("b_ids", expanding=True)),
+)
+_ANSWERED = select(messages.c.tool_call_id).where(
+    messages.c.thread_id == bindparam("b_thread"),
+    messages.c.tool_call_id.in_(bindparam("b_ids", expanding=True)),
+    messages.c.role == "tool",
+)
+_NEWEST = (
+    select(messages.c.data)
+    .where(messages.c.thread_id == bindparam("b_thread"))
+    .order_by(messages.c.position.desc())
+    .limit(bindparam("b_limit"))
+)
+_FIRST_USER = (
+    select(messages.c.data)
+    .where(messages.c.thread_id == bindparam("b_thread"), messages.c.role == "user")
+    .order_by(messages.c.position)
+    .limit(1)
+)
+_LAST_POSITION = select(func.max(messages.c.position)).where(
+    messages.c.thread_id == bindparam("b_thread")
+)
+_TOUCH = (
+    update(threads)
+    .where(threads.c.id == bindparam("b_thread"))
+    .values(updated_at=bindparam("b_now"))
+)
+_INSERT_THREAD = threads.insert()
+_INSERT_MESSAGES = messages.insert()
+_TITLE = (
+    update(threads)
+    .where(threads.c.id == bindparam("b_thread"), threads.c.title == "")
+    .values(title=bindparam("b_title"))
+)
+
+
 def _thread(row: Row[Any]) -> Thread:
     return Thread(
         id=row.id,
@@ -159,7 +212,7 @@ class SqlThreadStore(ThreadStore):
 
     async def get_thread(self, thread_id: str) -> Thread | None:
         def read(conn: Connection) -> Thread | None:
-            row = conn.execute(select(threads).where(threads.c.id == thread_id)).first()
+            row = conn.execute(_THREAD, {"b_thread": thread_id}).first()
             return _thread(row) if row is not None else None
 
         return await self._sql.read(read)
@@ -186,7 +239,7 @@ class SqlThreadStore(ThreadStore):
         )
 
         def insert(conn: Connection) -> None:
-            conn.execute(threads.insert().values(**_thread_row(thread)))
+            conn.execute(_INSERT_THREAD, _thread_row(thread))
 
         try:
             await self._writes.submit(insert)
@@ -312,10 +365,13 @@ class SqlThreadStore(ThreadStore):
             if owner is None:
                 thread = Thread(
                     id=thread_id, resource_id=resource_id, agent_id=agent_id,
-                    created_at=now, updated_at=now,
+                    title=title or "", created_at=now, updated_at=now,
                 )
-                conn.execute(threads.insert().values(**_thread_row(thread)))
-            elif owner != resource_id:
+                conn.execute(_INSERT_THREAD, _thread_row(thread))
+                if batch:  # a new thread: nothing stored yet, positions start at 0
+                    conn.execute(_INSERT_MESSAGES, _message_rows(thread_id, batch, 0, now))
+                return
+            if owner != resource_id:
                 raise NotFoundError("thread not found", code="THREAD_NOT_FOUND")
             if batch:
                 _append(conn, thread_id, batch, now)
@@ -334,17 +390,12 @@ class SqlThreadStore(ThreadStore):
         first_user: bool = False,
     ) -> RunRead:
         def read(conn: Connection) -> RunRead:
-            row = conn.execute(select(threads).where(threads.c.id == thread_id)).first()
+            row = conn.execute(_THREAD, {"b_thread": thread_id}).first()
             if row is None:
                 return RunRead(thread=None)
             first = None
             if first_user:
-                first = conn.execute(
-                    select(messages.c.data)
-                    .where(messages.c.thread_id == thread_id, messages.c.role == "user")
-                    .order_by(messages.c.position)
-                    .limit(1)
-                ).scalar()
+                first = conn.execute(_FIRST_USER, {"b_thread": thread_id}).scalar()
             return RunRead(
                 thread=_thread(row),
                 stored_ids=frozenset(_stored_ids(conn, thread_id, list(message_ids))),
@@ -357,10 +408,8 @@ class SqlThreadStore(ThreadStore):
 
     def _locked_thread(self, conn: Connection, thread_id: str) -> str | None:
         """The thread's owner, its row locked against other writers (``None``: no thread)."""
-        query = select(threads.c.resource_id).where(threads.c.id == thread_id)
-        if self._lock_rows:
-            query = query.with_for_update()
-        owner: str | None = conn.execute(query).scalar()
+        query = _OWNER_LOCKED if self._lock_rows else _OWNER
+        owner: str | None = conn.execute(query, {"b_thread": thread_id}).scalar()
         return owner
 
     async def close(self) -> None:
@@ -382,9 +431,7 @@ def _thread_row(thread: Thread) -> dict[str, Any]:
 
 
 def _set_title_if_empty(conn: Connection, thread_id: str, title: str) -> bool:
-    result = conn.execute(
-        update(threads).where(threads.c.id == thread_id, threads.c.title == "").values(title=title)
-    )
+    result = conn.execute(_TITLE, {"b_thread": thread_id, "b_title": title})
     return bool(result.rowcount == 1)
 
 
@@ -396,11 +443,17 @@ def _append(
     new = [m for m in batch if m["id"] not in known]
     if not new:
         return []
-    last = conn.execute(
-        select(func.max(messages.c.position)).where(messages.c.thread_id == thread_id)
-    ).scalar()
+    last = conn.execute(_LAST_POSITION, {"b_thread": thread_id}).scalar()
     start = 0 if last is None else last + 1
-    rows = [
+    conn.execute(_INSERT_MESSAGES, _message_rows(thread_id, new, start, now))
+    conn.execute(_TOUCH, {"b_thread": thread_id, "b_now": now})
+    return [dict(m) for m in new]
+
+
+def _message_rows(
+    thread_id: str, batch: list[dict[str, Any]], start: int, now: datetime
+) -> list[dict[str, Any]]:
+    return [
         {
             "thread_id": thread_id,
             "position": start + offset,
@@ -410,22 +463,17 @@ def _append(
             "data": m,
             "created_at": now,
         }
-        for offset, m in enumerate(new)
+        for offset, m in enumerate(batch)
     ]
-    conn.execute(messages.insert(), rows)
-    conn.execute(update(threads).where(threads.c.id == thread_id).values(updated_at=now))
-    return [dict(m) for m in new]
 
 
 def _stored_ids(conn: Connection, thread_id: str, ids: list[str]) -> set[str]:
     found: set[str] = set()
     for i in range(0, len(ids), _CHUNK):
-        result = conn.execute(
-            select(messages.c.message_id).where(
-                messages.c.thread_id == thread_id, messages.c.message_id.in_(ids[i : i + _CHUNK])
-            )
+        found.update(
+            conn.execute(_STORED_IDS, {"b_thread": thread_id, "b_ids": ids[i : i + _CHUNK]})
+            .scalars()
         )
-        found.update(result.scalars())
     return found
 
 
@@ -433,14 +481,10 @@ def _answered(conn: Connection, thread_id: str, call_ids: list[str]) -> set[str]
     """Of ``call_ids``, those a stored ``tool`` message of the thread answers (indexed)."""
     found: set[str] = set()
     for i in range(0, len(call_ids), _CHUNK):
-        result = conn.execute(
-            select(messages.c.tool_call_id).where(
-                messages.c.thread_id == thread_id,
-                messages.c.tool_call_id.in_(call_ids[i : i + _CHUNK]),
-                messages.c.role == "tool",
-            )
+        found.update(
+            conn.execute(_ANSWERED, {"b_thread": thread_id, "b_ids": call_ids[i : i + _CHUNK]})
+            .scalars()
         )
-        found.update(result.scalars())
     return found
 
 
@@ -452,13 +496,8 @@ def _window(conn: Connection, thread_id: str, last_n: int) -> list[dict[str, Any
     limit = last_n
     bound = 4 * last_n + _WINDOW_SLACK
     while True:
-        query = (
-            select(messages.c.data)
-            .where(messages.c.thread_id == thread_id)
-            .order_by(messages.c.position.desc())
-            .limit(limit)
-        )
-        rows = list(reversed(conn.execute(query).scalars().all()))
+        newest = conn.execute(_NEWEST, {"b_thread": thread_id, "b_limit": limit})
+        rows = list(reversed(newest.scalars().all()))
         if len(rows) < limit or limit >= bound or not _issuer_missing(rows):
             return [dict(m) for m in window(rows, last_n)]
         limit = min(bound, limit * 2)
