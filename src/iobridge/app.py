@@ -53,6 +53,8 @@ logger = logging.getLogger("iobridge")
 
 #: A resume cursor is a run-log sequence number: ASCII digits, at most this many.
 MAX_CURSOR_DIGITS = 19
+#: Seconds the readiness check waits for the store.
+READY_TIMEOUT = 2.0
 
 
 def build_catalog(settings: Settings, agents: Sequence[Agent] = ()) -> AgentCatalog:
@@ -153,6 +155,17 @@ class Backend:
         self.admitting = False
         await self.runtime.drain(self.settings.drain_seconds)
         await self.runtime.aclose()
+
+    async def readiness_problem(self) -> str | None:
+        """Why the backend cannot serve now (``None``: it can)."""
+        if not self.admitting:
+            return "shutting down"
+        try:
+            await asyncio.wait_for(self.store.get_thread("readyz"), READY_TIMEOUT)
+        except Exception:
+            logger.warning("readiness: the store does not answer", exc_info=True)
+            return "the store does not answer"
+        return None
 
     async def _expire_retained(self) -> None:
         """Drop expired retained runs on a timer, not only when another run ends."""

@@ -10,7 +10,8 @@ from tests.helpers import LiveServer, parse_sse, run_body
 
 from iobridge.app import Backend
 from iobridge.config import Settings
-from iobridge.http.app import mount
+from iobridge.http.app import create_app, mount
+from iobridge.store import MemoryThreadStore, Thread
 
 
 async def test_the_backend_mounts_into_an_existing_app_in_one_call(tmp_path: Path) -> None:
@@ -35,3 +36,30 @@ async def test_the_backend_mounts_into_an_existing_app_in_one_call(tmp_path: Pat
             missing = await client.post("/agents-api/runs/nope/cancel")
             assert missing.status_code == 404
             assert missing.json()["error"]["code"] == "RUN_NOT_FOUND"
+
+
+class _DownStore(MemoryThreadStore):
+    """A store whose database went away."""
+
+    down = False
+
+    async def get_thread(self, thread_id: str) -> Thread | None:
+        if self.down:
+            raise OSError("connection refused")
+        return await super().get_thread(thread_id)
+
+
+async def test_healthz_and_readyz_follow_the_store() -> None:
+    store = _DownStore()
+    with LiveServer(create_app(Settings(), store=store)) as server:
+        async with httpx.AsyncClient(base_url=server.url) as client:
+            assert (await client.get("/healthz")).json() == {"status": "ok"}
+            assert (await client.get("/readyz")).json() == {"status": "ready"}
+            store.down = True
+            down = await client.get("/readyz")
+            assert down.status_code == 503
+            assert down.json() == {"error": {"code": "NOT_READY",
+                                             "message": "the store does not answer"}}
+            assert (await client.get("/healthz")).status_code == 200  # still alive
+            store.down = False
+            assert (await client.get("/readyz")).status_code == 200

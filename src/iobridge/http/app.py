@@ -21,7 +21,9 @@ from iobridge.app import Backend
 from iobridge.config import Settings
 from iobridge.http.agents import router as agents_router
 from iobridge.http.errors import install_error_handlers
+from iobridge.http.health import router as health_router
 from iobridge.http.runs import router as runs_router
+from iobridge.http.security import document_security
 from iobridge.http.threads import router as threads_router
 from iobridge.store.base import ThreadStore
 from iobridge.web import playground_router
@@ -37,6 +39,7 @@ def _install_routes(app: FastAPI, backend: Backend) -> None:
     app.include_router(runs_router, prefix=prefix, tags=["runs"])
     app.include_router(threads_router, prefix=prefix, tags=["threads"])
     app.include_router(agents_router, prefix=prefix, tags=["agents"])
+    document_security(app, prefix)
 
 
 def mount(app: FastAPI, backend: Backend) -> None:
@@ -98,6 +101,7 @@ def create_app(
             allow_headers=["*"],
         )
     _install_routes(app, backend)
+    app.include_router(health_router)
     if backend.settings.playground:
         catalog = backend.catalog
         page = playground_router(
