@@ -54,6 +54,17 @@ def serve(
         int | None,
         typer.Option(help="Also serve AG-UI over N-PAMP on this port [env IOBRIDGE_NPAMP__PORT]"),
     ] = None,
+    npamp_key: Annotated[
+        Path | None,
+        typer.Option(help="N-PAMP identity private key [env IOBRIDGE_NPAMP__IDENTITY_KEY]"),
+    ] = None,
+    npamp_agree: Annotated[
+        bool,
+        typer.Option(
+            help="Development: trust every peer key and agree AG-UI's protocol_id with it "
+            "(refused unless bound to loopback)"
+        ),
+    ] = False,
     http: Annotated[
         bool, typer.Option("--http/--no-http", help="Serve HTTP (--no-http: N-PAMP only)")
     ] = True,
@@ -61,12 +72,40 @@ def serve(
     """Serve the backend over HTTP and/or N-PAMP (one process, one loop, one Backend)."""
     import asyncio
 
-    npamp = {"port": npamp_port} if npamp_port is not None else None
-    settings = load_settings(config, host=host, port=port, prefix=prefix, npamp=npamp)
+    npamp: dict[str, Any] = {}
+    if npamp_port is not None:
+        npamp["port"] = npamp_port
+    if npamp_key is not None:
+        npamp["identity_key"] = npamp_key
+    if npamp_agree:
+        npamp.update(trusted_peers="*", agui_peers="*")
+    settings = load_settings(
+        config, host=host, port=port, prefix=prefix, npamp=npamp or None
+    )
     if not http and settings.npamp.port is None:
-        typer.echo("iobridge: --no-http needs an N-PAMP port (--npamp-port)", err=True)
-        raise typer.Exit(2)
+        _fail("--no-http needs an N-PAMP port (--npamp-port)")
+    if npamp_agree and not _is_loopback(settings.npamp.host or settings.host):
+        _fail("--npamp-agree is for development: bind N-PAMP to a loopback address")
+    if settings.npamp.identity_key is not None and not settings.npamp.identity_key.is_file():
+        _fail(f"npamp.identity_key: no key file at {settings.npamp.identity_key} "
+              "(make one with: iobridge npamp keygen PATH)")
     asyncio.run(_serve(settings, http=http))
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"iobridge: {message}", err=True)
+    raise typer.Exit(2)
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 async def _serve(settings: Settings, *, http: bool) -> None:
@@ -86,7 +125,14 @@ async def _serve(settings: Settings, *, http: bool) -> None:
         if settings.npamp.port is not None:
             from iobridge.npamp_server.server import serving
 
-            await stack.enter_async_context(serving(backend))
+            npamp = await stack.enter_async_context(serving(backend))
+            typer.echo(
+                f"iobridge: N-PAMP on {npamp.address}, identity {npamp.identity.fingerprint}"
+            )
+        if http:
+            base = f"http://{settings.host}:{settings.port}"
+            typer.echo(f"iobridge: HTTP on {base}{settings.prefix}, docs {base}/docs"
+                       + (f", playground {base}/playground" if settings.playground else ""))
         if http:
             from iobridge.http.server import serve_http
 

@@ -181,3 +181,19 @@ def test_serve_carries_both_transports_from_one_backend(tmp_path: Path) -> None:
              "-m", "hi", "--timeout", "5"],
         )
         assert wrong_pin.exit_code == 1
+
+
+def test_npamp_agree_off_loopback_and_a_missing_key_are_one_line_errors(tmp_path: Path) -> None:
+    agree = CliRunner().invoke(
+        app, ["serve", "--host", "0.0.0.0", "--npamp-port", "7443", "--npamp-agree"]
+    )
+    assert agree.exit_code == 2
+    assert agree.output.strip() == (
+        "iobridge: --npamp-agree is for development: bind N-PAMP to a loopback address"
+    )
+    missing = CliRunner().invoke(
+        app, ["serve", "--npamp-port", "7443", "--npamp-key", str(tmp_path / "nope.key")]
+    )
+    assert missing.exit_code == 2
+    assert len(missing.output.strip().splitlines()) == 1
+    assert "no key file at" in missing.output and "iobridge npamp keygen" in missing.output

@@ -113,6 +113,8 @@ class AgUiServer:
         self.identity = identity
         #: (principal id, correlation_id) → run_id, for resume on any association.
         self.streams: dict[tuple[str, bytes], str] = {}
+        #: ``host:port`` once listening.
+        self.address: str | None = None
 
     @property
     def resumable(self) -> bool:
@@ -133,6 +135,7 @@ class AgUiServer:
     async def listen(self, host: str, port: int, ssl_ctx: ssl.SSLContext) -> NpampServer:
         """Start accepting associations; close the result with ``wait_closed()``."""
         server = await serve(host, port, ssl_ctx, self.transport_config(), self.handle)
+        self.address = f"{host}:{server.port}"
         logger.info(
             "N-PAMP listening on %s:%d, identity %s", host, server.port, self.identity.fingerprint
         )
