@@ -19,7 +19,9 @@ app = typer.Typer(help="iobridge: io.Intelligence Agent Protocol backend.", no_a
 
 def load_settings(config: Path | None, **overrides: Any) -> Settings:
     """Settings for a command; a bad file or value is one clear line and exit status 2."""
-    from iobridge.config import Settings
+    from pydantic_settings import SettingsError
+
+    from iobridge.config import Settings, UnknownSettings
 
     try:
         return Settings.load(config, **overrides)
@@ -27,6 +29,11 @@ def load_settings(config: Path | None, **overrides: Any) -> Settings:
         message = f"config file not found: {exc.filename}"
     except tomllib.TOMLDecodeError as exc:
         message = f"config file is not valid TOML: {exc}"
+    except UnknownSettings as exc:
+        message = str(exc)
+    except SettingsError as exc:
+        cause = exc.__cause__
+        message = f"invalid environment variable: {exc}" + (f" ({cause})" if cause else "")
     except pydantic.ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
@@ -37,26 +44,57 @@ def load_settings(config: Path | None, **overrides: Any) -> Settings:
     raise typer.Exit(2)
 
 
+def _version(show: bool) -> None:
+    if show:
+        from iobridge import __version__
+
+        typer.echo(f"iobridge {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
     """iobridge: io.Intelligence Agent Protocol backend (AG-UI over SSE and N-PAMP)."""
 
 
 @app.command()
 def serve(
-    host: Annotated[str | None, typer.Option(help="Bind address [env IOBRIDGE_HOST]")] = None,
-    port: Annotated[int | None, typer.Option(help="HTTP port [env IOBRIDGE_PORT]")] = None,
-    prefix: Annotated[str | None, typer.Option(help="Route prefix [env IOBRIDGE_PREFIX]")] = None,
+    host: Annotated[
+        str | None, typer.Option(help="Bind address (default 127.0.0.1; env IOBRIDGE_HOST)")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(help="HTTP port (default 8000; env IOBRIDGE_PORT)")
+    ] = None,
+    prefix: Annotated[
+        str | None, typer.Option(help="Route prefix (default /io-bridge; env IOBRIDGE_PREFIX)")
+    ] = None,
     config: Annotated[
-        Path | None, typer.Option(help="TOML config file [env IOBRIDGE_CONFIG]")
+        Path | None,
+        typer.Option(help="TOML config file (default ./iobridge.toml; env IOBRIDGE_CONFIG)"),
+    ] = None,
+    log_level: Annotated[
+        str | None,
+        typer.Option(help="debug, info, warning or error (default info; env IOBRIDGE_LOG_LEVEL)"),
     ] = None,
     npamp_port: Annotated[
         int | None,
-        typer.Option(help="Also serve AG-UI over N-PAMP on this port [env IOBRIDGE_NPAMP__PORT]"),
+        typer.Option(
+            help="Also serve AG-UI over N-PAMP on this port (default off; env IOBRIDGE_NPAMP__PORT)"
+        ),
     ] = None,
     npamp_key: Annotated[
         Path | None,
-        typer.Option(help="N-PAMP identity private key [env IOBRIDGE_NPAMP__IDENTITY_KEY]"),
+        typer.Option(
+            help="N-PAMP identity private key (default: a fresh key per start; "
+            "env IOBRIDGE_NPAMP__IDENTITY_KEY)"
+        ),
     ] = None,
     npamp_agree: Annotated[
         bool,
@@ -80,7 +118,7 @@ def serve(
     if npamp_agree:
         npamp.update(trusted_peers="*", agui_peers="*")
     settings = load_settings(
-        config, host=host, port=port, prefix=prefix, npamp=npamp or None
+        config, host=host, port=port, prefix=prefix, log_level=log_level, npamp=npamp or None
     )
     if not http and settings.npamp.port is None:
         _fail("--no-http needs an N-PAMP port (--npamp-port)")
@@ -89,7 +127,16 @@ def serve(
     if settings.npamp.identity_key is not None and not settings.npamp.identity_key.is_file():
         _fail(f"npamp.identity_key: no key file at {settings.npamp.identity_key} "
               "(make one with: iobridge npamp keygen PATH)")
-    asyncio.run(_serve(settings, http=http))
+    from iobridge.startup import check_settings, explain
+
+    try:
+        check_settings(settings, http=http)
+        asyncio.run(_serve(settings, http=http))
+    except Exception as exc:  # database drivers raise their own classes: explain() knows them
+        message = explain(exc, settings)
+        if message is None:
+            raise
+        _fail(message)
 
 
 def _fail(message: str) -> None:
@@ -168,10 +215,18 @@ def db_upgrade(
     """Apply the schema migrations to the configured database."""
     import asyncio
 
+    from iobridge.startup import check_database_url, explain
     from iobridge.store.migrate import upgrade
 
     settings = load_settings(config, database_url=database_url)
-    asyncio.run(upgrade(settings.database_url))
+    try:
+        check_database_url(settings.database_url)
+        asyncio.run(upgrade(settings.database_url))
+    except Exception as exc:
+        message = explain(exc, settings)
+        if message is None:
+            raise
+        _fail(message)
     typer.echo("database is at the latest schema")
 
 

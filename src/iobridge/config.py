@@ -125,6 +125,10 @@ class NpampSettings(BaseModel):
 # --- all settings ----------------------------------------------------------------------
 
 
+class UnknownSettings(ValueError):
+    """The config file names settings that do not exist (typos would be silently ignored)."""
+
+
 class Settings(BaseSettings):
     """Everything configurable about a server."""
 
@@ -193,6 +197,7 @@ class Settings(BaseSettings):
 
         Raises:
             FileNotFoundError: an explicitly named config file does not exist.
+            UnknownSettings: the file names a setting that does not exist.
             ValueError: the file is not valid TOML or a value is invalid.
         """
         path = config_file or os.environ.get("IOBRIDGE_CONFIG") or None
@@ -202,6 +207,12 @@ class Settings(BaseSettings):
         if path is not None:
             with open(path, "rb") as fh:
                 file_values = tomllib.load(fh)
+            unknown = sorted(set(file_values) - set(cls.model_fields))
+            if unknown:
+                raise UnknownSettings(
+                    f"unknown setting(s) in {path}: {', '.join(unknown)} "
+                    f"(valid: {', '.join(sorted(cls.model_fields))})"
+                )
         values = _deep_merge(file_values, _from_env(cls))
         values = _deep_merge(values, {k: v for k, v in overrides.items() if v is not None})
         return cls.model_validate(values)

@@ -63,3 +63,11 @@ async def test_healthz_and_readyz_follow_the_store() -> None:
             assert (await client.get("/healthz")).status_code == 200  # still alive
             store.down = False
             assert (await client.get("/readyz")).status_code == 200
+
+
+async def test_the_prefix_answers_a_small_index() -> None:
+    with LiveServer(create_app(Settings(database_url="memory://"))) as server:
+        async with httpx.AsyncClient(base_url=server.url) as client:
+            index = (await client.get("/io-bridge")).json()
+    assert index["name"] == "iobridge" and index["levels"] == [1, 2, 3, 4]
+    assert "POST /run" in index["routes"] and index["prefix"] == "/io-bridge"

@@ -21,6 +21,7 @@ from iobridge.app import Backend
 from iobridge.config import Settings
 from iobridge.http.agents import router as agents_router
 from iobridge.http.errors import install_error_handlers
+from iobridge.http.health import install_index
 from iobridge.http.health import router as health_router
 from iobridge.http.runs import router as runs_router
 from iobridge.http.security import document_security
@@ -102,6 +103,7 @@ def create_app(
         )
     _install_routes(app, backend)
     app.include_router(health_router)
+    install_index(app, backend.settings.prefix)
     if backend.settings.playground:
         catalog = backend.catalog
         page = playground_router(

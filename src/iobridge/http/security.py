@@ -72,7 +72,7 @@ def document_security(app: FastAPI, prefix: str) -> None:
         )
         requirement: list[dict[str, list[str]]] = [{name: []} for name in SECURITY_SCHEMES]
         for path, operations in schema.get("paths", {}).items():
-            if path == prefix or path.startswith(prefix + "/"):
+            if path.startswith(prefix + "/"):
                 for operation in operations.values():
                     operation.setdefault("security", requirement)
         app.openapi_schema = schema

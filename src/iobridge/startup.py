@@ -1,0 +1,139 @@
+"""Startup failures as one clear line: what failed, which setting, and the fix.
+
+``iobridge serve`` and ``iobridge db upgrade`` check what they can before starting
+(``check_settings``) and translate what can only fail while starting (``explain``): a port in
+use, a database that does not answer or refuses the password, an API key variable that is not
+set. Passwords in database URLs are never printed.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+from pathlib import Path
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from iobridge.config import Settings
+
+__all__ = ["StartupError", "check_database_url", "check_port", "check_settings", "explain"]
+
+#: The drivers iobridge ships (``memory://`` aside).
+_DRIVERS = {"sqlite+aiosqlite", "postgresql+asyncpg"}
+_SUGGEST = {
+    "sqlite": "sqlite+aiosqlite",
+    "sqlite+pysqlite": "sqlite+aiosqlite",
+    "postgresql": "postgresql+asyncpg",
+    "postgres": "postgresql+asyncpg",
+    "postgresql+psycopg": "postgresql+asyncpg",
+    "postgresql+psycopg2": "postgresql+asyncpg",
+}
+
+
+class StartupError(Exception):
+    """A failure to report as one line (the message names the setting and the fix)."""
+
+
+def safe_url(url: str) -> str:
+    """``url`` with any password hidden."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<unparsable URL>"
+
+
+def check_database_url(url: str) -> None:
+    """Refuse a database URL iobridge cannot open, before anything connects.
+
+    Raises:
+        StartupError: an unknown scheme or driver, or a SQLite file in a missing folder.
+    """
+    if url == "memory://":
+        return
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise StartupError(
+            "database_url is not a database URL; use sqlite+aiosqlite:///path/to/file.db "
+            "or postgresql+asyncpg://user:password@host/db"
+        ) from None
+    driver = parsed.drivername
+    if driver not in _DRIVERS:
+        better = _SUGGEST.get(driver)
+        hint = (
+            f"write {better}://… instead of {driver}://…"
+            if better
+            else "use sqlite+aiosqlite:///path/to/file.db or postgresql+asyncpg://user@host/db"
+        )
+        raise StartupError(f"database_url: the driver {driver!r} is not supported; {hint}")
+    if driver.startswith("sqlite") and parsed.database and parsed.database != ":memory:":
+        folder = Path(parsed.database).expanduser().resolve().parent
+        if not folder.is_dir():
+            raise StartupError(
+                f"database_url: the folder {folder} of the SQLite file does not exist "
+                "(create it, or point database_url elsewhere)"
+            )
+
+
+def check_port(host: str, port: int, setting: str) -> None:
+    """Refuse a port another process holds, before the server starts.
+
+    Raises:
+        StartupError: the address is in use or cannot be bound.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise StartupError(_bind_problem(host, port, setting, exc)) from None
+
+
+def check_settings(settings: Settings, *, http: bool) -> None:
+    """Everything ``serve`` can check before it starts.
+
+    Raises:
+        StartupError: the first problem found.
+    """
+    check_database_url(settings.database_url)
+    if http and settings.port:
+        check_port(settings.host, settings.port, "port")
+    npamp = settings.npamp
+    if npamp.port:
+        check_port(npamp.host or settings.host, npamp.port, "npamp.port")
+
+
+def explain(exc: BaseException, settings: Settings) -> str | None:
+    """The one-line explanation of a failure while starting, or ``None`` if it is a bug."""
+    text = str(exc)
+    where = safe_url(settings.database_url)
+    if isinstance(exc, StartupError):
+        return text
+    if type(exc).__name__ == "InvalidPasswordError" or "password authentication failed" in text:
+        return f"database_url: the database refused the user or password ({where})"
+    if type(exc).__name__ == "InvalidCatalogNameError":
+        return f"database_url: the database does not exist ({where})"
+    if isinstance(exc, ConnectionRefusedError | TimeoutError) or (
+        isinstance(exc, OSError) and exc.errno in (errno.ECONNREFUSED, errno.EHOSTUNREACH)
+    ):
+        return f"database_url: cannot connect to the database ({where}): is it running?"
+    if isinstance(exc, ValueError) and "environment variable" in text:
+        return f"auth: {text}"
+    if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+        return f"a port is already in use: {exc.strerror}"
+    if type(exc).__name__ == "OperationalError" and "unable to open database file" in text:
+        return f"database_url: cannot open the SQLite file ({where})"
+    return None
+
+
+def _bind_problem(host: str, port: int, setting: str, exc: OSError) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"{setting}: {host}:{port} is already in use "
+            "(stop the other server or pick another port)"
+        )
+    if exc.errno == errno.EACCES:
+        return f"{setting}: not allowed to listen on {host}:{port} (ports below 1024 need root)"
+    return f"{setting}: cannot listen on {host}:{port} ({exc.strerror})"
