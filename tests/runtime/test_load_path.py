@@ -20,6 +20,7 @@ from iobridge.auth import hash_api_key
 from iobridge.config import Settings
 from iobridge.http.app import create_app
 from iobridge.store import MemoryThreadStore
+from iobridge.store.base import RunRead
 
 WEATHER = {"name": "get_weather", "description": "Weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}}}
@@ -34,6 +35,15 @@ class GatedStore(MemoryThreadStore):
         self.gate.set()
         self.writes: list[list[str]] = []
         self.waiting = threading.Event()
+        self.read_gate = threading.Event()
+        self.read_gate.set()
+        self.reading = threading.Event()
+
+    async def read_for_run(self, thread_id: str, **kwargs: Any) -> RunRead:
+        while not self.read_gate.is_set():
+            self.reading.set()
+            await asyncio.sleep(0.01)
+        return await super().read_for_run(thread_id, **kwargs)
 
     async def write_for_run(
         self,
@@ -88,6 +98,29 @@ async def test_run_started_and_text_leave_while_the_store_write_waits(
     assert [m["role"] for m in stored] == ["user", "assistant"]
     # One write when the run started (the user message), one when it ended (idempotent).
     assert store.writes == [["u-r1"], ["u-r1", stored[1]["id"]]]
+
+
+async def test_one_run_id_started_twice_at_once_runs_once(
+    gated: tuple[GatedStore, LiveServer],
+) -> None:
+    store, server = gated
+    store.read_gate.clear()  # both requests wait inside the thread read
+    async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
+        first = asyncio.create_task(
+            client.post("/io-bridge/run", json=run_body("a", thread_id="ta", run_id="same"))
+        )
+        for _ in range(200):
+            if store.reading.is_set():
+                break
+            await asyncio.sleep(0.01)
+        second = await client.post(
+            "/io-bridge/run", json=run_body("b", thread_id="tb", run_id="same")
+        )
+        assert second.status_code == 409
+        assert second.json()["error"]["code"] == "RUN_ALREADY_RUNNING"
+        store.read_gate.set()
+        assert parse_sse((await first).text)[-1]["type"] == "RUN_FINISHED"
+        assert (await client.get("/io-bridge/threads/tb")).status_code == 404
 
 
 # -- item 2: the thread is held until its run is stored -----------------------------------

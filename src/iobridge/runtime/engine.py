@@ -90,9 +90,11 @@ class Runtime:
         self._retained_bytes = 0
         self._busy_threads: set[tuple[str, str]] = set()
         self._detach_timers: dict[RunKey, asyncio.TimerHandle] = {}
-        #: Live runs per owner, and in total.
+        #: Admitted runs (starting or live) per owner, and in total.
         self._active: dict[str, int] = {}
         self._active_total = 0
+        #: Runs between admission and their first event (their thread is being read).
+        self._starting: set[RunKey] = set()
 
     # -- starting ----------------------------------------------------------------------
 
@@ -125,12 +127,15 @@ class Runtime:
             or self.settings.tool_result_mode
         )
         existing = self._runs.get(key)
-        if existing is not None and not existing.done:
+        if key in self._starting or (existing is not None and not existing.done):
             raise ConflictError("a run with this runId is running", code="RUN_ALREADY_RUNNING")
         thread = (resource_id, run_input.thread_id)
         if thread in self._busy_threads:
             raise ConflictError("another run is active on this thread", code="THREAD_BUSY")
+        # Admitted: the run counts against the limits from here, while its thread is read.
         self._busy_threads.add(thread)
+        self._starting.add(key)
+        self._count(owner, +1)
         try:
             memory = (
                 await self.memory.begin(run_input, options, resource_id, agent.id)
@@ -139,7 +144,10 @@ class Runtime:
             )
         except BaseException:
             self._busy_threads.discard(thread)
+            self._count(owner, -1)
             raise
+        finally:
+            self._starting.discard(key)
         history = (
             memory.history
             if memory is not None
@@ -181,8 +189,6 @@ class Runtime:
             session=dispatch,
         )
         self._runs[key] = run
-        self._active[owner] = self._active.get(owner, 0) + 1
-        self._active_total += 1
         session.start()
         # RUN_STARTED is in the log: the new messages are written while the agent works.
         saved = asyncio.ensure_future(memory.save_start()) if memory is not None else None
@@ -190,6 +196,14 @@ class Runtime:
             self._drive(run, agent, session, ctx, memory, saved), name=f"run-{run.run_id}"
         )
         return run
+
+    def _count(self, owner: str, delta: int) -> None:
+        active = self._active.get(owner, 0) + delta
+        if active:
+            self._active[owner] = active
+        else:
+            self._active.pop(owner, None)
+        self._active_total += delta
 
     def _admit(self, owner: str) -> None:
         settings = self.settings
@@ -277,10 +291,7 @@ class Runtime:
                 _log_failure(write, run)
         finally:
             self._busy_threads.discard((run.resource_id, run.thread_id))
-            self._active[run.owner] -= 1
-            if not self._active[run.owner]:
-                del self._active[run.owner]
-            self._active_total -= 1
+            self._count(run.owner, -1)
             session.release_terminal()
             self._retain(run)
         if cancelled:
@@ -409,7 +420,7 @@ class Runtime:
 
     @property
     def active_runs(self) -> int:
-        """Runs still producing events."""
+        """Admitted runs not yet concluded (starting or producing events)."""
         return self._active_total
 
     @property
