@@ -20,13 +20,18 @@ from collections.abc import Callable
 
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from iobridge.npamp.aio import Association, TransportConfig, connect, serve
-from iobridge.npamp.frame import pull_frame
-from iobridge.npamp.handshake import HandshakeConfig
-from iobridge.npamp.identity import IdentityKey, PinnedPeers
-from iobridge.npamp.profiles import SignatureScheme
+from iobridge.npamp.aio import (
+    Association,
+    TransportConfig,
+    client_ssl_context,
+    connect,
+    self_signed_certificate,
+    serve,
+    server_ssl_context,
+)
+from iobridge.npamp.handshake import HandshakeConfig, IdentityKey, PinnedPeers, SignatureScheme
 from iobridge.npamp.record import ReceiveState, RecordCipher, SendState
-from iobridge.npamp.tls import client_ssl_context, self_signed_certificate, server_ssl_context
+from iobridge.npamp.wire import pull_frame
 
 SIZES = (64, 1024, 16 * 1024)
 

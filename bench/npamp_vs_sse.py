@@ -32,9 +32,8 @@ from iobridge.agents.function import FunctionAgent
 from iobridge.agents.outputs import AgentOutput
 from iobridge.config import Settings
 from iobridge.http.app import create_app
-from iobridge.npamp.identity import IdentityKey
-from iobridge.npamp.profiles import SignatureScheme
-from iobridge.npamp.tls import self_signed_certificate, server_ssl_context
+from iobridge.npamp.aio import self_signed_certificate, server_ssl_context
+from iobridge.npamp.handshake import IdentityKey, SignatureScheme
 from iobridge.npamp_server.client import connect
 from iobridge.npamp_server.server import AgUiServer
 

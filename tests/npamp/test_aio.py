@@ -13,9 +13,19 @@ from typing import Any
 import google_crc32c
 import pytest
 
-from iobridge.npamp.aio import Association, Handler, NpampServer, TransportConfig, connect, serve
-from iobridge.npamp.connection import NpampConnection
-from iobridge.npamp.connection_state import AssociationState
+from iobridge.npamp.aio import (
+    ALPN,
+    Association,
+    Handler,
+    NpampServer,
+    TransportConfig,
+    client_ssl_context,
+    connect,
+    self_signed_certificate,
+    serve,
+    server_ssl_context,
+)
+from iobridge.npamp.association import AssociationState, FrameReceived, NpampConnection
 from iobridge.npamp.errors import (
     AeadFailure,
     CrcMismatch,
@@ -26,16 +36,8 @@ from iobridge.npamp.errors import (
     SequenceGap,
     TransportError,
 )
-from iobridge.npamp.events import FrameReceived
-from iobridge.npamp.frame import FrameReader, FrameType, push_frame
-from iobridge.npamp.handshake import ClientHandshake
-from iobridge.npamp.profiles import Profile
-from iobridge.npamp.tls import (
-    ALPN,
-    client_ssl_context,
-    self_signed_certificate,
-    server_ssl_context,
-)
+from iobridge.npamp.handshake import ClientHandshake, Profile
+from iobridge.npamp.wire import FrameReader, FrameType, push_frame
 
 from .test_connection import handshake_configs
 

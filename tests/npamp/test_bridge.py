@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from iobridge.npamp import bridge as b
+from iobridge.npamp.bridge import envelope as b
 from iobridge.npamp.errors import LocalProtocolError, NpampError, RemoteProtocolError
 
 VECTORS = json.loads((Path(__file__).parent / "vectors" / "bridge.json").read_text())

@@ -9,9 +9,19 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from iobridge.npamp import keyschedule as ks
-from iobridge.npamp.connection import AssociationConfig, NpampConnection
-from iobridge.npamp.connection_state import TRANSITIONS, AssociationInput, AssociationState
+from iobridge.npamp.association import (
+    AssociationConfig,
+    CloseReceived,
+    ConnectionTerminated,
+    Event,
+    FrameDropped,
+    FrameReceived,
+    HandshakeCompleted,
+    KeyUpdated,
+    NpampConnection,
+    PongReceived,
+)
+from iobridge.npamp.association.state import TRANSITIONS, AssociationInput, AssociationState
 from iobridge.npamp.errors import (
     AeadFailure,
     CrcMismatch,
@@ -28,17 +38,19 @@ from iobridge.npamp.errors import (
     UnexpectedFrame,
     UnsupportedFlag,
 )
-from iobridge.npamp.events import (
-    CloseReceived,
-    ConnectionTerminated,
-    Event,
-    FrameDropped,
-    FrameReceived,
-    HandshakeCompleted,
-    KeyUpdated,
-    PongReceived,
+from iobridge.npamp.handshake import (
+    ClientHandshake,
+    HandshakeConfig,
+    IdentityKey,
+    PinnedPeers,
+    Profile,
+    ServerHandshake,
+    SignatureScheme,
 )
-from iobridge.npamp.frame import (
+from iobridge.npamp.record import keyschedule as ks
+from iobridge.npamp.record.cipher import LAST_DATA_SEQUENCE, RecordCipher, seal_frame
+from iobridge.npamp.wire import TlvType, push_tlv
+from iobridge.npamp.wire.frame import (
     MAX_SEQUENCE,
     Flags,
     FrameReader,
@@ -46,11 +58,6 @@ from iobridge.npamp.frame import (
     push_frame,
     push_frame_header,
 )
-from iobridge.npamp.handshake import ClientHandshake, HandshakeConfig, ServerHandshake
-from iobridge.npamp.identity import IdentityKey, PinnedPeers
-from iobridge.npamp.profiles import Profile, SignatureScheme
-from iobridge.npamp.record import LAST_DATA_SEQUENCE, RecordCipher, seal_frame
-from iobridge.npamp.tlv import TlvType, push_tlv
 
 BRIDGE, INTERACTION, DISCOVERY = 0x000D, 0x000F, 0x0010
 ED = IdentityKey.generate(SignatureScheme.ED25519)
@@ -585,7 +592,7 @@ def test_every_peer_input_in_open_states_follows_the_table(
 def test_docs_state_diagram_matches_table() -> None:
     from pathlib import Path
 
-    from iobridge.npamp.connection_state import state_diagram
+    from iobridge.npamp.association.state import state_diagram
 
     doc = Path(__file__).parents[2] / "docs" / "npamp.md"
     text = doc.read_text()

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from iobridge.npamp import discovery as d
+from iobridge.npamp.bridge import discovery as d
 from iobridge.npamp.errors import LocalProtocolError, NpampError
 
 # digest §6.2: "agui", revision 1, protocol 0x35, STREAM (local 4), [0x000D], [0x01], ["run"]

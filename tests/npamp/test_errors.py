@@ -86,7 +86,7 @@ def test_sans_io_cores_import_no_io_modules() -> None:
     import sys
 
     code = (
-        "import sys, iobridge.npamp, iobridge.npamp.connection;"
+        "import sys, iobridge.npamp, iobridge.npamp.association.connection;"
         "bad = {'asyncio', 'socket', 'ssl'} & set(sys.modules);"
         "print(*sorted(bad)); sys.exit(1 if bad else 0)"
     )

@@ -17,7 +17,7 @@ from iobridge.npamp.errors import (
     ReservedNotZero,
     UnsupportedVersion,
 )
-from iobridge.npamp.frame import (
+from iobridge.npamp.wire.frame import (
     HEADER_SIZE,
     Flags,
     Frame,

@@ -16,7 +16,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from iobridge.npamp.connection import NpampConnection
+from iobridge.npamp.association import ConnectionTerminated, Event, NpampConnection
 from iobridge.npamp.errors import (
     BadMagic,
     CrcMismatch,
@@ -30,12 +30,19 @@ from iobridge.npamp.errors import (
     UnknownCriticalTlv,
     UnsupportedVersion,
 )
-from iobridge.npamp.events import ConnectionTerminated, Event
-from iobridge.npamp.frame import FrameReader, pull_frame, pull_frame_header, push_frame
 from iobridge.npamp.handshake import ClientHandshake, ServerHandshake
-from iobridge.npamp.profiles import Kem, kem_params
+from iobridge.npamp.handshake.profiles import Kem, kem_params
 from iobridge.npamp.record import RecordCipher, open_frame
-from iobridge.npamp.tlv import Tlv, pull_tlv, pull_tlvs, push_tlvs
+from iobridge.npamp.wire import (
+    FrameReader,
+    Tlv,
+    pull_frame,
+    pull_frame_header,
+    pull_tlv,
+    pull_tlvs,
+    push_frame,
+    push_tlvs,
+)
 
 from .test_connection import handshake_configs
 

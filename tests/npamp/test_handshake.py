@@ -9,10 +9,16 @@ from typing import Any
 
 import pytest
 
-from iobridge.npamp import keyschedule as ks
 from iobridge.npamp.errors import AeadFailure, InvalidState, NpampError
-from iobridge.npamp.frame import Flags, Frame, FrameReader, pull_frame, push_frame
 from iobridge.npamp.handshake import (
+    AeadSuite,
+    IdentityKey,
+    PinnedPeers,
+    Profile,
+    SignatureScheme,
+    Transcript,
+)
+from iobridge.npamp.handshake.machine import (
     CLIENT_CONTEXT,
     SERVER_CONTEXT,
     AuthenticationFailure,
@@ -26,12 +32,19 @@ from iobridge.npamp.handshake import (
     UntrustedPeer,
     cert_verify_input,
 )
-from iobridge.npamp.handshake_state import RECV_INPUTS, TRANSITIONS, HandshakeState
-from iobridge.npamp.identity import IdentityKey, PinnedPeers
-from iobridge.npamp.profiles import AeadSuite, Profile, SignatureScheme
+from iobridge.npamp.handshake.state import RECV_INPUTS, TRANSITIONS, HandshakeState
 from iobridge.npamp.record import RecordCipher, seal_frame
-from iobridge.npamp.tlv import Tlv, pull_tlvs, push_tlvs
-from iobridge.npamp.transcript import Transcript
+from iobridge.npamp.record import keyschedule as ks
+from iobridge.npamp.wire import (
+    Flags,
+    Frame,
+    FrameReader,
+    Tlv,
+    pull_frame,
+    pull_tlvs,
+    push_frame,
+    push_tlvs,
+)
 
 ED = SignatureScheme.ED25519
 ML = SignatureScheme.MLDSA87
@@ -563,7 +576,7 @@ def test_established_core_refuses_more_frames() -> None:
 
 
 def test_docs_state_diagram_is_generated_from_the_table() -> None:
-    from iobridge.npamp.handshake_state import state_diagram
+    from iobridge.npamp.handshake.state import state_diagram
 
     doc = Path(__file__).parents[2] / "docs" / "npamp-handshake.md"
     assert state_diagram() in doc.read_text()

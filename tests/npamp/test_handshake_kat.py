@@ -15,9 +15,8 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ed25519, mlkem, x25519
 
-from iobridge.npamp import keyschedule as ks
-from iobridge.npamp.frame import Flags, FrameReader, pull_frame
-from iobridge.npamp.handshake import (
+from iobridge.npamp.handshake import IdentityKey, Transcript
+from iobridge.npamp.handshake.machine import (
     CLIENT_CONTEXT,
     SERVER_CONTEXT,
     ClientHandshake,
@@ -26,11 +25,10 @@ from iobridge.npamp.handshake import (
     ServerHandshake,
     cert_verify_input,
 )
-from iobridge.npamp.identity import IdentityKey
-from iobridge.npamp.profiles import Kem, SignatureScheme, kem_params, x25519_shared
+from iobridge.npamp.handshake.profiles import Kem, SignatureScheme, kem_params, x25519_shared
 from iobridge.npamp.record import RecordCipher, open_frame
-from iobridge.npamp.tlv import pull_tlvs
-from iobridge.npamp.transcript import Transcript
+from iobridge.npamp.record import keyschedule as ks
+from iobridge.npamp.wire import Flags, FrameReader, pull_frame, pull_tlvs
 
 VECTORS = Path(__file__).parent / "vectors"
 

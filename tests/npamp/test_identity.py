@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from iobridge.npamp.identity import (
+from iobridge.npamp.handshake import (
     IdentityKey,
     PinnedPeers,
     fingerprint,
@@ -17,7 +17,7 @@ from iobridge.npamp.identity import (
     load_identity,
     load_public_key,
 )
-from iobridge.npamp.profiles import Profile, SignatureScheme, verify_signature
+from iobridge.npamp.handshake.profiles import Profile, SignatureScheme, verify_signature
 
 ED = SignatureScheme.ED25519
 ML = SignatureScheme.MLDSA87

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from iobridge.npamp import keyschedule as ks
+from iobridge.npamp.record import keyschedule as ks
 
 VECTORS = Path(__file__).parent / "vectors"
 

@@ -19,17 +19,8 @@ from iobridge.npamp.errors import (
     SequenceWrapped,
     UnencryptedFrame,
 )
-from iobridge.npamp.frame import (
-    HEADER_SIZE,
-    MAX_SEQUENCE,
-    Flags,
-    Frame,
-    crc32c,
-    pull_frame,
-    push_frame,
-)
-from iobridge.npamp.keyschedule import application_keys
-from iobridge.npamp.record import (
+from iobridge.npamp.record import application_keys
+from iobridge.npamp.record.cipher import (
     LAST_DATA_SEQUENCE,
     SUITE_AES_256_GCM,
     SUITE_CHACHA20_POLY1305,
@@ -42,6 +33,15 @@ from iobridge.npamp.record import (
     open_payload_plaintext_length_aad,
     seal_frame,
     seal_payload_plaintext_length_aad,
+)
+from iobridge.npamp.wire.frame import (
+    HEADER_SIZE,
+    MAX_SEQUENCE,
+    Flags,
+    Frame,
+    crc32c,
+    pull_frame,
+    push_frame,
 )
 
 VECTORS = Path(__file__).parent / "vectors"

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from iobridge.npamp import safety
-from iobridge.npamp.bridge import Effect, SafetyLabel, SafetyPolicyViolation, TransportErrorCode
+from iobridge.npamp.bridge import (
+    Effect,
+    SafetyLabel,
+    SafetyPolicyViolation,
+    TransportErrorCode,
+    safety,
+)
 
 
 def test_missing_label_is_destructive() -> None:

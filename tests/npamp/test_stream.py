@@ -6,10 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from iobridge.npamp import bridge as b
-from iobridge.npamp.errors import InvalidState
-from iobridge.npamp.stream import AGUI_PROTOCOL_ID, BridgeSession
-from iobridge.npamp.stream_events import (
+from iobridge.npamp.bridge import AGUI_PROTOCOL_ID, BridgeSession
+from iobridge.npamp.bridge import envelope as b
+from iobridge.npamp.bridge.events import (
     BridgeErrorReceived,
     BridgeFrameRejected,
     CancelAcked,
@@ -20,7 +19,7 @@ from iobridge.npamp.stream_events import (
     StreamDataReceived,
     StreamEnded,
 )
-from iobridge.npamp.stream_state import (
+from iobridge.npamp.bridge.state import (
     TRANSITIONS,
     CorrelationIdInUse,
     EventIdNotIncreasing,
@@ -31,6 +30,7 @@ from iobridge.npamp.stream_state import (
     UnknownStream,
     next_state,
 )
+from iobridge.npamp.errors import InvalidState
 
 FT = b.FrameType
 RUN_INPUT = b'{"threadId":"t1","runId":"run-1","messages":[]}'

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from iobridge.npamp.errors import LocalProtocolError, TlvDecodeError, UnknownCriticalTlv
-from iobridge.npamp.tlv import Tlv, TlvType, pull_tlv, pull_tlvs, push_tlv, push_tlvs
+from iobridge.npamp.wire import Tlv, TlvType, pull_tlv, pull_tlvs, push_tlv, push_tlvs
 
 # Corpus-style vectors: (type, value hex, encoding hex)
 VECTORS = [

@@ -15,21 +15,25 @@ from iobridge.agents.base import Agent
 from iobridge.app import Backend
 from iobridge.config import Settings
 from iobridge.http.app import create_app
-from iobridge.npamp.aio import Association, TransportConfig, connect
+from iobridge.npamp.aio import (
+    Association,
+    TransportConfig,
+    client_ssl_context,
+    connect,
+    self_signed_certificate,
+    server_ssl_context,
+)
+from iobridge.npamp.association import FrameReceived
 from iobridge.npamp.bridge import (
     BridgeMessage,
+    BridgeSession,
     Effect,
     FrameType,
     SafetyLabel,
     pull_bridge_message,
     push_bridge_message,
 )
-from iobridge.npamp.events import FrameReceived
-from iobridge.npamp.handshake import HandshakeConfig
-from iobridge.npamp.identity import IdentityKey, PinnedPeers
-from iobridge.npamp.profiles import SignatureScheme
-from iobridge.npamp.stream import BridgeSession
-from iobridge.npamp.tls import client_ssl_context, self_signed_certificate, server_ssl_context
+from iobridge.npamp.handshake import HandshakeConfig, IdentityKey, PinnedPeers, SignatureScheme
 from iobridge.npamp_server import client as agui_client
 from iobridge.npamp_server.server import AgUiServer
 

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from iobridge.cli import app
-from iobridge.npamp.identity import load_identity
+from iobridge.npamp.handshake import load_identity
 
 pytestmark = pytest.mark.timeout(30)
 

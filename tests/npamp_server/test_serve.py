@@ -26,8 +26,7 @@ from tests.helpers import free_port
 from typer.testing import CliRunner
 
 from iobridge.cli import app
-from iobridge.npamp.identity import IdentityKey, load_identity
-from iobridge.npamp.profiles import SignatureScheme
+from iobridge.npamp.handshake import IdentityKey, SignatureScheme, load_identity
 from iobridge.npamp_server.client import connect
 
 pytestmark = pytest.mark.timeout(60)

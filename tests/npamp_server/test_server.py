@@ -14,7 +14,8 @@ from tests.helpers import parse_sse, run_body
 from iobridge.agents.context import RunContext
 from iobridge.agents.function import FunctionAgent
 from iobridge.agents.outputs import AgentOutput
-from iobridge.npamp.bridge import (
+from iobridge.npamp.bridge import pull_protocol_record
+from iobridge.npamp.bridge.envelope import (
     BridgeEnvelope,
     BridgeMessage,
     Effect,
@@ -28,7 +29,6 @@ from iobridge.npamp.bridge import (
     push_bridge_message,
     push_envelope,
 )
-from iobridge.npamp.discovery import pull_protocol_record
 from iobridge.npamp_server.client import AgUiEvent, RunRefused
 
 from .conftest import BRIDGE, DISCOVERY, INTERACTION, WAIT, Harness, StartHarness

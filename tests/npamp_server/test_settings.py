@@ -7,8 +7,7 @@ from pydantic import ValidationError
 
 from iobridge.auth import Authenticator, AuthSettings
 from iobridge.config import NpampSettings, Settings
-from iobridge.npamp.identity import IdentityKey
-from iobridge.npamp.profiles import SignatureScheme
+from iobridge.npamp.handshake import IdentityKey, SignatureScheme
 from iobridge.npamp_server.principals import PeerDirectory
 
 ALICE = IdentityKey.generate(SignatureScheme.ED25519)
@@ -82,7 +81,7 @@ def test_auth_none_makes_unlisted_peers_anonymous_with_the_configured_ceiling() 
 def test_trusted_peers_accepts_key_files(tmp_path: object) -> None:
     from pathlib import Path
 
-    from iobridge.npamp.identity import generate_identity
+    from iobridge.npamp.handshake import generate_identity
 
     path = Path(str(tmp_path)) / "peer"
     key = generate_identity(ED, path)

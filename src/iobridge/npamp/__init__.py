@@ -1,15 +1,16 @@
-"""N-PAMP for iobridge: sans-IO wire codecs, record layer, handshake and association.
+"""N-PAMP for iobridge, one subpackage per layer (lower layers never import higher ones).
 
-Import :mod:`iobridge.npamp.aio` (asyncio TCP + TLS 1.3 shell) and :mod:`iobridge.npamp.tls`
-explicitly; this package namespace only re-exports the sans-IO parts, so importing it pulls in
-no event loop or socket code. Higher layers (Bridge, CC-STREAM, adapters) live in their own
-modules.
+- :mod:`~iobridge.npamp.wire`: frame header, CRC32C and TLV codecs.
+- :mod:`~iobridge.npamp.record`: key schedule and AEAD record layer.
+- :mod:`~iobridge.npamp.handshake`: the hybrid handshake, profiles and identity keys.
+- :mod:`~iobridge.npamp.association`: the sans-IO connection and its events.
+- :mod:`~iobridge.npamp.bridge`: Bridge envelope, SafetyLabel, CC-STREAM session, Discovery record.
+- :mod:`~iobridge.npamp.aio`: the asyncio TCP + TLS 1.3 shell (the only one doing I/O).
+
+:mod:`~iobridge.npamp.errors` is the error tree shared by every layer; this namespace re-exports
+it and nothing else, so ``import iobridge.npamp`` pulls in no event loop or socket code.
 """
 
-from __future__ import annotations
-
-from iobridge.npamp.connection import AssociationConfig, NpampConnection
-from iobridge.npamp.connection_state import AssociationState
 from iobridge.npamp.errors import (
     AeadFailure,
     ErrorCode,
@@ -20,76 +21,18 @@ from iobridge.npamp.errors import (
     NpampError,
     RemoteProtocolError,
     Reply,
+    TransportError,
 )
-from iobridge.npamp.events import (
-    CloseReceived,
-    ConnectionTerminated,
-    Event,
-    FrameDropped,
-    FrameReceived,
-    HandshakeCompleted,
-    KeyUpdated,
-    PongReceived,
-)
-from iobridge.npamp.frame import (
-    Channel,
-    Flags,
-    Frame,
-    FrameHeader,
-    FrameReader,
-    FrameType,
-    pull_frame,
-    pull_frame_header,
-    push_frame,
-    push_frame_header,
-)
-from iobridge.npamp.handshake import ClientHandshake, HandshakeConfig, ServerHandshake
-from iobridge.npamp.record import ReceiveState, RecordCipher, SendState, open_frame, seal_frame
-from iobridge.npamp.tlv import Tlv, TlvType, pull_tlv, pull_tlvs, push_tlv, push_tlvs
 
 __all__ = [
     "AeadFailure",
-    "AssociationConfig",
-    "AssociationState",
-    "Channel",
-    "ClientHandshake",
-    "CloseReceived",
-    "ConnectionTerminated",
     "ErrorCode",
-    "Event",
-    "Flags",
-    "Frame",
     "FrameDecodeError",
-    "FrameDropped",
-    "FrameHeader",
-    "FrameReader",
-    "FrameReceived",
-    "FrameType",
-    "HandshakeCompleted",
-    "HandshakeConfig",
     "HandshakeFailure",
     "InvalidState",
-    "KeyUpdated",
     "LocalProtocolError",
-    "NpampConnection",
     "NpampError",
-    "PongReceived",
-    "ReceiveState",
-    "RecordCipher",
     "RemoteProtocolError",
     "Reply",
-    "SendState",
-    "ServerHandshake",
-    "Tlv",
-    "TlvType",
-    "open_frame",
-    "pull_frame",
-    "pull_frame_header",
-    "pull_tlv",
-    "pull_tlvs",
-    "push_frame",
-    "push_frame_header",
-    "push_tlv",
-    "push_tlvs",
-    "seal_frame",
+    "TransportError",
 ]

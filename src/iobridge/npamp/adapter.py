@@ -25,18 +25,18 @@ import sys
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
-from . import keyschedule as ks
-from .errors import NpampError
-from .frame import CRC_COVERED_SIZE, Flags, crc32c, pull_frame, push_frame_header
-from .frame import FrameHeader as _Header
-from .profiles import PROFILES, Kem, Profile, check_profile_kem
-from .record import (
+from iobridge.npamp.errors import NpampError
+from iobridge.npamp.handshake.profiles import PROFILES, Kem, Profile, check_profile_kem
+from iobridge.npamp.record import keyschedule as ks
+from iobridge.npamp.record.cipher import (
     RecordCipher,
     make_nonce,
     open_payload_plaintext_length_aad,
     seal_payload_plaintext_length_aad,
 )
-from .tlv import CRITICAL_BIT, pull_tlv, push_tlv
+from iobridge.npamp.wire.frame import CRC_COVERED_SIZE, Flags, crc32c, pull_frame, push_frame_header
+from iobridge.npamp.wire.frame import FrameHeader as _Header
+from iobridge.npamp.wire.tlv import CRITICAL_BIT, pull_tlv, push_tlv
 
 __all__ = ["OPS", "Skipped", "handle", "main", "serve"]
 

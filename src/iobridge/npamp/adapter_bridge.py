@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from iobridge.npamp.bridge import (
+from iobridge.npamp.bridge.envelope import (
     BridgeEnvelope,
     BridgeMessage,
     Effect,

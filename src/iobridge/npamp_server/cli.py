@@ -10,8 +10,7 @@ from typing import Annotated
 import typer
 
 from iobridge.npamp.bridge import Effect
-from iobridge.npamp.identity import IdentityKey, keygen, load_identity
-from iobridge.npamp.profiles import SignatureScheme
+from iobridge.npamp.handshake import IdentityKey, SignatureScheme, keygen, load_identity
 
 app = typer.Typer(help="AG-UI over N-PAMP: keys and a command-line client.", no_args_is_help=True)
 

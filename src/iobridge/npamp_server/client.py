@@ -25,15 +25,19 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from iobridge.npamp.aio import Association, TransportConfig
+from iobridge.npamp.aio import Association, TransportConfig, client_ssl_context
 from iobridge.npamp.aio import connect as npamp_connect
-from iobridge.npamp.bridge import Effect, SafetyLabel, TransportErrorCode
-from iobridge.npamp.discovery import DISCOVERY_CHANNEL
-from iobridge.npamp.errors import ErrorCode, NpampError, TransportError
-from iobridge.npamp.handshake import HandshakeConfig
-from iobridge.npamp.identity import IdentityKey, PeerVerifier, PinnedPeers
-from iobridge.npamp.stream import AGUI_PROTOCOL_ID, BridgeSession
-from iobridge.npamp.stream_events import (
+from iobridge.npamp.bridge import (
+    AGUI_PROTOCOL_ID,
+    DISCOVERY_CHANNEL,
+    BridgeSession,
+    Effect,
+    Role,
+    SafetyLabel,
+    StreamState,
+    TransportErrorCode,
+)
+from iobridge.npamp.bridge.events import (
     BridgeErrorReceived,
     BridgeFrameRejected,
     CancelAcked,
@@ -41,8 +45,8 @@ from iobridge.npamp.stream_events import (
     StreamDataReceived,
     StreamEnded,
 )
-from iobridge.npamp.stream_state import Role, StreamState
-from iobridge.npamp.tls import client_ssl_context
+from iobridge.npamp.errors import ErrorCode, NpampError, TransportError
+from iobridge.npamp.handshake import HandshakeConfig, IdentityKey, PeerVerifier, PinnedPeers
 
 __all__ = ["AgUiClient", "AgUiEvent", "RunRefused", "RunStream", "connect"]
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from iobridge.auth import ANONYMOUS, DEFAULT_RESOURCE, Authenticator, Principal
 from iobridge.config import ANY_PEER, NpampSettings
-from iobridge.npamp.identity import PinnedPeers, fingerprint
-from iobridge.npamp.profiles import SignatureScheme
+from iobridge.npamp.handshake import PinnedPeers, SignatureScheme, fingerprint
 
 __all__ = ["PeerDirectory"]
 

@@ -40,30 +40,41 @@ from typing import TYPE_CHECKING
 
 from iobridge.auth import Principal
 from iobridge.errors import InputError, IobridgeError, NotFoundError
-from iobridge.npamp.aio import Association, NpampServer, TransportConfig, serve
-from iobridge.npamp.bridge import Effect, SafetyLabel, SafetyPolicyViolation, TransportErrorCode
-from iobridge.npamp.connection import AssociationConfig
-from iobridge.npamp.discovery import (
+from iobridge.npamp.aio import (
+    Association,
+    NpampServer,
+    TransportConfig,
+    self_signed_certificate,
+    serve,
+    server_ssl_context,
+)
+from iobridge.npamp.association import AssociationConfig
+from iobridge.npamp.bridge import (
+    RUN_METHOD,
+    BridgeSession,
+    Effect,
+    Role,
+    SafetyLabel,
+    SafetyPolicyViolation,
+    StreamState,
+    TransportErrorCode,
+)
+from iobridge.npamp.bridge.discovery import (
     CARRIAGE_CLASS_STREAM,
     DISCOVERY_CHANNEL,
     ProtocolRecord,
     push_protocol_record,
 )
-from iobridge.npamp.errors import NpampError
-from iobridge.npamp.handshake import HandshakeConfig
-from iobridge.npamp.identity import IdentityKey, load_identity
-from iobridge.npamp.profiles import SignatureScheme
-from iobridge.npamp.safety import check
-from iobridge.npamp.stream import RUN_METHOD, BridgeSession
-from iobridge.npamp.stream_events import (
+from iobridge.npamp.bridge.events import (
     BridgeErrorReceived,
     CancelRequested,
     Event,
     ResumeRequested,
     RunRequested,
 )
-from iobridge.npamp.stream_state import Role, StreamState
-from iobridge.npamp.tls import self_signed_certificate, server_ssl_context
+from iobridge.npamp.bridge.safety import check
+from iobridge.npamp.errors import NpampError
+from iobridge.npamp.handshake import HandshakeConfig, IdentityKey, SignatureScheme, load_identity
 from iobridge.npamp_server.principals import PeerDirectory
 from iobridge.runtime.runlog import LogTrimmed
 

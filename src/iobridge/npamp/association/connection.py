@@ -1,7 +1,8 @@
 """Sans-IO N-PAMP association: handshake, then encrypted frames on many channels.
 
 Theory of operation. :class:`NpampConnection` is fed the octets read from the transport with
-:meth:`~NpampConnection.receive_data`, which returns :mod:`~iobridge.npamp.events`; commands
+:meth:`~NpampConnection.receive_data`, which returns
+:mod:`~iobridge.npamp.association.events`; commands
 (:meth:`~NpampConnection.send_frame`, :meth:`~NpampConnection.ping`,
 :meth:`~NpampConnection.key_update`, :meth:`~NpampConnection.close`) and automatic replies
 (PONG, KEY_UPDATE_ACK, CLOSE_ACK, ERROR) queue encoded frames behind
@@ -10,7 +11,7 @@ clocks or threads; timeouts belong to the shell.
 
 Receive path per frame (core draft §4, §6, §7; digest §1.4):
 
-1. :class:`~iobridge.npamp.frame.FrameReader` validates the header (CRC first, ...).
+1. :class:`~iobridge.npamp.wire.frame.FrameReader` validates the header (CRC first, ...).
 2. GREASE channels are ignored (:class:`~.events.FrameDropped`), in every state.
 3. While HANDSHAKING, the frame goes to the handshake object; its completion switches the
    association to OPEN with application keys hanging off the master secret.
@@ -39,8 +40,17 @@ from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 
-from iobridge.npamp import keyschedule as ks
-from iobridge.npamp.connection_state import (
+from iobridge.npamp.association.events import (
+    CloseReceived,
+    ConnectionTerminated,
+    Event,
+    FrameDropped,
+    FrameReceived,
+    HandshakeCompleted,
+    KeyUpdated,
+    PongReceived,
+)
+from iobridge.npamp.association.state import (
     TERMINAL_STATES,
     TRANSITIONS,
     AssociationInput,
@@ -58,17 +68,10 @@ from iobridge.npamp.errors import (
     UnexpectedFrame,
     UnsupportedFlag,
 )
-from iobridge.npamp.events import (
-    CloseReceived,
-    ConnectionTerminated,
-    Event,
-    FrameDropped,
-    FrameReceived,
-    HandshakeCompleted,
-    KeyUpdated,
-    PongReceived,
-)
-from iobridge.npamp.frame import (
+from iobridge.npamp.handshake.machine import ClientHandshake, ServerHandshake
+from iobridge.npamp.record import keyschedule as ks
+from iobridge.npamp.record.cipher import TAG_SIZE, ReceiveState, RecordCipher, SendState
+from iobridge.npamp.wire.frame import (
     DEFAULT_MAX_PAYLOAD_LENGTH,
     Channel,
     Flags,
@@ -76,9 +79,7 @@ from iobridge.npamp.frame import (
     FrameReader,
     FrameType,
 )
-from iobridge.npamp.handshake import ClientHandshake, ServerHandshake
-from iobridge.npamp.record import TAG_SIZE, ReceiveState, RecordCipher, SendState
-from iobridge.npamp.tlv import TlvType, pull_tlvs, push_tlv
+from iobridge.npamp.wire.tlv import TlvType, pull_tlvs, push_tlv
 
 __all__ = ["DEFAULT_CHANNELS", "AssociationConfig", "NpampConnection"]
 

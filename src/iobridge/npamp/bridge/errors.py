@@ -3,7 +3,7 @@
 Every rejection rule is its own class carrying the transport error it is answered with
 (``transport_code``) and, once known, the offending frame's type and envelope, so that
 :func:`iobridge.npamp.bridge.error_reply` can build the BRIDGE_ERROR. The tree is drawn in
-:mod:`iobridge.npamp.bridge`.
+:mod:`iobridge.npamp.bridge.envelope`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, ClassVar
 from iobridge.npamp.errors import LocalProtocolError, RemoteProtocolError, Reply
 
 if TYPE_CHECKING:
-    from iobridge.npamp.bridge import BridgeEnvelope
+    from iobridge.npamp.bridge.envelope import BridgeEnvelope
 
 __all__ = [
     "BridgeProtocolError",

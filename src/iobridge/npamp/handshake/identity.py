@@ -28,7 +28,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, mldsa
 
-from .profiles import PROFILES, Profile, SignatureScheme
+from iobridge.npamp.handshake.profiles import PROFILES, Profile, SignatureScheme
 
 __all__ = [
     "FINGERPRINT_PREFIX",

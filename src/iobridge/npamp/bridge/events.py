@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from iobridge.npamp.bridge import BridgeProtocolError, SafetyLabel, TransportErrorCode
-from iobridge.npamp.stream_state import Role
+from iobridge.npamp.bridge.envelope import BridgeProtocolError, SafetyLabel, TransportErrorCode
+from iobridge.npamp.bridge.state import Role
 
 __all__ = [
     "BridgeErrorReceived",

@@ -20,7 +20,7 @@ Every rejection rule of NPAMP-BRIDGE, NPAMP-REG §4 and NPAMP-CC-STREAM §5.2/§
 :class:`EnvelopeMalformed` subclass; :func:`error_reply` turns any :class:`BridgeProtocolError`
 into the BRIDGE_ERROR it calls for (or ``None`` when the frame cannot be answered).
 
-Error tree (defined in :mod:`iobridge.npamp.bridge_errors`, re-exported here)::
+Error tree (defined in :mod:`iobridge.npamp.bridge.errors`, re-exported here)::
 
     RemoteProtocolError
     └── BridgeProtocolError            .transport_code, .frame_type, .envelope
@@ -48,7 +48,7 @@ import struct
 from dataclasses import dataclass
 from enum import IntEnum
 
-from iobridge.npamp.bridge_errors import (
+from iobridge.npamp.bridge.errors import (
     BridgeProtocolError,
     ContentTypeUnsupported,
     CorrelationIdMissing,
@@ -80,7 +80,7 @@ from iobridge.npamp.bridge_errors import (
     TransportErrorCode,
 )
 from iobridge.npamp.errors import LocalProtocolError
-from iobridge.npamp.tlv import TLV_HEADER_SIZE, TlvType, pull_tlv, push_tlv
+from iobridge.npamp.wire.tlv import TLV_HEADER_SIZE, TlvType, pull_tlv, push_tlv
 
 __all__ = [
     "BRIDGE_CHANNEL",
@@ -302,7 +302,8 @@ class StreamControl:
 class SafetyLabel:
     """The SafetyLabel TLV value (type 0x0013, NPAMP-BRIDGE §7).
 
-    It states the sender's intent. It is never authorization: see :mod:`iobridge.npamp.safety`.
+    It states the sender's intent. It is never authorization: see
+    :mod:`iobridge.npamp.bridge.safety`.
     """
 
     #: Most severe side effect the request may cause.

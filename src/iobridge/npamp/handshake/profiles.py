@@ -42,8 +42,8 @@ from enum import IntEnum
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric import ed25519, mldsa, mlkem, x25519
 
-from .errors import ErrorCode, HandshakeFailure
-from .keyschedule import HashName
+from iobridge.npamp.errors import ErrorCode, HandshakeFailure
+from iobridge.npamp.record.keyschedule import HashName
 
 __all__ = [
     "PROFILES",

@@ -16,10 +16,9 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
-from iobridge.npamp.connection import AssociationConfig, NpampConnection
-from iobridge.npamp.connection_state import AssociationState
-from iobridge.npamp.errors import HandshakeTimeout, InvalidState, NpampError, TransportError
-from iobridge.npamp.events import (
+from iobridge.npamp.aio.tls import ALPN
+from iobridge.npamp.association.connection import AssociationConfig, NpampConnection
+from iobridge.npamp.association.events import (
     ConnectionTerminated,
     Event,
     FrameReceived,
@@ -27,8 +26,9 @@ from iobridge.npamp.events import (
     KeyUpdated,
     PongReceived,
 )
-from iobridge.npamp.handshake import ClientHandshake, HandshakeConfig, ServerHandshake
-from iobridge.npamp.tls import ALPN
+from iobridge.npamp.association.state import AssociationState
+from iobridge.npamp.errors import HandshakeTimeout, InvalidState, NpampError, TransportError
+from iobridge.npamp.handshake.machine import ClientHandshake, HandshakeConfig, ServerHandshake
 
 __all__ = ["Association", "Handler", "NpampServer", "TransportConfig", "connect", "serve"]
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from iobridge.npamp.bridge import EnvelopeMalformed
+from iobridge.npamp.bridge.envelope import EnvelopeMalformed
 from iobridge.npamp.errors import InvalidState
 
 __all__ = [

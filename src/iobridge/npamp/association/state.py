@@ -1,7 +1,7 @@
 """The N-PAMP association state machine, as data (no bytes, no keys).
 
 Theory of operation. An association first runs the handshake (driven by
-:mod:`iobridge.npamp.handshake`, whose own machine lives in :mod:`.handshake_state`), then
+:mod:`iobridge.npamp.handshake.machine`, whose own machine lives in :mod:`.handshake_state`), then
 carries encrypted frames until one side closes it. Every legal move is an entry of
 :data:`TRANSITIONS`, keyed by ``(state, input)``; inputs come in SEND_/RECV_ pairs and are the
 same whichever role we play. A pair missing from the table is fatal: the association enters

@@ -4,7 +4,7 @@ Theory of operation (core draft §7.3, spec/06, digest §1.6):
 
 * ``nonce = IV XOR (0x00000000 || seq as 8-octet BE)``. The channel is *not* in the nonce;
   channel separation comes from the key, which is derived per (direction, epoch, suite,
-  channel) by :func:`iobridge.npamp.keyschedule.application_keys`.
+  channel) by :func:`iobridge.npamp.record.keyschedule.application_keys`.
 * ``AAD = header octets 0-20 exactly as transmitted``. On the wire the Payload Length field
   holds the *sealed* length (plaintext + 16-octet tag), so sealing builds the header prefix
   with ``len(plaintext) + 16`` before encrypting (verified against the handshake-flow KAT).
@@ -39,7 +39,7 @@ from iobridge.npamp.errors import (
     SequenceWrapped,
     UnencryptedFrame,
 )
-from iobridge.npamp.frame import (
+from iobridge.npamp.wire.frame import (
     MAX_PAYLOAD_FIELD,
     MAX_SEQUENCE,
     VERSION,

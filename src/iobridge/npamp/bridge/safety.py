@@ -13,7 +13,7 @@ Two rules drive everything here:
 
 from __future__ import annotations
 
-from iobridge.npamp.bridge import Effect, SafetyLabel, SafetyPolicyViolation
+from iobridge.npamp.bridge.envelope import Effect, SafetyLabel, SafetyPolicyViolation
 
 __all__ = ["DEFAULT_RUN_LABEL", "check", "effective_effect"]
 

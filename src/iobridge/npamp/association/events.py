@@ -1,8 +1,8 @@
 """Events an N-PAMP association reports to its user (past-tense protocol facts).
 
-:meth:`iobridge.npamp.connection.NpampConnection.receive_data` returns a list of these. They
-are frozen, keyword-only, slotted dataclasses; they validate on construction, carry no
-behaviour and are not meant to be subclassed. :class:`HandshakeCompleted` is defined by the
+:meth:`~iobridge.npamp.association.connection.NpampConnection.receive_data` returns a list of
+these. They are frozen, keyword-only, slotted dataclasses; they validate on construction, carry
+no behaviour and are not meant to be subclassed. :class:`HandshakeCompleted` is defined by the
 handshake module and re-exported here so that every association event has one import path.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from iobridge.npamp.errors import LocalProtocolError, NpampError
-from iobridge.npamp.handshake import HandshakeCompleted
+from iobridge.npamp.handshake.machine import HandshakeCompleted
 
 __all__ = [
     "CloseReceived",
@@ -113,7 +113,7 @@ class ConnectionTerminated:
     remote_code: int | None = None
 
 
-#: Any event :meth:`~iobridge.npamp.connection.NpampConnection.receive_data` may return.
+#: Any event :meth:`~iobridge.npamp.association.connection.NpampConnection.receive_data` may return.
 Event = (
     HandshakeCompleted
     | FrameReceived

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 
-from .keyschedule import HashName
+from iobridge.npamp.record.keyschedule import HashName
 
 __all__ = ["Transcript"]
 

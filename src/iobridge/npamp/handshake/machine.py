@@ -33,17 +33,15 @@ from dataclasses import dataclass, field
 
 from cryptography.hazmat.primitives.asymmetric import x25519
 
-from . import keyschedule as ks
-from .errors import ErrorCode, HandshakeFailure, InvalidState, NpampError, map_exceptions
-from .frame import Flags, Frame, push_frame
-from .handshake_state import (
-    RECV_INPUTS,
-    HandshakeInput,
-    HandshakeState,
-    HandshakeStateMachine,
+from iobridge.npamp.errors import (
+    ErrorCode,
+    HandshakeFailure,
+    InvalidState,
+    NpampError,
+    map_exceptions,
 )
-from .identity import IdentityKey, PeerVerifier
-from .profiles import (
+from iobridge.npamp.handshake.identity import IdentityKey, PeerVerifier
+from iobridge.npamp.handshake.profiles import (
     PROFILES,
     AeadSuite,
     Encapsulator,
@@ -61,9 +59,17 @@ from .profiles import (
     verify_signature,
     x25519_shared,
 )
-from .record import RecordCipher, open_frame, seal_frame
-from .tlv import Tlv, TlvType, pull_tlvs, push_tlv
-from .transcript import Transcript
+from iobridge.npamp.handshake.state import (
+    RECV_INPUTS,
+    HandshakeInput,
+    HandshakeState,
+    HandshakeStateMachine,
+)
+from iobridge.npamp.handshake.transcript import Transcript
+from iobridge.npamp.record import keyschedule as ks
+from iobridge.npamp.record.cipher import RecordCipher, open_frame, seal_frame
+from iobridge.npamp.wire.frame import Flags, Frame, push_frame
+from iobridge.npamp.wire.tlv import Tlv, TlvType, pull_tlvs, push_tlv
 
 __all__ = [
     "CLIENT_CONTEXT",

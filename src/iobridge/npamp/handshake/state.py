@@ -19,14 +19,15 @@ Flights (all on the Control channel, seq 0)::
                                                    ESTABLISHED
 
 The server is established only after verifying CLIENT_AUTH (the master secret is bound to
-``TH_cCV``). This module never sees bytes; :mod:`iobridge.npamp.handshake` maps frames to inputs.
+``TH_cCV``). This module never sees bytes; :mod:`iobridge.npamp.handshake.machine` maps frames
+to inputs.
 """
 
 from __future__ import annotations
 
 from enum import Enum
 
-from .errors import InvalidState
+from iobridge.npamp.errors import InvalidState
 
 __all__ = [
     "RECV_INPUTS",

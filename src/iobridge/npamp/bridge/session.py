@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from iobridge.npamp.bridge import (
+from iobridge.npamp.bridge.envelope import (
     FRAME_MESSAGE_KIND,
     BridgeEnvelope,
     BridgeErrorBody,
@@ -50,9 +50,7 @@ from iobridge.npamp.bridge import (
     push_bridge_message,
     stream_control_tlv,
 )
-from iobridge.npamp.errors import InvalidState
-from iobridge.npamp.safety import DEFAULT_RUN_LABEL, effective_effect
-from iobridge.npamp.stream_events import (
+from iobridge.npamp.bridge.events import (
     BridgeErrorReceived,
     BridgeFrameRejected,
     CancelAcked,
@@ -63,7 +61,8 @@ from iobridge.npamp.stream_events import (
     StreamDataReceived,
     StreamEnded,
 )
-from iobridge.npamp.stream_state import (
+from iobridge.npamp.bridge.safety import DEFAULT_RUN_LABEL, effective_effect
+from iobridge.npamp.bridge.state import (
     TERMINAL_STATES,
     CorrelationIdInUse,
     EventIdNotIncreasing,
@@ -73,6 +72,7 @@ from iobridge.npamp.stream_state import (
     UnknownStream,
     next_state,
 )
+from iobridge.npamp.errors import InvalidState
 
 __all__ = [
     "AGUI_PROTOCOL_ID",
