@@ -25,7 +25,7 @@ CORPUS_FLAG_ERRORS: dict[str, type[b.EnvelopeMalformed]] = {
     "NotABridgeFrame": b.NotABridgeFrame,
 }
 
-FT = b.FrameType
+FT = b.BridgeFrameType
 
 
 def env(
@@ -176,7 +176,7 @@ def test_null_protocol_id_is_malformed_not_unsupported() -> None:
 
 
 @pytest.mark.parametrize("frame_type", list(FT))
-def test_message_kind_mismatch_every_frame_type(frame_type: b.FrameType) -> None:
+def test_message_kind_mismatch_every_frame_type(frame_type: b.BridgeFrameType) -> None:
     wrong = next(k for k in b.MessageKind if k is not b.FRAME_MESSAGE_KIND[frame_type])
     err = reject(frame_type, b.push_envelope(env(kind=wrong)))
     assert isinstance(err, b.MessageKindMismatch)
@@ -190,7 +190,7 @@ def test_message_kind_pairing_is_not_arithmetic() -> None:
 @pytest.mark.parametrize(
     "frame_type", [f for f in FT if f is not FT.BRIDGE_NOTIFY], ids=lambda f: f.name
 )
-def test_correlation_id_missing(frame_type: b.FrameType) -> None:
+def test_correlation_id_missing(frame_type: b.BridgeFrameType) -> None:
     kind = b.FRAME_MESSAGE_KIND[frame_type]
     err = reject(frame_type, b.push_envelope(env(kind=kind, corr=b"")))
     assert isinstance(err, b.CorrelationIdMissing) and b.error_reply(err) is None
@@ -266,7 +266,7 @@ def test_stream_control_missing_when_required() -> None:
         (FT.BRIDGE_RESPONSE, b.StreamControl()),
     ],
 )
-def test_stream_control_misplaced(frame_type: b.FrameType, sc: b.StreamControl) -> None:
+def test_stream_control_misplaced(frame_type: b.BridgeFrameType, sc: b.StreamControl) -> None:
     kind = b.FRAME_MESSAGE_KIND[frame_type]
     payload = b.push_envelope(env(kind=kind)) + b.push_stream_control(sc)
     assert isinstance(reject(frame_type, payload), b.StreamControlMisplaced)
@@ -301,7 +301,7 @@ def test_error_reply_echoes_correlation_and_code() -> None:
 
 
 @pytest.mark.parametrize("frame_type", [FT.BRIDGE_RESPONSE, FT.BRIDGE_ERROR])
-def test_replies_are_never_answered(frame_type: b.FrameType) -> None:
+def test_replies_are_never_answered(frame_type: b.BridgeFrameType) -> None:
     payload = b.push_envelope(env(kind=b.FRAME_MESSAGE_KIND[frame_type])) + b.push_stream_control(
         b.StreamControl()
     )
@@ -423,7 +423,7 @@ companion = st.sampled_from([b"\x00\x11", b"\x00\x13"])
 
 @given(st.sampled_from(list(FT)), st.lists(st.tuples(companion, st.binary(max_size=14))))
 def test_fuzz_after_a_valid_envelope(
-    frame_type: b.FrameType, tlvs: list[tuple[bytes, bytes]]
+    frame_type: b.BridgeFrameType, tlvs: list[tuple[bytes, bytes]]
 ) -> None:
     payload = b.push_envelope(env(kind=b.FRAME_MESSAGE_KIND[frame_type]))
     for tag, value in tlvs:

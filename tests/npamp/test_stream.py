@@ -32,7 +32,7 @@ from iobridge.npamp.bridge.state import (
 )
 from iobridge.npamp.errors import InvalidState
 
-FT = b.FrameType
+FT = b.BridgeFrameType
 RUN_INPUT = b'{"threadId":"t1","runId":"run-1","messages":[]}'
 EVENTS = [b'{"type":"RUN_STARTED"}', b'{"type":"TEXT_MESSAGE_CONTENT","delta":"hi"}']
 

@@ -25,10 +25,10 @@ from iobridge.npamp.aio import (
 )
 from iobridge.npamp.association import FrameReceived
 from iobridge.npamp.bridge import (
+    BridgeFrameType,
     BridgeMessage,
     BridgeSession,
     Effect,
-    FrameType,
     SafetyLabel,
     pull_bridge_message,
     push_bridge_message,
@@ -112,7 +112,7 @@ class RawPeer:
         self.session.start_run(corr, body, safety_label=label or LABEL)
         ((_, payload),) = self.session.data_to_send()
         if label is None:  # re-encode the same request without its SafetyLabel
-            msg = pull_bridge_message(FrameType.BRIDGE_REQUEST, payload)
+            msg = pull_bridge_message(BridgeFrameType.BRIDGE_REQUEST, payload)
             payload = push_bridge_message(
                 BridgeMessage(
                     frame_type=msg.frame_type, envelope=msg.envelope, body=msg.body
@@ -134,7 +134,7 @@ class RawPeer:
             frame = await self.frame(channel)
             msg = pull_bridge_message(frame.frame_type, frame.payload)
             out.append(msg)
-            if msg.frame_type in (FrameType.BRIDGE_STREAM_END, FrameType.BRIDGE_ERROR):
+            if msg.frame_type in (BridgeFrameType.BRIDGE_STREAM_END, BridgeFrameType.BRIDGE_ERROR):
                 return out
 
     async def silent(self, channel: int | None = BRIDGE, timeout: float = 0.3) -> bool:

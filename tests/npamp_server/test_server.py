@@ -17,9 +17,9 @@ from iobridge.agents.outputs import AgentOutput
 from iobridge.npamp.bridge import pull_protocol_record
 from iobridge.npamp.bridge.envelope import (
     BridgeEnvelope,
+    BridgeFrameType,
     BridgeMessage,
     Effect,
-    FrameType,
     MessageKind,
     SafetyLabel,
     StreamControl,
@@ -66,7 +66,7 @@ def gated_agent(gate: asyncio.Event) -> FunctionAgent:
 
 
 def error_code(msg: BridgeMessage) -> TransportErrorCode | None:
-    assert msg.frame_type is FrameType.BRIDGE_ERROR
+    assert msg.frame_type is BridgeFrameType.BRIDGE_ERROR
     body = pull_bridge_error_body(msg.body)
     return None if body is None else body.code
 
@@ -84,7 +84,7 @@ async def test_clause1_event_bytes_are_the_sse_payloads_under_0x35(
     async with harness(agents=[counting_agent()]) as h:
         async with h.raw(client_key) as peer:
             await peer.send(
-                FrameType.BRIDGE_REQUEST,
+                BridgeFrameType.BRIDGE_REQUEST,
                 peer.run_payload(b"c1", json.dumps(run_body("x", agentId="count")).encode()),
             )
             frames = await peer.stream()
@@ -112,18 +112,18 @@ async def test_clause2_run_is_request_then_data_frames_then_one_final_end(
 ) -> None:
     async with harness() as h, h.raw(client_key) as peer:
         await peer.send(
-            FrameType.BRIDGE_REQUEST,
+            BridgeFrameType.BRIDGE_REQUEST,
             peer.run_payload(b"tool-run", json.dumps(run_body("what is 2 + 3")).encode()),
         )
         frames = await peer.stream()
         *data, end = frames
-        assert all(m.frame_type is FrameType.BRIDGE_STREAM_DATA for m in data)
+        assert all(m.frame_type is BridgeFrameType.BRIDGE_STREAM_DATA for m in data)
         assert all(m.envelope.message_kind == MessageKind.STREAM_DATA for m in data)
         assert all(m.envelope.method == "" for m in frames)
         assert all(m.envelope.correlation_id == b"tool-run" for m in frames)
         ids = [m.stream_control.event_id for m in data]  # type: ignore[union-attr]
         assert ids == list(range(1, len(data) + 1))
-        assert end.frame_type is FrameType.BRIDGE_STREAM_END
+        assert end.frame_type is BridgeFrameType.BRIDGE_STREAM_END
         assert end.envelope.message_kind == MessageKind.STREAM_END and end.envelope.final
         assert end.stream_control is not None and end.stream_control.event_id == len(data) + 1
         assert all(m.stream_control.resumable for m in frames)  # type: ignore[union-attr]
@@ -185,18 +185,18 @@ async def test_clause3_run_error_in_stream_and_undelivered_runs_as_bridge_error(
 
     async with harness(agents=[FunctionAgent(boom, id="boom")]) as h, h.raw(client_key) as peer:
         body = json.dumps(run_body("x", agentId="boom")).encode()
-        await peer.send(FrameType.BRIDGE_REQUEST, peer.run_payload(b"e1", body))
+        await peer.send(BridgeFrameType.BRIDGE_REQUEST, peer.run_payload(b"e1", body))
         *data, end = await peer.stream()
         last = json.loads(data[-1].body)
         assert last["type"] == "RUN_ERROR" and "secret" not in last["message"]
-        assert end.frame_type is FrameType.BRIDGE_STREAM_END
+        assert end.frame_type is BridgeFrameType.BRIDGE_STREAM_END
         # Not delivered: unknown agent, malformed RunAgentInput, busy runId.
         for corr, raw in [
             (b"e2", json.dumps(run_body("x", run_id="r2", agentId="nobody")).encode()),
             (b"e3", b'{"threadId": 5}'),
             (b"e4", b"not json"),
         ]:
-            await peer.send(FrameType.BRIDGE_REQUEST, peer.run_payload(corr, raw))
+            await peer.send(BridgeFrameType.BRIDGE_REQUEST, peer.run_payload(corr, raw))
             (reply,) = await peer.stream()
             assert reply.envelope.correlation_id == corr
             assert error_code(reply) is TransportErrorCode.NOT_DELIVERED
@@ -227,11 +227,11 @@ async def test_unknown_method_is_method_unsupported(harness: StartHarness, clien
         )
         payload = push_bridge_message(
             BridgeMessage(
-                frame_type=FrameType.BRIDGE_REQUEST, envelope=envelope,
+                frame_type=BridgeFrameType.BRIDGE_REQUEST, envelope=envelope,
                 safety_label=SafetyLabel(effect=Effect.READ_ONLY), body=b"{}",
             )
         )
-        await peer.send(FrameType.BRIDGE_REQUEST, payload)
+        await peer.send(BridgeFrameType.BRIDGE_REQUEST, payload)
         (reply,) = await peer.stream()
         assert error_code(reply) is TransportErrorCode.METHOD_UNSUPPORTED
         assert h.runtime.active_runs == 0
@@ -244,7 +244,7 @@ async def test_unagreed_peer_gets_protocol_unsupported_and_no_run(
     async with harness(npamp=npamp) as h:
         async with h.raw(client_key) as peer:
             body = json.dumps(run_body("hello")).encode()
-            await peer.send(FrameType.BRIDGE_REQUEST, peer.run_payload(b"p1", body))
+            await peer.send(BridgeFrameType.BRIDGE_REQUEST, peer.run_payload(b"p1", body))
             (reply,) = await peer.stream()
             assert error_code(reply) is TransportErrorCode.PROTOCOL_UNSUPPORTED
             assert await peer.silent(None)  # no announcement, nothing else
@@ -259,7 +259,7 @@ async def test_other_protocol_id_from_an_agreed_peer_is_unsupported(
         payload = bytearray(peer.run_payload(b"p2", json.dumps(run_body("x")).encode()))
         assert payload[4] == 0x35
         payload[4] = 0x36
-        await peer.send(FrameType.BRIDGE_REQUEST, bytes(payload))
+        await peer.send(BridgeFrameType.BRIDGE_REQUEST, bytes(payload))
         (reply,) = await peer.stream()
         assert error_code(reply) is TransportErrorCode.PROTOCOL_UNSUPPORTED
         assert h.runtime.active_runs == 0
@@ -279,7 +279,8 @@ async def test_malformed_envelopes_are_envelope_malformed_and_start_nothing(
 ) -> None:
     async with harness() as h, h.raw(client_key) as peer:
         valid = peer.run_payload(b"bad", json.dumps(run_body("x")).encode())
-        envelope = push_envelope(pull_bridge_message(FrameType.BRIDGE_REQUEST, valid).envelope)
+        request = pull_bridge_message(BridgeFrameType.BRIDGE_REQUEST, valid)
+        envelope = push_envelope(request.envelope)
         body = json.dumps(run_body("x")).encode()
         if mutate is not None:
             payload = mutate(valid)
@@ -289,16 +290,16 @@ async def test_malformed_envelopes_are_envelope_malformed_and_start_nothing(
             payload = envelope + b"\x00\x11\x00\x0b\x02\x01\x00" + bytes(8) + body
         else:
             payload = envelope + b"\x00\x11\x00\x0b\x01\x02\x00" + bytes(8) + body
-        await peer.send(FrameType.BRIDGE_REQUEST, payload)
+        await peer.send(BridgeFrameType.BRIDGE_REQUEST, payload)
         (reply,) = await peer.stream()
         assert error_code(reply) is TransportErrorCode.ENVELOPE_MALFORMED, name
         assert h.runtime.active_runs == 0
         # The association survives: a good run still works.
         await peer.send(
-            FrameType.BRIDGE_REQUEST,
+            BridgeFrameType.BRIDGE_REQUEST,
             peer.run_payload(b"good", json.dumps(run_body("x", run_id="ok")).encode()),
         )
-        assert (await peer.stream())[-1].frame_type is FrameType.BRIDGE_STREAM_END
+        assert (await peer.stream())[-1].frame_type is BridgeFrameType.BRIDGE_STREAM_END
 
 
 async def test_null_protocol_id_is_envelope_malformed_and_starts_nothing(
@@ -307,9 +308,9 @@ async def test_null_protocol_id_is_envelope_malformed_and_starts_nothing(
     async with harness() as h, h.raw(client_key) as peer:
         payload = bytearray(peer.run_payload(b"n1", json.dumps(run_body("x")).encode()))
         payload[4] = 0x00
-        await peer.send(FrameType.BRIDGE_REQUEST, bytes(payload))
+        await peer.send(BridgeFrameType.BRIDGE_REQUEST, bytes(payload))
         frame = await peer.frame()
-        assert frame.frame_type == FrameType.BRIDGE_ERROR
+        assert frame.frame_type == BridgeFrameType.BRIDGE_ERROR
         envelope_len = int.from_bytes(frame.payload[2:4], "big")
         assert frame.payload[4] == 0x00  # the requester's envelope, echoed for correlation
         body = pull_bridge_error_body(frame.payload[4 + envelope_len :])
@@ -422,7 +423,7 @@ async def test_cancel_is_answered_by_exactly_one_cancel_ack(
     gate = asyncio.Event()  # never set: the run waits until cancelled
     async with harness(agents=[gated_agent(gate)]) as h, h.raw(client_key) as peer:
         body = json.dumps(run_body("x", agentId="paced")).encode()
-        await peer.send(FrameType.BRIDGE_REQUEST, peer.run_payload(b"k1", body))
+        await peer.send(BridgeFrameType.BRIDGE_REQUEST, peer.run_payload(b"k1", body))
         data = []
         while len(data) < 3:  # RUN_STARTED, TEXT_MESSAGE_START, first content
             frame = await peer.frame()
@@ -433,7 +434,7 @@ async def test_cancel_is_answered_by_exactly_one_cancel_ack(
         ((ft, cancel),) = peer.session.data_to_send()
         await peer.send(ft, cancel)
         rest = await peer.stream()
-        acks = [m for m in rest if m.frame_type is FrameType.BRIDGE_STREAM_END]
+        acks = [m for m in rest if m.frame_type is BridgeFrameType.BRIDGE_STREAM_END]
         assert len(acks) == 1 and acks[0] is rest[-1]
         ack = acks[0].stream_control
         assert ack is not None and ack.cancel_ack and acks[0].envelope.final
@@ -448,10 +449,11 @@ async def test_cancel_is_answered_by_exactly_one_cancel_ack(
         assert final["type"] == "RUN_FINISHED" and final["outcome"] == {"type": "cancelled"}
         # A cancelled stream is released: resuming it is refused.
         resume = StreamControl(control=0x01, event_id=1)
-        envelope = pull_bridge_message(FrameType.BRIDGE_REQUEST, peer.run_payload(b"z", b"{}"))
+        z_payload = peer.run_payload(b"z", b"{}")
+        envelope = pull_bridge_message(BridgeFrameType.BRIDGE_REQUEST, z_payload)
         payload = push_bridge_message(
             BridgeMessage(
-                frame_type=FrameType.BRIDGE_REQUEST,
+                frame_type=BridgeFrameType.BRIDGE_REQUEST,
                 envelope=BridgeEnvelope(
                     protocol_id=0x35, message_kind=1, content_type=1,
                     correlation_id=b"k1", method=envelope.envelope.method,
@@ -459,7 +461,7 @@ async def test_cancel_is_answered_by_exactly_one_cancel_ack(
                 stream_control=resume, safety_label=SafetyLabel(effect=Effect.DESTRUCTIVE),
             )
         )
-        await peer.send(FrameType.BRIDGE_REQUEST, payload)
+        await peer.send(BridgeFrameType.BRIDGE_REQUEST, payload)
         (refusal,) = await peer.stream()
         assert error_code(refusal) is TransportErrorCode.NOT_RESUMABLE
 
@@ -490,18 +492,19 @@ async def test_clause6_missing_label_is_destructive_and_refused_by_policy(
 ) -> None:
     async with harness() as h, h.raw(client_key) as peer:  # anonymous max: non_idempotent_write
         body = json.dumps(run_body("x")).encode()
-        await peer.send(FrameType.BRIDGE_REQUEST, peer.run_payload(b"s1", body, label=None))
+        await peer.send(BridgeFrameType.BRIDGE_REQUEST, peer.run_payload(b"s1", body, label=None))
         (reply,) = await peer.stream()
         assert error_code(reply) is TransportErrorCode.SAFETY_POLICY
         declared = SafetyLabel(effect=Effect.DESTRUCTIVE)
-        await peer.send(FrameType.BRIDGE_REQUEST, peer.run_payload(b"s2", body, label=declared))
+        s2 = peer.run_payload(b"s2", body, label=declared)
+        await peer.send(BridgeFrameType.BRIDGE_REQUEST, s2)
         (reply,) = await peer.stream()
         assert error_code(reply) is TransportErrorCode.SAFETY_POLICY
         with pytest.raises(Exception):  # noqa: B017 - never started
             h.run("r1")
     async with harness(npamp={"anonymous_max_effect": 3}) as h, h.raw(client_key) as peer:
-        await peer.send(FrameType.BRIDGE_REQUEST, peer.run_payload(b"s3", body, label=None))
-        assert (await peer.stream())[-1].frame_type is FrameType.BRIDGE_STREAM_END
+        await peer.send(BridgeFrameType.BRIDGE_REQUEST, peer.run_payload(b"s3", body, label=None))
+        assert (await peer.stream())[-1].frame_type is BridgeFrameType.BRIDGE_STREAM_END
 
 
 async def test_clause6_client_labels_every_run_and_a_favourable_label_grants_nothing(
@@ -523,7 +526,7 @@ async def test_clause6_client_labels_every_run_and_a_favourable_label_grants_not
         client.association.send = spy  # type: ignore[method-assign]
         await collect(client.run(run_body("x", run_id="r1")))
         await collect(client.run(run_body("x", run_id="r2"), safety=Effect.DESTRUCTIVE))
-        labels = [pull_bridge_message(FrameType.BRIDGE_REQUEST, p).safety_label for p in sent]
+        labels = [pull_bridge_message(BridgeFrameType.BRIDGE_REQUEST, p).safety_label for p in sent]
         assert [label.effect if label else None for label in labels] == [
             Effect.NON_IDEMPOTENT_WRITE, Effect.DESTRUCTIVE,
         ]
@@ -562,7 +565,8 @@ async def test_clause7_interaction_channel_and_discovery_for_agreed_peers(
             assert (record.protocol_id, record.carriage_class) == (0x35, 4)
             assert record.channels == (BRIDGE, INTERACTION) and record.methods == ("run",)
             body = json.dumps(run_body("x", agentId="count")).encode()
-            await peer.send(FrameType.BRIDGE_REQUEST, peer.run_payload(b"i1", body), INTERACTION)
+            i1 = peer.run_payload(b"i1", body)
+            await peer.send(BridgeFrameType.BRIDGE_REQUEST, i1, INTERACTION)
             frames = await peer.stream(INTERACTION)
             assert await peer.silent(BRIDGE)  # never split across channels
         carried = [(m.stream_control.event_id, m.body) for m in frames[:-1]]  # type: ignore[union-attr]
@@ -581,7 +585,7 @@ async def test_clause8_no_sse_framing_and_no_run_state_in_envelopes(
 ) -> None:
     async with harness(agents=[counting_agent()]) as h, h.raw(client_key) as peer:
         body = json.dumps(run_body("x", thread_id="thread-A", run_id="run-B", agentId="count"))
-        await peer.send(FrameType.BRIDGE_REQUEST, peer.run_payload(b"q1", body.encode()))
+        await peer.send(BridgeFrameType.BRIDGE_REQUEST, peer.run_payload(b"q1", body.encode()))
         frames = await peer.stream()
         for m in frames[:-1]:
             assert m.body.startswith(b"{") and not m.body.startswith((b"data:", b"id:"))

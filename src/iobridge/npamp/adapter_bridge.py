@@ -14,9 +14,9 @@ from typing import Any
 
 from iobridge.npamp.bridge.envelope import (
     BridgeEnvelope,
+    BridgeFrameType,
     BridgeMessage,
     Effect,
-    FrameType,
     SafetyLabel,
     correlates,
     pull_bridge_message,
@@ -77,7 +77,7 @@ def envelope_encode(inp: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(method, str):
         raise TypeError("method must be a string")
     msg = BridgeMessage(
-        frame_type=FrameType(_int(fields, "frameType")),
+        frame_type=BridgeFrameType(_int(fields, "frameType")),
         envelope=BridgeEnvelope(
             protocol_id=_int(fields, "protocol_id"),
             message_kind=_int(fields, "message_kind"),

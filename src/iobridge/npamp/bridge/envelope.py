@@ -89,6 +89,7 @@ __all__ = [
     "STREAM_CONTROL_VERSION",
     "BridgeEnvelope",
     "BridgeErrorBody",
+    "BridgeFrameType",
     "BridgeMessage",
     "BridgeProtocolError",
     "ContentType",
@@ -103,7 +104,6 @@ __all__ = [
     "EnvelopeTlvOverrun",
     "EnvelopeTrailingOctets",
     "EnvelopeValueTruncated",
-    "FrameType",
     "InvalidBridgeMessage",
     "MessageKind",
     "MessageKindMismatch",
@@ -157,7 +157,7 @@ _SC = struct.Struct(">BBBQ")
 _SC_TLV = struct.Struct(">HHBBBQ")
 
 
-class FrameType(IntEnum):
+class BridgeFrameType(IntEnum):
     """Bridge-channel frame types (NPAMP-BRIDGE §2)."""
 
     #: A foreign request expecting a reply (or a stream).
@@ -186,13 +186,13 @@ class MessageKind(IntEnum):
 
 
 #: The one message_kind each frame type must carry. Not arithmetic: ERROR↔4, NOTIFY↔3.
-FRAME_MESSAGE_KIND: dict[FrameType, MessageKind] = {
-    FrameType.BRIDGE_REQUEST: MessageKind.REQUEST,
-    FrameType.BRIDGE_RESPONSE: MessageKind.RESPONSE,
-    FrameType.BRIDGE_ERROR: MessageKind.ERROR,
-    FrameType.BRIDGE_NOTIFY: MessageKind.NOTIFICATION,
-    FrameType.BRIDGE_STREAM_DATA: MessageKind.STREAM_DATA,
-    FrameType.BRIDGE_STREAM_END: MessageKind.STREAM_END,
+FRAME_MESSAGE_KIND: dict[BridgeFrameType, MessageKind] = {
+    BridgeFrameType.BRIDGE_REQUEST: MessageKind.REQUEST,
+    BridgeFrameType.BRIDGE_RESPONSE: MessageKind.RESPONSE,
+    BridgeFrameType.BRIDGE_ERROR: MessageKind.ERROR,
+    BridgeFrameType.BRIDGE_NOTIFY: MessageKind.NOTIFICATION,
+    BridgeFrameType.BRIDGE_STREAM_DATA: MessageKind.STREAM_DATA,
+    BridgeFrameType.BRIDGE_STREAM_END: MessageKind.STREAM_END,
 }
 
 
@@ -319,8 +319,8 @@ class SafetyLabel:
 class BridgeMessage:
     """One decoded Bridge-frame plaintext."""
 
-    #: The Bridge frame type (:class:`FrameType`).
-    frame_type: FrameType
+    #: The Bridge frame type (:class:`BridgeFrameType`).
+    frame_type: BridgeFrameType
     #: The envelope, always present.
     envelope: BridgeEnvelope
     #: CC-STREAM metadata, when present.
@@ -481,12 +481,12 @@ def pull_safety_label(value: bytes) -> SafetyLabel:
 
 # --- whole payload -------------------------------------------------------------------------
 
-_STREAM_FRAMES = frozenset({FrameType.BRIDGE_STREAM_DATA, FrameType.BRIDGE_STREAM_END})
+_STREAM_FRAMES = frozenset({BridgeFrameType.BRIDGE_STREAM_DATA, BridgeFrameType.BRIDGE_STREAM_END})
 #: Control values each frame type may carry (CC-STREAM §5.2, §6.2, §7; digest §10.4).
-_ALLOWED_CONTROL: dict[FrameType, frozenset[int]] = {
-    FrameType.BRIDGE_REQUEST: frozenset({Control.RESUME}),
-    FrameType.BRIDGE_STREAM_DATA: frozenset({Control.DATA}),
-    FrameType.BRIDGE_STREAM_END: frozenset({Control.DATA, Control.CANCEL}),
+_ALLOWED_CONTROL: dict[BridgeFrameType, frozenset[int]] = {
+    BridgeFrameType.BRIDGE_REQUEST: frozenset({Control.RESUME}),
+    BridgeFrameType.BRIDGE_STREAM_DATA: frozenset({Control.DATA}),
+    BridgeFrameType.BRIDGE_STREAM_END: frozenset({Control.DATA, Control.CANCEL}),
 }
 
 
@@ -509,7 +509,7 @@ def _check_rules(msg: BridgeMessage, *, stream_control_required: bool) -> None:
         raise MessageKindMismatch(
             f"message_kind 0x{env.message_kind:02x} contradicts frame type {ft.name}"
         )
-    if ft is FrameType.BRIDGE_NOTIFY:
+    if ft is BridgeFrameType.BRIDGE_NOTIFY:
         if env.correlation_id:
             raise NotifyCorrelationId("BRIDGE_NOTIFY must set corr_len = 0")
     elif not env.correlation_id:
@@ -521,7 +521,8 @@ def _check_rules(msg: BridgeMessage, *, stream_control_required: bool) -> None:
         return
     if sc.control not in _ALLOWED_CONTROL.get(ft, frozenset()):
         raise StreamControlMisplaced(f"StreamControl control {sc.control} on {ft.name}")
-    if sc.cancel_ack and (ft is not FrameType.BRIDGE_STREAM_END or sc.control != Control.DATA):
+    downstream_end = ft is BridgeFrameType.BRIDGE_STREAM_END and sc.control == Control.DATA
+    if sc.cancel_ack and not downstream_end:
         raise StreamControlMisplaced("cancel_ack is only valid on a downstream BRIDGE_STREAM_END")
 
 
@@ -544,7 +545,7 @@ def pull_bridge_message(
             parsed, ``envelope`` are attached for :func:`error_reply`.
     """
     try:
-        ft = FrameType(frame_type)
+        ft = BridgeFrameType(frame_type)
     except ValueError:
         raise NotABridgeFrame(
             f"frame type 0x{frame_type:04x} is not a Bridge frame", frame_type=frame_type
@@ -633,7 +634,7 @@ def pull_bridge_error_body(body: bytes) -> BridgeErrorBody | None:
     return BridgeErrorBody(code=TransportErrorCode(body[0]), message=message)
 
 
-def error_reply(exc: BridgeProtocolError) -> tuple[FrameType, bytes] | None:
+def error_reply(exc: BridgeProtocolError) -> tuple[BridgeFrameType, bytes] | None:
     """Build the BRIDGE_ERROR a rejected frame calls for, or ``None`` to drop it silently.
 
     A frame is answered only when it can be correlated: its envelope parsed, its
@@ -647,14 +648,14 @@ def error_reply(exc: BridgeProtocolError) -> tuple[FrameType, bytes] | None:
     if env is None or not env.correlation_id:
         return None
     if exc.frame_type not in (
-        FrameType.BRIDGE_REQUEST,
-        FrameType.BRIDGE_STREAM_DATA,
-        FrameType.BRIDGE_STREAM_END,
+        BridgeFrameType.BRIDGE_REQUEST,
+        BridgeFrameType.BRIDGE_STREAM_DATA,
+        BridgeFrameType.BRIDGE_STREAM_END,
     ):
         return None
     reason = str(exc).encode("utf-8")[:255].decode("utf-8", "ignore")
     msg = BridgeMessage(
-        frame_type=FrameType.BRIDGE_ERROR,
+        frame_type=BridgeFrameType.BRIDGE_ERROR,
         envelope=BridgeEnvelope(
             protocol_id=env.protocol_id,
             message_kind=MessageKind.ERROR,
@@ -666,5 +667,5 @@ def error_reply(exc: BridgeProtocolError) -> tuple[FrameType, bytes] | None:
     if env.protocol_id == 0x00:
         # The only message we ever send with the null id is the rejection it calls for;
         # the usual send-side check (which refuses the null id) does not apply.
-        return FrameType.BRIDGE_ERROR, push_envelope(msg.envelope) + msg.body
-    return FrameType.BRIDGE_ERROR, push_bridge_message(msg)
+        return BridgeFrameType.BRIDGE_ERROR, push_envelope(msg.envelope) + msg.body
+    return BridgeFrameType.BRIDGE_ERROR, push_bridge_message(msg)

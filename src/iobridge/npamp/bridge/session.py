@@ -28,13 +28,13 @@ from iobridge.npamp.bridge.envelope import (
     FRAME_MESSAGE_KIND,
     BridgeEnvelope,
     BridgeErrorBody,
+    BridgeFrameType,
     BridgeMessage,
     BridgeProtocolError,
     ContentType,
     ContentTypeUnsupported,
     Control,
     EnvelopeMalformed,
-    FrameType,
     MethodOnStreamFrame,
     MethodUnsupported,
     ProtocolUnsupported,
@@ -154,12 +154,12 @@ class BridgeSession:
         self._closed: dict[tuple[Role, bytes], None] = {}
         self._outbox: list[tuple[int, bytes]] = []
         self._handlers = {
-            FrameType.BRIDGE_REQUEST: self._recv_request,
-            FrameType.BRIDGE_RESPONSE: self._recv_response,
-            FrameType.BRIDGE_ERROR: self._recv_error,
-            FrameType.BRIDGE_NOTIFY: self._recv_notify,
-            FrameType.BRIDGE_STREAM_DATA: self._recv_data,
-            FrameType.BRIDGE_STREAM_END: self._recv_end,
+            BridgeFrameType.BRIDGE_REQUEST: self._recv_request,
+            BridgeFrameType.BRIDGE_RESPONSE: self._recv_response,
+            BridgeFrameType.BRIDGE_ERROR: self._recv_error,
+            BridgeFrameType.BRIDGE_NOTIFY: self._recv_notify,
+            BridgeFrameType.BRIDGE_STREAM_DATA: self._recv_data,
+            BridgeFrameType.BRIDGE_STREAM_END: self._recv_end,
         }
 
     # -- I/O surface ------------------------------------------------------------------------
@@ -211,7 +211,8 @@ class BridgeSession:
         """
         stream = self._fresh(Role.CONSUMER, correlation_id, local=True)
         stream.step(StreamInput.SEND_REQUEST, local=True)
-        self._emit(stream, FrameType.BRIDGE_REQUEST, body, method=RUN_METHOD, label=safety_label)
+        request = BridgeFrameType.BRIDGE_REQUEST
+        self._emit(stream, request, body, method=RUN_METHOD, label=safety_label)
 
     def resume_run(
         self,
@@ -251,7 +252,12 @@ class BridgeSession:
         stream.floor = stream.last_event_id = cursor
         sc = StreamControl(control=Control.RESUME, event_id=cursor)
         self._emit(
-            stream, FrameType.BRIDGE_REQUEST, body, method=RUN_METHOD, sc=sc, label=safety_label
+            stream,
+            BridgeFrameType.BRIDGE_REQUEST,
+            body,
+            method=RUN_METHOD,
+            sc=sc,
+            label=safety_label,
         )
 
     def cancel_run(self, correlation_id: bytes) -> None:
@@ -263,7 +269,7 @@ class BridgeSession:
         stream = self._get(Role.CONSUMER, correlation_id)
         stream.step(StreamInput.SEND_CANCEL, local=True)
         sc = StreamControl(control=Control.CANCEL, event_id=stream.last_event_id)
-        self._emit(stream, FrameType.BRIDGE_STREAM_END, b"", sc=sc)
+        self._emit(stream, BridgeFrameType.BRIDGE_STREAM_END, b"", sc=sc)
 
     # -- producer API -----------------------------------------------------------------------
 
@@ -281,7 +287,7 @@ class BridgeSession:
         if not stream.data_envelope:
             # The first data frame goes through the checked encoder; later ones reuse its
             # (identical) envelope and only pack a new StreamControl: the per-event path.
-            event_id = self._send_stream_frame(stream, FrameType.BRIDGE_STREAM_DATA, data)
+            event_id = self._send_stream_frame(stream, BridgeFrameType.BRIDGE_STREAM_DATA, data)
             payload = self._outbox[-1][1]  # envelope TLV first: type(2) length(2) value
             stream.data_envelope = payload[: 4 + int.from_bytes(payload[2:4], "big")]
             return event_id
@@ -290,7 +296,7 @@ class BridgeSession:
         stream.last_event_id += 1
         control = stream_control_tlv(Control.DATA, stream.last_event_id, resumable=self.resumable)
         self._outbox.append(
-            (FrameType.BRIDGE_STREAM_DATA, stream.data_envelope + control + data)
+            (BridgeFrameType.BRIDGE_STREAM_DATA, stream.data_envelope + control + data)
         )
         return stream.last_event_id
 
@@ -305,7 +311,7 @@ class BridgeSession:
         """
         stream = self._get(Role.PRODUCER, correlation_id)
         stream.step(StreamInput.SEND_END, local=True)
-        event_id = self._send_stream_frame(stream, FrameType.BRIDGE_STREAM_END, data)
+        event_id = self._send_stream_frame(stream, BridgeFrameType.BRIDGE_STREAM_END, data)
         self._close(stream)
         return event_id
 
@@ -319,7 +325,7 @@ class BridgeSession:
         stream = self._get(Role.PRODUCER, correlation_id)
         stream.step(StreamInput.SEND_ERROR, local=True)
         err = push_bridge_error_body(BridgeErrorBody(code=code, message=message))
-        self._emit(stream, FrameType.BRIDGE_ERROR, err)
+        self._emit(stream, BridgeFrameType.BRIDGE_ERROR, err)
         self._close(stream)
 
     # -- receive handlers -------------------------------------------------------------------
@@ -331,7 +337,7 @@ class BridgeSession:
             raise ProtocolUnsupported(f"protocol_id 0x{env.protocol_id:02x} is not carried")
         if env.content_type not in self.content_types:
             raise ContentTypeUnsupported(f"content_type 0x{env.content_type:02x} not accepted")
-        if ft in (FrameType.BRIDGE_STREAM_DATA, FrameType.BRIDGE_STREAM_END):
+        if ft in (BridgeFrameType.BRIDGE_STREAM_DATA, BridgeFrameType.BRIDGE_STREAM_END):
             if msg.stream_control is None:
                 raise StreamControlMissing(f"{ft.name} of an AG-UI run lacks StreamControl")
             if self.strict_stream_method and env.method:
@@ -439,7 +445,7 @@ class BridgeSession:
             return []  # our END or error already went out: the cancel is moot (§7.2)
         stream.step(StreamInput.SEND_CANCEL_ACK, local=True)
         ack = StreamControl(event_id=stream.last_event_id, cancel_ack=True)
-        self._emit(stream, FrameType.BRIDGE_STREAM_END, b"", sc=ack)
+        self._emit(stream, BridgeFrameType.BRIDGE_STREAM_END, b"", sc=ack)
         self._close(stream)
         return [
             CancelRequested(
@@ -523,7 +529,7 @@ class BridgeSession:
             if self._streams[oldest].state in TERMINAL_STATES:
                 del self._streams[oldest]
 
-    def _send_stream_frame(self, stream: _Stream, ft: FrameType, data: bytes) -> int:
+    def _send_stream_frame(self, stream: _Stream, ft: BridgeFrameType, data: bytes) -> int:
         if stream.last_event_id >= _MAX_U64:
             raise InvalidState("the stream's u64 event_id space is exhausted")
         stream.last_event_id += 1
@@ -534,7 +540,7 @@ class BridgeSession:
     def _emit(
         self,
         stream: _Stream,
-        ft: FrameType,
+        ft: BridgeFrameType,
         body: bytes,
         *,
         method: str = "",
@@ -546,14 +552,14 @@ class BridgeSession:
     def _build(
         self,
         stream: _Stream,
-        ft: FrameType,
+        ft: BridgeFrameType,
         body: bytes,
         method: str,
         sc: StreamControl | None,
         label: SafetyLabel | None,
     ) -> bytes:
         assert self.protocol_id is not None  # streams exist only under an agreed id
-        flags = 0x01 if ft is FrameType.BRIDGE_STREAM_END else 0x00
+        flags = 0x01 if ft is BridgeFrameType.BRIDGE_STREAM_END else 0x00
         envelope = BridgeEnvelope(
             protocol_id=self.protocol_id,
             message_kind=FRAME_MESSAGE_KIND[ft],
