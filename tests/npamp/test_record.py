@@ -30,9 +30,7 @@ from iobridge.npamp.record.cipher import (
     SendState,
     make_nonce,
     open_frame,
-    open_payload_plaintext_length_aad,
     seal_frame,
-    seal_payload_plaintext_length_aad,
 )
 from iobridge.npamp.wire.frame import (
     HEADER_SIZE,
@@ -94,19 +92,6 @@ def test_wire_aad_uses_sealed_length_and_matches_raw_aesgcm() -> None:
     expected = AESGCM(KEY).encrypt(make_nonce(IV, 3), b"hello", wire[:21])
     assert wire[HEADER_SIZE:] == expected
     assert int.from_bytes(wire[17:21], "big") == 5 + TAG_SIZE
-
-
-def test_plaintext_length_aad_variant_is_distinct_and_roundtrips() -> None:
-    cipher = RecordCipher(SUITE_AES_256_GCM, KEY, IV)
-    fields = {"frame_type": 0x0100, "channel": 0x000D, "seq": 3, "flags": 0x02}
-    sealed = seal_payload_plaintext_length_aad(cipher, plaintext=b"hello", **fields)
-    wire = seal_frame(cipher, frame_type=0x0100, channel=0x000D, seq=3, plaintext=b"hello")
-    assert sealed != wire[HEADER_SIZE:]
-    assert open_payload_plaintext_length_aad(cipher, sealed=sealed, **fields) == b"hello"
-    with pytest.raises(AeadFailure):
-        open_payload_plaintext_length_aad(cipher, sealed=wire[HEADER_SIZE:], **fields)
-    with pytest.raises(AeadFailure):
-        open_payload_plaintext_length_aad(cipher, sealed=b"short", **fields)
 
 
 def test_chacha_suite_roundtrip_and_bad_parameters() -> None:

@@ -9,9 +9,7 @@ Theory of operation (core draft §7.3, spec/06, digest §1.6):
   holds the *sealed* length (plaintext + 16-octet tag), so sealing builds the header prefix
   with ``len(plaintext) + 16`` before encrypting (verified against the handshake-flow KAT).
   The conformance corpus ops ``frame.seal``/``frame.open`` instead put ``len(plaintext)`` in
-  the AAD; :func:`seal_payload_plaintext_length_aad` and
-  :func:`open_payload_plaintext_length_aad` exist only for that adapter and must never be used
-  on the wire.
+  the AAD; that reading lives in :mod:`iobridge.conformance.npamp_adapter`, never here.
 * Sequence numbers run per (channel, direction, epoch) from 0. Over TCP+TLS the byte stream is
   ordered and reliable, so the receive window is exactly one: a frame must carry the next
   expected number (lower = replay, higher = gap); this is the Go SDK's rule (digest §10 item 21).
@@ -42,7 +40,6 @@ from iobridge.npamp.errors import (
 from iobridge.npamp.wire.frame import (
     MAX_PAYLOAD_FIELD,
     MAX_SEQUENCE,
-    VERSION,
     Flags,
     Frame,
     FrameHeader,
@@ -63,9 +60,7 @@ __all__ = [
     "header_prefix_of",
     "make_nonce",
     "open_frame",
-    "open_payload_plaintext_length_aad",
     "seal_frame",
-    "seal_payload_plaintext_length_aad",
 ]
 
 #: AES-256-GCM code point (registries/aead.csv); the default application suite.
@@ -205,46 +200,6 @@ def open_frame(cipher: RecordCipher, frame: Frame) -> bytes:
             f"frame 0x{frame.frame_type:04x} on channel 0x{frame.channel:04x} lacks ENC"
         )
     return cipher.decrypt(frame.header.seq, header_prefix_of(frame.header), frame.payload)
-
-
-def seal_payload_plaintext_length_aad(
-    cipher: RecordCipher,
-    *,
-    frame_type: int,
-    channel: int,
-    seq: int,
-    plaintext: bytes,
-    flags: int,
-    version: int = VERSION,
-) -> bytes:
-    """Conformance-corpus ``frame.seal``: AAD Payload Length = ``len(plaintext)``. Not wire.
-
-    Returns:
-        ``ciphertext || tag`` (no header).
-    """
-    prefix = push_header_prefix(flags, frame_type, channel, seq, len(plaintext), version)
-    return cipher.encrypt(seq, prefix, plaintext)
-
-
-def open_payload_plaintext_length_aad(
-    cipher: RecordCipher,
-    *,
-    frame_type: int,
-    channel: int,
-    seq: int,
-    sealed: bytes,
-    flags: int,
-    version: int = VERSION,
-) -> bytes:
-    """Conformance-corpus ``frame.open``: AAD Payload Length = ``len(sealed) - 16``. Not wire.
-
-    Raises:
-        AeadFailure: The tag does not verify or ``sealed`` is shorter than a tag.
-    """
-    if len(sealed) < TAG_SIZE:
-        raise AeadFailure("sealed payload shorter than the tag")
-    prefix = push_header_prefix(flags, frame_type, channel, seq, len(sealed) - TAG_SIZE, version)
-    return cipher.decrypt(seq, prefix, sealed)
 
 
 class SendState:

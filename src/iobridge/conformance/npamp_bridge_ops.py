@@ -99,7 +99,7 @@ def correlate(inp: dict[str, Any]) -> dict[str, Any]:
     return {"match": correlates(request.envelope, reply.envelope)}
 
 
-#: Op name -> implementation, merged by :mod:`iobridge.npamp.adapter`.
+#: Op name -> implementation, merged by :mod:`iobridge.conformance.npamp_adapter`.
 BRIDGE_OPS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "bridge.envelope.decode": envelope_decode,
     "bridge.envelope.encode": envelope_encode,

@@ -13,20 +13,25 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from iobridge.npamp import adapter, adapter_bridge
+from iobridge.conformance import npamp_adapter as adapter
+from iobridge.conformance.npamp_bridge_ops import BRIDGE_OPS
+from iobridge.npamp.errors import AeadFailure
+from iobridge.npamp.record.cipher import SUITE_AES_256_GCM, RecordCipher, seal_frame
+from iobridge.npamp.wire.frame import HEADER_SIZE
 
-FLOW = json.loads((Path(__file__).parent / "vectors" / "handshake-flow-kat.json").read_text())
+VECTORS = Path(__file__).parents[1] / "npamp" / "vectors"
+FLOW = json.loads((VECTORS / "handshake-flow-kat.json").read_text())
 SEC = FLOW["expected"]["secrets"]
-KS = json.loads((Path(__file__).parent / "vectors" / "key-schedule-kat.json").read_text())
+KS = json.loads((VECTORS / "key-schedule-kat.json").read_text())
 PING = "4e50414d2000010000" + "00" * 8 + "00000000" + "0d880c25" + "00" * 11
 
 
 class AdapterProcess:
-    """``python -m iobridge.npamp.adapter`` on real pipes, one request at a time."""
+    """``python -m iobridge.conformance.npamp_adapter`` on real pipes, one request at a time."""
 
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "iobridge.npamp.adapter"],
+            [sys.executable, "-m", "iobridge.conformance.npamp_adapter"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
@@ -229,8 +234,8 @@ def test_native_bodies_and_unknown_ops_skipped_bad_json_rejected(proc: AdapterPr
 
 
 def test_bridge_ops_are_merged(proc: AdapterProcess) -> None:
-    assert set(adapter_bridge.BRIDGE_OPS) <= set(adapter.OPS)
-    assert "bridge.envelope.decode" in adapter.OPS
+    assert set(BRIDGE_OPS) == {op for op in adapter.OPS if op.startswith("bridge.")}
+    assert "bridge.envelope.decode" in BRIDGE_OPS
     payload = "0010000835040100027231000200"  # BRIDGE_ERROR, ProtocolUnsupported (digest §7)
     got = out(proc.call("bridge.envelope.decode", frameType=0x0102, payload=payload))
     assert (got["protocol_id"], got["message_kind"], got["corr"]) == (0x35, 4, "7231")
@@ -260,10 +265,23 @@ def test_every_implemented_core_op_was_exercised() -> None:
 
 def test_truncated_stream_ends_cleanly() -> None:
     p = subprocess.run(
-        [sys.executable, "-m", "iobridge.npamp.adapter"],
+        [sys.executable, "-m", "iobridge.conformance.npamp_adapter"],
         input=struct.pack("<I", 100) + b"{",
         capture_output=True,
         timeout=30,
         check=False,
     )
     assert (p.returncode, p.stdout) == (0, b"")
+
+
+def test_plaintext_length_aad_variant_is_distinct_and_roundtrips() -> None:
+    cipher = RecordCipher(SUITE_AES_256_GCM, bytes(range(32)), bytes(12))
+    fields = {"frame_type": 0x0100, "channel": 0x000D, "seq": 3, "flags": 0x02}
+    sealed = adapter.seal_plaintext_length_aad(cipher, plaintext=b"hello", **fields)
+    wire = seal_frame(cipher, frame_type=0x0100, channel=0x000D, seq=3, plaintext=b"hello")
+    assert sealed != wire[HEADER_SIZE:]
+    assert adapter.open_plaintext_length_aad(cipher, sealed=sealed, **fields) == b"hello"
+    with pytest.raises(AeadFailure):
+        adapter.open_plaintext_length_aad(cipher, sealed=wire[HEADER_SIZE:], **fields)
+    with pytest.raises(AeadFailure):
+        adapter.open_plaintext_length_aad(cipher, sealed=b"short", **fields)

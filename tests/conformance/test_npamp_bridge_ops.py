@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from iobridge.npamp import adapter
-from iobridge.npamp.adapter_bridge import BRIDGE_OPS
+from iobridge.conformance import npamp_adapter as adapter
+from iobridge.conformance.npamp_bridge_ops import BRIDGE_OPS
 
-VECTORS = json.loads((Path(__file__).parent / "vectors" / "bridge.json").read_text())
+VECTORS = json.loads((Path(__file__).parents[1] / "npamp" / "vectors" / "bridge.json").read_text())
 
 
 def call(op: str, inp: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""N-PAMP conformance adapter: ``python -m iobridge.npamp.adapter``.
+"""N-PAMP conformance adapter: ``python -m iobridge.conformance.npamp_adapter``.
 
 Speaks the public conformance runner's stdio contract (``harness/INSTRUCTIONS.md``): each
 message, both ways, is a 4-octet **little-endian** length ``N`` followed by ``N`` octets of JSON.
@@ -10,35 +10,47 @@ Every core op dispatches into the library (``frame``, ``tlv``, ``record``, ``key
 ``profiles``) rather than re-implementing it, so a run grades the code the connection uses. One
 deliberate exception, from the corpus itself (digest §1.6): ``frame.seal``/``frame.open`` build
 the AAD with Payload Length = ``len(plaintext)``, whereas the wire uses the sealed length; those
-two ops use the record layer's corpus-only helpers. The Bridge ops come from
-:mod:`iobridge.npamp.adapter_bridge` when that module is present. Native-channel
+two ops use :func:`seal_plaintext_length_aad`/:func:`open_plaintext_length_aad`, which live
+here so that the core never holds a non-wire AAD. The Bridge ops come from
+:mod:`iobridge.conformance.npamp_bridge_ops`. Native-channel
 ``*.body.decode`` ops answer ``skipped`` (CBOR channel bodies are out of scope), and so does
 any other op not implemented here (the runner counts it as unimplemented, not failed).
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import struct
 import sys
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
-from iobridge.npamp.errors import NpampError
+from iobridge.conformance.npamp_bridge_ops import BRIDGE_OPS
+from iobridge.npamp.errors import AeadFailure, NpampError
 from iobridge.npamp.handshake.profiles import PROFILES, Kem, Profile, check_profile_kem
 from iobridge.npamp.record import keyschedule as ks
-from iobridge.npamp.record.cipher import (
-    RecordCipher,
-    make_nonce,
-    open_payload_plaintext_length_aad,
-    seal_payload_plaintext_length_aad,
+from iobridge.npamp.record.cipher import TAG_SIZE, RecordCipher, make_nonce
+from iobridge.npamp.wire.frame import (
+    CRC_COVERED_SIZE,
+    VERSION,
+    Flags,
+    crc32c,
+    pull_frame,
+    push_frame_header,
+    push_header_prefix,
 )
-from iobridge.npamp.wire.frame import CRC_COVERED_SIZE, Flags, crc32c, pull_frame, push_frame_header
 from iobridge.npamp.wire.frame import FrameHeader as _Header
 from iobridge.npamp.wire.tlv import CRITICAL_BIT, pull_tlv, push_tlv
 
-__all__ = ["OPS", "Skipped", "handle", "main", "serve"]
+__all__ = [
+    "OPS",
+    "Skipped",
+    "handle",
+    "main",
+    "open_plaintext_length_aad",
+    "seal_plaintext_length_aad",
+    "serve",
+]
 
 Op = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -50,6 +62,49 @@ _PROFILE_NAMES = {
     "sovereign": Profile.SOVEREIGN,
 }
 _KEM_NAMES = {"x25519mlkem768": Kem.X25519MLKEM768, "x25519mlkem1024": Kem.X25519MLKEM1024}
+
+
+# --- corpus-only record readings (digest §1.6) -------------------------------------------
+
+
+def seal_plaintext_length_aad(
+    cipher: RecordCipher,
+    *,
+    frame_type: int,
+    channel: int,
+    seq: int,
+    plaintext: bytes,
+    flags: int,
+    version: int = VERSION,
+) -> bytes:
+    """Conformance-corpus ``frame.seal``: AAD Payload Length = ``len(plaintext)``. Not wire.
+
+    Returns:
+        ``ciphertext || tag`` (no header).
+    """
+    prefix = push_header_prefix(flags, frame_type, channel, seq, len(plaintext), version)
+    return cipher.encrypt(seq, prefix, plaintext)
+
+
+def open_plaintext_length_aad(
+    cipher: RecordCipher,
+    *,
+    frame_type: int,
+    channel: int,
+    seq: int,
+    sealed: bytes,
+    flags: int,
+    version: int = VERSION,
+) -> bytes:
+    """Conformance-corpus ``frame.open``: AAD Payload Length = ``len(sealed) - 16``. Not wire.
+
+    Raises:
+        AeadFailure: The tag does not verify or ``sealed`` is shorter than a tag.
+    """
+    if len(sealed) < TAG_SIZE:
+        raise AeadFailure("sealed payload shorter than the tag")
+    prefix = push_header_prefix(flags, frame_type, channel, seq, len(sealed) - TAG_SIZE, version)
+    return cipher.decrypt(seq, prefix, sealed)
 
 
 class Skipped(Exception):
@@ -231,14 +286,14 @@ def _frame_cipher(inp: dict[str, Any]) -> tuple[RecordCipher, dict[str, int]]:
 def frame_seal(inp: dict[str, Any]) -> dict[str, Any]:
     """Corpus whole-frame seal (AAD Payload Length = ``len(pt)``, the corpus quirk)."""
     cipher, fields = _frame_cipher(inp)
-    sealed = seal_payload_plaintext_length_aad(cipher, plaintext=_hex(inp, "pt"), **fields)
+    sealed = seal_plaintext_length_aad(cipher, plaintext=_hex(inp, "pt"), **fields)
     return {"sealed": sealed.hex()}
 
 
 def frame_open(inp: dict[str, Any]) -> dict[str, Any]:
     """Corpus whole-frame open (AAD Payload Length = ``len(sealed) - 16``)."""
     cipher, fields = _frame_cipher(inp)
-    pt = open_payload_plaintext_length_aad(cipher, sealed=_hex(inp, "sealed"), **fields)
+    pt = open_plaintext_length_aad(cipher, sealed=_hex(inp, "sealed"), **fields)
     return {"pt": pt.hex()}
 
 
@@ -253,20 +308,7 @@ def profile_check(inp: dict[str, Any]) -> dict[str, Any]:
     return {"accept": True, "accepted": True}
 
 
-def _load_bridge_ops() -> dict[str, Op]:
-    """The Bridge helper's ops, if its module is installed (imported by name: optional)."""
-    name = f"{__package__}.adapter_bridge"
-    try:
-        module = importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name != name:
-            raise
-        return {}
-    ops: dict[str, Op] = dict(module.BRIDGE_OPS)
-    return ops
-
-
-#: Every implemented op, core first; Bridge ops merged in when available.
+#: Every implemented op, core first, then the Bridge ops.
 OPS: dict[str, Op] = {
     "header.encode": header_encode,
     "header.decode": header_decode,
@@ -282,7 +324,7 @@ OPS: dict[str, Op] = {
     "frame.seal": frame_seal,
     "frame.open": frame_open,
     "profile.check": profile_check,
-    **_load_bridge_ops(),
+    **BRIDGE_OPS,
 }
 
 
