@@ -167,12 +167,16 @@ def test_null_protocol_id_is_malformed_not_unsupported() -> None:
     err = reject(FT.BRIDGE_REQUEST, payload)
     assert isinstance(err, b.NullProtocolId)
     assert err.transport_code is b.TransportErrorCode.ENVELOPE_MALFORMED
-    reply = b.error_reply(err)
+    # 0x00 may not be used as a protocol_id (NPAMP-REG §4): the reply carries the id this side
+    # carries, so it is itself a valid Bridge frame that correlates.
+    reply = b.error_reply(err, protocol_id=0x35)
     assert reply is not None and reply[0] is FT.BRIDGE_ERROR
-    # The reply echoes the (null) envelope for correlation and carries code 1.
-    envelope_len = int.from_bytes(reply[1][2:4], "big")
-    body = b.pull_bridge_error_body(reply[1][4 + envelope_len :])
+    msg = b.pull_bridge_message(*reply)
+    assert msg.envelope.protocol_id == 0x35 and msg.envelope.correlation_id == b"r1"
+    body = b.pull_bridge_error_body(msg.body)
     assert body is not None and body.code is b.TransportErrorCode.ENVELOPE_MALFORMED
+    # With no agreed id there is no valid protocol_id to reply with (NPAMP-REG §7.1).
+    assert b.error_reply(err) is None
 
 
 @pytest.mark.parametrize("frame_type", list(FT))
@@ -193,7 +197,18 @@ def test_message_kind_pairing_is_not_arithmetic() -> None:
 def test_correlation_id_missing(frame_type: b.BridgeFrameType) -> None:
     kind = b.FRAME_MESSAGE_KIND[frame_type]
     err = reject(frame_type, b.push_envelope(env(kind=kind, corr=b"")))
-    assert isinstance(err, b.CorrelationIdMissing) and b.error_reply(err) is None
+    assert isinstance(err, b.CorrelationIdMissing)
+    reply = b.error_reply(err)
+    if frame_type in (FT.BRIDGE_RESPONSE, FT.BRIDGE_ERROR):
+        assert reply is None  # replies are never answered
+        return
+    # Rejecting is answering: the BRIDGE_ERROR echoes the (empty) id it could recover.
+    assert reply is not None and reply[0] is FT.BRIDGE_ERROR
+    tlv_len = int.from_bytes(reply[1][2:4], "big")
+    answer = b.pull_envelope(reply[1][4 : 4 + tlv_len])
+    assert (answer.protocol_id, answer.message_kind, answer.correlation_id) == (0x35, 4, b"")
+    body = b.pull_bridge_error_body(reply[1][4 + tlv_len :])
+    assert body is not None and body.code is b.TransportErrorCode.ENVELOPE_MALFORMED
 
 
 def test_notify_with_correlation_id() -> None:

@@ -19,6 +19,7 @@ from iobridge.npamp.bridge.envelope import (
     BridgeEnvelope,
     BridgeFrameType,
     BridgeMessage,
+    CorrelationIdMissing,
     Effect,
     MessageKind,
     SafetyLabel,
@@ -26,6 +27,7 @@ from iobridge.npamp.bridge.envelope import (
     TransportErrorCode,
     pull_bridge_error_body,
     pull_bridge_message,
+    pull_envelope,
     push_bridge_message,
     push_envelope,
 )
@@ -302,6 +304,62 @@ async def test_malformed_envelopes_are_envelope_malformed_and_start_nothing(
         assert (await peer.stream())[-1].frame_type is BridgeFrameType.BRIDGE_STREAM_END
 
 
+def _label_before_envelope(payload: bytes) -> bytes:
+    env_end = 4 + int.from_bytes(payload[2:4], "big")
+    label_end = env_end + 4 + int.from_bytes(payload[env_end + 2 : env_end + 4], "big")
+    return payload[env_end:label_end] + payload[:env_end] + payload[label_end:]
+
+
+def _trailing_envelope_octet(payload: bytes) -> bytes:
+    env_len = int.from_bytes(payload[2:4], "big")
+    return payload[:2] + (env_len + 1).to_bytes(2, "big") + payload[4 : 4 + env_len] + b"X" + (
+        payload[4 + env_len :]
+    )
+
+
+def _null_protocol_id(payload: bytes) -> bytes:
+    return payload[:4] + b"\x00" + payload[5:]
+
+
+@pytest.mark.parametrize(
+    ("probe", "corr", "mutate"),
+    [
+        ("SafetyLabel before the envelope", b"q1", _label_before_envelope),
+        ("trailing octet in the envelope", b"q2", _trailing_envelope_octet),
+        ("empty correlation_id", b"", None),
+        ("protocol_id 0x00", b"q4", _null_protocol_id),
+    ],
+)
+async def test_independent_peer_probes_are_answered_with_a_valid_bridge_error(
+    harness: StartHarness, client_key: Any, probe: str, corr: bytes, mutate: Any
+) -> None:
+    async with harness() as h, h.raw(client_key) as peer:
+        body = json.dumps(run_body("x")).encode()
+        if mutate is None:  # the session refuses to build an empty id: splice it out by hand
+            payload = peer.run_payload(b"q3", body)
+            payload = b"\x00\x10" + (int.from_bytes(payload[2:4], "big") - 2).to_bytes(
+                2, "big"
+            ) + payload[4:8] + b"\x00" + payload[11:]
+        else:
+            payload = mutate(peer.run_payload(corr, body))
+        await peer.send(BridgeFrameType.BRIDGE_REQUEST, payload)
+        frame = await peer.frame()
+        assert frame.frame_type == BridgeFrameType.BRIDGE_ERROR, probe
+        tlv_len = int.from_bytes(frame.payload[2:4], "big")
+        answer = pull_envelope(frame.payload[4 : 4 + tlv_len])
+        assert answer.protocol_id == 0x35 and answer.message_kind == MessageKind.ERROR
+        assert answer.correlation_id == corr
+        error = pull_bridge_error_body(frame.payload[4 + tlv_len :])
+        assert error is not None and error.code is TransportErrorCode.ENVELOPE_MALFORMED
+        if corr:  # a strict peer accepts the answer: it passes every receive rule
+            assert pull_bridge_message(frame.frame_type, frame.payload).envelope == answer
+        else:  # nothing to echo: the empty id is the honest answer (docs: Rejections)
+            with pytest.raises(CorrelationIdMissing):
+                pull_bridge_message(frame.frame_type, frame.payload)
+        assert h.runtime.active_runs == 0
+        assert await peer.silent()  # exactly one answer
+
+
 async def test_null_protocol_id_is_envelope_malformed_and_starts_nothing(
     harness: StartHarness, client_key: Any
 ) -> None:
@@ -310,11 +368,11 @@ async def test_null_protocol_id_is_envelope_malformed_and_starts_nothing(
         payload[4] = 0x00
         await peer.send(BridgeFrameType.BRIDGE_REQUEST, bytes(payload))
         frame = await peer.frame()
-        assert frame.frame_type == BridgeFrameType.BRIDGE_ERROR
-        envelope_len = int.from_bytes(frame.payload[2:4], "big")
-        assert frame.payload[4] == 0x00  # the requester's envelope, echoed for correlation
-        body = pull_bridge_error_body(frame.payload[4 + envelope_len :])
-        assert body is not None and body.code is TransportErrorCode.ENVELOPE_MALFORMED
+        # The reply is itself a valid Bridge frame: it carries the agreed protocol_id (0x00 may
+        # not be used, NPAMP-REG §4) and echoes the request's correlation_id.
+        reply = pull_bridge_message(frame.frame_type, frame.payload)
+        assert reply.envelope.protocol_id == 0x35 and reply.envelope.correlation_id == b"n1"
+        assert error_code(reply) is TransportErrorCode.ENVELOPE_MALFORMED
         assert h.runtime.active_runs == 0
 
 

@@ -138,6 +138,7 @@ __all__ = [
     "push_envelope",
     "push_safety_label",
     "push_stream_control",
+    "recover_envelope",
 ]
 
 #: The Bridge channel (core channel registry; NPAMP-BRIDGE §1).
@@ -547,9 +548,11 @@ def pull_bridge_message(
     try:
         ft = BridgeFrameType(frame_type)
     except ValueError:
-        raise NotABridgeFrame(
+        exc = NotABridgeFrame(
             f"frame type 0x{frame_type:04x} is not a Bridge frame", frame_type=frame_type
-        ) from None
+        )
+        exc.recovered = recover_envelope(payload)
+        raise exc from None
     envelope: BridgeEnvelope | None = None
     try:
         if len(payload) < TLV_HEADER_SIZE:
@@ -579,8 +582,42 @@ def pull_bridge_message(
     except BridgeProtocolError as exc:
         exc.frame_type = ft
         exc.envelope = envelope
+        exc.recovered = envelope if envelope is not None else recover_envelope(payload)
         raise
     return msg
+
+
+def recover_envelope(payload: bytes) -> BridgeEnvelope | None:
+    """Read what can be read of a malformed payload's envelope, to answer the rejection.
+
+    Walks the leading Bridge TLVs (0x0010, 0x0011, 0x0013, whatever their order: a SafetyLabel
+    before the envelope is still answerable) to the BridgeEnvelope and takes its fixed fields
+    and its correlation_id if that is wholly present (else empty). Never raises.
+
+    Returns:
+        A best-effort envelope (``method`` always empty), or ``None`` when no envelope TLV
+        starts where one could.
+    """
+    pos = 0
+    while len(payload) - pos >= TLV_HEADER_SIZE:
+        tlv_type, length = _TL.unpack_from(payload, pos)
+        start = pos + TLV_HEADER_SIZE
+        if tlv_type == TlvType.BRIDGE_ENVELOPE:
+            value = payload[start : start + length]
+            fixed = bytes(value[:4]).ljust(4, b"\x00")
+            corr_len = value[4] if len(value) > 4 else 0
+            corr = bytes(value[5 : 5 + corr_len])
+            return BridgeEnvelope(
+                protocol_id=fixed[0],
+                message_kind=fixed[1],
+                content_type=fixed[2],
+                flags=fixed[3],
+                correlation_id=corr if len(corr) == corr_len else b"",
+            )
+        if tlv_type not in (TlvType.STREAM_CONTROL, TlvType.SAFETY_LABEL):
+            return None
+        pos = start + length
+    return None
 
 
 def push_bridge_message(msg: BridgeMessage, *, stream_control_required: bool = False) -> bytes:
@@ -634,38 +671,66 @@ def pull_bridge_error_body(body: bytes) -> BridgeErrorBody | None:
     return BridgeErrorBody(code=TransportErrorCode(body[0]), message=message)
 
 
-def error_reply(exc: BridgeProtocolError) -> tuple[BridgeFrameType, bytes] | None:
-    """Build the BRIDGE_ERROR a rejected frame calls for, or ``None`` to drop it silently.
-
-    A frame is answered only when it can be correlated: its envelope parsed, its
-    correlation_id is non-empty, and it is a request or a stream frame (a consumer rejects a
-    bad stream frame upstream, digest §10.9). Notifications are never answered (§8) and an
-    error or response is never answered, to avoid error loops. A null protocol_id is
-    answered too (NPAMP-REG §5: "MUST reject protocol_id 0x00 with EnvelopeMalformed"); the
-    reply echoes the requester's envelope, null id included, so it correlates.
-    """
-    env = exc.envelope
-    if env is None or not env.correlation_id:
-        return None
-    if exc.frame_type not in (
+#: Frame types whose rejection is answered: a request, or a stream frame (the consumer rejects a
+#: bad stream frame upstream, digest §10.9). Replies and notifications never are (§2, §8).
+_ANSWERED = frozenset(
+    {
         BridgeFrameType.BRIDGE_REQUEST,
         BridgeFrameType.BRIDGE_STREAM_DATA,
         BridgeFrameType.BRIDGE_STREAM_END,
-    ):
+    }
+)
+#: Channel-specific frame types start here (NPAMP-BRIDGE §2); lower ones are core or companion.
+_CHANNEL_SPECIFIC = 0x0100
+
+
+def error_reply(
+    exc: BridgeProtocolError, *, protocol_id: int | None = None
+) -> tuple[BridgeFrameType, bytes] | None:
+    """Build the BRIDGE_ERROR a rejected frame calls for, or ``None`` to drop it silently.
+
+    Rejecting is answering (NPAMP-BRIDGE §4): a request, a stream frame, or a frame of an
+    undefined Bridge type (0x0106 and up) that holds an envelope is answered even when that
+    envelope is absent (for the first two),
+    truncated, not first or has trailing octets, echoing whatever correlation_id could be
+    recovered (empty when none). Replies (RESPONSE, ERROR) and notifications are never
+    answered (§2, §8), so two peers cannot loop on errors.
+
+    Args:
+        exc: The rejection.
+        protocol_id: The protocol_id this side carries on the channel. The reply echoes the
+            frame's own protocol_id when it is a valid one; for the null id 0x00 (or none
+            readable) it carries this one instead, because 0x00 "MUST NOT be used as a
+            protocol_id" (NPAMP-REG §4). Without one (no agreement with the peer, so no id
+            may be emitted, NPAMP-REG §7.1) such a frame cannot be answered validly: dropped.
+
+    Returns:
+        ``(BRIDGE_ERROR, payload)`` or ``None``.
+    """
+    ft = exc.frame_type
+    env = exc.envelope if exc.envelope is not None else exc.recovered
+    if ft is None or ft < _CHANNEL_SPECIFIC:
+        return None  # core and companion frame types keep their own meaning (§2)
+    undefined = ft > BridgeFrameType.BRIDGE_STREAM_END
+    if not (ft in _ANSWERED or (undefined and env is not None)):
         return None
+    reply_id = env.protocol_id if env is not None and env.protocol_id else protocol_id
+    if reply_id is None:
+        return None
+    content_type = ContentType.JSON
+    if env is not None and env.content_type in ContentType._value2member_map_:
+        content_type = ContentType(env.content_type)
     reason = str(exc).encode("utf-8")[:255].decode("utf-8", "ignore")
-    msg = BridgeMessage(
-        frame_type=BridgeFrameType.BRIDGE_ERROR,
-        envelope=BridgeEnvelope(
-            protocol_id=env.protocol_id,
-            message_kind=MessageKind.ERROR,
-            content_type=env.content_type,
-            correlation_id=env.correlation_id,
-        ),
-        body=push_bridge_error_body(BridgeErrorBody(code=exc.transport_code, message=reason)),
+    envelope = BridgeEnvelope(
+        protocol_id=reply_id,
+        message_kind=MessageKind.ERROR,
+        content_type=content_type,
+        correlation_id=b"" if env is None else env.correlation_id,
     )
-    if env.protocol_id == 0x00:
-        # The only message we ever send with the null id is the rejection it calls for;
-        # the usual send-side check (which refuses the null id) does not apply.
-        return BridgeFrameType.BRIDGE_ERROR, push_envelope(msg.envelope) + msg.body
+    body = push_bridge_error_body(BridgeErrorBody(code=exc.transport_code, message=reason))
+    if not envelope.correlation_id:
+        # Nothing to echo: the empty id is the only honest answer, and it is the one reply
+        # the send-side check (which insists on an id) must let through.
+        return BridgeFrameType.BRIDGE_ERROR, push_envelope(envelope) + body
+    msg = BridgeMessage(frame_type=BridgeFrameType.BRIDGE_ERROR, envelope=envelope, body=body)
     return BridgeFrameType.BRIDGE_ERROR, push_bridge_message(msg)

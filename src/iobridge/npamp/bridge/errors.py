@@ -73,6 +73,9 @@ class BridgeProtocolError(RemoteProtocolError):
         transport_code: The transport error to answer with (see :func:`error_reply`).
         frame_type: Frame type of the offending frame, when known.
         envelope: The envelope, when it was parsed before the rule failed; needed to echo.
+        recovered: When the envelope itself is malformed, the fields that could still be read
+            from it (a correlation_id only if it is wholly present, else empty), so that the
+            rejection can still be answered and correlated (NPAMP-BRIDGE §4).
     """
 
     transport_code: ClassVar[TransportErrorCode] = TransportErrorCode.ENVELOPE_MALFORMED
@@ -88,6 +91,7 @@ class BridgeProtocolError(RemoteProtocolError):
         super().__init__(message)
         self.frame_type = frame_type
         self.envelope = envelope
+        self.recovered: BridgeEnvelope | None = None
 
 
 class EnvelopeMalformed(BridgeProtocolError):

@@ -193,10 +193,12 @@ class BridgeSession:
         except BridgeProtocolError as exc:
             if msg is not None and exc.envelope is None:
                 exc.frame_type, exc.envelope = msg.frame_type, msg.envelope
-            reply = error_reply(exc)
+                exc.recovered = msg.envelope
+            reply = error_reply(exc, protocol_id=self.protocol_id)
             if reply is not None:
                 self._outbox.append(reply)
-            corr = None if exc.envelope is None else exc.envelope.correlation_id
+            known = exc.envelope if exc.envelope is not None else exc.recovered
+            corr = None if known is None else known.correlation_id
             return [BridgeFrameRejected(correlation_id=corr, error=exc, replied=reply is not None)]
 
     # -- consumer API -----------------------------------------------------------------------
