@@ -401,3 +401,13 @@ async def test_large_frames_and_many_small_frames(certs: tuple[Path, Path]) -> N
         assert (await assoc.receive(BRIDGE)).payload == b"echo:" + big
         got = [(await assoc.receive(INTERACTION)).payload for _ in range(200)]
         assert got == [b"echo:%d" % i for i in range(200)]
+
+
+def test_unverified_client_context_loads_no_trust_store(certs: tuple[Path, Path]) -> None:
+    ctx = client_ssl_context(certs[0], verify=False)
+    assert ctx.verify_mode is ssl.CERT_NONE and not ctx.check_hostname
+    assert ctx.cert_store_stats()["x509_ca"] == 0  # neither the system store nor cafile
+    assert ctx.minimum_version is ssl.TLSVersion.TLSv1_3
+    verifying = client_ssl_context(certs[0])
+    assert verifying.verify_mode is ssl.CERT_REQUIRED and verifying.check_hostname
+    assert verifying.cert_store_stats()["x509_ca"] == 1  # exactly the given anchor

@@ -31,6 +31,7 @@ from iobridge.npamp.bridge.envelope import (
     push_bridge_message,
     push_envelope,
 )
+from iobridge.npamp_server import client as agui_client
 from iobridge.npamp_server.client import AgUiEvent, RunRefused
 
 from .conftest import BRIDGE, DISCOVERY, INTERACTION, WAIT, Harness, StartHarness
@@ -203,6 +204,30 @@ async def test_clause3_run_error_in_stream_and_undelivered_runs_as_bridge_error(
             assert reply.envelope.correlation_id == corr
             assert error_code(reply) is TransportErrorCode.NOT_DELIVERED
         assert h.runtime.active_runs == 0
+
+
+async def test_every_client_connect_shares_one_tls_context(
+    harness: StartHarness, client_key: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built: list[object] = []
+    real = agui_client.client_ssl_context
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        built.append(real(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(agui_client, "client_ssl_context", counting)
+    agui_client._default_ssl_context.cache_clear()
+    try:
+        async with harness() as h:
+            for run_id in ("c1", "c2", "c3"):
+                async with h.client(client_key) as client:
+                    events = [e.type async for e in client.run(run_body("hi", run_id=run_id))]
+                    assert events[-1] == "RUN_FINISHED"
+    finally:
+        agui_client._default_ssl_context.cache_clear()
+    assert len(built) == 1  # built once, with no CA store: verification is off (keys pinned)
+    assert built[0].cert_store_stats()["x509_ca"] == 0  # type: ignore[attr-defined]
 
 
 async def test_busy_thread_is_not_delivered(harness: StartHarness, client_key: Any) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import ssl
@@ -272,6 +273,16 @@ def _json(value: Mapping[str, Any]) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
+@functools.cache
+def _default_ssl_context() -> ssl.SSLContext:
+    """The module's one client TLS context (no certificate checks: keys are pinned instead).
+
+    Shared by every :func:`connect` without its own: one context serves any number of
+    connections, and building one per association was most of the cost of setting one up.
+    """
+    return client_ssl_context(verify=False)
+
+
 @contextlib.asynccontextmanager
 async def connect(
     host: str,
@@ -308,7 +319,7 @@ async def connect(
         handshake=HandshakeConfig(identities=[identity], peer_verifier=verifier),
         handshake_timeout=handshake_timeout,
     )
-    ctx = ssl_context or client_ssl_context(verify=False)
+    ctx = ssl_context or _default_ssl_context()
     async with npamp_connect(host, port, ctx, config) as assoc:
         client = AgUiClient(assoc, channel=channel, protocol_id=protocol_id, safety=safety)
         try:

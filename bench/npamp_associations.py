@@ -1,0 +1,160 @@
+"""N-PAMP association rate: N concurrent associations (one short run each) vs N bare TLS 1.3.
+
+The server is ``iobridge serve --npamp-port`` in its own process (configured by a TOML file:
+in-memory store, every peer agreed on AG-UI, the offline demo agent); a second process serves
+bare TLS 1.3 handshakes with the same certificate. The client side (this process, one event
+loop) opens ``--associations`` N-PAMP associations at once through
+:func:`iobridge.npamp_server.client.connect` with its default TLS settings, each running one
+short run to its end, then N bare TLS handshakes at once (one shared client context). It prints
+both rates, their ratio, the p50/p99 time from ``connect()`` to the first AG-UI event, and the
+median of sequential ``connect()`` calls. Run:
+``.venv/bin/python bench/npamp_associations.py [--associations N] [--sequential M]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from iobridge.npamp.aio import self_signed_certificate
+from iobridge.npamp.handshake import IdentityKey, SignatureScheme, keygen, load_identity
+from iobridge.npamp_server.client import connect
+
+RUN = {
+    "threadId": "t",
+    "runId": "r",
+    "messages": [{"id": "u1", "role": "user", "content": "hello"}],
+}
+BARE_TLS_SERVER = """
+import asyncio, ssl, sys
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(sys.argv[1], sys.argv[2])
+ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+async def main():
+    async def done(reader, writer):
+        writer.close()
+    server = await asyncio.start_server(done, "127.0.0.1", int(sys.argv[3]), ssl=ctx, backlog=4096)
+    await server.serve_forever()
+asyncio.run(main())
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on {port}")
+
+
+@contextlib.contextmanager
+def _servers(tmp: Path) -> Iterator[tuple[int, int, str]]:
+    """Start both server processes; yield (N-PAMP port, bare TLS port, server fingerprint)."""
+    key_path = keygen(tmp / "server.key")
+    cert, key = self_signed_certificate(tmp)
+    npamp_port, tls_port = _free_port(), _free_port()
+    config = tmp / "iobridge.toml"
+    config.write_text(
+        f'database_url = "memory://"\nlog_level = "warning"\nport = {_free_port()}\n'
+        f'[npamp]\nport = {npamp_port}\nidentity_key = "{key_path}"\n'
+        f'tls_cert = "{cert}"\ntls_key = "{key}"\n'
+        'agui_peers = "*"\ntrusted_peers = "*"\n'
+    )
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    npamp = subprocess.Popen(
+        [sys.executable, "-m", "iobridge.cli", "serve", "--config", str(config)], env=env
+    )
+    tls = subprocess.Popen(
+        [sys.executable, "-c", BARE_TLS_SERVER, str(cert), str(key), str(tls_port)]
+    )
+    try:
+        _wait_for_port(npamp_port, npamp)
+        _wait_for_port(tls_port, tls)
+        yield npamp_port, tls_port, load_identity(key_path).fingerprint
+    finally:
+        for proc in (npamp, tls):
+            proc.terminate()
+            proc.wait(10)
+
+
+async def _association(port: int, identity: IdentityKey, pin: str, i: int) -> float:
+    """One association running one run to its end; seconds from connect() to the first event."""
+    start = time.perf_counter()
+    first = 0.0
+    async with connect("127.0.0.1", port, identity=identity, pinned=[pin]) as client:
+        async for _ in client.run({**RUN, "threadId": f"t{i}", "runId": f"r{i}"}):
+            first = first or time.perf_counter() - start
+    return first
+
+
+async def _bare_tls(port: int, ctx: ssl.SSLContext) -> None:
+    _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx)
+    writer.close()
+    with contextlib.suppress(OSError, ssl.SSLError):
+        await writer.wait_closed()
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def main(associations: int, sequential: int) -> None:
+    identity = IdentityKey.generate(SignatureScheme.ED25519)
+    with tempfile.TemporaryDirectory() as tmp, _servers(Path(tmp)) as (port, tls_port, pin):
+        await _association(port, identity, pin, -1)  # warm both ends up
+        seq = []
+        for _ in range(sequential):
+            start = time.perf_counter()
+            async with connect("127.0.0.1", port, identity=identity, pinned=[pin]):
+                seq.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        firsts = await asyncio.gather(
+            *(_association(port, identity, pin, i) for i in range(associations))
+        )
+        assoc_seconds = time.perf_counter() - start
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+        start = time.perf_counter()
+        await asyncio.gather(*(_bare_tls(tls_port, ctx) for _ in range(associations)))
+        tls_seconds = time.perf_counter() - start
+
+    assoc_rate, tls_rate = associations / assoc_seconds, associations / tls_seconds
+    print(f"{associations} concurrent, server in its own process, client on one event loop")
+    print(f"sequential connect(), median of {sequential}: {statistics.median(seq) * 1e3:.1f} ms")
+    print(f"N-PAMP associations (one run each): {assoc_rate:8.1f}/s")
+    print(f"bare TLS 1.3 handshakes:            {tls_rate:8.1f}/s")
+    print(f"ratio (associations / TLS):         {assoc_rate / tls_rate:8.2f}x")
+    print(
+        f"connect() to first event: p50 {_pct(firsts, 0.5) * 1e3:.0f} ms, "
+        f"p99 {_pct(firsts, 0.99) * 1e3:.0f} ms"
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--associations", type=int, default=200)
+    parser.add_argument("--sequential", type=int, default=20)
+    args = parser.parse_args()
+    asyncio.run(main(args.associations, args.sequential))
