@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from hypothesis import given
+from hypothesis import strategies as st
 
 from iobridge.npamp.errors import (
     AeadFailure,
@@ -214,3 +216,43 @@ def test_rekey_restarts_sequence_and_old_key_fails() -> None:
         receiver.open(fresh)
     receiver.rekey(new, 1)
     assert receiver.open(fresh) == b"e1"
+
+
+@given(
+    frame_type=st.integers(1, 0xFFFF),
+    channel=st.integers(0, 0xFFFE),
+    start=st.sampled_from([0, 1, 2**32, LAST_DATA_SEQUENCE - 1]),
+    plaintext=st.binary(max_size=300),
+    urgent=st.booleans(),
+    suite=st.sampled_from([SUITE_AES_256_GCM, SUITE_CHACHA20_POLY1305]),
+)
+def test_per_frame_path_matches_the_reference_functions(
+    frame_type: int, channel: int, start: int, plaintext: bytes, urgent: bool, suite: int
+) -> None:
+    """SendState.seal / ReceiveState.open inline seal_frame / open_frame: same octets."""
+    cipher = RecordCipher(suite, KEY, IV)
+    sender, receiver = SendState(channel, cipher), ReceiveState(channel, cipher)
+    sender.next_seq = receiver.expected_seq = start
+    wire = sender.seal(frame_type, plaintext, urgent=urgent)
+    flags = 0x03 if urgent else 0x02
+    assert wire == seal_frame(
+        cipher, frame_type=frame_type, channel=channel, seq=start, plaintext=plaintext, flags=flags
+    )
+    frame = pull_frame(wire)
+    assert open_frame(cipher, frame) == plaintext
+    assert receiver.open(frame) == plaintext and receiver.expected_seq == start + 1
+    tampered = pull_frame(wire[:-1] + bytes([wire[-1] ^ 1]))
+    receiver.expected_seq = start
+    with pytest.raises(AeadFailure):
+        receiver.open(tampered)
+    assert receiver.expected_seq == start  # nothing advances on a failed open
+
+
+def test_per_frame_path_rejects_fields_out_of_range() -> None:
+    sender = SendState(0x000D, RecordCipher(SUITE_AES_256_GCM, KEY, IV))
+    with pytest.raises(LocalProtocolError):
+        sender.seal(0x10000, b"")
+    assert sender.next_seq == 0
+    short = Frame(header=pull_frame(sender.seal(1, b"")).header, payload=b"short")
+    with pytest.raises(AeadFailure):
+        ReceiveState(0x000D, RecordCipher(SUITE_AES_256_GCM, KEY, IV)).open(short)
