@@ -105,6 +105,9 @@ class NpampSettings(BaseModel):
     resume_grace_seconds: float = Field(default=60.0, ge=0)
     #: Announce the AG-UI protocol record on the Discovery channel to agreed peers.
     announce_discovery: bool = False
+    #: Answer DISCO_QUERY on the Discovery channel: the AG-UI record to agreed peers, an empty
+    #: result to the others (NPAMP-DISC §6, §10).
+    answer_discovery: bool = True
     #: Seconds allowed for each TLS / N-PAMP handshake step.
     handshake_timeout: float = Field(default=10.0, gt=0)
 

@@ -660,6 +660,32 @@ async def test_clause7_interaction_channel_and_discovery_for_agreed_peers(
             assert len(client.announcements) == 1
 
 
+# NPAMP-DISC §4.2/§6.1: {0: 0x0100 DISCO_QUERY, 1: corr h'd1', 2: kinds [1 = protocol]}
+DISCO_QUERY = bytes.fromhex("a3" "00190100" "01426431" "028101")
+
+
+async def test_discovery_query_answered_with_the_agui_record_only_to_agreed_peers(
+    harness: StartHarness, client_key: Any, other_key: Any
+) -> None:
+    npamp = {"agui_peers": [client_key.fingerprint], "trusted_peers": [other_key.fingerprint]}
+    async with harness(npamp=npamp) as h:
+        async with h.raw(client_key) as peer:
+            await peer.send(0x0100, DISCO_QUERY, DISCOVERY)
+            reply = await peer.frame(DISCOVERY)
+            # DISCO_RESULT {0: 0x0101, 1: h'd1', 2: [record], 3: true} (§6.2)
+            assert reply.frame_type == 0x0101
+            assert reply.payload[:11] == bytes.fromhex("a4" "00190101" "01426431" "0281")
+            assert reply.payload[-2:] == b"\x03\xf5"
+            record = pull_protocol_record(reply.payload[11:-2])
+            assert (record.protocol_id, record.carriage_class) == (0x35, 4)
+            assert record.channels == (BRIDGE,) and record.methods == ("run",)
+        async with h.raw(other_key) as peer:  # trusted, but not agreed on 0x35
+            await peer.send(0x0100, DISCO_QUERY, DISCOVERY)
+            reply = await peer.frame(DISCOVERY)
+            assert reply.frame_type == 0x0101
+            assert reply.payload == bytes.fromhex("a4" "00190101" "01426431" "0280" "03f5")
+
+
 # --- §10 clause 8: no HTTP binding at the N-PAMP layer ---------------------------------------
 
 

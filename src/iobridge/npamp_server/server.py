@@ -62,8 +62,9 @@ from iobridge.npamp.bridge import (
 from iobridge.npamp.bridge.discovery import (
     CARRIAGE_CLASS_STREAM,
     DISCOVERY_CHANNEL,
+    DiscoveryResponder,
     ProtocolRecord,
-    push_protocol_record,
+    push_disco_announce,
 )
 from iobridge.npamp.bridge.events import (
     BridgeErrorReceived,
@@ -135,7 +136,7 @@ class AgUiServer:
     def transport_config(self) -> TransportConfig:
         """Handshake (our key, peer trust) and association (channels) settings."""
         channels = set(self.settings.channels)
-        if self.settings.announce_discovery:
+        if self.settings.announce_discovery or self.settings.answer_discovery:
             channels.add(DISCOVERY_CHANNEL)
         return TransportConfig(
             handshake=HandshakeConfig(identities=[self.identity], peer_verifier=self.peers.trusts),
@@ -189,15 +190,23 @@ class _Peer:
         }
         self.lock = asyncio.Lock()
         self.streams: dict[tuple[int, bytes], _Forwarding] = {}
+        # Queries get the AG-UI record only under agreement (MAP-AGUI §7), else an empty result.
+        self.discovery = DiscoveryResponder([self._record()] if self.agreed else [])
 
     async def serve(self) -> None:
         try:
             if self.agreed and self.server.settings.announce_discovery:
                 await self.assoc.send(DISCOVERY_CHANNEL, DISCO_ANNOUNCE, self._announcement())
             async for frame in self.assoc:
+                if frame.channel == DISCOVERY_CHANNEL:
+                    answers = self.discovery.receive_frame(frame.frame_type, frame.payload)
+                    if answers:
+                        async with self.lock:
+                            await self.assoc.send_many(DISCOVERY_CHANNEL, answers)
+                    continue
                 session = self.sessions.get(frame.channel)
                 if session is None:
-                    continue  # Discovery queries and other channels are not served here
+                    continue
                 events = session.receive_frame(frame.frame_type, frame.payload)
                 await self._flush(frame.channel)
                 for event in events:
@@ -359,11 +368,12 @@ class _Peer:
             await self.assoc.send_many(channel, frames)
 
     def _announcement(self) -> bytes:
-        """DISCO_ANNOUNCE ``{0: 0x0103, 2: [record]}`` in deterministic CBOR (NPAMP-DISC §5.1).
+        """DISCO_ANNOUNCE ``{0: 0x0103, 2: [record]}`` in deterministic CBOR (NPAMP-DISC §7.1)."""
+        return push_disco_announce([self._record()])
 
-        The record is a complete CBOR item, so the two-entry map is written around it.
-        """
-        record = ProtocolRecord(
+    def _record(self) -> ProtocolRecord:
+        """The AG-UI protocol record (NPAMP-DISC §5.1) for the channels this server carries."""
+        return ProtocolRecord(
             record_id=b"agui",
             revision=1,
             protocol_id=self.server.settings.agui_protocol_id,
@@ -372,7 +382,6 @@ class _Peer:
             content_types=(0x01,),
             methods=(RUN_METHOD,),
         )
-        return b"\xa2\x00\x19\x01\x03\x02\x81" + push_protocol_record(record)
 
 
 # --- serving ------------------------------------------------------------------------------
