@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
+from tests.helpers import free_port
 from typer.testing import CliRunner
 
 from iobridge.cli import app
 from iobridge.npamp.handshake import load_identity
+
+from .conftest import StartHarness
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -23,3 +27,54 @@ def test_keygen_prints_the_fingerprint_and_refuses_to_overwrite(tmp_path: Path) 
     assert again.exit_code == 2
     bad = runner.invoke(app, ["npamp", "keygen", str(tmp_path / "x"), "--scheme", "rsa"])
     assert bad.exit_code == 2 and not (tmp_path / "x").exists()
+
+
+def _one_line_error(result: object, *needles: str) -> str:
+    """The CLI failed with exactly one ``error: ...`` line and no traceback."""
+    stderr: str = result.stderr  # type: ignore[attr-defined]
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert result.exception is None or isinstance(result.exception, SystemExit)  # type: ignore[attr-defined]
+    assert "Traceback" not in stderr and len(lines) == 1 and lines[0].startswith("error: ")
+    assert all(needle in lines[0] for needle in needles), lines[0]
+    return lines[0]
+
+
+def test_keygen_into_a_missing_folder_is_a_one_line_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["npamp", "keygen", str(tmp_path / "nope" / "server.key")])
+    assert result.exit_code == 2
+    _one_line_error(result, "does not exist")
+    assert not (tmp_path / "nope").exists()
+
+
+@pytest.mark.parametrize("problem", ["ml-dsa-87 key", "missing file", "not a key"])
+def test_run_with_an_unusable_identity_is_a_one_line_error(tmp_path: Path, problem: str) -> None:
+    runner = CliRunner()
+    key = tmp_path / "client.key"
+    if problem == "ml-dsa-87 key":
+        made = runner.invoke(app, ["npamp", "keygen", str(key), "--scheme", "ml-dsa-87"])
+        assert made.exit_code == 0
+    elif problem == "not a key":
+        key.write_text("not a PEM file\n")
+    result = runner.invoke(
+        app,
+        ["npamp", "run", "--connect", f"127.0.0.1:{free_port()}", "--pin", "sha256:" + "0" * 64,
+         "-m", "hi", "--identity", str(key)],
+    )
+    assert result.exit_code == 2  # refused before any connection is attempted
+    needle = {"ml-dsa-87 key": "Ed25519", "missing file": "client.key", "not a key": "PEM"}
+    _one_line_error(result, "--identity", needle[problem])
+
+
+async def test_run_prints_the_refusal_it_received(
+    harness: StartHarness, tmp_path: Path
+) -> None:
+    runner = CliRunner()
+    key = tmp_path / "client.key"
+    assert runner.invoke(app, ["npamp", "keygen", str(key)]).exit_code == 0
+    async with harness(npamp={"agui_peers": []}) as h:  # trusted, never agreed on 0x35
+        args = ["npamp", "run", "--connect", f"127.0.0.1:{h.port}", "--pin",
+                h.server_key.fingerprint, "-m", "hi", "--identity", str(key), "--timeout", "10"]
+        result = await asyncio.to_thread(runner.invoke, app, args)
+    assert result.exit_code == 1
+    line = _one_line_error(result, "the server refused the run: ProtocolUnsupported")
+    assert "agui_peers" in line

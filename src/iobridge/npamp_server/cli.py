@@ -9,8 +9,9 @@ from typing import Annotated
 
 import typer
 
-from iobridge.npamp.bridge import Effect
+from iobridge.npamp.bridge import Effect, TransportErrorCode
 from iobridge.npamp.handshake import IdentityKey, SignatureScheme, keygen, load_identity
+from iobridge.npamp_server.client import RunRefused
 
 app = typer.Typer(help="AG-UI over N-PAMP: keys and a command-line client.", no_args_is_help=True)
 
@@ -23,10 +24,39 @@ def keygen_command(
     """Create an identity key pair and print its fingerprint (what peers pin and map)."""
     try:
         written = keygen(path, scheme)
-    except (ValueError, FileExistsError) as exc:
+    except (ValueError, OSError) as exc:  # unknown scheme, file exists, folder missing
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     typer.echo(load_identity(written).fingerprint)
+
+
+def _client_identity(path: Path) -> IdentityKey:
+    """Load ``--identity``; every way it can be unusable is a one-line error, exit 2."""
+    try:
+        key = load_identity(path)
+    except (ValueError, OSError) as exc:
+        typer.echo(f"error: --identity {exc}", err=True)
+        raise typer.Exit(2) from None
+    if key.scheme is not SignatureScheme.ED25519:
+        # The client offers the Standard profile, whose only signature scheme is Ed25519;
+        # ML-DSA-87 keys belong to the High and Sovereign profiles.
+        typer.echo(
+            f"error: --identity {path} is an {key.scheme.name} key; the Standard profile this "
+            "client speaks needs an Ed25519 key (iobridge npamp keygen KEY)",
+            err=True,
+        )
+        raise typer.Exit(2)
+    return key
+
+
+def _refusal(exc: RunRefused) -> str:
+    """The refusal as the spec names it (NPAMP-BRIDGE §6), with what to do about the usual one."""
+    code = exc.transport_code
+    name = "foreign error" if code is None else code.name.title().replace("_", "")
+    line = f"the server refused the run: {name}" + (f" ({exc.reason})" if exc.reason else "")
+    if code is TransportErrorCode.PROTOCOL_UNSUPPORTED:
+        line += "; the server must list this key's fingerprint in [npamp] agui_peers"
+    return line
 
 
 def _address(value: str) -> tuple[str, int]:
@@ -60,7 +90,7 @@ def run_command(
         typer.echo("error: give --pin with the server's key fingerprint", err=True)
         raise typer.Exit(2)
     if identity is not None:
-        key = load_identity(identity)
+        key = _client_identity(identity)
     else:
         key = IdentityKey.generate(SignatureScheme.ED25519)
         typer.echo(f"using a fresh identity key {key.fingerprint}", err=True)
@@ -96,6 +126,9 @@ async def _run(
             async with connect(host, port, identity=key, pinned=pins, safety=safety) as client:
                 async for event in client.run(run_input):
                     typer.echo(event.raw.decode("utf-8"))
+    except RunRefused as exc:
+        typer.echo(f"error: {_refusal(exc)}", err=True)
+        return 1
     except (NpampError, TimeoutError) as exc:
         typer.echo(f"error: {exc or 'timed out'}", err=True)
         return 1

@@ -125,12 +125,15 @@ def generate_identity(
 
     Raises:
         FileExistsError: ``path`` already exists.
+        FileNotFoundError: The folder of ``path`` does not exist (nothing is created).
     """
+    target = Path(path)
+    if not target.parent.is_dir():
+        raise FileNotFoundError(f"folder {str(target.parent)!r} does not exist; create it first")
     if isinstance(scheme, Profile):
         allowed = PROFILES[scheme].signatures
         scheme = max(allowed, key=lambda s: s is SignatureScheme.MLDSA87)
     identity = IdentityKey.generate(scheme)
-    target = Path(path)
     private_pem = identity.private_key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
@@ -174,9 +177,13 @@ def load_identity(path: str | os.PathLike[str]) -> IdentityKey:
     """Load a private identity key (PKCS#8 PEM) written by :func:`generate_identity`.
 
     Raises:
+        OSError: The file cannot be read.
         ValueError: The file is not an unencrypted Ed25519 or ML-DSA-87 private key.
     """
-    key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
+    try:
+        key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
+    except (ValueError, TypeError) as exc:  # not PEM, encrypted, or an unsupported algorithm
+        raise ValueError(f"{path}: not an unencrypted PKCS#8 PEM private key") from exc
     if not isinstance(key, ed25519.Ed25519PrivateKey | mldsa.MLDSA87PrivateKey):
         raise ValueError(f"not an N-PAMP identity key type: {type(key).__name__}")
     return IdentityKey(_scheme_of(key), key)
