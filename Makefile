@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: serve test lint bench e2e-deps clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py src/iobridge/npamp/_speedups.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'

@@ -5,6 +5,8 @@ from __future__ import annotations
 import struct
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from iobridge.npamp.errors import (
     BadMagic,
@@ -28,6 +30,7 @@ from iobridge.npamp.wire.frame import (
     is_grease_channel,
     pull_frame,
     pull_frame_header,
+    pull_frame_header_reference,
     push_frame,
     push_frame_header,
 )
@@ -211,3 +214,19 @@ def test_reader_poisoned_after_error() -> None:
         reader.feed(GOLDEN_PING)
     with pytest.raises(BadMagic):
         reader.next_frame()
+
+
+@given(st.binary(min_size=36, max_size=60), st.integers(0, 2**25))
+def test_compiled_header_decoder_agrees_with_the_reference(raw: bytes, cap: int) -> None:
+    """The compiled decoder accepts exactly what the reference accepts, with equal fields."""
+    from iobridge.npamp import _speedups
+
+    valid = push_frame(raw[0] | 1, raw[1], int.from_bytes(raw[2:10], "big"), raw[36:], flags=2)
+    for buf in (raw, valid, bytearray(valid)):
+        try:
+            expected = pull_frame_header_reference(buf, max_payload_length=cap)
+        except FrameDecodeError:
+            assert _speedups.pull_header(FrameHeader, buf, 0, cap) is None
+        else:
+            assert _speedups.pull_header(FrameHeader, buf, 0, cap) == expected
+            assert pull_frame_header(buf, max_payload_length=cap) == expected

@@ -67,6 +67,31 @@ def test_handshake_flow_kat_frames_seal_and_open(vec: dict[str, Any]) -> None:
     assert open_frame(cipher, frame) == plaintext
 
 
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "reference"])
+@pytest.mark.parametrize("vec", KAT["frames"], ids=lambda v: v["name"])
+def test_handshake_flow_kat_frames_through_both_per_frame_paths(
+    vec: dict[str, Any], compiled: bool
+) -> None:
+    key, iv = bytes.fromhex(vec["key"]), bytes.fromhex(vec["iv"])
+    cipher = RecordCipher(SUITE_AES_256_GCM, key, iv, compiled=compiled)
+    assert cipher.compiled is compiled  # CI builds the extension; a silent fallback fails here
+    sender, receiver = SendState(vec["channel"], cipher), ReceiveState(vec["channel"], cipher)
+    sender.next_seq = receiver.expected_seq = vec["seq"]
+    plaintext = bytes.fromhex(vec["plaintext"])
+    assert sender.seal(vec["frame_type"], plaintext).hex() == vec["wire"]
+    assert receiver.open(pull_frame(bytes.fromhex(vec["wire"]))) == plaintext
+
+
+def test_compiled_crc32c_matches_the_golden_vector_and_the_library() -> None:
+    from iobridge.npamp import _speedups
+
+    golden = bytes.fromhex("4e50414d2000010000000000000000000000000000")
+    assert _speedups.crc32c(golden) == 0x0D880C25 == crc32c(golden)
+    for size in (0, 1, 21, 1000):
+        data = bytes(range(256)) * 4
+        assert _speedups.crc32c(data[:size]) == crc32c(data[:size])
+
+
 def test_application_keys_from_master_match_kat() -> None:
     app = KAT["application"]
     master = bytes.fromhex(app["master_secret"])
@@ -225,12 +250,19 @@ def test_rekey_restarts_sequence_and_old_key_fails() -> None:
     plaintext=st.binary(max_size=300),
     urgent=st.booleans(),
     suite=st.sampled_from([SUITE_AES_256_GCM, SUITE_CHACHA20_POLY1305]),
+    compiled=st.booleans(),
 )
 def test_per_frame_path_matches_the_reference_functions(
-    frame_type: int, channel: int, start: int, plaintext: bytes, urgent: bool, suite: int
+    frame_type: int,
+    channel: int,
+    start: int,
+    plaintext: bytes,
+    urgent: bool,
+    suite: int,
+    compiled: bool,
 ) -> None:
-    """SendState.seal / ReceiveState.open inline seal_frame / open_frame: same octets."""
-    cipher = RecordCipher(suite, KEY, IV)
+    """SendState.seal / ReceiveState.open (compiled or not) = seal_frame / open_frame octets."""
+    cipher = RecordCipher(suite, KEY, IV, compiled=compiled)
     sender, receiver = SendState(channel, cipher), ReceiveState(channel, cipher)
     sender.next_seq = receiver.expected_seq = start
     wire = sender.seal(frame_type, plaintext, urgent=urgent)
@@ -248,11 +280,13 @@ def test_per_frame_path_matches_the_reference_functions(
     assert receiver.expected_seq == start  # nothing advances on a failed open
 
 
-def test_per_frame_path_rejects_fields_out_of_range() -> None:
-    sender = SendState(0x000D, RecordCipher(SUITE_AES_256_GCM, KEY, IV))
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "reference"])
+def test_per_frame_path_rejects_fields_out_of_range(compiled: bool) -> None:
+    cipher = RecordCipher(SUITE_AES_256_GCM, KEY, IV, compiled=compiled)
+    sender = SendState(0x000D, cipher)
     with pytest.raises(LocalProtocolError):
         sender.seal(0x10000, b"")
     assert sender.next_seq == 0
     short = Frame(header=pull_frame(sender.seal(1, b"")).header, payload=b"short")
     with pytest.raises(AeadFailure):
-        ReceiveState(0x000D, RecordCipher(SUITE_AES_256_GCM, KEY, IV)).open(short)
+        ReceiveState(0x000D, cipher).open(short)

@@ -19,6 +19,12 @@ Theory of operation (core draft §7.3, spec/06, digest §1.6):
   caller to rotate first.
 
 One AEAD object is built per key and reused for every frame (rebuilding it costs 4-6x).
+
+The per-frame path (:meth:`SendState.seal`, :meth:`ReceiveState.open`) has two
+implementations giving the same octets: this module's Python (the reference, always present)
+and, for AES-256-GCM, the optional compiled :mod:`iobridge.npamp._speedups` (one C
+call per frame, built at install against the system libcrypto). ``RecordCipher(...,
+compiled=False)`` forces the reference; tests run the KATs and the corpus through both.
 """
 
 from __future__ import annotations
@@ -28,6 +34,11 @@ import struct
 import google_crc32c
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
+
+try:
+    from iobridge.npamp import _speedups
+except ImportError:  # pragma: no cover - the extension is optional; the reference path remains
+    _speedups = None  # type: ignore[assignment]
 
 from iobridge.npamp.errors import (
     AeadFailure,
@@ -55,6 +66,7 @@ from iobridge.npamp.wire.frame import (
 )
 
 __all__ = [
+    "COMPILED_MAX_SEALED",
     "IV_SIZE",
     "KEY_SIZE",
     "LAST_DATA_SEQUENCE",
@@ -92,6 +104,10 @@ _VERFLAGS_URG = (VERSION << 4) | _ENC_URG
 _pack_prefix = HEADER_PREFIX.pack
 _pack_tail = HEADER_TAIL.pack
 _crc = google_crc32c.value
+#: Largest sealed region sent through the compiled path. It saves the per-call overhead, which
+#: dominates small frames; on large ones cryptography's bundled OpenSSL has the faster GCM
+#: (bench/npamp_frames.py shows the crossover between 1 and 4 KiB on this machine).
+COMPILED_MAX_SEALED = 2048
 
 
 def make_nonce(iv: bytes, seq: int) -> bytes:
@@ -114,15 +130,16 @@ class RecordCipher:
         suite: The AEAD suite code point.
     """
 
-    __slots__ = ("_aead", "_decrypt", "_encrypt", "_iv", "suite")
+    __slots__ = ("_aead", "_decrypt", "_encrypt", "_fast", "_iv", "suite")
 
-    def __init__(self, suite: int, key: bytes, iv: bytes) -> None:
+    def __init__(self, suite: int, key: bytes, iv: bytes, *, compiled: bool = True) -> None:
         """Build the cipher.
 
         Args:
             suite: 0x0001 (AES-256-GCM) or 0x0002 (ChaCha20-Poly1305).
             key: 32-octet key.
             iv: 12-octet IV.
+            compiled: Use the compiled per-frame path when it is installed (AES-256-GCM).
 
         Raises:
             LocalProtocolError: Unknown suite or wrong key/IV length.
@@ -141,6 +158,16 @@ class RecordCipher:
         # Bound once: the per-frame paths of SendState/ReceiveState call these directly.
         self._encrypt = self._aead.encrypt
         self._decrypt = self._aead.decrypt
+        self._fast = (
+            _speedups.Cipher(key, iv)
+            if compiled and _speedups is not None and suite == SUITE_AES_256_GCM
+            else None
+        )
+
+    @property
+    def compiled(self) -> bool:
+        """Whether frames go through the compiled per-frame path."""
+        return self._fast is not None
 
     def nonce(self, seq: int) -> bytes:
         """Nonce for ``seq`` (integer XOR, no per-frame allocation beyond the result)."""
@@ -269,11 +296,19 @@ class SendState:
         if sealed_len > MAX_PAYLOAD_FIELD:
             raise PayloadTooLarge(f"sealed payload of {sealed_len} octets does not fit in u32")
         verflags = _VERFLAGS_URG if urgent else _VERFLAGS
+        cipher = self._cipher
+        fast = cipher._fast
+        if fast is not None and sealed_len <= COMPILED_MAX_SEALED:
+            try:
+                out = fast.seal(verflags, frame_type, self.channel, seq, plaintext)
+            except OverflowError as exc:
+                raise LocalProtocolError(f"header field out of range: {exc}") from exc
+            self.next_seq = seq + 1
+            return out
         try:
             prefix = _pack_prefix(MAGIC, verflags, frame_type, self.channel, seq, sealed_len)
         except struct.error as exc:
             raise LocalProtocolError(f"header field out of range: {exc}") from exc
-        cipher = self._cipher
         sealed = cipher._encrypt((cipher._iv ^ seq).to_bytes(IV_SIZE, "big"), plaintext, prefix)
         self.next_seq = seq + 1
         return prefix + _pack_tail(_crc(prefix)) + sealed
@@ -340,6 +375,13 @@ class ReceiveState:
             raise AeadFailure(f"sealed region of {len(payload)} octets is shorter than the tag")
         # open_frame inlined: the AAD is the header prefix re-packed (lossless), one AEAD call.
         cipher = self._cipher
+        fast = cipher._fast
+        if fast is not None and length <= COMPILED_MAX_SEALED:
+            opened = fast.open((version << 4) | flags, frame_type, channel, seq, length, payload)
+            if opened is None:
+                raise AeadFailure("AEAD tag did not verify")
+            self.expected_seq = expected + 1
+            return opened
         aad = _pack_prefix(MAGIC, (version << 4) | flags, frame_type, channel, seq, length)
         nonce = (cipher._iv ^ seq).to_bytes(IV_SIZE, "big")
         try:

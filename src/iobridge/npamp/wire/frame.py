@@ -29,6 +29,10 @@ from typing import NamedTuple
 
 import google_crc32c
 
+try:
+    from iobridge.npamp import _speedups
+except ImportError:  # pragma: no cover - the extension is optional; the reference path remains
+    _speedups = None  # type: ignore[assignment]
 from iobridge.npamp.errors import (
     BadMagic,
     CrcMismatch,
@@ -64,6 +68,7 @@ __all__ = [
     "is_grease_channel",
     "pull_frame",
     "pull_frame_header",
+    "pull_frame_header_reference",
     "push_frame",
     "push_frame_header",
     "push_header_prefix",
@@ -99,6 +104,7 @@ _TAIL = HEADER_TAIL
 _HEADER = struct.Struct(">4sBHHQII11s")  # octets 0-35
 _RESERVED = bytes(RESERVED_SIZE)
 _new_tuple = tuple.__new__
+_fast_header = None if _speedups is None else _speedups.pull_header
 
 
 class Flags(IntFlag):
@@ -324,6 +330,10 @@ def pull_frame_header(
 ) -> FrameHeader:
     """Decode and validate the 36-octet header at ``buf[offset:]``.
 
+    A valid header is decoded by the compiled :mod:`iobridge.npamp._speedups` when it is
+    installed; anything it does not accept goes to the reference decoder, which raises the
+    precise error (the two are compared by a property test).
+
     Args:
         buf: Buffer holding at least the header.
         offset: Where the header starts.
@@ -337,6 +347,20 @@ def pull_frame_header(
         CrcMismatch, BadMagic, UnsupportedVersion, ReservedNotZero, ForbiddenFrameType,
         ForbiddenChannel, FrameTooLarge: The matching MUST-reject rule, checked in this order.
     """
+    if _fast_header is not None:
+        header = _fast_header(FrameHeader, buf, offset, max_payload_length)
+        if header is not None:
+            return header
+    return pull_frame_header_reference(buf, offset, max_payload_length=max_payload_length)
+
+
+def pull_frame_header_reference(
+    buf: bytes | bytearray | memoryview,
+    offset: int = 0,
+    *,
+    max_payload_length: int = DEFAULT_MAX_PAYLOAD_LENGTH,
+) -> FrameHeader:
+    """The pure-Python :func:`pull_frame_header` (same contract; the reference)."""
     if len(buf) - offset < HEADER_SIZE:
         raise FrameDecodeError(f"header truncated: {len(buf) - offset} of 36 octets")
     magic, verflags, frame_type, channel, seq, length, crc, reserved = _HEADER.unpack_from(
