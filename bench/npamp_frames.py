@@ -2,7 +2,8 @@
 
 1. Seal + open of one frame through our record layer (``SendState.seal`` -> ``pull_frame``
    -> ``ReceiveState.open``: header codec, CRC32C twice, sequence checks, AES-256-GCM) versus
-   raw ``cryptography`` AESGCM encrypt + decrypt of the same payload, in the same run.
+   raw ``cryptography`` AESGCM encrypt + decrypt of the same payload, in the same run; the
+   last column is ours / raw (1.00x = as fast as the bare AEAD calls).
 2. N-PAMP association setup over loopback TLS 1.3 (TLS + N-PAMP handshake) versus a bare
    TLS 1.3 handshake on loopback.
 
@@ -60,16 +61,23 @@ def _rates(size: int, seconds: float) -> tuple[float, float]:
     def raw() -> None:
         aead.decrypt(iv, aead.encrypt(iv, payload, aad), aad)
 
-    return _rate(ours, seconds), _rate(raw, seconds)
+    # Alternate the two, best of three windows each: on a shared machine the ratio of two
+    # best-case rates is far steadier than one window of each.
+    best_ours = best_raw = 0.0
+    for _ in range(3):
+        best_ours = max(best_ours, _rate(ours, seconds / 3))
+        best_raw = max(best_raw, _rate(raw, seconds / 3))
+    return best_ours, best_raw
 
 
 def bench_frames(seconds: float) -> None:
-    print(f"{'payload':>8} {'ours fr/s':>11} {'MB/s':>8} {'raw fr/s':>11} {'MB/s':>8} {'ratio':>6}")
+    header = f"{'payload':>8} {'ours fr/s':>11} {'MB/s':>8} {'raw fr/s':>11} {'MB/s':>8}"
+    print(f"{header} {'ours/raw':>9}")
     for size in SIZES:
         r_ours, r_raw = _rates(size, seconds)
         print(
             f"{size:>8} {r_ours:>11,.0f} {r_ours * size / 1e6:>8.1f} {r_raw:>11,.0f} "
-            f"{r_raw * size / 1e6:>8.1f} {r_raw / r_ours:>5.2f}x"
+            f"{r_raw * size / 1e6:>8.1f} {r_ours / r_raw:>8.2f}x"
         )
 
 
