@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from iobridge.npamp.record import keyschedule as ks
 
@@ -186,3 +188,27 @@ def test_expand_label_rejects_oversized_fields() -> None:
         ks.hkdf_expand_label(bytes(32), "key", b"", 0, "sha256")
     with pytest.raises(ValueError):
         ks.hash_len("md5")  # type: ignore[arg-type]
+
+
+@given(
+    prk=st.binary(max_size=80),
+    info=st.binary(max_size=300),
+    length=st.integers(1, 400),
+    hash_name=st.sampled_from(["sha256", "sha384"]),
+)
+def test_hkdf_expand_equals_cryptography(
+    prk: bytes, info: bytes, length: int, hash_name: ks.HashName
+) -> None:
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
+
+    algorithm = hashes.SHA256() if hash_name == "sha256" else hashes.SHA384()
+    expected = HKDFExpand(algorithm=algorithm, length=length, info=info).derive(prk)
+    assert ks.hkdf_expand(prk, info, length, hash_name) == expected
+
+
+@pytest.mark.parametrize("length", [0, 255 * 32 + 1])
+def test_hkdf_expand_length_bounds(length: int) -> None:
+    with pytest.raises(ValueError):
+        ks.hkdf_expand(bytes(32), b"", length, "sha256")
+    assert len(ks.hkdf_expand(bytes(32), b"", 255 * 32, "sha256")) == 255 * 32
