@@ -62,8 +62,12 @@ def test_sdist_is_complete(dist: Path) -> None:
 
 
 def test_wheel_carries_the_web_and_migration_files(dist: Path) -> None:
-    with zipfile.ZipFile(dist / f"{NAME}-py3-none-any.whl") as wheel:
+    # One wheel, tagged for this platform: it carries the compiled N-PAMP frame path
+    # (iobridge.npamp._speedups, built by setup.py; the pure-Python path stays the reference).
+    (path,) = dist.glob(f"{NAME}-*.whl")
+    with zipfile.ZipFile(path) as wheel:
         names = set(wheel.namelist())
+    assert any(n.startswith("iobridge/npamp/_speedups.") and n.endswith(".so") for n in names)
     web = {f"iobridge/web/{p.name}" for p in (ROOT / "src/iobridge/web").iterdir() if p.is_file()}
     assert web - names == set()
     assert "iobridge/store/migrations/env.py" in names
