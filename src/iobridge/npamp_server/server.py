@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 This is a thin asyncio shell. :class:`~iobridge.npamp.aio.Association` moves frames,
-:class:`~iobridge.npamp.stream.BridgeSession` (one per AG-UI channel of an association) decides
+:class:`~iobridge.npamp.bridge.BridgeSession` (one per AG-UI channel of an association) decides
 every Bridge and CC-STREAM rule, and :class:`~iobridge.app.Backend` owns the runs (agents,
 ownership, cursors, attach/detach). The shell only turns session events into Backend calls:
 
