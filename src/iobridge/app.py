@@ -44,7 +44,7 @@ from iobridge.protocol.run_input import parse_run_input
 from iobridge.runtime.engine import Runtime, RuntimeSettings
 from iobridge.runtime.run import Run
 from iobridge.runtime.thread_memory import StoreMemory
-from iobridge.store.base import Thread, ThreadStore, validate_id
+from iobridge.store.base import StoredMessage, Thread, ThreadStore, validate_id
 from iobridge.store.migrate import open_store
 
 __all__ = ["Backend", "build_catalog"]
@@ -55,6 +55,8 @@ logger = logging.getLogger("iobridge")
 MAX_CURSOR_DIGITS = 19
 #: Seconds the readiness check waits for the store.
 READY_TIMEOUT = 2.0
+#: Most messages one page of ``list_messages`` holds (a page grows to keep tool calls whole).
+MAX_MESSAGES_PAGE = 1000
 
 
 def build_catalog(settings: Settings, agents: Sequence[Agent] = ()) -> AgentCatalog:
@@ -398,10 +400,32 @@ class Backend:
         resource: str | None = None,
         limit: int | None = None,
         before: str | None = None,
-    ) -> list[dict[str, Any]]:
-        """The caller's thread's stored messages, oldest first."""
-        await self.get_thread(principal, thread_id, resource)
-        return await self.store.list_messages(thread_id, limit=limit, before=before)
+    ) -> tuple[Thread, list[StoredMessage], str | None]:
+        """The caller's thread, its latest ``limit`` messages before ``before`` (oldest
+        first, each with its append time) and the cursor of older ones (``None``: no more).
+
+        A page never starts with tool results whose call is on the previous page: it grows
+        back to the assistant message that made the calls (up to ``MAX_MESSAGES_PAGE``).
+        """
+        thread = await self.get_thread(principal, thread_id, resource)
+        store = self.store
+        rows = await store.list_stored_messages(thread_id, limit=limit, before=before)
+        if limit is None or not rows:
+            return thread, rows, None
+        while rows[0].message.get("role") == "tool" and len(rows) < MAX_MESSAGES_PAGE:
+            older = await store.list_stored_messages(
+                thread_id, limit=min(limit, MAX_MESSAGES_PAGE - len(rows)),
+                before=rows[0].message["id"],
+            )
+            if not older:
+                break
+            start = len(older) - 1
+            while start > 0 and older[start].message.get("role") == "tool":
+                start -= 1
+            rows = older[start:] + rows
+        first = rows[0].message["id"]
+        more = await store.list_stored_messages(thread_id, limit=1, before=first)
+        return thread, rows, first if more else None
 
 
 def _bad_cursor() -> InputError:

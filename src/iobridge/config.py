@@ -174,6 +174,9 @@ class Settings(BaseSettings):
     cors_origins: list[str] = Field(default_factory=list)
     #: Serve the playground page at ``/playground`` (``create_app`` only, not ``Bridge``).
     playground: bool = True
+    #: Shape of ``GET /threads/{id}/messages`` without ``?format=``: ``mastra`` (Mastra
+    #: message format v2, what io.Assist renders) or ``agui`` (the stored AG-UI messages).
+    messages_format: Literal["mastra", "agui"] = "mastra"
     #: Agent id run when a request names none (default: the first agent).
     default_agent: str | None = None
     log_level: str = "info"

@@ -34,7 +34,9 @@ def test_two_runs_on_one_thread_sending_only_the_new_message(server: str) -> Non
     second = run_client(server, "and what is 5 * 5", thread_id=thread_id)
     verify_events(second["events"], thread_id=thread_id, run_id=second["runId"])
 
-    stored = httpx.get(f"{server}/io-bridge/threads/{thread_id}/messages", timeout=10).json()
+    stored = httpx.get(
+        f"{server}/io-bridge/threads/{thread_id}/messages?format=agui", timeout=10
+    ).json()
     messages = stored["messages"]
     roles = [m["role"] for m in messages]
     assert roles == ["user", "assistant", "tool", "assistant",
@@ -126,7 +128,9 @@ def test_whole_history_client_model_agent_sees_each_message_once(
             as url:
         report = run_conversation(url, ["hi", "what is 2 + 2?", "thanks"], agent_id="local")
         thread = report["threadId"]
-        stored = httpx.get(f"{url}/io-bridge/threads/{thread}/messages", timeout=10).json()
+        stored = httpx.get(
+            f"{url}/io-bridge/threads/{thread}/messages?format=agui", timeout=10
+        ).json()
     for turn in report["turns"]:
         verify_events(turn["events"], thread_id=thread, run_id=turn["runId"])
     messages = stored["messages"]

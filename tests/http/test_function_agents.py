@@ -28,7 +28,7 @@ async def post_run(server: Any, body: dict[str, Any]) -> tuple[list[dict[str, An
 
 async def stored(server: Any, thread_id: str = "t1") -> list[dict[str, Any]]:
     async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
-        response = await client.get(f"/io-bridge/threads/{thread_id}/messages")
+        response = await client.get(f"/io-bridge/threads/{thread_id}/messages?format=agui")
     assert response.status_code == 200, response.text
     return response.json()["messages"]  # type: ignore[no-any-return]
 

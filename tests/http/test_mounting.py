@@ -29,7 +29,7 @@ async def test_the_backend_mounts_into_an_existing_app_in_one_call(tmp_path: Pat
             run = await client.post("/agents-api/run", json=run_body("what is 3 * 3"))
             events = parse_sse(run.text)
             assert events[-1]["type"] == "RUN_FINISHED"
-            stored = await client.get("/agents-api/threads/t1/messages")
+            stored = await client.get("/agents-api/threads/t1/messages?format=agui")
             assert stored.json()["messages"][-1]["content"] == "3 * 3 = 9."
             # The bridge adds no playground or other routes outside its prefix.
             assert (await client.get("/playground")).status_code == 404

@@ -468,7 +468,7 @@ async def test_cancel_stops_the_run_and_its_pending_tool(serve: Any) -> None:
                 assert cancelled.json() == {"status": "cancelling"}
         again = await client.post("/io-bridge/runs/r1/cancel")
         assert again.status_code == 200 and again.json() == {"status": "ended"}
-        stored = (await client.get("/io-bridge/threads/t1/messages")).json()["messages"]
+        stored = (await client.get("/io-bridge/threads/t1/messages?format=agui")).json()["messages"]
     assert seen[-1] == {"type": "RUN_FINISHED", "threadId": "t1", "runId": "r1",
                         "outcome": {"type": "cancelled"}}
     assert not any(e["type"] == "TOOL_CALL_RESULT" for e in seen)

@@ -159,12 +159,16 @@ async def test_messages_route(client: httpx.AsyncClient, store: ThreadStore) -> 
         {"id": "a2", "role": "assistant", "content": "All done"},
     ]
     await store.append_messages("t1", history)
-    all_messages = await client.get(f"{BASE}/threads/t1/messages")
+    all_messages = await client.get(f"{BASE}/threads/t1/messages?format=agui")
     assert all_messages.json() == {"messages": history}
-    last_two = await client.get(f"{BASE}/threads/t1/messages", params={"limit": 2})
-    assert last_two.json() == {"messages": history[-2:]}
-    page = await client.get(f"{BASE}/threads/t1/messages", params={"limit": 2, "before": "t1"})
-    assert page.json() == {"messages": history[1:3]}
+    last_two = await client.get(
+        f"{BASE}/threads/t1/messages", params={"limit": 2, "format": "agui"}
+    )
+    assert last_two.json() == {"messages": history[-2:], "nextCursor": "x1"}
+    page = await client.get(
+        f"{BASE}/threads/t1/messages", params={"limit": 2, "before": "t1", "format": "agui"}
+    )
+    assert page.json() == {"messages": history[1:3], "nextCursor": "r1"}
     missing = await client.get(f"{BASE}/threads/none/messages")
     assert_error(missing, 404, "THREAD_NOT_FOUND")
 
@@ -220,7 +224,7 @@ async def test_bad_input_is_400_envelope_and_changes_nothing(
 
     assert_error(response, 400, code)
     assert (await client.get(f"{BASE}/threads")).json() == before
-    messages = (await client.get(f"{BASE}/threads/keep/messages")).json()["messages"]
+    messages = (await client.get(f"{BASE}/threads/keep/messages?format=agui")).json()["messages"]
     assert [m["id"] for m in messages] == ["m1"]
 
 

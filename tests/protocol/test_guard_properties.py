@@ -427,7 +427,8 @@ async def _two_runs(kind: str, agent: FunctionAgent) -> tuple[Any, ...]:
                     "messages": [{"id": "u1", "role": "user", "content": "go"}],
                     "forwardedProps": {"agentId": "random"}}
             first = await asyncio.wait_for(client.post("/io-bridge/run", json=body), 10)
-            after_first = (await client.get(f"/io-bridge/threads/{THREAD}/messages")).json()
+            stored = f"/io-bridge/threads/{THREAD}/messages?format=agui"
+            after_first = (await client.get(stored)).json()
             again = {**body, "runId": "run-2", "forwardedProps": {"agentId": "recorder"},
                      "messages": [{"id": "u2", "role": "user", "content": "again"}]}
             second = await asyncio.wait_for(client.post("/io-bridge/run", json=again), 10)

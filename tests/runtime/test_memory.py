@@ -30,6 +30,7 @@ def user(message_id: str, text: str) -> dict[str, Any]:
 
 
 async def messages_of(client: httpx.AsyncClient, thread_id: str, **params: Any) -> list[Any]:
+    params.setdefault("format", "agui")
     response = await client.get(f"/io-bridge/threads/{thread_id}/messages", params=params)
     assert response.status_code == 200, response.text
     return response.json()["messages"]  # type: ignore[no-any-return]
@@ -295,7 +296,7 @@ async def test_runs_on_foreign_threads_are_404_before_streaming(serve: Any) -> N
         )
         assert wrong.status_code == 404
         assert (await client.get("/io-bridge/threads/t1", headers=bob)).status_code == 404
-        response = await client.get("/io-bridge/threads/t1/messages", headers=alice)
+        response = await client.get("/io-bridge/threads/t1/messages?format=agui", headers=alice)
         assert response.json()["messages"][0]["content"] == "hi"
 
 
@@ -323,17 +324,17 @@ def test_history_survives_a_killed_server_process(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{port}/io-bridge"
     try:
         httpx.post(f"{url}/run", json=run_body("what is 3 * 3", run_id="r1"), timeout=10)
-        before = httpx.get(f"{url}/threads/t1/messages", timeout=5).json()["messages"]
+        before = httpx.get(f"{url}/threads/t1/messages?format=agui", timeout=5).json()["messages"]
         assert [m["role"] for m in before] == ["user", "assistant", "tool", "assistant"]
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=10)
     process = _start_server(port, db)
     try:
-        after = httpx.get(f"{url}/threads/t1/messages", timeout=5).json()["messages"]
+        after = httpx.get(f"{url}/threads/t1/messages?format=agui", timeout=5).json()["messages"]
         assert after == before
         httpx.post(f"{url}/run", json=run_body("and 4 * 4", run_id="r2"), timeout=10)
-        grown = httpx.get(f"{url}/threads/t1/messages", timeout=5).json()["messages"]
+        grown = httpx.get(f"{url}/threads/t1/messages?format=agui", timeout=5).json()["messages"]
         assert grown[: len(before)] == before and len(grown) == len(before) + 4
     finally:
         process.terminate()

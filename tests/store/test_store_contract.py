@@ -186,6 +186,26 @@ async def test_list_messages_limit_and_before(store: ThreadStore) -> None:
         await store.list_messages("t1", limit=0)
 
 
+async def test_stored_messages_carry_their_append_time(
+    store: ThreadStore, clock: StepClock
+) -> None:
+    await store.create_thread("t1", resource_id="r")
+    await store.append_messages("t1", [user("m1"), user("m2")])
+    first_batch = clock.now
+    await store.append_messages("t1", [user("m3")])
+    second_batch = clock.now
+    stored = await store.list_stored_messages("t1")
+    assert [(s.message["id"], s.created_at) for s in stored] == [
+        ("m1", first_batch), ("m2", first_batch), ("m3", second_batch)
+    ]
+    assert stored[0].message == user("m1")
+    page = await store.list_stored_messages("t1", limit=1, before="m3")
+    assert [(s.message["id"], s.created_at) for s in page] == [("m2", first_batch)]
+    assert await store.list_stored_messages("missing") == []
+    with pytest.raises(InputError):
+        await store.list_stored_messages("t1", before="nope")
+
+
 async def test_messages_are_per_thread(store: ThreadStore) -> None:
     await store.create_thread("a", resource_id="r")
     await store.create_thread("b", resource_id="r")

@@ -15,17 +15,18 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from iobridge.app import MAX_MESSAGES_PAGE
 from iobridge.errors import InputError
 from iobridge.http.body import parse_json_object, read_body
 from iobridge.http.security import CurrentBackend, CurrentPrincipal
-from iobridge.store.base import validate_id, validate_metadata, validate_title
+from iobridge.protocol.message_formats import to_mastra
+from iobridge.store.base import format_timestamp, validate_id, validate_metadata, validate_title
 
 __all__ = ["MAX_BODY_BYTES", "ThreadCreate", "ThreadUpdate", "router"]
 
 MAX_BODY_BYTES = 256 * 1024
 DEFAULT_PAGE = 20
 MAX_PAGE = 100
-MAX_MESSAGES_PAGE = 1000
 
 router = APIRouter(tags=["threads"])
 
@@ -185,20 +186,51 @@ async def delete_thread(
     return Response(status_code=204)
 
 
+MESSAGE_FORMATS = ("mastra", "agui")
+
+
 @router.get("/threads/{threadId}/messages", summary="Read a thread's messages, oldest first")
 async def list_messages(
     threadId: str,
     backend: CurrentBackend,
     principal: CurrentPrincipal,
     resource: ResourceQuery = None,
-    limit: Annotated[str | None, Query(description="the last N messages, 1..1000")] = None,
+    limit: Annotated[str | None, Query(description="the latest N messages, 1..1000")] = None,
+    cursor: Annotated[str | None, Query(description="nextCursor of the previous page")] = None,
     before: Annotated[str | None, Query(description="only messages before this id")] = None,
+    format: Annotated[
+        str | None, Query(description="mastra (format v2) or agui; default: messages_format")
+    ] = None,
 ) -> dict[str, Any]:
-    """``{"messages": [...]}``: AG-UI messages as stored, activity and reasoning included."""
+    """``{"messages": [...], "nextCursor"?}``: the latest ``limit`` messages, oldest first.
+
+    ``nextCursor`` (present when older messages exist) is passed back as ``cursor`` for the
+    page before. ``format=agui`` gives the AG-UI messages as stored; ``format=mastra`` the
+    Mastra v2 messages io.Assist renders (``iobridge.protocol.message_formats``).
+    """
+    chosen = format or backend.settings.messages_format
+    if chosen not in MESSAGE_FORMATS:
+        raise InputError("format must be 'mastra' or 'agui'", code="INVALID_REQUEST")
     count = _int_query(limit, "limit", MAX_MESSAGES_PAGE)
-    if before is not None:
-        validate_id(before, "before")
-    messages = await backend.list_messages(
-        principal, threadId, resource=resource, limit=count, before=before
+    if cursor is not None and before is not None and cursor != before:
+        raise InputError("give cursor or before, not both", code="INVALID_CURSOR")
+    start = cursor if cursor is not None else before
+    if start is not None:
+        try:
+            validate_id(start, "cursor")
+        except InputError as exc:
+            raise InputError(exc.message, code="INVALID_CURSOR") from None
+    thread, rows, next_cursor = await backend.list_messages(
+        principal, threadId, resource=resource, limit=count, before=start
     )
-    return {"messages": messages}
+    body: dict[str, Any]
+    if chosen == "agui":
+        body = {"messages": [row.message for row in rows]}
+    else:
+        timed = [(row.message, format_timestamp(row.created_at)) for row in rows]
+        body = {
+            "messages": to_mastra(timed, thread_id=thread.id, resource_id=thread.resource_id)
+        }
+    if next_cursor is not None:
+        body["nextCursor"] = next_cursor
+    return body

@@ -30,6 +30,7 @@ __all__ = [
     "MAX_TITLE_LENGTH",
     "Clock",
     "RunRead",
+    "StoredMessage",
     "Thread",
     "ThreadStore",
     "check_limit",
@@ -83,6 +84,14 @@ class Thread:
         data["createdAt"] = format_timestamp(self.created_at)
         data["updatedAt"] = format_timestamp(self.updated_at)
         return data
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A stored message with the time it was appended (for formats that show it)."""
+
+    message: dict[str, Any]
+    created_at: datetime
 
 
 def format_timestamp(value: datetime) -> str:
@@ -315,6 +324,12 @@ class ThreadStore(ABC):
         Raises:
             InputError: ``before`` names no message of this thread (code ``INVALID_CURSOR``).
         """
+
+    @abstractmethod
+    async def list_stored_messages(
+        self, thread_id: str, limit: int | None = None, before: str | None = None
+    ) -> list[StoredMessage]:
+        """Like ``list_messages``, each message with the time it was appended."""
 
     @abstractmethod
     async def append_messages(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -16,6 +17,7 @@ import orjson
 from iobridge.errors import ConflictError, InputError, NotFoundError
 from iobridge.store.base import (
     Clock,
+    StoredMessage,
     Thread,
     ThreadStore,
     check_limit,
@@ -43,6 +45,8 @@ class MemoryThreadStore(ThreadStore):
         self._clock = clock
         self._threads: dict[str, Thread] = {}
         self._messages: dict[str, list[dict[str, Any]]] = {}
+        #: Append time of each message, parallel to ``_messages``.
+        self._times: dict[str, list[datetime]] = {}
 
     async def get_thread(self, thread_id: str) -> Thread | None:
         return self._threads.get(thread_id)
@@ -71,6 +75,7 @@ class MemoryThreadStore(ThreadStore):
         )
         self._threads[thread_id] = thread
         self._messages[thread_id] = []
+        self._times[thread_id] = []
         return thread
 
     def _require(self, thread_id: str) -> Thread:
@@ -105,6 +110,7 @@ class MemoryThreadStore(ThreadStore):
 
     async def delete_thread(self, thread_id: str) -> bool:
         self._messages.pop(thread_id, None)
+        self._times.pop(thread_id, None)
         return self._threads.pop(thread_id, None) is not None
 
     async def list_threads(
@@ -131,16 +137,27 @@ class MemoryThreadStore(ThreadStore):
     async def list_messages(
         self, thread_id: str, limit: int | None = None, before: str | None = None
     ) -> list[dict[str, Any]]:
+        return [m.message for m in await self.list_stored_messages(thread_id, limit, before)]
+
+    async def list_stored_messages(
+        self, thread_id: str, limit: int | None = None, before: str | None = None
+    ) -> list[StoredMessage]:
         messages = self._messages.get(thread_id, [])
+        times = self._times.get(thread_id, [])
+        end = len(messages)
         if before is not None:
             index = next((i for i, m in enumerate(messages) if m["id"] == before), None)
             if index is None:
                 raise InputError(f"no message {before!r} in this thread", code="INVALID_CURSOR")
-            messages = messages[:index]
+            end = index
+        start = 0
         if limit is not None:
             check_limit(limit)
-            messages = messages[-limit:]
-        return _copy(messages)  # type: ignore[no-any-return]
+            start = max(0, end - limit)
+        return [
+            StoredMessage(_copy(m), t)
+            for m, t in zip(messages[start:end], times[start:end], strict=True)
+        ]
 
     async def append_messages(
         self, thread_id: str, messages: Sequence[Mapping[str, Any]]
@@ -151,8 +168,10 @@ class MemoryThreadStore(ThreadStore):
         known = {m["id"] for m in stored}
         new = [m for m in batch if m["id"] not in known]
         if new:
+            now = self._clock()
             stored.extend(new)
-            self._threads[thread_id] = replace(thread, updated_at=self._clock())
+            self._times[thread_id].extend([now] * len(new))
+            self._threads[thread_id] = replace(thread, updated_at=now)
         return _copy(new)  # type: ignore[no-any-return]
 
     async def close(self) -> None:

@@ -47,6 +47,7 @@ from iobridge.protocol.messages import answered_call, call_ids, window
 from iobridge.store.base import (
     Clock,
     RunRead,
+    StoredMessage,
     Thread,
     ThreadStore,
     check_limit,
@@ -313,11 +314,18 @@ class SqlThreadStore(ThreadStore):
     async def list_messages(
         self, thread_id: str, limit: int | None = None, before: str | None = None
     ) -> list[dict[str, Any]]:
+        return [m.message for m in await self.list_stored_messages(thread_id, limit, before)]
+
+    async def list_stored_messages(
+        self, thread_id: str, limit: int | None = None, before: str | None = None
+    ) -> list[StoredMessage]:
         if limit is not None:
             check_limit(limit)
 
-        def read(conn: Connection) -> list[dict[str, Any]]:
-            query = select(messages.c.data).where(messages.c.thread_id == thread_id)
+        def read(conn: Connection) -> list[StoredMessage]:
+            query = select(messages.c.data, messages.c.created_at).where(
+                messages.c.thread_id == thread_id
+            )
             if before is not None:
                 position = conn.execute(
                     select(messages.c.position).where(
@@ -328,9 +336,11 @@ class SqlThreadStore(ThreadStore):
                     raise InputError(f"no message {before!r} in this thread", code="INVALID_CURSOR")
                 query = query.where(messages.c.position < position)
             if limit is None:
-                return list(conn.execute(query.order_by(messages.c.position)).scalars().all())
-            newest = query.order_by(messages.c.position.desc()).limit(limit)
-            return list(reversed(conn.execute(newest).scalars().all()))
+                rows = list(conn.execute(query.order_by(messages.c.position)).all())
+            else:
+                newest = query.order_by(messages.c.position.desc()).limit(limit)
+                rows = list(reversed(conn.execute(newest).all()))
+            return [StoredMessage(row.data, row.created_at) for row in rows]
 
         return await self._sql.read(read)
 
