@@ -27,9 +27,8 @@ from typing import Any
 
 from iobridge.agents.base import Agent
 from iobridge.agents.catalog import AgentCatalog
+from iobridge.agents.catalog import build_catalog as make_catalog
 from iobridge.agents.context import ToolResult
-from iobridge.agents.definitions import load_agents
-from iobridge.agents.demo import DemoAgent
 from iobridge.auth import Authenticator, Principal
 from iobridge.config import Settings
 from iobridge.errors import (
@@ -60,24 +59,8 @@ MAX_MESSAGES_PAGE = 1000
 
 
 def build_catalog(settings: Settings, agents: Sequence[Agent] = ()) -> AgentCatalog:
-    """The demo agent, the configured agents, then ``agents`` given in Python.
-
-    The default agent is ``settings.default_agent``, else the first configured or given
-    agent, else the demo agent. A configured agent that cannot be built (missing API key, bad
-    tool import) is logged and left out; the server still starts with the others.
-    """
-    catalog = AgentCatalog([DemoAgent()])
-    configured, errors = load_agents(settings.agents)
-    for agent in [*configured, *agents]:
-        catalog.register(agent)
-    for agent_id, reason in errors.items():
-        logger.error("agent %s is unavailable: %s", agent_id, reason)
-    catalog.unavailable.update(errors)
-    if settings.default_agent is not None:
-        catalog.default_id = settings.default_agent
-    elif configured or agents:
-        catalog.default_id = [*configured, *agents][0].id
-    return catalog
+    """The demo agent, the configured agents, then ``agents`` (see ``agents.catalog``)."""
+    return make_catalog(settings.agents, default_agent=settings.default_agent, agents=agents)
 
 
 class Backend:
@@ -301,17 +284,17 @@ class Backend:
     # -- agents -------------------------------------------------------------------------
 
     def list_agents(self) -> list[dict[str, Any]]:
-        """Discovery data of every agent, in registration order."""
-        return [agent.describe() for agent in self.catalog.list()]
+        """Discovery data: available agents in registration order, then unavailable ones."""
+        return self.catalog.describe_all()
 
     def describe_agent(self, agent_id: object) -> dict[str, Any]:
-        """One agent's discovery data.
+        """One agent's discovery data, by id or alias, available or not.
 
         Raises:
             InputError: not a valid id.
             NotFoundError: no such agent (``AGENT_NOT_FOUND``).
         """
-        return self.catalog.get(validate_id(agent_id, "agentId")).describe()
+        return self.catalog.describe(validate_id(agent_id, "agentId"))
 
     # -- threads ------------------------------------------------------------------------
 
@@ -333,7 +316,10 @@ class Backend:
         """
         resource_id = self.authenticator.resolve_resource(principal, resource)
         if agent_id is not None:
-            self.catalog.get(agent_id)
+            canonical = self.catalog.canonical(agent_id)
+            if canonical is None:
+                raise NotFoundError(f"unknown agent {agent_id!r}", code="AGENT_NOT_FOUND")
+            agent_id = canonical
         return await self.store.create_thread(
             thread_id, resource_id=resource_id, agent_id=agent_id, title=title, metadata=metadata
         )
@@ -347,8 +333,14 @@ class Backend:
         limit: int,
         cursor: str | None = None,
     ) -> tuple[list[Thread], str | None]:
-        """A page of the caller's threads (of ``resource`` when given) and the next cursor."""
+        """A page of the caller's threads (of ``resource`` when given) and the next cursor.
+
+        ``agent_id`` may be an alias (threads store the canonical id); an unknown id still
+        filters (it may be a removed agent's).
+        """
         scope = self.authenticator.list_scope(principal, resource)
+        if agent_id is not None:
+            agent_id = self.catalog.canonical(agent_id) or agent_id
         return await self.store.list_threads(scope, agent_id=agent_id, limit=limit, cursor=cursor)
 
     async def get_thread(

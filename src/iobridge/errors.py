@@ -13,7 +13,7 @@ exception inside a run becomes a generic ``RUN_ERROR`` with no internals.
     ├── GoneError           410  events no longer retained for a resume
     ├── PayloadTooLarge     413  body over the configured limit
     ├── TooManyRequests     429  over an admission limit (``retry_after`` seconds)
-    ├── ServiceUnavailable  503  shutting down (``retry_after`` seconds)
+    ├── ServiceUnavailable  503  shutting down, or the agent cannot run (``AGENT_UNAVAILABLE``)
     └── AgentError          ---  in-stream failure with a stable code and a safe message
 """
 
@@ -89,7 +89,7 @@ class TooManyRequests(IobridgeError):
 
 
 class ServiceUnavailable(IobridgeError):
-    """The server cannot take the request now (shutting down)."""
+    """The server cannot take the request now (shutting down), or the agent cannot run."""
 
     status = 503
     default_code = "UNAVAILABLE"

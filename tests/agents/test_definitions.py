@@ -132,6 +132,9 @@ def test_base_url_with_credentials_is_refused_without_echo() -> None:
         ({"id": "a", "model": "openai:x", "timeout": -1}, "timeout must be a positive"),
         ({"id": "a b", "model": "openai:x"}, "'id' must be"),
         ({"id": "a", "model": "openai:x", "base_url": "ftp://host"}, "http:// or https://"),
+        ({"id": "a", "model": "openai:x", "aliases": "b"}, "'aliases' must be a list"),
+        ({"id": "a", "model": "openai:x", "aliases": ["b c"]}, "alias 'b c' must be"),
+        ({"id": "a", "model": "openai:x", "aliases": ["a"]}, "not the id"),
     ],
 )
 def test_bad_definitions_are_reported(entry: dict[str, Any], message: str) -> None:
@@ -228,3 +231,14 @@ def test_resolve_tool_accepts_module_attribute_paths() -> None:
     resolved = resolve_tool("iobridge.agents.demo:calculate")
     assert resolved.name == "calculate"
     assert resolved.parameters["required"] == ["expression"]
+
+
+def test_aliases_and_model_id_reach_the_agent() -> None:
+    agents, errors = load_agents(
+        [{"id": "io-agent", "aliases": ["ioAgent"], "name": "IO Agent", "model": "openai:gpt-4o"}],
+        environ=ENV,
+    )
+    assert errors == {}
+    (agent,) = agents
+    assert agent.describe()["aliases"] == ["ioAgent"]
+    assert agent.describe()["modelId"] == "openai:gpt-4o"

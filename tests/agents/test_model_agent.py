@@ -411,7 +411,8 @@ def test_describe_lists_model_and_server_tools() -> None:
     agent = make_agent("http://127.0.0.1:9/v1", tools=[add], description="Adds numbers")
     assert agent.describe() == {
         "id": "assistant", "name": "assistant", "description": "Adds numbers",
-        "modelId": "openai:gpt-4o", "tools": [{"name": "add", "description": "Add two integers."}],
+        "modelId": "openai:gpt-4o", "status": "available",
+        "tools": [{"name": "add", "description": "Add two integers."}],
     }
 
 

@@ -62,9 +62,11 @@ async def test_list_agents_in_registration_order(client: httpx.AsyncClient) -> N
                 "name": "Planner",
                 "description": "The planner agent",
                 "modelId": "openai:gpt-4o",
+                "status": "available",
                 "tools": [{"name": "weather", "description": "Look up the weather"}],
             },
-            {"id": "offline", "name": "Offline", "description": "The offline agent", "tools": []},
+            {"id": "offline", "name": "Offline", "description": "The offline agent",
+             "modelId": "offline", "status": "available", "tools": []},
         ]
     }
 
@@ -72,7 +74,7 @@ async def test_list_agents_in_registration_order(client: httpx.AsyncClient) -> N
 async def test_get_one_agent(client: httpx.AsyncClient) -> None:
     response = await client.get(f"{BASE}/agents/offline")
     assert response.status_code == 200
-    assert response.json()["id"] == "offline" and "modelId" not in response.json()
+    assert response.json()["id"] == "offline" and response.json()["modelId"] == "offline"
 
 
 @pytest.mark.parametrize(

@@ -106,6 +106,7 @@ async def test_the_function_agent_decorator_registers_a_described_agent(serve: A
     async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
         described = (await client.get("/io-bridge/agents/doubler")).json()
     assert described == {"id": "doubler", "name": "Doubler", "description": "Doubles numbers.",
+                         "modelId": "doubler", "status": "available",
                          "tools": [{"name": "double", "description": "Double a number."}]}
     events, _ = await post_run(server, run_body("x", agentId="doubler"))
     result = next(e for e in events if e["type"] == "TOOL_CALL_RESULT")

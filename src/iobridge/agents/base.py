@@ -25,8 +25,11 @@ class Agent(ABC):
     id: str
     name: str
     description: str = ""
-    #: Model identifier for discovery (``provider:model``), if the agent has one.
+    #: Model identifier for discovery (``provider:model``); discovery shows the agent id when
+    #: there is none (io.Assist shows ``modelId`` for every agent).
     model_id: str | None = None
+    #: Other ids this agent answers to (``forwardedProps.agentId``, routes, thread filters).
+    aliases: Sequence[str] = ()
     #: Tools this agent executes on the server.
     tools: Sequence[ServerTool] = ()
     #: How frontend tool results reach this agent; ``None`` leaves it to the request, then
@@ -34,10 +37,16 @@ class Agent(ABC):
     tool_result_mode: ToolResultMode | None = None
 
     def describe(self) -> dict[str, Any]:
-        """Discovery data: ``{id, name, description, modelId?, tools: [{name, description}]}``."""
-        data: dict[str, Any] = {"id": self.id, "name": self.name, "description": self.description}
-        if self.model_id:
-            data["modelId"] = self.model_id
+        """Discovery data: ``{id, name, description, modelId, aliases?, status, tools}``."""
+        data: dict[str, Any] = {
+            "id": self.id,
+            "name": self.name,
+            "description": self.description,
+            "modelId": self.model_id or self.id,
+        }
+        if self.aliases:
+            data["aliases"] = list(self.aliases)
+        data["status"] = "available"
         data["tools"] = [t.describe() for t in self.tools]
         return data
 

@@ -39,8 +39,8 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Keys that would put a secret in the file.
 _SECRET_KEYS = frozenset({"api_key", "apiKey", "key", "token", "secret", "password"})
 _KEYS = frozenset({
-    "id", "name", "description", "instructions", "model", "base_url", "api_key_env", "tools",
-    "model_settings", "tool_result_mode", "output_retries", "timeout",
+    "id", "aliases", "name", "description", "instructions", "model", "base_url", "api_key_env",
+    "tools", "model_settings", "tool_result_mode", "output_retries", "timeout",
 })
 
 #: What a tool entry may be: ``"package.module:function"``, a ``ServerTool``, or a function.
@@ -57,6 +57,9 @@ class AgentDefinition:
 
     id: str
     model: str
+    #: Other ids the agent answers to (io.Assist's Angular template lists threads by its
+    #: Mastra registry key, ``ioAgent``, while matching ``io-agent`` against ``id``).
+    aliases: Sequence[str] = ()
     name: str | None = None
     description: str = ""
     instructions: str = ""
@@ -105,6 +108,9 @@ def definition_from_dict(data: Mapping[str, Any]) -> AgentDefinition:
     tools = data.get("tools", [])
     if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):
         raise AgentConfigError("'tools' must be a list of 'package.module:function' strings")
+    aliases = data.get("aliases", [])
+    if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+        raise AgentConfigError("'aliases' must be a list of strings")
     settings = data.get("model_settings", {})
     if not isinstance(settings, Mapping):
         raise AgentConfigError("'model_settings' must be a table")
@@ -117,6 +123,7 @@ def definition_from_dict(data: Mapping[str, Any]) -> AgentDefinition:
     return AgentDefinition(
         id=_check_str(data, "id", required=True) or "",
         model=_check_str(data, "model", required=True) or "",
+        aliases=tuple(aliases),
         name=_check_str(data, "name"),
         description=_check_str(data, "description") or "",
         instructions=_check_str(data, "instructions") or "",
@@ -180,6 +187,11 @@ def build_agent(
     d = definition
     if not _ID.match(d.id):
         raise AgentConfigError("'id' must be 1-64 letters, digits, '.', '_' or '-'")
+    for alias in d.aliases:
+        if not _ID.match(alias) or alias == d.id:
+            raise AgentConfigError(
+                f"alias {alias!r} must be 1-64 letters, digits, '.', '_' or '-', not the id"
+            )
     if d.api_key_env is not None and not _ENV_NAME.match(d.api_key_env):
         # Never echo the value: it may well be a pasted key.
         raise AgentConfigError(
@@ -216,6 +228,7 @@ def build_agent(
     )
     return ModelAgent(
         id=d.id,
+        aliases=d.aliases,
         model=model,
         name=d.name,
         description=d.description,

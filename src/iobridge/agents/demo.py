@@ -137,6 +137,7 @@ class DemoAgent(Agent):
 
     id = "demo"
     name = "Demo agent"
+    model_id = "demo"
     description = (
         "Offline, deterministic demo: tells the time, calculates, and calls the frontend "
         "tools you name."

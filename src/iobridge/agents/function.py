@@ -31,9 +31,11 @@ class FunctionAgent(Agent):
         description: str | None = None,
         tools: Sequence[ServerTool] = (),
         model_id: str | None = None,
+        aliases: Sequence[str] = (),
     ) -> None:
         self.func = func
         self.id = id
+        self.aliases = tuple(aliases)
         self.name = name or id
         self.description = description or (inspect.getdoc(func) or "").split("\n\n")[0]
         self.tools = tuple(tools)
@@ -57,11 +59,13 @@ class FunctionAgent(Agent):
 
 def function_agent(
     *, id: str, name: str | None = None, description: str | None = None,
-    tools: Sequence[ServerTool] = (),
+    tools: Sequence[ServerTool] = (), aliases: Sequence[str] = (),
 ) -> Callable[[AgentFunc], FunctionAgent]:
     """Decorator form of ``FunctionAgent``."""
 
     def wrap(func: AgentFunc) -> FunctionAgent:
-        return FunctionAgent(func, id=id, name=name, description=description, tools=tools)
+        return FunctionAgent(
+            func, id=id, name=name, description=description, tools=tools, aliases=aliases
+        )
 
     return wrap

@@ -104,13 +104,14 @@ class ModelAgent(Agent):
 
     Args:
         id: Stable agent id (``forwardedProps.agentId``).
+        aliases: Other ids the agent answers to.
         model: The pydantic-ai model (see ``iobridge.agents.providers.build_model``).
         name: Display name (defaults to ``id``).
         description: For discovery.
         instructions: System instructions for every run.
         tools: Server tools the model may call.
         model_settings: Defaults, overridden per run by ``forwardedProps.modelSettings``.
-        model_id: ``provider:model`` for discovery.
+        model_id: ``provider:model`` for discovery (default: the model's own).
         output_retries: How often an answer that violates ``structuredOutput`` is sent back.
         tool_result_mode: ``"in-run"`` or ``"next-run"``: how the runtime should collect
             frontend tool results for this agent (``None``: the server default).
@@ -121,6 +122,7 @@ class ModelAgent(Agent):
         *,
         id: str,
         model: Model,
+        aliases: Sequence[str] = (),
         name: str | None = None,
         description: str = "",
         instructions: str = "",
@@ -133,10 +135,11 @@ class ModelAgent(Agent):
         if tool_result_mode is not None and tool_result_mode not in TOOL_RESULT_MODES:
             raise ValueError(f"tool_result_mode must be one of {TOOL_RESULT_MODES}")
         self.id = id
+        self.aliases = tuple(aliases)
         self.name = name or id
         self.description = description
         self.model = model
-        self.model_id = model_id
+        self.model_id = model_id or f"{model.system}:{model.model_name}"
         self.instructions = instructions
         self.tools = tuple(tools)
         self.model_settings = ModelSettings(**(model_settings or {}))
