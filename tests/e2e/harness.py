@@ -85,18 +85,21 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
-def run_client(base_url: str, text: str, *, tools: list[dict[str, Any]] | None = None,
+def run_client(base_url: str, text: str | None, *, tools: list[dict[str, Any]] | None = None,
                frontend_results: dict[str, Any] | None = None,
-               thread_id: str | None = None, agent_id: str | None = None) -> dict[str, Any]:
+               thread_id: str | None = None, agent_id: str | None = None,
+               forwarded_props: dict[str, Any] | None = None) -> dict[str, Any]:
     """One ``runAgent`` call in Node; returns its report plus ids and the raw SSE replay.
 
-    Only the new user message is sent (as io.Assist does); ``thread_id`` continues a thread.
+    Only the new user message is sent (as io.Assist does; ``None``: no message at all);
+    ``thread_id`` continues a thread.
     """
     run_id = f"run-{uuid.uuid4().hex[:12]}"
     thread_id = thread_id or f"thread-{uuid.uuid4().hex[:12]}"
     scenario = {"baseUrl": base_url, "threadId": thread_id, "runId": run_id, "text": text,
                 "tools": tools or [], "frontendResults": frontend_results or {},
-                "timeoutMs": 15000, "agentId": agent_id}
+                "timeoutMs": 15000, "agentId": agent_id,
+                "forwardedProps": forwarded_props or {}}
     completed = subprocess.run(
         [NODE or "node", str(HERE / "run_agent.mjs"), json.dumps(scenario)],
         cwd=HERE, capture_output=True, text=True, timeout=30,

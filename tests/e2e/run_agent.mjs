@@ -2,10 +2,11 @@
 //
 // Usage: node run_agent.mjs '<scenario JSON>'
 // scenario = { baseUrl, threadId, runId, text, tools, frontendResults: { toolName: value },
-//              timeoutMs }
+//              timeoutMs, agentId?, forwardedProps? }   (text null: start with no messages)
 // Frontend tools named in frontendResults are executed in onToolCallEndEvent: the script
 // POSTs the value to /runs/{runId}/tool-calls/{toolCallId}/result while the stream is open,
-// as io.Intelligence frontends do. Output: { events, result, newMessages, posts, error }.
+// as io.Intelligence frontends do. Output: { events, result, newMessages, messages, posts,
+// error } (messages: the agent's whole message list after the run).
 import { HttpAgent } from "@ag-ui/client";
 
 const scenario = JSON.parse(process.argv[2]);
@@ -17,7 +18,9 @@ const runErrors = [];
 const agent = new HttpAgent({
   url: `${scenario.baseUrl}/io-bridge/run`,
   threadId: scenario.threadId,
-  initialMessages: [{ id: `user-${scenario.runId}`, role: "user", content: scenario.text }],
+  initialMessages: scenario.text === null
+    ? []
+    : [{ id: `user-${scenario.runId}`, role: "user", content: scenario.text }],
 });
 
 const subscriber = {
@@ -55,12 +58,15 @@ try {
       runId: scenario.runId,
       tools: scenario.tools ?? [],
       context: [],
-      forwardedProps: scenario.agentId ? { agentId: scenario.agentId } : {},
+      forwardedProps: {
+        ...(scenario.forwardedProps ?? {}),
+        ...(scenario.agentId ? { agentId: scenario.agentId } : {}),
+      },
     },
     subscriber,
   );
-  console.log(JSON.stringify({ events, result: result ?? null, newMessages, posts, runErrors,
-                               error: null }));
+  console.log(JSON.stringify({ events, result: result ?? null, newMessages,
+                               messages: agent.messages, posts, runErrors, error: null }));
 } catch (err) {
   console.log(JSON.stringify({ events, posts, runErrors, error: String(err?.stack ?? err) }));
 } finally {

@@ -156,6 +156,11 @@ def state_snapshot(snapshot: Any) -> Event:
     return {"type": STATE_SNAPSHOT, "snapshot": snapshot}
 
 
+def messages_snapshot(messages: list[dict[str, Any]]) -> Event:
+    """MESSAGES_SNAPSHOT (the whole conversation, AG-UI messages)."""
+    return {"type": MESSAGES_SNAPSHOT, "messages": messages}
+
+
 def state_delta(patch: list[dict[str, Any]]) -> Event:
     """STATE_DELTA (RFC 6902 operations)."""
     return {"type": STATE_DELTA, "delta": patch}

@@ -302,6 +302,8 @@ class RunOptions:
     model_settings: dict[str, Any] = field(default_factory=dict)
     structured_output: StructuredOutput | None = None
     tool_result_mode: ToolResultMode | None = None
+    #: ``messagesSnapshot``: send the stored thread as MESSAGES_SNAPSHOT after RUN_STARTED.
+    messages_snapshot: bool = False
     #: The whole ``forwardedProps`` object, unknown keys included (pass-through).
     props: dict[str, Any] = field(default_factory=dict)
 
@@ -316,6 +318,10 @@ def parse_run_options(forwarded_props: Mapping[str, Any] | None) -> RunOptions:
     agent_id = props.get("agentId")
     if agent_id is not None and (not isinstance(agent_id, str) or not agent_id):
         raise InputError("forwardedProps.agentId must be a non-empty string", code="INVALID_ID")
+    snapshot = props.get("messagesSnapshot", False)
+    if not isinstance(snapshot, bool):
+        raise InputError("forwardedProps.messagesSnapshot must be a boolean",
+                         code="INVALID_FORWARDED_PROPS")
     return RunOptions(
         agent_id=agent_id,
         resource_id=props.get("resourceId"),
@@ -323,5 +329,6 @@ def parse_run_options(forwarded_props: Mapping[str, Any] | None) -> RunOptions:
         model_settings=parse_model_settings(props.get("modelSettings")),
         structured_output=parse_structured_output(props.get("structuredOutput")),
         tool_result_mode=parse_tool_result_mode(props.get("toolResultMode")),
+        messages_snapshot=snapshot,
         props=props,
     )

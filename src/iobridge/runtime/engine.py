@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from iobridge.agents.context import RunContext, ToolResult
 from iobridge.errors import AgentError, ConflictError, NotFoundError, TooManyRequests
+from iobridge.protocol import events as ev
 from iobridge.protocol.messages import model_view
 from iobridge.runtime.pending import PendingRegistry
 from iobridge.runtime.run import Run, RunKey
@@ -224,7 +225,13 @@ class Runtime:
         saved: asyncio.Future[None] | None,
     ) -> None:
         try:
-            await self._produce(run, agent, session, ctx)
+            # ``messagesSnapshot`` (thread memory reads the thread; stateless: no thread).
+            if memory is not None and memory.snapshot is not None:
+                session.push(ev.messages_snapshot(memory.snapshot))
+            if memory is not None and memory.hydrate_only:
+                session.finish()
+            else:
+                await self._produce(run, agent, session, ctx)
         finally:
             await self._conclude(run, session, memory, saved)
 

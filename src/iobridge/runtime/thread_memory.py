@@ -8,6 +8,10 @@ committed with other runs' writes), and what the run produced when it ends (``sa
 one transaction with any pending start write). ``memoryOptions``: ``lastMessages`` (default
 40), ``readOnly`` (read history, store nothing), ``generateTitle`` (title from the first user
 message).
+
+``forwardedProps.messagesSnapshot: true`` also reads the whole thread, for a
+MESSAGES_SNAPSHOT right after RUN_STARTED (a reloaded AG-UI client gets its history back); on
+an existing thread, a run whose input brings no new user or tool message only hydrates.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ if TYPE_CHECKING:
     from iobridge.store.base import ThreadStore
 
 TITLE_LENGTH = 80
+#: Roles that give the agent something to answer (a run with none of them only hydrates).
+TURN_ROLES = frozenset({"user", "tool"})
 
 
 class RunMemory(Protocol):
@@ -33,6 +39,10 @@ class RunMemory(Protocol):
 
     #: What the model sees: the stored window plus the new messages, model view applied.
     history: list[dict[str, Any]]
+    #: With ``messagesSnapshot``: the whole thread with this run's input merged in.
+    snapshot: list[dict[str, Any]] | None
+    #: Send the snapshot and finish without calling the agent (nothing new to answer).
+    hydrate_only: bool
 
     async def save_start(self) -> None:
         """Store the run's new incoming messages (right after RUN_STARTED)."""
@@ -83,6 +93,8 @@ class _StoreRun:
     incoming: list[dict[str, Any]]
     title: str | None
     history: list[dict[str, Any]]
+    snapshot: list[dict[str, Any]] | None = None
+    hydrate_only: bool = False
 
     async def save_start(self) -> None:
         if self.read_only or not (self.incoming or self.title):
@@ -140,6 +152,10 @@ class StoreMemory:
             first = [read.first_user] if read.first_user is not None else []
             title = title_from([*first, *incoming])
         visible = window(read.window, memory.last_messages) + incoming
+        snapshot = None
+        if options.messages_snapshot:
+            stored = await self.store.list_messages(run_input.thread_id) if thread else []
+            snapshot = [*stored, *incoming]
         return _StoreRun(
             store=self.store,
             thread_id=run_input.thread_id,
@@ -149,4 +165,8 @@ class StoreMemory:
             incoming=incoming,
             title=title,
             history=[dict(m) for m in model_view(visible)],
+            snapshot=snapshot,
+            hydrate_only=snapshot is not None
+            and thread is not None
+            and not any(m.get("role") in TURN_ROLES for m in incoming),
         )
