@@ -50,6 +50,15 @@ class Agent(ABC):
         data["tools"] = [t.describe() for t in self.tools]
         return data
 
+    async def title(self, messages: Sequence[dict[str, Any]]) -> str | None:
+        """A short thread title for ``messages`` (``memoryOptions.generateTitle``), or ``None``.
+
+        Called once per untitled thread, after a run finished and before its terminal event
+        is released, so keep it short; ``None`` (the default) or an exception makes thread
+        memory fall back to the first user message's text.
+        """
+        return None
+
     def server_tool(self, name: str) -> ServerTool | None:
         """The server tool called ``name``, if this agent has one."""
         for t in self.tools:

@@ -23,6 +23,7 @@ pydantic-ai owns the model/tool loop; this module adapts it to the bridge:
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import logging
@@ -40,6 +41,7 @@ from pydantic_ai import (
     ToolFailed,
 )
 from pydantic_ai import exceptions as pai_errors
+from pydantic_ai.direct import model_request_stream
 from pydantic_ai.messages import (
     AudioUrl,
     BinaryContent,
@@ -94,6 +96,16 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: Generated titles: tokens the model may spend, seconds it may take, characters kept, and
+#: characters of the conversation it is shown.
+TITLE_MAX_TOKENS = 24
+TITLE_TIMEOUT = 10.0
+TITLE_LENGTH = 80
+TITLE_CONTEXT_CHARS = 2000
+_TITLE_INSTRUCTIONS = (
+    "Write a short title (at most six words) for the conversation below. Answer with the "
+    "title only: no quotes, no final punctuation."
+)
 #: Arguments are JSON objects; the tool itself (or the frontend) checks them in detail.
 _ANY_OBJECT = SchemaValidator(core_schema.dict_schema())
 _EMPTY_OBJECT_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
@@ -113,6 +125,8 @@ class ModelAgent(Agent):
         model_settings: Defaults, overridden per run by ``forwardedProps.modelSettings``.
         model_id: ``provider:model`` for discovery (default: the model's own).
         output_retries: How often an answer that violates ``structuredOutput`` is sent back.
+        title_max_tokens: Tokens a generated thread title may use.
+        title_timeout: Seconds the title request may take before the fallback title.
         tool_result_mode: ``"in-run"`` or ``"next-run"``: how the runtime should collect
             frontend tool results for this agent (``None``: the server default).
     """
@@ -131,6 +145,8 @@ class ModelAgent(Agent):
         model_id: str | None = None,
         output_retries: int = 2,
         tool_result_mode: ToolResultMode | None = None,
+        title_max_tokens: int = TITLE_MAX_TOKENS,
+        title_timeout: float = TITLE_TIMEOUT,
     ) -> None:
         if tool_result_mode is not None and tool_result_mode not in TOOL_RESULT_MODES:
             raise ValueError(f"tool_result_mode must be one of {TOOL_RESULT_MODES}")
@@ -140,6 +156,8 @@ class ModelAgent(Agent):
         self.description = description
         self.model = model
         self.model_id = model_id or f"{model.system}:{model.model_name}"
+        self.title_max_tokens = title_max_tokens
+        self.title_timeout = title_timeout
         self.instructions = instructions
         self.tools = tuple(tools)
         self.model_settings = ModelSettings(**(model_settings or {}))
@@ -208,6 +226,34 @@ class ModelAgent(Agent):
         output_value = result.output if result is not None else None
         if structured is not None and isinstance(output_value, dict):
             yield FinalResult(value=dict(output_value))
+
+    async def title(self, messages: Sequence[dict[str, Any]]) -> str | None:
+        """A title from this agent's own model: one bounded, time-limited request.
+
+        Raises:
+            TimeoutError: the request took longer than ``title_timeout``.
+            pydantic_ai.exceptions.ModelAPIError: the provider refused.
+        """
+        conversation = _title_transcript(messages)
+        if not conversation:
+            return None
+        request = ModelRequest(
+            parts=[UserPromptPart(content=conversation)], instructions=_TITLE_INSTRUCTIONS
+        )
+        settings = adapt_settings(
+            self.model,
+            # Best effort: no retries, the fallback title is good enough.
+            ModelSettings(
+                max_tokens=self.title_max_tokens, timeout=self.title_timeout, max_retries=0
+            ),
+        )
+        async with asyncio.timeout(self.title_timeout):
+            async with model_request_stream(self.model, [request], model_settings=settings) as s:
+                async for _ in s:
+                    pass
+                response = s.get()
+        text = "".join(p.content for p in response.parts if isinstance(p, TextPart))
+        return _clean_title(text)
 
     def _pydantic_agent(self, structured: StructuredOutput | None) -> PydanticAgent[None, Any]:
         """A pydantic-ai agent for one run (the output type depends on the run's options)."""
@@ -483,3 +529,34 @@ def to_model_messages(messages: Sequence[Mapping[str, Any]]) -> list[ModelMessag
         ModelResponse(parts=parts) if is_response else ModelRequest(parts=parts)
         for is_response, parts in groups
     ]
+
+
+def _title_transcript(messages: Sequence[Mapping[str, Any]]) -> str:
+    """``User: …`` / ``Assistant: …`` lines of the text messages, at most a few KB."""
+    lines: list[str] = []
+    size = 0
+    for message in messages:
+        role = message.get("role")
+        if role not in ("user", "assistant"):
+            continue
+        content = message.get("content")
+        if isinstance(content, list):
+            content = " ".join(p.get("text", "") for p in content if isinstance(p, Mapping))
+        text = " ".join(str(content or "").split())
+        if not text:
+            continue
+        line = f"{'User' if role == 'user' else 'Assistant'}: {text}"
+        lines.append(line[: TITLE_CONTEXT_CHARS - size])
+        size += len(lines[-1])
+        if size >= TITLE_CONTEXT_CHARS:
+            break
+    return "\n".join(lines)
+
+
+def _clean_title(text: str) -> str | None:
+    """The model's answer as a one-line title: printable, unquoted, at most 80 characters."""
+    line = next((ln for ln in text.splitlines() if ln.strip()), "")
+    line = "".join(c for c in line if c.isprintable())
+    line = " ".join(line.split()).strip("\"'`“”‘’*#").strip()
+    line = line.removeprefix("Title:").strip().rstrip(".")
+    return line[:TITLE_LENGTH].rstrip() or None

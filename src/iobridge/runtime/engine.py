@@ -139,7 +139,7 @@ class Runtime:
         self._count(owner, +1)
         try:
             memory = (
-                await self.memory.begin(run_input, options, resource_id, agent.id)
+                await self.memory.begin(run_input, options, resource_id, agent)
                 if self.memory is not None
                 else None
             )
@@ -293,7 +293,9 @@ class Runtime:
                     cancelled = await _settle(saved)
                     _log_failure(saved, run)
                 self._close_unanswered(run, session)
-                write = asyncio.ensure_future(memory.save_end(session.transcript.messages))
+                write = asyncio.ensure_future(
+                    memory.save_end(session.transcript.messages, finished=session.succeeded)
+                )
                 cancelled = await _settle(write) or cancelled
                 _log_failure(write, run)
         finally:

@@ -63,6 +63,8 @@ class Session:
         self._assistant_has_text = False
         self._reasoning: tuple[str, str] | None = None
         self._terminal: bytes | None = None
+        #: The run ended with RUN_FINISHED, not cancelled (a generated title is worth it).
+        self.succeeded = False
 
     # -- plumbing --------------------------------------------------------------------
 
@@ -81,6 +83,10 @@ class Session:
                 # Held until the run is concluded (messages stored, thread free), so a
                 # client that sees the terminal event can read the thread or run again.
                 self._terminal = encode_event(event)
+                outcome = event.get("outcome")
+                self.succeeded = event["type"] == ev.RUN_FINISHED and not (
+                    isinstance(outcome, dict) and outcome.get("type") == "cancelled"
+                )
             else:
                 log.append(encode_event(event))
 

@@ -6,8 +6,11 @@ model sees that window plus the new messages. Nothing is written before the run 
 streaming: the new messages are written right after RUN_STARTED (``save_start``, group
 committed with other runs' writes), and what the run produced when it ends (``save_end``,
 one transaction with any pending start write). ``memoryOptions``: ``lastMessages`` (default
-40), ``readOnly`` (read history, store nothing), ``generateTitle`` (title from the first user
-message).
+40), ``readOnly`` (read history, store nothing), ``generateTitle``: once a run on an untitled
+thread has finished, the agent's ``title`` hook names it (a model agent asks its own model,
+bounded in tokens and time), falling back to the first user message's text; the title goes
+in the end write, before the run's terminal event is released, so a client re-listing
+threads then sees it.
 
 ``forwardedProps.messagesSnapshot: true`` also reads the whole thread, for a
 MESSAGES_SNAPSHOT right after RUN_STARTED (a reloaded AG-UI client gets its history back); on
@@ -16,7 +19,9 @@ an existing thread, a run whose input brings no new user or tool message only hy
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -25,11 +30,17 @@ from iobridge.protocol.messages import answered_call, merge_incoming, model_view
 from iobridge.store.base import normalize_messages
 
 if TYPE_CHECKING:
+    from iobridge.agents.base import Agent
     from iobridge.protocol.options import RunOptions
     from iobridge.protocol.run_input import RunInput
     from iobridge.store.base import ThreadStore
 
+logger = logging.getLogger("iobridge.runtime")
+
 TITLE_LENGTH = 80
+#: Messages an agent sees to title a thread, and the longest its ``title`` hook may take.
+TITLE_CONTEXT = 20
+TITLE_DEADLINE = 30.0
 #: Roles that give the agent something to answer (a run with none of them only hydrates).
 TURN_ROLES = frozenset({"user", "tool"})
 
@@ -48,8 +59,12 @@ class RunMemory(Protocol):
         """Store the run's new incoming messages (right after RUN_STARTED)."""
         ...
 
-    async def save_end(self, produced: Sequence[dict[str, Any]]) -> None:
-        """Store what the run produced (after ``save_start`` settled)."""
+    async def save_end(self, produced: Sequence[dict[str, Any]], *, finished: bool) -> None:
+        """Store what the run produced (after ``save_start`` settled), titling the thread.
+
+        ``finished``: the run ended with RUN_FINISHED (only then is the agent asked for a
+        title; otherwise the first message's text is used).
+        """
         ...
 
 
@@ -57,7 +72,7 @@ class ThreadMemory(Protocol):
     """Persistence of the run engine; without one the engine is stateless."""
 
     async def begin(
-        self, run_input: RunInput, options: RunOptions, resource_id: str, agent_id: str
+        self, run_input: RunInput, options: RunOptions, resource_id: str, agent: Agent
     ) -> RunMemory:
         """Check ownership and read the thread (no write)."""
         ...
@@ -91,22 +106,39 @@ class _StoreRun:
     agent_id: str
     read_only: bool
     incoming: list[dict[str, Any]]
+    #: The fallback title (first user message) when the thread is to be titled, else None.
     title: str | None
     history: list[dict[str, Any]]
+    #: The agent's ``title`` hook, and what it is shown besides what the run produces.
+    titler: Callable[[Sequence[dict[str, Any]]], Awaitable[str | None]]
+    context: list[dict[str, Any]]
     snapshot: list[dict[str, Any]] | None = None
     hydrate_only: bool = False
 
     async def save_start(self) -> None:
-        if self.read_only or not (self.incoming or self.title):
+        if self.read_only or not self.incoming:
             return
-        await self._write(self.incoming, self.title)
+        await self._write(self.incoming, None)
 
-    async def save_end(self, produced: Sequence[dict[str, Any]]) -> None:
+    async def save_end(self, produced: Sequence[dict[str, Any]], *, finished: bool) -> None:
         # The incoming messages go again: ids already stored are skipped, so the thread is
         # complete even if the start write failed.
         if self.read_only:
             return
-        await self._write([*self.incoming, *produced], self.title)
+        title = self.title
+        if title is not None and finished and not self.hydrate_only:
+            title = await self._generated_title(produced) or title
+        await self._write([*self.incoming, *produced], title)
+
+    async def _generated_title(self, produced: Sequence[dict[str, Any]]) -> str | None:
+        conversation = [*self.context, *self.incoming, *produced]
+        try:
+            async with asyncio.timeout(TITLE_DEADLINE):
+                return await self.titler(conversation[:TITLE_CONTEXT])
+        except Exception as exc:  # any failure falls back to the first message
+            logger.warning("agent %s could not title thread %s: %s",
+                           self.agent_id, self.thread_id, type(exc).__name__)
+            return None
 
     async def _write(self, messages: Sequence[dict[str, Any]], title: str | None) -> None:
         await self.store.write_for_run(
@@ -125,7 +157,7 @@ class StoreMemory:
         self.store = store
 
     async def begin(
-        self, run_input: RunInput, options: RunOptions, resource_id: str, agent_id: str
+        self, run_input: RunInput, options: RunOptions, resource_id: str, agent: Agent
     ) -> RunMemory:
         """Check ownership and read the thread; the model's history is ready, nothing stored.
 
@@ -148,9 +180,10 @@ class StoreMemory:
         incoming = merge_incoming(read.stored_ids, read.answered, messages)
         normalize_messages(incoming)
         title = None
+        first = [read.first_user] if read.first_user is not None else []
         if memory.generate_title and not memory.read_only and (thread is None or not thread.title):
-            first = [read.first_user] if read.first_user is not None else []
             title = title_from([*first, *incoming])
+        first_ids = {m.get("id") for m in first}
         visible = window(read.window, memory.last_messages) + incoming
         snapshot = None
         if options.messages_snapshot:
@@ -160,11 +193,13 @@ class StoreMemory:
             store=self.store,
             thread_id=run_input.thread_id,
             resource_id=resource_id,
-            agent_id=agent_id,
+            agent_id=agent.id,
             read_only=memory.read_only,
             incoming=incoming,
             title=title,
             history=[dict(m) for m in model_view(visible)],
+            titler=agent.title,
+            context=[*first, *(m for m in read.window if m.get("id") not in first_ids)],
             snapshot=snapshot,
             hydrate_only=snapshot is not None
             and thread is not None
