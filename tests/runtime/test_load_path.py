@@ -94,7 +94,7 @@ async def test_run_started_and_text_leave_while_the_store_write_waits(
                     assert store.writes == []
                     store.gate.set()
         assert seen[0] == "RUN_STARTED" and seen[-1] == "RUN_FINISHED"
-        stored = (await client.get("/io-bridge/threads/t1/messages")).json()["messages"]
+        stored = (await client.get("/io-bridge/threads/t1/messages?format=agui")).json()["messages"]
     assert [m["role"] for m in stored] == ["user", "assistant"]
     # One write when the run started (the user message), one when it ended (idempotent).
     assert store.writes == [["u-r1"], ["u-r1", stored[1]["id"]]]
@@ -152,7 +152,7 @@ async def test_a_disconnect_during_the_final_write_keeps_the_thread_busy_until_s
         assert server.runtime.active_runs == 0
         second = await client.post("/io-bridge/run", json=run_body("second", run_id="rC"))
         assert parse_sse(second.text)[-1]["type"] == "RUN_FINISHED"
-        stored = (await client.get("/io-bridge/threads/t1/messages")).json()["messages"]
+        stored = (await client.get("/io-bridge/threads/t1/messages?format=agui")).json()["messages"]
     # Run A's messages, then run C's: never interleaved.
     ids = [m["id"] for m in stored]
     assert ids[0] == "u-rA" and ids.index("u-rC") == len(ids) - 2
@@ -302,7 +302,7 @@ async def test_a_disconnect_with_a_pending_call_stores_an_error_result(serve: An
             if server.runtime.active_runs == 0:
                 break
             await asyncio.sleep(0.01)
-        stored = (await client.get("/io-bridge/threads/t1/messages")).json()["messages"]
+        stored = (await client.get("/io-bridge/threads/t1/messages?format=agui")).json()["messages"]
     assert [m["role"] for m in stored] == ["user", "assistant", "tool"]
     assert stored[2]["toolCallId"] == stored[1]["toolCalls"][0]["id"]
     assert stored[2]["error"] == "the client disconnected before answering"
@@ -314,6 +314,6 @@ async def test_next_run_calls_are_left_for_the_next_run(serve: Any) -> None:
         first = parse_sse((await client.post(
             "/io-bridge/run", json=run_body("get_weather", tools=[WEATHER]))).text)
         assert first[-1]["outcome"]["pendingToolCallIds"]
-        stored = (await client.get("/io-bridge/threads/t1/messages")).json()["messages"]
+        stored = (await client.get("/io-bridge/threads/t1/messages?format=agui")).json()["messages"]
     # The deferred call is answered by the client's next run, not by an error result.
     assert [m["role"] for m in stored] == ["user", "assistant"]
