@@ -40,7 +40,7 @@ from iobridge.errors import (
     TooManyRequests,
 )
 from iobridge.protocol.options import ToolResultMode, parse_run_options
-from iobridge.protocol.run_input import parse_run_input
+from iobridge.protocol.run_input import parse_run_input_async
 from iobridge.runtime.engine import Runtime, RuntimeSettings
 from iobridge.runtime.run import Run
 from iobridge.runtime.thread_memory import StoreMemory
@@ -203,7 +203,7 @@ class Backend:
         """
         if not self.admitting:
             raise ServiceUnavailable("the server is shutting down", code="SERVER_SHUTTING_DOWN")
-        run_input = parse_run_input(body)
+        run_input = await parse_run_input_async(body, max_messages=self.settings.max_messages)
         options = parse_run_options(run_input.forwarded_props)
         resource_id = self.authenticator.resolve_resource(principal, options.resource_id)
         agent = self.catalog.get(options.agent_id)

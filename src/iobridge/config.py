@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from iobridge.auth import AuthSettings
 from iobridge.protocol.options import ToolResultMode
+from iobridge.protocol.run_input import DEFAULT_MAX_MESSAGES
 
 DEFAULT_CONFIG_FILE = "iobridge.toml"
 #: How identity key fingerprints are written (``iobridge.npamp`` prints them this way).
@@ -145,6 +146,8 @@ class Settings(BaseSettings):
     prefix: str = "/io-bridge"
     #: Largest accepted request body, in bytes.
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    #: Most messages one run request may carry (413 ``TOO_MANY_MESSAGES`` beyond).
+    max_messages: int = Field(default=DEFAULT_MAX_MESSAGES, ge=1)
     #: Seconds of silence on an SSE stream before a ``: ping`` comment.
     ping_interval: float = Field(default=15.0, gt=0)
     #: Seconds a frontend tool call waits for its result.

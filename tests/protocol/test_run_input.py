@@ -7,8 +7,13 @@ from typing import Any
 
 import pytest
 
-from iobridge.errors import InputError
-from iobridge.protocol.run_input import MAX_ID_LENGTH, parse_run_input
+from iobridge.errors import InputError, PayloadTooLarge
+from iobridge.protocol.run_input import (
+    MAX_ID_LENGTH,
+    OFF_LOOP_BYTES,
+    parse_run_input,
+    parse_run_input_async,
+)
 
 
 def body(**overrides: Any) -> dict[str, Any]:
@@ -111,3 +116,23 @@ def test_every_problem_is_listed_and_the_input_is_not_modified() -> None:
     assert {"loc": ["messages", 1, "id"], "message": "duplicate message id"} in problems
     assert any(p["loc"][:2] == ["messages", 2] for p in problems)
     assert json.dumps(data, sort_keys=True) == snapshot
+
+
+def test_message_count_is_limited_before_validation() -> None:
+    # Invalid messages beyond the limit: the count refuses them before any is looked at.
+    messages = [{"id": "", "role": 1}] * 4
+    with pytest.raises(PayloadTooLarge) as info:
+        parse_run_input(body(messages=messages), max_messages=3)
+    assert info.value.status == 413 and info.value.code == "TOO_MANY_MESSAGES"
+    ok = [{"id": f"u{i}", "role": "user", "content": "hi"} for i in range(3)]
+    assert len(parse_run_input(body(messages=ok), max_messages=3).messages) == 3
+
+
+async def test_large_bodies_parse_off_the_loop_with_the_same_result() -> None:
+    messages = [{"id": f"u{i}", "role": "user", "content": "x" * 100} for i in range(2000)]
+    raw = json.dumps(body(messages=messages)).encode()
+    assert len(raw) > OFF_LOOP_BYTES
+    parsed = await parse_run_input_async(raw, max_messages=2000)
+    assert parsed.messages == messages
+    with pytest.raises(PayloadTooLarge):
+        await parse_run_input_async(raw, max_messages=1999)
