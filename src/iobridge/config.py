@@ -7,12 +7,13 @@ Secrets (model API keys, JWT keys, API keys) come from the environment, never th
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from iobridge.auth import AuthSettings
@@ -20,6 +21,8 @@ from iobridge.protocol.options import ToolResultMode
 from iobridge.protocol.run_input import DEFAULT_MAX_MESSAGES
 
 DEFAULT_CONFIG_FILE = "iobridge.toml"
+#: ``allowed_hosts`` when the server is bound to a loopback address and none are configured.
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 #: How identity key fingerprints are written (``iobridge.npamp`` prints them this way).
 _FINGERPRINT_PREFIX = "sha256:"
 
@@ -175,6 +178,9 @@ class Settings(BaseSettings):
     database_url: str = "sqlite+aiosqlite:///./iobridge.db"
     #: Browser origins allowed to call the bridge (CORS); empty disables CORS.
     cors_origins: list[str] = Field(default_factory=list)
+    #: ``Host`` header values served (names, ``*.domain``, ``*``); required unless ``host`` is
+    #: a loopback address, where it defaults to ``localhost``, ``127.0.0.1`` and ``::1``.
+    allowed_hosts: list[str] | None = None
     #: Serve the playground page at ``/playground`` (``create_app`` only, not ``Bridge``).
     playground: bool = True
     #: Agent id run when a request names none (default: the first agent).
@@ -185,6 +191,21 @@ class Settings(BaseSettings):
     npamp: NpampSettings = Field(default_factory=NpampSettings)
     #: Agent definitions (``[[agents]]`` tables of the TOML file).
     agents: list[dict[str, Any]] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _hosts_known(self) -> Settings:
+        if self.allowed_hosts is None and not _is_loopback(self.host):
+            raise ValueError(
+                f"allowed_hosts is required when host is not a loopback address ({self.host})"
+            )
+        return self
+
+    @property
+    def trusted_hosts(self) -> list[str]:
+        """``allowed_hosts``, or the loopback names when none are configured."""
+        if self.allowed_hosts is not None:
+            return self.allowed_hosts
+        return list(LOOPBACK_HOSTS)
 
     @classmethod
     def settings_customise_sources(
@@ -222,6 +243,15 @@ class Settings(BaseSettings):
         values = _deep_merge(file_values, _from_env(cls))
         values = _deep_merge(values, {k: v for k, v in overrides.items() if v is not None})
         return cls.model_validate(values)
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _from_env(cls: type[Settings]) -> dict[str, Any]:
