@@ -8,6 +8,7 @@ import orjson
 from starlette.requests import Request
 
 from iobridge.errors import InputError, PayloadTooLarge
+from iobridge.protocol.text import reject_nul
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -33,7 +34,8 @@ def parse_json_object(body: bytes) -> dict[str, Any]:
     """``body`` as a JSON object.
 
     Raises:
-        InputError: not JSON (``INVALID_JSON``), or not an object.
+        InputError: not JSON (``INVALID_JSON``), not an object, or U+0000 in any of its
+            text (``INVALID_TEXT``).
     """
     try:
         data = orjson.loads(body)
@@ -41,6 +43,7 @@ def parse_json_object(body: bytes) -> dict[str, Any]:
         raise InputError("request body is not valid JSON", code="INVALID_JSON") from exc
     if not isinstance(data, dict):
         raise InputError("request body must be a JSON object")
+    reject_nul(data, body)
     return data
 
 

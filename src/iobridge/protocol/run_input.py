@@ -15,17 +15,30 @@ from typing import Annotated, Any, Literal
 
 import orjson
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic_core import PydanticCustomError
 
 from iobridge.errors import InputError, PayloadTooLarge
+from iobridge.protocol.text import MAX_ID_LENGTH, reject_nul, validate_id
 
-MAX_ID_LENGTH = 256
 #: Default most messages one run request may carry (``Settings.max_messages``).
 DEFAULT_MAX_MESSAGES = 10_000
 #: Bodies larger than this are parsed in a worker thread, not on the event loop.
 OFF_LOOP_BYTES = 64 * 1024
 
-Identifier = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_LENGTH)]
+
+
+def _printable(value: str) -> str:
+    if not value.isprintable():
+        raise PydanticCustomError("invalid_id", "must contain only printable characters")
+    return value
+
+
+Identifier = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_ID_LENGTH), AfterValidator(_printable)
+]
+#: Top-level ids refused as ``INVALID_ID`` before anything else is looked at.
+_RUN_IDS = ("threadId", "runId", "parentRunId")
 
 
 class _Open(BaseModel):
@@ -104,7 +117,7 @@ class _OtherMessage(_Open):
     """A role newer than this code: kept in history, never shown to the model."""
 
     id: Identifier
-    role: str
+    role: Identifier
 
 
 class _Tool(_Open):
@@ -184,7 +197,9 @@ def parse_run_input(
 
     Raises:
         PayloadTooLarge: more than ``max_messages`` messages (code ``TOO_MANY_MESSAGES``).
-        InputError: not JSON, not an object, or a required field missing or malformed
+        InputError: ``INVALID_ID``: threadId, runId or parentRunId is a string with control
+            (or other non-printable) characters; ``INVALID_TEXT``: U+0000 in any text;
+            otherwise not JSON, not an object, or a required field missing or malformed
             (``details`` lists each problem with its location).
     """
     if isinstance(body, dict):
@@ -201,6 +216,11 @@ def parse_run_input(
         raise PayloadTooLarge(
             f"a run request carries at most {max_messages} messages", code="TOO_MANY_MESSAGES"
         )
+    for key in _RUN_IDS:
+        value = data.get(key)
+        if isinstance(value, str) and value:
+            validate_id(value, key)
+    reject_nul(data, None if isinstance(body, dict) else body)
     try:
         parsed = _input_adapter.validate_python(data)
     except pydantic.ValidationError as exc:
