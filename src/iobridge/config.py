@@ -176,6 +176,20 @@ class Settings(BaseSettings):
     detach_grace_seconds: float = Field(default=0.0, ge=0)
     #: Thread store. ``memory`` keeps nothing across restarts.
     database_url: str = "sqlite+aiosqlite:///./iobridge.db"
+    #: Largest request head (request line and headers), in bytes (431 beyond).
+    max_header_bytes: int = Field(default=16 * 1024, ge=1024)
+    #: Most header lines in one request (431 ``TOO_MANY_HEADERS`` beyond).
+    max_headers: int = Field(default=100, ge=8)
+    #: Seconds a connection has to deliver a complete request head (slowloris): then closed.
+    header_timeout: float = Field(default=10.0, gt=0)
+    #: Seconds without data while a request body is read: 408 ``REQUEST_TIMEOUT``.
+    body_timeout: float = Field(default=30.0, gt=0)
+    #: Seconds an idle keep-alive connection stays open.
+    keep_alive_timeout: float = Field(default=5.0, gt=0)
+    #: Requests served on one connection before it is closed.
+    keep_alive_max_requests: int = Field(default=1000, ge=1)
+    #: Open connections (and requests in progress) before new requests get 503.
+    max_connections: int = Field(default=1024, ge=1)
     #: Browser origins allowed to call the bridge (CORS); empty disables CORS.
     cors_origins: list[str] = Field(default_factory=list)
     #: ``Host`` header values served (names, ``*.domain``, ``*``); required unless ``host`` is

@@ -102,7 +102,7 @@ def create_app(
             allow_methods=["GET", "POST", "PATCH", "DELETE", "OPTIONS"],
             allow_headers=["*"],
         )
-    install_guards(app, backend.settings.trusted_hosts)
+    install_guards(app, backend.settings)
     _install_routes(app, backend)
     app.include_router(health_router)
     install_index(app, backend.settings.prefix)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from iobridge.errors import InputError, PayloadTooLarge
 from iobridge.protocol.text import reject_nul
@@ -22,11 +22,15 @@ async def read_body(request: Request, limit: int) -> bytes:
         raise PayloadTooLarge(f"request body exceeds {limit} bytes")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"request body exceeds {limit} bytes")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge(f"request body exceeds {limit} bytes")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        # Gone mid-body (or cut off by the server's body timeout): nobody reads the answer.
+        raise InputError("the client disconnected", code="CLIENT_DISCONNECTED") from None
     return b"".join(chunks)
 
 

@@ -14,11 +14,16 @@ Both answer before the application sees the request, so nothing runs and nothing
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from iobridge.http.errors import error_response
+from iobridge.http.server_limits import HeaderGuard
+
+if TYPE_CHECKING:
+    from iobridge.config import Settings
 
 __all__ = ["HostGuard", "JsonBodyGuard", "host_allowed", "install_guards"]
 
@@ -87,10 +92,14 @@ class JsonBodyGuard:
         await self.app(scope, receive, send)
 
 
-def install_guards(app: Starlette, allowed_hosts: Iterable[str]) -> None:
-    """Put both guards in front of ``app``'s routes (and of CORS): the host is checked first.
+def install_guards(app: Starlette, settings: Settings) -> None:
+    """Put the guards in front of ``app``'s routes (and of CORS), outermost first: header
+    count and size (``HeaderGuard``), host, JSON body.
 
     Call it after any other ``add_middleware`` so the guards stay outermost.
     """
     app.add_middleware(JsonBodyGuard)
-    app.add_middleware(HostGuard, allowed_hosts=tuple(allowed_hosts))
+    app.add_middleware(HostGuard, allowed_hosts=tuple(settings.trusted_hosts))
+    app.add_middleware(
+        HeaderGuard, max_headers=settings.max_headers, max_header_bytes=settings.max_header_bytes
+    )
