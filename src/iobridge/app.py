@@ -40,7 +40,7 @@ from iobridge.errors import (
     TooManyRequests,
 )
 from iobridge.protocol.options import ToolResultMode, parse_run_options
-from iobridge.protocol.run_input import parse_run_input_async
+from iobridge.protocol.run_input import OFF_LOOP_BYTES, RunInput, parse_run_input
 from iobridge.runtime.engine import Runtime, RuntimeSettings
 from iobridge.runtime.run import Run
 from iobridge.runtime.thread_memory import StoreMemory
@@ -55,6 +55,19 @@ logger = logging.getLogger("iobridge")
 MAX_CURSOR_DIGITS = 19
 #: Seconds the readiness check waits for the store.
 READY_TIMEOUT = 2.0
+
+
+async def parse_run_input_off_loop(
+    body: bytes | str | dict[str, Any], max_messages: int
+) -> RunInput:
+    """``parse_run_input``, in a worker thread for bodies over ``OFF_LOOP_BYTES``.
+
+    Validating a few MiB of messages takes tens to hundreds of milliseconds of CPU; in a
+    thread the loop keeps serving other requests (it regains the GIL every switch interval).
+    """
+    if isinstance(body, dict) or len(body) <= OFF_LOOP_BYTES:
+        return parse_run_input(body, max_messages=max_messages)
+    return await asyncio.to_thread(parse_run_input, body, max_messages=max_messages)
 
 
 def build_catalog(settings: Settings, agents: Sequence[Agent] = ()) -> AgentCatalog:
@@ -203,7 +216,7 @@ class Backend:
         """
         if not self.admitting:
             raise ServiceUnavailable("the server is shutting down", code="SERVER_SHUTTING_DOWN")
-        run_input = await parse_run_input_async(body, max_messages=self.settings.max_messages)
+        run_input = await parse_run_input_off_loop(body, self.settings.max_messages)
         options = parse_run_options(run_input.forwarded_props)
         resource_id = self.authenticator.resolve_resource(principal, options.resource_id)
         agent = self.catalog.get(options.agent_id)

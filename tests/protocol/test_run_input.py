@@ -7,13 +7,9 @@ from typing import Any
 
 import pytest
 
+from iobridge.app import parse_run_input_off_loop
 from iobridge.errors import InputError, PayloadTooLarge
-from iobridge.protocol.run_input import (
-    MAX_ID_LENGTH,
-    OFF_LOOP_BYTES,
-    parse_run_input,
-    parse_run_input_async,
-)
+from iobridge.protocol.run_input import MAX_ID_LENGTH, OFF_LOOP_BYTES, parse_run_input
 
 
 def body(**overrides: Any) -> dict[str, Any]:
@@ -127,15 +123,6 @@ def test_message_count_is_limited_before_validation() -> None:
     assert len(parse_run_input(body(messages=ok), max_messages=3).messages) == 3
 
 
-async def test_large_bodies_parse_off_the_loop_with_the_same_result() -> None:
-    messages = [{"id": f"u{i}", "role": "user", "content": "x" * 100} for i in range(2000)]
-    raw = json.dumps(body(messages=messages)).encode()
-    assert len(raw) > OFF_LOOP_BYTES
-    parsed = await parse_run_input_async(raw, max_messages=2000)
-    assert parsed.messages == messages
-    with pytest.raises(PayloadTooLarge):
-        await parse_run_input_async(raw, max_messages=1999)
-
 
 @pytest.mark.parametrize("key", ["threadId", "runId", "parentRunId"])
 @pytest.mark.parametrize(
@@ -202,3 +189,13 @@ def test_a_deeply_nested_body_is_checked_without_recursion() -> None:
     with pytest.raises(InputError) as info:
         parse_run_input(body(state=nested))
     assert info.value.code == "INVALID_TEXT"
+
+
+async def test_large_bodies_parse_off_the_loop_with_the_same_result() -> None:
+    messages = [{"id": f"u{i}", "role": "user", "content": "x" * 100} for i in range(2000)]
+    raw = json.dumps(body(messages=messages)).encode()
+    assert len(raw) > OFF_LOOP_BYTES
+    parsed = await parse_run_input_off_loop(raw, 2000)
+    assert parsed.messages == messages
+    with pytest.raises(PayloadTooLarge):
+        await parse_run_input_off_loop(raw, 1999)

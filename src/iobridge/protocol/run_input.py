@@ -9,7 +9,6 @@ checked, and a bad body is one ``InputError`` listing every problem.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -23,7 +22,7 @@ from iobridge.protocol.text import MAX_ID_LENGTH, reject_nul, validate_id
 
 #: Default most messages one run request may carry (``Settings.max_messages``).
 DEFAULT_MAX_MESSAGES = 10_000
-#: Bodies larger than this are parsed in a worker thread, not on the event loop.
+#: Bodies larger than this are worth parsing off the event loop (``Backend.start_run``).
 OFF_LOOP_BYTES = 64 * 1024
 
 
@@ -259,16 +258,3 @@ def parse_run_input(
         raw=data,
     )
 
-
-async def parse_run_input_async(
-    body: bytes | str | dict[str, Any], *, max_messages: int = DEFAULT_MAX_MESSAGES
-) -> RunInput:
-    """``parse_run_input`` that keeps the event loop free: large bodies go to a thread.
-
-    Validating a few MiB of messages takes tens to hundreds of milliseconds of CPU; in a
-    worker thread the loop keeps serving other requests meanwhile (it regains the GIL at
-    every switch interval).
-    """
-    if isinstance(body, dict) or len(body) <= OFF_LOOP_BYTES:
-        return parse_run_input(body, max_messages=max_messages)
-    return await asyncio.to_thread(parse_run_input, body, max_messages=max_messages)
