@@ -6,7 +6,12 @@ Stores are opened in the test's event loop, so the app is driven through
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 from tests.backends import SQL_BACKENDS, open_backend
+from tests.helpers import free_port
 
 from iobridge.config import Settings
 from iobridge.http.app import create_app
@@ -37,3 +43,41 @@ async def rig(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[R
                 transport=transport, base_url="http://127.0.0.1", timeout=30
             ) as client:
                 yield Rig(client, store, app)
+
+
+@pytest.fixture
+def server_process(tmp_path: Path) -> Iterator[Callable[..., str]]:
+    """``iobridge serve`` in its own process (``IOBRIDGE_*`` settings as keywords): timing
+    probes then measure the server's loop, not a GIL shared with the test's client."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(**settings: Any) -> str:
+        port = free_port()
+        env = {**os.environ, "IOBRIDGE_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path}/db",
+               "IOBRIDGE_LOG_LEVEL": "warning"}
+        env.pop("IOBRIDGE_CONFIG", None)
+        env.update({f"IOBRIDGE_{k.upper()}": str(v) for k, v in settings.items()})
+        executable = Path(sys.executable).with_name("iobridge")
+        process = subprocess.Popen(
+            [str(executable), "serve", "--host", "127.0.0.1", "--port", str(port)],
+            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )
+        started.append(process)
+        deadline = time.monotonic() + 20
+        while True:
+            assert process.poll() is None, process.communicate()[0].decode()
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                return f"http://127.0.0.1:{port}"
+            except OSError:
+                assert time.monotonic() < deadline, "iobridge serve did not start"
+                time.sleep(0.05)
+
+    yield start
+    for process in started:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
