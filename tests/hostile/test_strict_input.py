@@ -140,3 +140,24 @@ async def test_a_run_that_is_accepted_still_completes(rig: Rig) -> None:
     assert thread is not None and thread.title == "hello"
 
 
+
+
+@pytest.mark.parametrize(
+    ("query", "header"),
+    [({"after": "²"}, None), (None, b"\xb2"), ({"after": "9" * 5000}, None),
+     (None, b"1" * 5000), ({"after": "٣"}, None), ({"after": "-1"}, None),
+     ({"after": "1e3"}, None), ({"after": " 1"}, None), (None, b"99999999999999999999")],
+    ids=["superscript-query", "latin1-header", "5000-digits", "5000-digit-header",
+         "arabic-digit", "negative", "exponent", "space", "past-int64"],
+)
+async def test_bad_resume_cursors_are_400(
+    rig: Rig, query: dict[str, str] | None, header: bytes | None
+) -> None:
+    started = await rig.client.post(f"{BASE}/run", json=run_body("hello"))
+    assert started.status_code == 200
+    headers = {"last-event-id": header} if header is not None else {}
+    response = await rig.client.get(f"{BASE}/runs/r1/events", params=query, headers=headers)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "INVALID_CURSOR"
+    good = await rig.client.get(f"{BASE}/runs/r1/events", params={"after": "1"})
+    assert good.status_code == 200 and '"RUN_FINISHED"' in good.text
