@@ -58,14 +58,15 @@ def server_process(tmp_path: Path) -> Iterator[Callable[..., str]]:
         env.pop("IOBRIDGE_CONFIG", None)
         env.update({f"IOBRIDGE_{k.upper()}": str(v) for k, v in settings.items()})
         executable = Path(sys.executable).with_name("iobridge")
-        process = subprocess.Popen(
-            [str(executable), "serve", "--host", "127.0.0.1", "--port", str(port)],
-            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        )
+        with open(tmp_path / f"server-{port}.log", "ab") as log:
+            process = subprocess.Popen(
+                [str(executable), "serve", "--host", "127.0.0.1", "--port", str(port)],
+                cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT,
+            )
         started.append(process)
         deadline = time.monotonic() + 20
         while True:
-            assert process.poll() is None, process.communicate()[0].decode()
+            assert process.poll() is None, (tmp_path / f"server-{port}.log").read_text()
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
                 return f"http://127.0.0.1:{port}"

@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 __all__ = ["HeaderGuard", "LimitedH11Protocol", "uvicorn_options"]
 
+#: Seconds a refused connection stays half-open, dropping what the client still sends.
+LINGER_SECONDS = 2.0
+
 
 def _envelope(status: int, reason: bytes, code: str, message: str) -> list[h11.Event]:
     body = bytes(error_response(status, code, message).body)
@@ -62,6 +65,7 @@ class LimitedH11Protocol(H11Protocol):
         super().__init__(*args, **kwargs)
         self._deadline: asyncio.TimerHandle | None = None
         self._served = 0
+        self._discarding = False
 
     def _arm(self, delay: float, callback: Any) -> None:
         self._disarm()
@@ -81,6 +85,8 @@ class LimitedH11Protocol(H11Protocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._discarding:
+            return
         super().data_received(data)
         self._track()
 
@@ -122,7 +128,18 @@ class LimitedH11Protocol(H11Protocol):
             "the request headers are too large",
         ):
             self.transport.write(self.conn.send(event) or b"")
-        self.transport.close()
+        self._linger_close()
+
+    def _linger_close(self) -> None:
+        """Half-close after an error answer and drop what the client still sends.
+
+        Closing outright with the client's bytes unread makes the kernel send a reset, which
+        can destroy the answer before the client reads it (nginx's "lingering close").
+        """
+        self._discarding = True
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self._arm(LINGER_SECONDS, self.transport.close)
 
     def on_response_complete(self) -> None:
         self._served += 1
