@@ -25,7 +25,7 @@ RESPONSIVE = 0.1
 #: A run at the limit is accepted and stored: writing 10,000 rows holds the loop for one
 #: batch insert (0.1-0.2 s on a busy 2-core machine); still five times under the 2.4 s stall.
 RESPONSIVE_AT_LIMIT = 0.5
-TRIALS = 3
+TRIALS = 5
 
 
 def many_messages(count: int, *, run_id: str = "r1", thread_id: str = "t1") -> bytes:
