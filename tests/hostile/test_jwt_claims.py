@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import jwt
 import pytest
-from tests.backends import build_app, open_backend
+from tests.helpers import app_client
 
 from iobridge.auth import Authenticator, AuthSettings, JwtSettings
+from iobridge.config import Settings
 from iobridge.errors import AuthenticationError
+from iobridge.http.app import create_app
 
 SECRET = "test-secret-that-is-long-enough-for-hs256!"
 LATER = int(time.time()) + 600
@@ -47,12 +48,12 @@ def test_numeric_dates_are_accepted() -> None:
 
 
 @pytest.fixture
-async def client(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
-    async with open_backend("sqlite", tmp_path) as store:
-        app = build_app(store, authenticator())
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
-            yield c
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    settings = Settings(
+        database_url="memory://", auth=AuthSettings(mode="jwt", jwt=JwtSettings(key=SECRET))
+    )
+    async with app_client(create_app(settings)) as c:
+        yield c
 
 
 @pytest.mark.parametrize(
