@@ -505,7 +505,7 @@ async def test_only_the_newest_max_retained_runs_stay_readable(serve: Any) -> No
             assert replay.status_code == 200
             assert parse_sse(replay.text)[-1]["type"] == "RUN_FINISHED"
         # An evicted run cannot be cancelled either: it answers like an unknown one.
-        cancelled = await client.post("/io-bridge/runs/r1/cancel")
+        cancelled = await client.post("/io-bridge/runs/r1/cancel", headers=JSON)
         assert cancelled.status_code == 404
 
 
