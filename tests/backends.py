@@ -94,6 +94,11 @@ async def _migrated_pg_schema() -> str:
     return _template["pg"]
 
 
+async def shared_pg_schema() -> str:
+    """The process's migrated test schema, for a store opened in another event loop."""
+    return await _migrated_pg_schema()
+
+
 async def _drop_schema(url: str, schema: str) -> None:
     admin = make_engine(url)
     async with admin.begin() as conn:

@@ -75,7 +75,7 @@ async def app_client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(
-            transport=transport, base_url="http://test", timeout=10
+            transport=transport, base_url="http://127.0.0.1", timeout=10
         ) as client:
             yield client
 

@@ -39,7 +39,7 @@ from iobridge.errors import (
     TooManyRequests,
 )
 from iobridge.protocol.options import ToolResultMode, parse_run_options
-from iobridge.protocol.run_input import parse_run_input
+from iobridge.protocol.run_input import OFF_LOOP_BYTES, RunInput, parse_run_input
 from iobridge.runtime.engine import Runtime, RuntimeSettings
 from iobridge.runtime.run import Run
 from iobridge.runtime.thread_memory import StoreMemory
@@ -56,6 +56,19 @@ MAX_CURSOR_DIGITS = 19
 READY_TIMEOUT = 2.0
 #: Most messages one page of ``list_messages`` holds (a page grows to keep tool calls whole).
 MAX_MESSAGES_PAGE = 1000
+
+
+async def parse_run_input_off_loop(
+    body: bytes | str | dict[str, Any], max_messages: int
+) -> RunInput:
+    """``parse_run_input``, in a worker thread for bodies over ``OFF_LOOP_BYTES``.
+
+    Validating a few MiB of messages takes tens to hundreds of milliseconds of CPU; in a
+    thread the loop keeps serving other requests (it regains the GIL every switch interval).
+    """
+    if isinstance(body, dict) or len(body) <= OFF_LOOP_BYTES:
+        return parse_run_input(body, max_messages=max_messages)
+    return await asyncio.to_thread(parse_run_input, body, max_messages=max_messages)
 
 
 def build_catalog(settings: Settings, agents: Sequence[Agent] = ()) -> AgentCatalog:
@@ -188,7 +201,7 @@ class Backend:
         """
         if not self.admitting:
             raise ServiceUnavailable("the server is shutting down", code="SERVER_SHUTTING_DOWN")
-        run_input = parse_run_input(body)
+        run_input = await parse_run_input_off_loop(body, self.settings.max_messages)
         options = parse_run_options(run_input.forwarded_props)
         resource_id = self.authenticator.resolve_resource(principal, options.resource_id)
         agent = self.catalog.get(options.agent_id)

@@ -18,6 +18,7 @@ like a missing one (``NotFoundError``).
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -228,8 +229,11 @@ class Authenticator:
                 leeway=config.leeway_seconds,
                 options={"require": required, "verify_aud": config.audience is not None},
             )
-        except jwt.PyJWTError as exc:
-            raise AuthenticationError(f"invalid token: {exc}") from None
+        except jwt.PyJWTError:
+            # Never the library's text: it would tell a prober which check failed.
+            raise AuthenticationError("invalid token") from None
+        if not all(_is_numeric_date(claims[c]) for c in _DATE_CLAIMS if c in claims):
+            raise AuthenticationError("invalid token")
         principal_id = claims.get(config.principal_claim)
         resources = claims.get(config.resource_claim)
         if isinstance(resources, str):
@@ -241,12 +245,12 @@ class Authenticator:
             or not resources
             or not all(isinstance(r, str) and r for r in resources)
         ):
-            raise AuthenticationError("token lacks the principal or resource claim")
+            raise AuthenticationError("invalid token")
         max_effect = MAX_EFFECT
         if config.max_effect_claim is not None:
             value = claims.get(config.max_effect_claim, MAX_EFFECT)
             if type(value) is not int or not 0 <= value <= MAX_EFFECT:
-                raise AuthenticationError("token has an invalid max effect claim")
+                raise AuthenticationError("invalid token")
             max_effect = value
         return Principal(
             id=principal_id,
@@ -288,6 +292,15 @@ class Authenticator:
         if principal.resource_ids is not None:
             return principal.resource_ids
         return frozenset({principal.default_resource})
+
+
+#: RFC 7519 NumericDate claims; PyJWT also accepts numeric strings ("9999999999") for them.
+_DATE_CLAIMS = ("exp", "nbf", "iat")
+
+
+def _is_numeric_date(value: object) -> bool:
+    """A JSON number (not a string, not a boolean) that is finite."""
+    return type(value) in (int, float) and math.isfinite(value)  # type: ignore[arg-type]
 
 
 def _bearer(value: str | None) -> str | None:

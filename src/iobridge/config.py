@@ -7,18 +7,22 @@ Secrets (model API keys, JWT keys, API keys) come from the environment, never th
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from iobridge.auth import AuthSettings
 from iobridge.protocol.options import ToolResultMode
+from iobridge.protocol.run_input import DEFAULT_MAX_MESSAGES
 
 DEFAULT_CONFIG_FILE = "iobridge.toml"
+#: ``allowed_hosts`` when the server is bound to a loopback address and none are configured.
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 #: How identity key fingerprints are written (``iobridge.npamp`` prints them this way).
 _FINGERPRINT_PREFIX = "sha256:"
 
@@ -145,6 +149,8 @@ class Settings(BaseSettings):
     prefix: str = "/io-bridge"
     #: Largest accepted request body, in bytes.
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    #: Most messages one run request may carry (413 ``TOO_MANY_MESSAGES`` beyond).
+    max_messages: int = Field(default=DEFAULT_MAX_MESSAGES, ge=1)
     #: Seconds of silence on an SSE stream before a ``: ping`` comment.
     ping_interval: float = Field(default=15.0, gt=0)
     #: Seconds a frontend tool call waits for its result.
@@ -170,8 +176,25 @@ class Settings(BaseSettings):
     detach_grace_seconds: float = Field(default=0.0, ge=0)
     #: Thread store. ``memory`` keeps nothing across restarts.
     database_url: str = "sqlite+aiosqlite:///./iobridge.db"
+    #: Largest request head (request line and headers), in bytes (431 beyond).
+    max_header_bytes: int = Field(default=16 * 1024, ge=1024)
+    #: Most header lines in one request (431 ``TOO_MANY_HEADERS`` beyond).
+    max_headers: int = Field(default=100, ge=8)
+    #: Seconds a connection has to deliver a complete request head (slowloris): then closed.
+    header_timeout: float = Field(default=10.0, gt=0)
+    #: Seconds without data while a request body is read: 408 ``REQUEST_TIMEOUT``.
+    body_timeout: float = Field(default=30.0, gt=0)
+    #: Seconds an idle keep-alive connection stays open.
+    keep_alive_timeout: float = Field(default=5.0, gt=0)
+    #: Requests served on one connection before it is closed.
+    keep_alive_max_requests: int = Field(default=1000, ge=1)
+    #: Open connections (and requests in progress) before new requests get 503.
+    max_connections: int = Field(default=1024, ge=1)
     #: Browser origins allowed to call the bridge (CORS); empty disables CORS.
     cors_origins: list[str] = Field(default_factory=list)
+    #: ``Host`` header values served (names, ``*.domain``, ``*``); required unless ``host`` is
+    #: a loopback address, where it defaults to ``localhost``, ``127.0.0.1`` and ``::1``.
+    allowed_hosts: list[str] | None = None
     #: Serve the playground page at ``/playground`` (``create_app`` only, not ``Bridge``).
     playground: bool = True
     #: Shape of ``GET /threads/{id}/messages`` without ``?format=``: ``mastra`` (Mastra
@@ -185,6 +208,21 @@ class Settings(BaseSettings):
     npamp: NpampSettings = Field(default_factory=NpampSettings)
     #: Agent definitions (``[[agents]]`` tables of the TOML file).
     agents: list[dict[str, Any]] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _hosts_known(self) -> Settings:
+        if self.allowed_hosts is None and not _is_loopback(self.host):
+            raise ValueError(
+                f"allowed_hosts is required when host is not a loopback address ({self.host})"
+            )
+        return self
+
+    @property
+    def trusted_hosts(self) -> list[str]:
+        """``allowed_hosts``, or the loopback names when none are configured."""
+        if self.allowed_hosts is not None:
+            return self.allowed_hosts
+        return list(LOOPBACK_HOSTS)
 
     @classmethod
     def settings_customise_sources(
@@ -222,6 +260,15 @@ class Settings(BaseSettings):
         values = _deep_merge(file_values, _from_env(cls))
         values = _deep_merge(values, {k: v for k, v in overrides.items() if v is not None})
         return cls.model_validate(values)
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _from_env(cls: type[Settings]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ alice's changes; any request without or with bad credentials gets a 401.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -17,9 +18,13 @@ import jwt
 import pytest
 from pydantic import ValidationError
 from tests.backends import SQL_BACKENDS, open_backend
-from tests.helpers import app_client
+from tests.helpers import app_client, parse_sse, run_body
 
 from iobridge.agents.base import Agent
+from iobridge.agents.context import RunContext
+from iobridge.agents.function import FunctionAgent
+from iobridge.agents.outputs import AgentOutput
+from iobridge.app import Backend
 from iobridge.auth import (
     ApiKeyEntry,
     Authenticator,
@@ -349,3 +354,135 @@ async def test_malformed_authorization_headers_are_401(
     response = await client.get(f"{BASE}/threads", headers=headers)
     assert response.status_code == 401
     assert response.json()["error"]["code"] == "UNAUTHORIZED"
+
+
+# --- runs: another principal's busy threads and runIds are as if absent ---------------------
+
+
+class Gate:
+    """Agents for the run matrix: ``paced`` waits for the gate, ``quick`` answers at once."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    def agents(self) -> list[Agent]:
+        gate = self.event
+
+        async def paced(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+            yield "waiting "
+            await gate.wait()
+            yield "done"
+
+        async def quick(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+            yield "hi"
+
+        return [FunctionAgent(paced, id="paced"), FunctionAgent(quick, id="quick")]
+
+
+RunRig = tuple[httpx.AsyncClient, Creds, Backend, Gate]
+
+
+@pytest.fixture(params=["api-key", "jwt"])
+async def run_rig(
+    request: pytest.FixtureRequest, store: ThreadStore, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[RunRig]:
+    """The real app over an opened Backend (thread memory on) with the two agents."""
+    mode = request.param
+    monkeypatch.setenv("BOB_KEY", BOB_KEY)
+    auth = api_key_settings() if mode == "api-key" else jwt_settings()
+    gate = Gate()
+    app = create_app(Settings(auth=auth), agents=gate.agents(), store=store)
+    async with app_client(app) as client:
+        yield client, credentials(mode), app.state.backend, gate
+        gate.event.set()
+
+
+async def _alice_runs(client: httpx.AsyncClient, creds: Creds, backend: Backend) -> Any:
+    """Alice's finished run ``r-done`` on thread ``idle`` and live run ``r-live`` on ``busy``."""
+    done = await client.post(
+        f"{BASE}/run",
+        json=run_body("x", thread_id="idle", run_id="r-done", agentId="quick"),
+        headers=creds["alice"],
+    )
+    assert done.status_code == 200 and '"RUN_FINISHED"' in done.text
+    alice = backend.authenticator.authenticate(creds["alice"])
+    # A live run holds its stream open, which the in-process transport would wait out:
+    # start it on the Backend itself; Bob's requests below all go through HTTP.
+    live = await backend.start_run(
+        alice, run_body("x", thread_id="busy", run_id="r-live", agentId="paced")
+    )
+    while live.log.last_seq < 3:  # RUN_STARTED, TEXT_MESSAGE_START, the first delta
+        await asyncio.sleep(0.01)
+    return done.text, live
+
+
+async def test_a_busy_foreign_thread_answers_like_an_idle_foreign_one(run_rig: RunRig) -> None:
+    client, creds, backend, gate = run_rig
+    await _alice_runs(client, creds, backend)
+    answers = []
+    for thread_id, run_id in (("busy", "b1"), ("idle", "b2")):
+        response = await client.post(
+            f"{BASE}/run",
+            json=run_body("snoop", thread_id=thread_id, run_id=run_id, agentId="quick"),
+            headers=creds["bob"],
+        )
+        answers.append((response.status_code, response.json()))
+    assert answers[0] == answers[1]
+    assert answers[0][0] == 404 and answers[0][1]["error"]["code"] == "THREAD_NOT_FOUND"
+    gate.event.set()
+    for thread_id in ("busy", "idle"):
+        stored = await backend.store.list_messages(thread_id)
+        assert [m["content"] for m in stored if m["role"] == "user"] == ["x"]
+
+
+@pytest.mark.parametrize("run_id", ["r-live", "r-done"], ids=["live", "finished"])
+async def test_a_foreign_run_id_is_free_and_the_owners_run_is_untouched(
+    run_rig: RunRig, run_id: str
+) -> None:
+    client, creds, backend, gate = run_rig
+    done_text, live = await _alice_runs(client, creds, backend)
+    reused = await client.post(
+        f"{BASE}/run",
+        json=run_body("mine", thread_id="bobs", run_id=run_id, agentId="quick"),
+        headers=creds["bob"],
+    )
+    missing = await client.post(
+        f"{BASE}/run",
+        json=run_body("mine", thread_id="bobs2", run_id="never-used", agentId="quick"),
+        headers=creds["bob"],
+    )
+    assert reused.status_code == missing.status_code == 200
+    events, fresh = parse_sse(reused.text), parse_sse(missing.text)
+    assert [e["type"] for e in events] == [e["type"] for e in fresh]
+    assert events[-1] == {"type": "RUN_FINISHED", "threadId": "bobs", "runId": run_id}
+    # Alice's runs are still hers: the live one runs on, the finished one still resumes.
+    assert not live.log.closed
+    gate.event.set()
+    resumed_live = await client.get(f"{BASE}/runs/r-live/events", headers=creds["alice"])
+    assert resumed_live.status_code == 200
+    assert [e["type"] for e in parse_sse(resumed_live.text)][-1] == "RUN_FINISHED"
+    assert "done" in resumed_live.text
+    resumed_done = await client.get(f"{BASE}/runs/r-done/events", headers=creds["alice"])
+    assert resumed_done.status_code == 200
+    assert parse_sse(resumed_done.text) == parse_sse(done_text)
+    # And Bob reaches only his own run under that id.
+    bobs = await client.get(f"{BASE}/runs/{run_id}/events", headers=creds["bob"])
+    assert parse_sse(bobs.text) == parse_sse(reused.text)
+
+
+async def test_foreign_run_routes_answer_like_missing_runs(run_rig: RunRig) -> None:
+    client, creds, backend, _ = run_rig
+    await _alice_runs(client, creds, backend)
+    for run_id in ("r-live", "r-done"):
+        for method, path, body in (
+            ("GET", f"/runs/{run_id}/events", None),
+            ("POST", f"/runs/{run_id}/cancel", {}),
+            ("POST", f"/runs/{run_id}/tool-calls/c1/result", {"result": 1}),
+        ):
+            foreign = await client.request(method, BASE + path, json=body, headers=creds["bob"])
+            missing = await client.request(
+                method, BASE + path.replace(run_id, "nope"), json=body, headers=creds["bob"]
+            )
+            assert foreign.status_code == missing.status_code == 404, path
+            assert foreign.json() == missing.json()
+    assert not backend.runtime.get_run("alice", "r-live").log.closed

@@ -19,6 +19,8 @@ WEATHER = {
     "description": "Weather for a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
 }
+#: Every POST declares a JSON body, even an empty one (cross-site guard).
+JSON = {"content-type": "application/json"}
 CLOCK = {"name": "read_clock", "description": "Local clock", "parameters": {"type": "object"}}
 
 
@@ -259,7 +261,7 @@ async def test_body_over_the_limit_is_413(serve: Any) -> None:
             for _ in range(8):
                 yield b" " * 1024
 
-        streamed = await client.post("/io-bridge/run", content=chunks())
+        streamed = await client.post("/io-bridge/run", content=chunks(), headers=JSON)
         assert streamed.status_code == 413
     assert server.runtime.active_runs == 0
 
@@ -332,7 +334,9 @@ async def test_tool_result_route_statuses(serve: Any) -> None:
                     wrong = await post(f"{base}/{frontend_call}/result", bad)
                     assert wrong.status_code == 400, bad
                     assert wrong.json()["error"]["code"] == "INVALID_REQUEST"
-                not_json = await client.post(f"{base}/{frontend_call}/result", content=b"{x")
+                not_json = await client.post(
+                    f"{base}/{frontend_call}/result", content=b"{x", headers=JSON
+                )
                 assert not_json.status_code == 400
                 # Nothing was consumed by the bad posts: the call is still pending.
                 assert len(server.runtime.pending) == 1
@@ -463,10 +467,10 @@ async def test_cancel_stops_the_run_and_its_pending_tool(serve: Any) -> None:
         async for event in events_of(response):
             seen.append(event)
             if event["type"] == "TOOL_CALL_END":
-                cancelled = await client.post("/io-bridge/runs/r1/cancel")
+                cancelled = await client.post("/io-bridge/runs/r1/cancel", headers=JSON)
                 assert cancelled.status_code == 202
                 assert cancelled.json() == {"status": "cancelling"}
-        again = await client.post("/io-bridge/runs/r1/cancel")
+        again = await client.post("/io-bridge/runs/r1/cancel", headers=JSON)
         assert again.status_code == 200 and again.json() == {"status": "ended"}
         stored = (await client.get("/io-bridge/threads/t1/messages?format=agui")).json()["messages"]
     assert seen[-1] == {"type": "RUN_FINISHED", "threadId": "t1", "runId": "r1",
@@ -501,7 +505,7 @@ async def test_only_the_newest_max_retained_runs_stay_readable(serve: Any) -> No
             assert replay.status_code == 200
             assert parse_sse(replay.text)[-1]["type"] == "RUN_FINISHED"
         # An evicted run cannot be cancelled either: it answers like an unknown one.
-        cancelled = await client.post("/io-bridge/runs/r1/cancel")
+        cancelled = await client.post("/io-bridge/runs/r1/cancel", headers=JSON)
         assert cancelled.status_code == 404
 
 

@@ -18,6 +18,8 @@ from iobridge.http.app import create_app
 from iobridge.store import ThreadStore
 
 BASE = "/io-bridge"
+#: Every POST/PATCH declares a JSON body, even an empty one (cross-site guard).
+JSON = {"content-type": "application/json"}
 
 
 @pytest.fixture(params=SQL_BACKENDS)
@@ -79,7 +81,7 @@ async def test_crud_roundtrip(client: httpx.AsyncClient, store: ThreadStore) -> 
 
 
 async def test_create_defaults(client: httpx.AsyncClient) -> None:
-    response = await client.post(f"{BASE}/threads")
+    response = await client.post(f"{BASE}/threads", headers=JSON)  # no body at all
     assert response.status_code == 201
     thread = response.json()
     assert len(thread["id"]) == 36  # a UUID
@@ -174,7 +176,7 @@ async def test_messages_route(client: httpx.AsyncClient, store: ThreadStore) -> 
 
 
 BAD_REQUESTS: list[tuple[str, str, dict[str, Any], str]] = [
-    ("post", "/threads", {"content": b"{not json"}, "INVALID_JSON"),
+    ("post", "/threads", {"content": b"{not json", "headers": JSON}, "INVALID_JSON"),
     ("post", "/threads", {"json": [1, 2]}, "INVALID_REQUEST"),
     ("post", "/threads", {"json": {"title": 5}}, "INVALID_REQUEST"),
     ("post", "/threads", {"json": {"metadata": [1]}}, "INVALID_REQUEST"),
@@ -197,7 +199,7 @@ BAD_REQUESTS: list[tuple[str, str, dict[str, Any], str]] = [
     ("get", "/threads/a%01b", {}, "INVALID_ID"),
     ("patch", "/threads/keep", {"json": {"title": ["x"]}}, "INVALID_REQUEST"),
     ("patch", "/threads/keep", {"json": {"metadata": 3}}, "INVALID_REQUEST"),
-    ("patch", "/threads/keep", {"content": b"[]"}, "INVALID_REQUEST"),
+    ("patch", "/threads/keep", {"content": b"[]", "headers": JSON}, "INVALID_REQUEST"),
     ("delete", "/threads/" + "x" * 257, {}, "INVALID_ID"),
     ("get", "/threads/keep/messages", {"params": {"limit": "0"}}, "INVALID_REQUEST"),
     ("get", "/threads/keep/messages", {"params": {"limit": "1001"}}, "INVALID_REQUEST"),
@@ -229,7 +231,9 @@ async def test_bad_input_is_400_envelope_and_changes_nothing(
 
 
 async def test_oversized_body_is_413(client: httpx.AsyncClient) -> None:
-    response = await client.post(f"{BASE}/threads", content=b" " * (300 * 1024) + b"{}")
+    response = await client.post(
+        f"{BASE}/threads", content=b" " * (300 * 1024) + b"{}", headers=JSON
+    )
     assert_error(response, 413, "PAYLOAD_TOO_LARGE")
     assert (await client.get(f"{BASE}/threads")).json() == {"threads": []}
 

@@ -168,7 +168,7 @@ def harness(
             listener = await server.listen("127.0.0.1", 0, server_ssl_context(*certs))
             h = Harness(backend, server, listener.port, server_key)
             transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:
+            async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
                 h.http = http
                 try:
                     yield h

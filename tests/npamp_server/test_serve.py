@@ -184,7 +184,8 @@ def test_serve_carries_both_transports_from_one_backend(tmp_path: Path) -> None:
 
 def test_npamp_agree_off_loopback_and_a_missing_key_are_one_line_errors(tmp_path: Path) -> None:
     agree = CliRunner().invoke(
-        app, ["serve", "--host", "0.0.0.0", "--npamp-port", "7443", "--npamp-agree"]
+        app, ["serve", "--host", "0.0.0.0", "--npamp-port", "7443", "--npamp-agree"],
+        env={"IOBRIDGE_ALLOWED_HOSTS": '["*"]'},  # off loopback, HTTP needs its host names
     )
     assert agree.exit_code == 2
     assert agree.output.strip() == (

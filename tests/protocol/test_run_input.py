@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from iobridge.errors import InputError
-from iobridge.protocol.run_input import MAX_ID_LENGTH, parse_run_input
+from iobridge.app import parse_run_input_off_loop
+from iobridge.errors import InputError, PayloadTooLarge
+from iobridge.protocol.run_input import MAX_ID_LENGTH, OFF_LOOP_BYTES, parse_run_input
 
 
 def body(**overrides: Any) -> dict[str, Any]:
@@ -77,7 +78,6 @@ def test_bodies_that_are_not_json_objects(raw: bytes, code: str) -> None:
     ("data", "loc"),
     [({"runId": "r", "messages": []}, ["threadId"]),
      (body(runId=""), ["runId"]),
-     (body(threadId="x" * (MAX_ID_LENGTH + 1)), ["threadId"]),
      (body(messages="hi"), ["messages"]),
      (body(tools=[{"description": "no name"}]), ["tools", 0, "name"]),
      (body(context=[{"description": "d"}]), ["context", 0, "value"]),
@@ -86,7 +86,7 @@ def test_bodies_that_are_not_json_objects(raw: bytes, code: str) -> None:
       ["messages", 0, "tool", "toolCallId"]),
      (body(messages=[{"id": "a", "role": "assistant", "toolCalls": [{"id": "c"}]}]),
       ["messages", 0, "assistant", "toolCalls", 0, "function"])],
-    ids=["no-thread", "empty-run-id", "long-id", "messages-not-list", "tool-no-name",
+    ids=["no-thread", "empty-run-id", "messages-not-list", "tool-no-name",
          "context-no-value", "message-no-id", "tool-msg-no-call-id", "call-no-function"],
 )
 def test_malformed_fields_are_reported_with_their_location(
@@ -111,3 +111,91 @@ def test_every_problem_is_listed_and_the_input_is_not_modified() -> None:
     assert {"loc": ["messages", 1, "id"], "message": "duplicate message id"} in problems
     assert any(p["loc"][:2] == ["messages", 2] for p in problems)
     assert json.dumps(data, sort_keys=True) == snapshot
+
+
+def test_message_count_is_limited_before_validation() -> None:
+    # Invalid messages beyond the limit: the count refuses them before any is looked at.
+    messages = [{"id": "", "role": 1}] * 4
+    with pytest.raises(PayloadTooLarge) as info:
+        parse_run_input(body(messages=messages), max_messages=3)
+    assert info.value.status == 413 and info.value.code == "TOO_MANY_MESSAGES"
+    ok = [{"id": f"u{i}", "role": "user", "content": "hi"} for i in range(3)]
+    assert len(parse_run_input(body(messages=ok), max_messages=3).messages) == 3
+
+
+
+@pytest.mark.parametrize("key", ["threadId", "runId", "parentRunId"])
+@pytest.mark.parametrize(
+    "value", ["a\x00b", "line\nforged", "tab\there", "\x1b[31mred", "x" * (MAX_ID_LENGTH + 1),
+              "zero\u200bwidth", "\ud800"],
+    ids=["nul", "newline", "tab", "escape", "too-long", "format-char", "lone-surrogate"],
+)
+def test_run_ids_must_be_printable_and_bounded(key: str, value: str) -> None:
+    with pytest.raises(InputError) as info:
+        parse_run_input(body(**{key: value}))
+    assert info.value.code == "INVALID_ID" and info.value.status == 400
+    assert key in info.value.message
+
+
+@pytest.mark.parametrize(
+    ("message", "loc"),
+    [({"id": "a\nb", "role": "user", "content": "x"}, ["messages", 0, "user", "id"]),
+     ({"id": "t", "role": "tool", "toolCallId": "c\r", "content": "x"},
+      ["messages", 0, "tool", "toolCallId"]),
+     ({"id": "n", "role": "future\nrole"}, ["messages", 0, "role"])],
+    ids=["message-id", "tool-call-id", "unknown-role"],
+)
+def test_message_ids_and_unknown_roles_must_be_printable(
+    message: dict[str, Any], loc: list[Any]
+) -> None:
+    with pytest.raises(InputError) as info:
+        parse_run_input(body(messages=[message]))
+    assert info.value.code == "INVALID_REQUEST"
+    assert loc in [d["loc"] for d in info.value.details]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "loc"),
+    [({"messages": [{"id": "u", "role": "user", "content": "a\x00b"}]},
+      ["messages", 0, "content"]),
+     ({"messages": [{"id": "u", "role": "user", "content": [{"type": "text", "text": "\x00"}]}]},
+      ["messages", 0, "content", 0, "text"]),
+     ({"messages": [{"id": "u", "role": "other", "k\x00": 1}]}, ["messages", 0, "k\x00"]),
+     ({"state": {"deep": [[["\x00"]]]}}, ["state", "deep", 0, 0, 0]),
+     ({"forwardedProps": {"agentId": "a\x00"}}, ["forwardedProps", "agentId"])],
+    ids=["content", "content-part", "key", "state", "forwarded-props"],
+)
+def test_nul_anywhere_is_refused_with_its_location(
+    overrides: dict[str, Any], loc: list[Any]
+) -> None:
+    data = body(**overrides)
+    for form in (data, json.dumps(data).encode()):
+        with pytest.raises(InputError) as info:
+            parse_run_input(form)
+        assert info.value.code == "INVALID_TEXT"
+        assert info.value.details == [{"loc": loc, "message": "U+0000 is not accepted"}]
+
+
+def test_an_escaped_backslash_before_u0000_is_plain_text() -> None:
+    raw = json.dumps(body(messages=[{"id": "u", "role": "user", "content": "\\u0000"}]))
+    assert "\\\\u0000" in raw
+    assert parse_run_input(raw.encode()).messages[0]["content"] == "\\u0000"
+
+
+def test_a_deeply_nested_body_is_checked_without_recursion() -> None:
+    nested: Any = "\x00"
+    for _ in range(5000):
+        nested = [nested]
+    with pytest.raises(InputError) as info:
+        parse_run_input(body(state=nested))
+    assert info.value.code == "INVALID_TEXT"
+
+
+async def test_large_bodies_parse_off_the_loop_with_the_same_result() -> None:
+    messages = [{"id": f"u{i}", "role": "user", "content": "x" * 100} for i in range(2000)]
+    raw = json.dumps(body(messages=messages)).encode()
+    assert len(raw) > OFF_LOOP_BYTES
+    parsed = await parse_run_input_off_loop(raw, 2000)
+    assert parsed.messages == messages
+    with pytest.raises(PayloadTooLarge):
+        await parse_run_input_off_loop(raw, 1999)

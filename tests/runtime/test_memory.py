@@ -260,7 +260,7 @@ async def test_run_routes_are_owned_by_the_runs_resource(serve: Any) -> None:
             for method, path, payload in (
                 ("POST", result, {"result": "stolen"}),
                 ("GET", "/io-bridge/runs/r1/events", None),
-                ("POST", "/io-bridge/runs/r1/cancel", None),
+                ("POST", "/io-bridge/runs/r1/cancel", {}),
             ):
                 foreign = await client.request(method, path, json=payload, headers=bob)
                 assert foreign.status_code == 404, path

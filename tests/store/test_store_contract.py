@@ -350,3 +350,44 @@ async def test_write_for_run_refuses_a_foreign_thread_and_bad_messages(store: Th
         )
     assert await store.get_thread("t2") is None  # nothing stored for a refused write
     assert [m["id"] for m in await store.list_messages("t")] == ["u1"]
+
+
+# --- U+0000 and printable roles: refused alike on every store, nothing written -----------------
+
+
+async def test_nul_in_titles_and_metadata_is_refused_on_every_store(store: ThreadStore) -> None:
+    for kwargs in ({"title": "a\x00"}, {"metadata": {"k": "\x00"}}, {"metadata": {"\x00": 1}}):
+        with pytest.raises(InputError) as info:
+            await store.create_thread("t", resource_id="r", **kwargs)
+        assert info.value.code == "INVALID_TEXT"
+    assert await store.get_thread("t") is None
+    await store.create_thread("t", resource_id="r", title="kept")
+    with pytest.raises(InputError):
+        await store.update_thread("t", title="\x00")
+    with pytest.raises(InputError):
+        await store.update_thread("t", metadata={"a": ["\x00"]})
+    await store.create_thread("u", resource_id="r")
+    with pytest.raises(InputError):
+        await store.set_title_if_empty("u", "gen\x00erated")
+    t, u = await store.get_thread("t"), await store.get_thread("u")
+    assert t is not None and t.title == "kept" and t.metadata == {}
+    assert u is not None and u.title == ""
+
+
+@pytest.mark.parametrize(
+    "message",
+    [{"id": "m", "role": "user", "content": "a\x00"},
+     {"id": "m", "role": "tool", "toolCallId": "c\x00", "content": "x"},
+     {"id": "m", "role": "fut\x00ure"},
+     {"id": "m", "role": "fut\nure"}],
+    ids=["content", "tool-call-id", "role-nul", "role-newline"],
+)
+async def test_unstorable_messages_are_refused_on_every_store(
+    store: ThreadStore, message: dict[str, Any]
+) -> None:
+    await store.create_thread("t", resource_id="r")
+    ok = {"id": "ok", "role": "user", "content": "fine"}
+    with pytest.raises(InputError) as info:
+        await store.append_messages("t", [ok, message])
+    assert info.value.code == "INVALID_MESSAGE"
+    assert await store.list_messages("t") == []

@@ -21,6 +21,7 @@ from iobridge.app import Backend
 from iobridge.config import Settings
 from iobridge.http.agents import router as agents_router
 from iobridge.http.errors import install_error_handlers
+from iobridge.http.guards import install_guards
 from iobridge.http.health import install_index
 from iobridge.http.health import router as health_router
 from iobridge.http.runs import router as runs_router
@@ -101,6 +102,7 @@ def create_app(
             allow_methods=["GET", "POST", "PATCH", "DELETE", "OPTIONS"],
             allow_headers=["*"],
         )
+    install_guards(app, backend.settings)
     _install_routes(app, backend)
     app.include_router(health_router)
     install_index(app, backend.settings.prefix)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from iobridge.errors import InputError, PayloadTooLarge
+from iobridge.protocol.text import reject_nul
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -21,11 +22,15 @@ async def read_body(request: Request, limit: int) -> bytes:
         raise PayloadTooLarge(f"request body exceeds {limit} bytes")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(f"request body exceeds {limit} bytes")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge(f"request body exceeds {limit} bytes")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        # Gone mid-body (or cut off by the server's body timeout): nobody reads the answer.
+        raise InputError("the client disconnected", code="CLIENT_DISCONNECTED") from None
     return b"".join(chunks)
 
 
@@ -33,7 +38,8 @@ def parse_json_object(body: bytes) -> dict[str, Any]:
     """``body`` as a JSON object.
 
     Raises:
-        InputError: not JSON (``INVALID_JSON``), or not an object.
+        InputError: not JSON (``INVALID_JSON``), not an object, or U+0000 in any of its
+            text (``INVALID_TEXT``).
     """
     try:
         data = orjson.loads(body)
@@ -41,6 +47,7 @@ def parse_json_object(body: bytes) -> dict[str, Any]:
         raise InputError("request body is not valid JSON", code="INVALID_JSON") from exc
     if not isinstance(data, dict):
         raise InputError("request body must be a JSON object")
+    reject_nul(data, body)
     return data
 
 

@@ -63,7 +63,8 @@ async def start_run(
     """Parse a RunAgentInput, start the run, and stream its events.
 
     Errors before the stream starts are JSON envelopes: 400 bad body, 401 credentials,
-    404 unknown agent or foreign thread, 409 runId running or thread busy, 413 too large.
+    404 unknown agent or foreign thread, 409 runId running or thread busy, 413 body too
+    large or too many messages.
     """
     body = await read_body(request, backend.settings.max_body_bytes)
     return _sse(backend, await backend.start_run(principal, body))

@@ -10,6 +10,7 @@ import uvicorn
 
 from iobridge.app import Backend
 from iobridge.http.app import create_app
+from iobridge.http.server_limits import uvicorn_options
 
 __all__ = ["serve_http"]
 
@@ -41,6 +42,7 @@ async def serve_http(
             port=settings.port,
             log_level=settings.log_level,
             timeout_graceful_shutdown=5,
+            **uvicorn_options(settings),
         )
     )
 

@@ -14,13 +14,30 @@ from typing import Annotated, Any, Literal
 
 import orjson
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic_core import PydanticCustomError
 
-from iobridge.errors import InputError
+from iobridge.errors import InputError, PayloadTooLarge
+from iobridge.protocol.text import MAX_ID_LENGTH, reject_nul, validate_id
 
-MAX_ID_LENGTH = 256
+#: Default most messages one run request may carry (``Settings.max_messages``).
+DEFAULT_MAX_MESSAGES = 10_000
+#: Bodies larger than this are worth parsing off the event loop (``Backend.start_run``).
+OFF_LOOP_BYTES = 64 * 1024
 
-Identifier = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_LENGTH)]
+
+
+def _printable(value: str) -> str:
+    if not value.isprintable():
+        raise PydanticCustomError("invalid_id", "must contain only printable characters")
+    return value
+
+
+Identifier = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_ID_LENGTH), AfterValidator(_printable)
+]
+#: Top-level ids refused as ``INVALID_ID`` before anything else is looked at.
+_RUN_IDS = ("threadId", "runId", "parentRunId")
 
 
 class _Open(BaseModel):
@@ -99,7 +116,7 @@ class _OtherMessage(_Open):
     """A role newer than this code: kept in history, never shown to the model."""
 
     id: Identifier
-    role: str
+    role: Identifier
 
 
 class _Tool(_Open):
@@ -169,11 +186,19 @@ def _errors(exc: pydantic.ValidationError, prefix: tuple[Any, ...] = ()) -> list
     ]
 
 
-def parse_run_input(body: bytes | str | dict[str, Any]) -> RunInput:
+def parse_run_input(
+    body: bytes | str | dict[str, Any], *, max_messages: int = DEFAULT_MAX_MESSAGES
+) -> RunInput:
     """Parse and validate a RunAgentInput body.
 
+    The message count is checked right after decoding, before any per-message work, so an
+    oversized history costs one JSON decode and nothing more.
+
     Raises:
-        InputError: not JSON, not an object, or a required field missing or malformed
+        PayloadTooLarge: more than ``max_messages`` messages (code ``TOO_MANY_MESSAGES``).
+        InputError: ``INVALID_ID``: threadId, runId or parentRunId is a string with control
+            (or other non-printable) characters; ``INVALID_TEXT``: U+0000 in any text;
+            otherwise not JSON, not an object, or a required field missing or malformed
             (``details`` lists each problem with its location).
     """
     if isinstance(body, dict):
@@ -185,6 +210,16 @@ def parse_run_input(body: bytes | str | dict[str, Any]) -> RunInput:
             raise InputError("request body is not valid JSON", code="INVALID_JSON") from exc
     if not isinstance(data, dict):
         raise InputError("request body must be a JSON object", code="INVALID_REQUEST")
+    messages = data.get("messages")
+    if isinstance(messages, list) and len(messages) > max_messages:
+        raise PayloadTooLarge(
+            f"a run request carries at most {max_messages} messages", code="TOO_MANY_MESSAGES"
+        )
+    for key in _RUN_IDS:
+        value = data.get(key)
+        if isinstance(value, str) and value:
+            validate_id(value, key)
+    reject_nul(data, None if isinstance(body, dict) else body)
     try:
         parsed = _input_adapter.validate_python(data)
     except pydantic.ValidationError as exc:
@@ -222,3 +257,4 @@ def parse_run_input(body: bytes | str | dict[str, Any]) -> RunInput:
         forwarded_props=forwarded,
         raw=data,
     )
+

@@ -23,6 +23,7 @@ import orjson
 
 from iobridge.errors import ConflictError, InputError, NotFoundError
 from iobridge.protocol.messages import answered_call, window
+from iobridge.protocol.text import MAX_ID_LENGTH, reject_nul, validate_id
 
 __all__ = [
     "MAX_ID_LENGTH",
@@ -35,6 +36,7 @@ __all__ = [
     "ThreadStore",
     "check_limit",
     "check_thread_ids",
+    "check_thread_text",
     "decode_cursor",
     "encode_cursor",
     "format_timestamp",
@@ -45,7 +47,6 @@ __all__ = [
     "validate_title",
 ]
 
-MAX_ID_LENGTH = 256
 MAX_TITLE_LENGTH = 1024
 MAX_METADATA_BYTES = 64 * 1024
 
@@ -100,40 +101,36 @@ def format_timestamp(value: datetime) -> str:
     return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
 
 
-def validate_id(value: object, what: str = "id") -> str:
-    """Return ``value`` if it is a usable id: a non-empty printable string of ≤ 256 chars.
+def validate_title(value: object) -> str:
+    """Return ``value`` if it is a string of ≤ 1024 characters without U+0000.
 
     Raises:
-        InputError: otherwise (code ``INVALID_ID``).
+        InputError: otherwise (``INVALID_REQUEST``; ``INVALID_TEXT`` for U+0000).
     """
-    if not isinstance(value, str) or not value:
-        raise InputError(f"{what} must be a non-empty string", code="INVALID_ID")
-    if len(value) > MAX_ID_LENGTH:
-        raise InputError(f"{what} is longer than {MAX_ID_LENGTH} characters", code="INVALID_ID")
-    if not value.isprintable():
-        raise InputError(f"{what} contains non-printable characters", code="INVALID_ID")
-    return value
-
-
-def validate_title(value: object) -> str:
-    """Return ``value`` if it is a string of ≤ 1024 characters; else raise ``InputError``."""
     if not isinstance(value, str):
         raise InputError("title must be a string", code="INVALID_REQUEST")
     if len(value) > MAX_TITLE_LENGTH:
         raise InputError(
             f"title is longer than {MAX_TITLE_LENGTH} characters", code="INVALID_REQUEST"
         )
+    reject_nul(value)
     return value
 
 
 def validate_metadata(value: object) -> dict[str, Any]:
-    """Return ``value`` if it is a JSON object of ≤ 64 KiB; else raise ``InputError``."""
+    """Return ``value`` if it is a JSON object of ≤ 64 KiB without U+0000 in its text.
+
+    Raises:
+        InputError: otherwise (``INVALID_REQUEST``; ``INVALID_TEXT`` for U+0000).
+    """
     if not isinstance(value, dict):
         raise InputError("metadata must be a JSON object", code="INVALID_REQUEST")
     try:
-        size = len(orjson.dumps(value))
+        encoded = orjson.dumps(value)
     except TypeError as exc:
         raise InputError("metadata is not JSON", code="INVALID_REQUEST") from exc
+    reject_nul(value, encoded)
+    size = len(encoded)
     if size > MAX_METADATA_BYTES:
         raise InputError(
             f"metadata is larger than {MAX_METADATA_BYTES} bytes", code="INVALID_REQUEST"
@@ -144,8 +141,8 @@ def validate_metadata(value: object) -> dict[str, Any]:
 def normalize_messages(messages: Iterable[object]) -> list[dict[str, Any]]:
     """Check messages for storage and drop repeated ids within the batch (first one wins).
 
-    Each message must be a JSON object with a valid string ``id`` and a string ``role``;
-    the rest of its content is stored untouched.
+    Each message must be a JSON object with a valid string ``id`` and a printable string
+    ``role``, and no text in it may hold U+0000; the rest is stored untouched.
 
     Raises:
         InputError: a message is not storable (code ``INVALID_MESSAGE``); nothing is stored.
@@ -162,12 +159,17 @@ def normalize_messages(messages: Iterable[object]) -> list[dict[str, Any]]:
         role = message.get("role")
         if not isinstance(role, str) or not role:
             raise InputError(f"message {index} has no role", code="INVALID_MESSAGE")
+        try:
+            validate_id(role, f"message {index} role")
+        except InputError as exc:
+            raise InputError(exc.message, code="INVALID_MESSAGE") from None
         if message_id in seen:
             continue
         try:
-            orjson.dumps(message)
+            encoded = orjson.dumps(message)
         except TypeError as exc:
             raise InputError(f"message {index} is not JSON", code="INVALID_MESSAGE") from exc
+        reject_nul(message, encoded, code="INVALID_MESSAGE")
         seen.add(message_id)
         out.append(message)
     return out
@@ -191,8 +193,9 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
         micros, thread_id = orjson.loads(raw)
         if type(micros) is not int or not isinstance(thread_id, str):
             raise ValueError("bad cursor fields")
+        validate_id(thread_id)
         when = _EPOCH + timedelta(microseconds=micros)
-    except (binascii.Error, ValueError, TypeError, OverflowError, OSError):
+    except (binascii.Error, ValueError, TypeError, OverflowError, OSError, InputError):
         raise InputError("cursor is not valid", code="INVALID_CURSOR") from None
     return when, thread_id
 
@@ -421,6 +424,12 @@ def check_thread_ids(thread_id: str, resource_id: str, agent_id: str | None) -> 
     validate_id(resource_id, "resourceId")
     if agent_id is not None:
         validate_id(agent_id, "agentId")
+
+
+def check_thread_text(title: str | None, metadata: Mapping[str, Any] | None = None) -> None:
+    """Refuse U+0000 in a title or metadata (``INVALID_TEXT``) on every store alike."""
+    reject_nul(title)
+    reject_nul(metadata)
 
 
 def check_limit(limit: int) -> None:

@@ -22,6 +22,7 @@ from iobridge.store.base import (
     ThreadStore,
     check_limit,
     check_thread_ids,
+    check_thread_text,
     decode_cursor,
     encode_cursor,
     normalize_messages,
@@ -61,6 +62,7 @@ class MemoryThreadStore(ThreadStore):
         metadata: Mapping[str, Any] | None = None,
     ) -> Thread:
         check_thread_ids(thread_id, resource_id, agent_id)
+        check_thread_text(title, metadata)
         if thread_id in self._threads:
             raise ConflictError(f"thread {thread_id!r} already exists", code="THREAD_EXISTS")
         now = self._clock()
@@ -91,6 +93,7 @@ class MemoryThreadStore(ThreadStore):
         title: str | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> Thread:
+        check_thread_text(title, metadata)
         thread = self._require(thread_id)
         thread = replace(
             thread,
@@ -102,6 +105,7 @@ class MemoryThreadStore(ThreadStore):
         return thread
 
     async def set_title_if_empty(self, thread_id: str, title: str) -> bool:
+        check_thread_text(title)
         thread = self._threads.get(thread_id)
         if thread is None or thread.title:
             return False

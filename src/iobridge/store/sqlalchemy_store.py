@@ -52,6 +52,7 @@ from iobridge.store.base import (
     ThreadStore,
     check_limit,
     check_thread_ids,
+    check_thread_text,
     decode_cursor,
     encode_cursor,
     normalize_messages,
@@ -228,6 +229,7 @@ class SqlThreadStore(ThreadStore):
         metadata: Mapping[str, Any] | None = None,
     ) -> Thread:
         check_thread_ids(thread_id, resource_id, agent_id)
+        check_thread_text(title, metadata)
         now = self._clock()
         thread = Thread(
             id=thread_id,
@@ -257,6 +259,7 @@ class SqlThreadStore(ThreadStore):
         title: str | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> Thread:
+        check_thread_text(title, metadata)
         values: dict[str, Any] = {"updated_at": self._clock()}
         if title is not None:
             values["title"] = title
@@ -272,6 +275,7 @@ class SqlThreadStore(ThreadStore):
         return await self._writes.submit(change)
 
     async def set_title_if_empty(self, thread_id: str, title: str) -> bool:
+        check_thread_text(title)
         return await self._writes.submit(lambda conn: _set_title_if_empty(conn, thread_id, title))
 
     async def delete_thread(self, thread_id: str) -> bool:

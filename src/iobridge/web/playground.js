@@ -66,7 +66,11 @@ async function errorOf(response) {
 
 async function request(method, url, body, extra = {}) {
   const headers = { ...authHeaders() };
-  if (body !== undefined) headers["content-type"] = "application/json";
+  // The server refuses a POST/PATCH not declared as JSON, even an empty one such as cancel
+  // (its cross-site guard).
+  if (body !== undefined || method === "POST" || method === "PATCH") {
+    headers["content-type"] = "application/json";
+  }
   const response = await fetch(url, {
     method, headers, body: body === undefined ? undefined : JSON.stringify(body), ...extra,
   });

@@ -1,0 +1,80 @@
+"""Strict ids and storable text, shared by the wire parsers and the stores.
+
+Ids (threadId, runId, message ids, resourceIds, ...) end up in log lines, URLs and indexed
+columns: they must be short, printable strings. U+0000 is refused in any text a request
+carries: PostgreSQL ``text`` and ``jsonb`` cannot hold it, and refusing it everywhere (rather
+than only where a store would fail) makes every store answer the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from iobridge.errors import InputError
+
+__all__ = ["MAX_ID_LENGTH", "NUL_ESCAPE", "find_nul", "reject_nul", "validate_id"]
+
+MAX_ID_LENGTH = 256
+#: The only way JSON text can spell U+0000 (a raw NUL byte is not valid JSON).
+NUL_ESCAPE = b"\\u0000"
+
+
+def validate_id(value: object, what: str = "id") -> str:
+    """Return ``value`` if it is a usable id: a non-empty printable string of ≤ 256 chars.
+
+    "Printable" is ``str.isprintable``: no control characters (NUL, newline, ESC, ...), no
+    format or separator characters other than the ASCII space, no lone surrogates.
+
+    Raises:
+        InputError: otherwise (code ``INVALID_ID``).
+    """
+    if not isinstance(value, str) or not value:
+        raise InputError(f"{what} must be a non-empty string", code="INVALID_ID")
+    if len(value) > MAX_ID_LENGTH:
+        raise InputError(f"{what} is longer than {MAX_ID_LENGTH} characters", code="INVALID_ID")
+    if not value.isprintable():
+        raise InputError(f"{what} contains non-printable characters", code="INVALID_ID")
+    return value
+
+
+def find_nul(value: Any) -> list[str | int] | None:
+    """The location of the first string (value or object key) holding U+0000, or ``None``.
+
+    Iterative, so a deeply nested body cannot exhaust the interpreter's recursion limit.
+    """
+    stack: list[tuple[Any, list[str | int]]] = [(value, [])]
+    while stack:
+        item, loc = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return loc
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if isinstance(key, str) and "\x00" in key:
+                    return [*loc, key]
+                stack.append((child, [*loc, key]))
+        elif isinstance(item, list):
+            stack.extend((child, [*loc, index]) for index, child in enumerate(item))
+    return None
+
+
+def reject_nul(value: Any, raw: bytes | str | None = None, *, code: str = "INVALID_TEXT") -> None:
+    """Refuse ``value`` (decoded JSON) if any of its text holds U+0000.
+
+    ``raw``, the JSON text ``value`` was decoded from, lets the common case skip the walk:
+    without the escape in it, no string can hold U+0000.
+
+    Raises:
+        InputError: ``code`` (default ``INVALID_TEXT``), with the location in ``details``.
+    """
+    if isinstance(raw, bytes) and NUL_ESCAPE not in raw:
+        return
+    if isinstance(raw, str) and NUL_ESCAPE.decode() not in raw:
+        return
+    loc = find_nul(value)
+    if loc is not None:
+        raise InputError(
+            "text must not contain U+0000",
+            code=code,
+            details=[{"loc": loc, "message": "U+0000 is not accepted"}],
+        )

@@ -1,0 +1,222 @@
+"""Connection limits on a real uvicorn server configured by ``uvicorn_options(settings)``:
+header size and count (431), slow heads and bodies (slowloris), requests per connection."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from tests.helpers import free_port
+
+from iobridge.config import Settings
+from iobridge.http.app import create_app
+from iobridge.http.server_limits import LimitedH11Protocol, uvicorn_options
+
+
+class LimitedServer:
+    """``iobridge serve``'s uvicorn options, in a thread on 127.0.0.1."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.port = free_port()
+        config = uvicorn.Config(
+            create_app(settings), host="127.0.0.1", port=self.port, log_level="warning",
+            lifespan="on", **uvicorn_options(settings),
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert time.monotonic() < deadline and self.thread.is_alive(), "did not start"
+            time.sleep(0.01)
+
+    def connect(self) -> socket.socket:
+        sock = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+        return sock
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture
+def limited(tmp_path: Path) -> Iterator[Callable[..., LimitedServer]]:
+    servers: list[LimitedServer] = []
+
+    def start(**overrides: Any) -> LimitedServer:
+        overrides.setdefault("database_url", f"sqlite+aiosqlite:///{tmp_path}/db.sqlite")
+        servers.append(LimitedServer(Settings(**overrides)))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP/1.1 response with a Content-Length body."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"connection closed before a response: {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    length = int(headers.get("content-length", "0"))
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        assert chunk
+        body += chunk
+    return status, headers, body[:length]
+
+
+def closed_by_peer(sock: socket.socket, within: float) -> float:
+    """Seconds until the server closes ``sock`` (fails after ``within``)."""
+    started = time.monotonic()
+    sock.settimeout(within)
+    while True:
+        try:
+            if not sock.recv(65536):
+                return time.monotonic() - started
+        except ConnectionResetError:
+            return time.monotonic() - started
+
+
+def get(host_headers: str = "", path: str = "/io-bridge/agents") -> bytes:
+    return (f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{host_headers}\r\n").encode()
+
+
+def test_header_size_at_and_over_the_limit(limited: Callable[..., LimitedServer]) -> None:
+    server = limited(max_header_bytes=4096)
+    base = len(get("X-Pad: \r\n"))
+    with server.connect() as sock:
+        sock.sendall(get(f"X-Pad: {'a' * (4096 - base)}\r\n"))
+        assert read_response(sock)[0] == 200
+    with server.connect() as sock:
+        sock.sendall(get(f"X-Pad: {'a' * 5000}\r\n"))
+        status, headers, body = read_response(sock)
+    assert status == 431
+    assert headers["content-type"] == "application/json"
+    assert json.loads(body)["error"]["code"] == "HEADERS_TOO_LARGE"
+
+
+def test_a_32_mib_header_is_cut_off_early(limited: Callable[..., LimitedServer]) -> None:
+    server = limited()
+    sent = 0
+    with server.connect() as sock:
+        sock.sendall(b"GET /io-bridge/agents HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: ")
+        # Send until the answer arrives (the server drops the rest while it lingers).
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            while sent < 32 * 1024 * 1024 and not select.select([sock], [], [], 0)[0]:
+                sock.sendall(b"a" * 65536)
+                sent += 65536
+        status, _, body = read_response(sock)
+    assert sent < 32 * 1024 * 1024
+    assert status == 431
+    assert json.loads(body)["error"]["code"] == "HEADERS_TOO_LARGE"
+
+
+def test_header_count_at_and_over_the_limit(limited: Callable[..., LimitedServer]) -> None:
+    server = limited(max_headers=20)
+    at = "".join(f"X-{i}: v\r\n" for i in range(19))  # + Host = 20
+    with server.connect() as sock:
+        sock.sendall(get(at))
+        assert read_response(sock)[0] == 200
+    with server.connect() as sock:
+        sock.sendall(get(at + "X-Extra: v\r\n"))
+        status, _, body = read_response(sock)
+    assert status == 431
+    assert json.loads(body)["error"]["code"] == "TOO_MANY_HEADERS"
+
+
+def test_a_slow_head_is_closed_at_the_header_timeout(
+    limited: Callable[..., LimitedServer],
+) -> None:
+    server = limited(header_timeout=0.5)
+    with server.connect() as idle:
+        assert closed_by_peer(idle, within=3) < 2
+    with server.connect() as drip:
+        drip.sendall(b"GET /io-bridge/agents HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        started = time.monotonic()
+        try:
+            while time.monotonic() - started < 3:
+                drip.sendall(b"X")  # one byte of a header every 50 ms: never a full head
+                time.sleep(0.05)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        assert time.monotonic() - started < 2
+    # A prompt client on a kept-alive connection is unaffected by the deadline.
+    with server.connect() as sock:
+        for _ in range(3):
+            sock.sendall(get())
+            assert read_response(sock)[0] == 200
+            time.sleep(0.2)
+
+
+def test_a_stalled_body_gets_408_at_the_body_timeout(
+    limited: Callable[..., LimitedServer],
+) -> None:
+    server = limited(body_timeout=0.5)
+    with server.connect() as sock:
+        sock.sendall(b"POST /io-bridge/threads HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"id\":")
+        started = time.monotonic()
+        status, _, body = read_response(sock)
+        assert time.monotonic() - started < 3
+        assert closed_by_peer(sock, within=3) < 3
+    assert status == 408
+    assert json.loads(body)["error"]["code"] == "REQUEST_TIMEOUT"
+
+
+def test_requests_per_connection_are_capped(limited: Callable[..., LimitedServer]) -> None:
+    server = limited(keep_alive_max_requests=2)
+    with server.connect() as sock:
+        for _ in range(2):
+            sock.sendall(get())
+            assert read_response(sock)[0] == 200
+        assert closed_by_peer(sock, within=3) < 3
+
+
+def test_options_follow_the_settings() -> None:
+    settings = Settings(max_header_bytes=2048, keep_alive_timeout=2, max_connections=7,
+                        header_timeout=3, body_timeout=4, keep_alive_max_requests=5)
+    options = uvicorn_options(settings)
+    protocol = options.pop("http")
+    assert issubclass(protocol, LimitedH11Protocol)
+    assert (protocol.header_timeout, protocol.body_timeout, protocol.max_requests) == (3, 4, 5)
+    assert options == {"h11_max_incomplete_event_size": 2048, "timeout_keep_alive": 2,
+                       "limit_concurrency": 7}
+
+
+def test_the_serve_command_passes_the_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from iobridge.cli import app
+    from iobridge.http import server as http_server
+
+    seen: list[uvicorn.Config] = []
+
+    async def record(self: uvicorn.Server, sockets: Any = None) -> None:
+        seen.append(self.config)
+
+    monkeypatch.setattr(http_server._Server, "serve", record)
+    monkeypatch.setenv("IOBRIDGE_MAX_HEADER_BYTES", "3000")
+    monkeypatch.setenv("IOBRIDGE_HEADER_TIMEOUT", "7")
+    monkeypatch.setenv("IOBRIDGE_DATABASE_URL", "memory://")
+    result = CliRunner().invoke(app, ["serve", "--port", "0"])
+    assert result.exit_code == 0, result.output
+    (config,) = seen
+    assert config.h11_max_incomplete_event_size == 3000
+    assert issubclass(config.http, LimitedH11Protocol)  # type: ignore[arg-type]
+    assert config.http.header_timeout == 7  # type: ignore[union-attr]
