@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: serve test lint bench e2e-deps clean
+.PHONY: serve test lint bench e2e-deps clean mutants mutants-report
 
 $(STAMP): pyproject.toml setup.py src/iobridge/npamp/_speedups.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,40 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	for script in bench/*.py; do $(BIN)/python $$script; done
+
+# Mutation testing (slow, not in CI; docs/testing.md). One group at a time, one mutmut worker,
+# each group with its own tests only. Repoint a group here when its modules move.
+MUTANT_GROUPS ?= protocol auth npamp runtime
+MUTANT_TARGETS := $(addprefix mutants-,protocol auth npamp runtime)
+.PHONY: $(MUTANT_TARGETS)
+MUTATE_protocol := src/iobridge/protocol/*.py
+TESTS_protocol := tests/protocol
+# Hypothesis over whole runs: 16 of the group's 20 s per surviving mutant; kept in `make test`.
+DESELECT_protocol := tests/protocol/test_guard_properties.py::test_any_agent_behaviour_yields_a_valid_run \
+	tests/protocol/test_guard_properties.py::test_any_function_agent_streams_a_valid_run_and_the_thread_keeps_it
+MUTATE_auth := src/iobridge/auth.py
+TESTS_auth := tests/http/test_ownership.py tests/npamp_server/test_settings.py
+NPAMP := src/iobridge/npamp
+MUTATE_npamp := $(NPAMP)/wire/frame.py $(NPAMP)/record/cipher.py $(NPAMP)/handshake/machine.py \
+	$(NPAMP)/bridge/envelope.py $(NPAMP)/bridge/session.py
+TESTS_npamp := tests/npamp/test_frame.py tests/npamp/test_record.py tests/npamp/test_handshake.py \
+	tests/npamp/test_handshake_kat.py tests/npamp/test_bridge.py tests/npamp/test_stream.py
+MUTATE_runtime := src/iobridge/runtime/*.py
+TESTS_runtime := tests/runtime tests/http/test_runs.py tests/http/test_function_agents.py
+# Runs a server subprocess (unmutated code) for 29 s: it can kill no mutant.
+DESELECT_runtime := tests/runtime/test_memory.py::test_history_survives_a_killed_server_process
+
+mutants: $(STAMP)
+	$(MAKE) --no-print-directory $(addprefix mutants-,$(MUTANT_GROUPS))
+	$(BIN)/python scripts/mutants.py report $(MUTANT_GROUPS)
+
+$(MUTANT_TARGETS): mutants-%: $(STAMP)
+	$(BIN)/python scripts/mutants.py run $* --max-children 1 \
+	  --mutate $(foreach p,$(MUTATE_$*),'$(p)') --tests $(TESTS_$*) \
+	  $(if $(DESELECT_$*),--deselect $(DESELECT_$*))
+
+mutants-report:
+	$(BIN)/python scripts/mutants.py report $(MUTANT_GROUPS)
 
 clean:
 	rm -rf $(VENV) tests/e2e/node_modules

@@ -95,21 +95,29 @@ def test_api_keys_by_header_bearer_and_env() -> None:
 
 
 @pytest.mark.parametrize(
-    "headers",
+    ("headers", "message"),
     [
-        {},
-        {"X-API-Key": ""},
-        {"X-API-Key": "wrong"},
-        {"Authorization": "Basic abc"},
-        {"Authorization": "Bearer"},
-        {"Authorization": f"Token {ALICE_KEY}"},
+        ({}, "missing API key"),
+        ({"X-API-Key": ""}, "missing API key"),
+        ({"X-API-Key": "wrong"}, "invalid API key"),
+        ({"Authorization": "Basic abc"}, "missing API key"),
+        ({"Authorization": "Bearer"}, "missing API key"),
+        ({"Authorization": f"Token {ALICE_KEY}"}, "missing API key"),
+        ({"Authorization": f"Bearer {ALICE_KEY}x"}, "invalid API key"),
     ],
 )
-def test_api_key_rejections(headers: dict[str, str]) -> None:
+def test_api_key_rejections(headers: dict[str, str], message: str) -> None:
     auth = Authenticator(api_key_settings(), environ={"BOB_KEY": BOB_KEY})
     with pytest.raises(AuthenticationError) as info:
         auth.authenticate(headers)
     assert info.value.status == 401 and info.value.code == "UNAUTHORIZED"
+    assert info.value.message == message
+
+
+def test_bearer_scheme_is_case_insensitive_and_spacing_tolerant() -> None:
+    auth = Authenticator(api_key_settings(), environ={"BOB_KEY": BOB_KEY})
+    for header in (f"bearer {ALICE_KEY}", f"  BEARER   {ALICE_KEY}  ", f"Bearer  {ALICE_KEY}"):
+        assert auth.authenticate({"Authorization": header}).id == "alice"
 
 
 def test_settings_validation() -> None:
@@ -160,30 +168,140 @@ def test_jwt_principal_from_claims(tmp_path: Path) -> None:
     )
 
 
+def aud_token(claims: dict[str, Any], **extra: Any) -> str:
+    return token(claims, aud="iobridge", **extra)
+
+
+# Each bad token is otherwise valid (right audience, unexpired), so it fails for its own reason.
 @pytest.mark.parametrize(
-    "make",
+    ("make", "message"),
     [
-        lambda: token({"sub": "alice"}, key="another-secret-that-is-long-enough!!"),
-        lambda: token({"sub": "alice"}, exp=int(time.time()) - 3600),
-        lambda: jwt.encode({"sub": "alice"}, SECRET, algorithm="HS256"),  # no exp
-        lambda: token({"sub": "alice"}, aud="someone-else"),
-        lambda: token({"sub": ""}),
-        lambda: token({"sub": 5}),
-        lambda: token({}),
-        lambda: "not.a.token",
-        lambda: jwt.encode({"sub": "alice", "exp": 2**40}, "", algorithm="none"),
+        (lambda: token({"sub": "alice"}, "another-secret-long-enough-for-hs256", aud="iobridge"),
+         "invalid token: Signature verification failed"),
+        (lambda: aud_token({"sub": "alice"}, exp=int(time.time()) - 3600),
+         "invalid token: Signature has expired"),
+        (lambda: jwt.encode({"sub": "alice", "aud": "iobridge"}, SECRET, algorithm="HS256"),
+         'invalid token: Token is missing the "exp" claim'),
+        (lambda: token({"sub": "alice"}, aud="someone-else"),
+         "invalid token: Audience doesn't match"),
+        (lambda: token({"sub": "alice"}), 'invalid token: Token is missing the "aud" claim'),
+        (lambda: aud_token({"sub": ""}), "token lacks the principal or resource claim"),
+        (lambda: aud_token({"sub": 5}), "invalid token: Subject must be a string"),
+        (lambda: aud_token({}), "token lacks the principal or resource claim"),
+        (lambda: "not.a.token", "invalid token: Invalid header padding"),
+        (lambda: jwt.encode({"sub": "alice", "aud": "iobridge", "exp": 2**40}, "", "none"),
+         "invalid token: The specified alg value is not allowed"),
     ],
 )
-def test_jwt_rejections(make: Callable[[], str]) -> None:
+def test_jwt_rejections(make: Callable[[], str], message: str) -> None:
     auth = Authenticator(jwt_settings(audience="iobridge"))
-    with pytest.raises(AuthenticationError):
+    good = aud_token({"sub": "alice"})
+    assert auth.authenticate({"Authorization": f"Bearer {good}"}).id == "alice"
+    with pytest.raises(AuthenticationError) as info:
         auth.authenticate({"Authorization": f"Bearer {make()}"})
+    assert info.value.message == message
 
 
 def test_jwt_requires_bearer() -> None:
     auth = Authenticator(jwt_settings())
-    with pytest.raises(AuthenticationError):
+    with pytest.raises(AuthenticationError, match=r"^missing bearer token$"):
         auth.authenticate({"X-API-Key": token({"sub": "alice"})})
+
+
+def test_jwt_issuer_is_checked_when_configured() -> None:
+    auth = Authenticator(jwt_settings(issuer="https://issuer"))
+    ok = token({"sub": "alice"}, iss="https://issuer")
+    assert auth.authenticate({"Authorization": f"Bearer {ok}"}).id == "alice"
+    for bad in (token({"sub": "alice"}, iss="https://other"), token({"sub": "alice"})):
+        with pytest.raises(AuthenticationError, match=r"^invalid token: "):
+            auth.authenticate({"Authorization": f"Bearer {bad}"})
+
+
+def test_jwt_without_configured_audience_ignores_the_aud_claim() -> None:
+    auth = Authenticator(jwt_settings())
+    principal = auth.authenticate({"Authorization": f"Bearer {token({'sub': 'u'}, aud='any')}"})
+    assert principal == Principal(
+        id="u", resource_ids=frozenset({"u"}), default_resource="u", max_effect=3
+    )
+
+
+def test_jwt_exp_is_optional_only_when_configured() -> None:
+    no_exp = jwt.encode({"sub": "alice"}, SECRET, algorithm="HS256")
+    assert Authenticator(jwt_settings(require_exp=False)).authenticate(
+        {"Authorization": f"Bearer {no_exp}"}
+    ).id == "alice"
+    with pytest.raises(AuthenticationError, match="exp"):
+        Authenticator(jwt_settings()).authenticate({"Authorization": f"Bearer {no_exp}"})
+
+
+def test_jwt_leeway_accepts_a_just_expired_token_only() -> None:
+    auth = Authenticator(jwt_settings(leeway_seconds=30))
+    recent = token({"sub": "alice"}, exp=int(time.time()) - 10)
+    assert auth.authenticate({"Authorization": f"Bearer {recent}"}).id == "alice"
+    stale = token({"sub": "alice"}, exp=int(time.time()) - 60)
+    with pytest.raises(AuthenticationError, match="expired"):
+        auth.authenticate({"Authorization": f"Bearer {stale}"})
+
+
+@pytest.mark.parametrize(
+    "claims",
+    [
+        {"email": "", "resources": ["r"]},
+        {"email": 5, "resources": ["r"]},
+        {"resources": ["r"]},
+        {"email": "a@x", "resources": []},
+        {"email": "a@x", "resources": 7},
+        {"email": "a@x"},
+        {"email": "a@x", "resources": ["r", ""]},
+        {"email": "a@x", "resources": ["r", 5]},
+    ],
+)
+def test_jwt_principal_and_resource_claims_are_each_checked(claims: dict[str, Any]) -> None:
+    auth = Authenticator(jwt_settings(principal_claim="email", resource_claim="resources"))
+    good = token({"email": "a@x", "resources": "r"})
+    assert auth.authenticate({"Authorization": f"Bearer {good}"}).resource_ids == {"r"}
+    with pytest.raises(AuthenticationError, match=r"^token lacks the principal or resource claim$"):
+        auth.authenticate({"Authorization": f"Bearer {token(claims)}"})
+
+
+@pytest.mark.parametrize(
+    ("claims", "expected"), [({}, 3), ({"effect": 0}, 0), ({"effect": 3}, 3)]
+)
+def test_jwt_max_effect_claim_bounds(claims: dict[str, Any], expected: int) -> None:
+    auth = Authenticator(jwt_settings(max_effect_claim="effect"))
+    principal = auth.authenticate({"Authorization": f"Bearer {token({'sub': 'u', **claims})}"})
+    assert principal.max_effect == expected
+
+
+@pytest.mark.parametrize("effect", [-1, 4, True, "2", 1.0, None])
+def test_jwt_bad_max_effect_claims_are_rejected(effect: object) -> None:
+    auth = Authenticator(jwt_settings(max_effect_claim="effect"))
+    bad = token({"sub": "u", "effect": effect})
+    with pytest.raises(AuthenticationError, match=r"^token has an invalid max effect claim$"):
+        auth.authenticate({"Authorization": f"Bearer {bad}"})
+
+
+def test_empty_jwt_keys_refuse_to_start(tmp_path: Path) -> None:
+    empty = tmp_path / "key"
+    empty.write_text("")
+    with pytest.raises(ValueError, match=r"^the JWT key is empty \("):
+        Authenticator(AuthSettings(mode="jwt", jwt=JwtSettings(key_file=empty)))
+    with pytest.raises(ValueError, match=r"^the JWT key is empty \("):
+        Authenticator(AuthSettings(mode="jwt", jwt=JwtSettings(key="")))
+
+
+def test_resource_errors_name_the_field_and_never_the_owner() -> None:
+    auth = Authenticator(api_key_settings(), environ={"BOB_KEY": BOB_KEY})
+    bob = auth.authenticate({"X-API-Key": BOB_KEY})
+    with pytest.raises(InputError) as bad:
+        auth.resolve_resource(bob, 5)
+    assert bad.value.message == "resourceId must be a non-empty string"
+    assert bad.value.code == "INVALID_ID"
+    with pytest.raises(NotFoundError) as foreign:
+        auth.resolve_resource(bob, "alice")
+    assert foreign.value.message == "resource not found"
+    assert foreign.value.code == "RESOURCE_NOT_FOUND"
+    assert auth.list_scope(bob, "team") == {"team"}
 
 
 # --- HTTP matrix ---------------------------------------------------------------------------

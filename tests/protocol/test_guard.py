@@ -365,3 +365,45 @@ def test_closed_message_id_is_never_reopened() -> None:
                   text("CONTENT", delta="b"), text("START"))
     assert [e["type"] for e in emitted].count("TEXT_MESSAGE_START") == 1
     assert [e.get("delta") for e in emitted if e["type"] == "TEXT_MESSAGE_CONTENT"] == ["a"]
+
+
+@pytest.mark.parametrize("role", ["user", "system", "developer", "assistant"])
+def test_a_chunk_keeps_its_valid_role(role: str) -> None:
+    emitted = run({"type": "TEXT_MESSAGE_CHUNK", "messageId": "m", "role": role, "delta": "x"})
+    assert body(emitted) == [text("START", role=role), text("CONTENT", delta="x"), text("END")]
+
+
+VALID_OUTCOMES = [
+    {"type": "success"},
+    {"type": "success", "pendingToolCallIds": []},
+    {"type": "success", "pendingToolCallIds": ["c1", "c2"]},
+    {"type": "interrupt", "interrupts": [{"id": "i1", "reason": "approve"}]},
+    {"type": "cancelled"},
+]
+INVALID_OUTCOMES = [
+    {"type": "bogus"},
+    {"pendingToolCallIds": []},
+    {"type": "success", "pendingToolCallIds": "c1"},
+    {"type": "success", "pendingToolCallIds": ["c1", 2]},
+    {"type": "interrupt"},
+    {"type": "interrupt", "interrupts": []},
+    {"type": "interrupt", "interrupts": [{"reason": "no id"}]},
+    {"type": "interrupt", "interrupts": [{"id": 1}]},
+    {"type": "interrupt", "interrupts": ["i1"]},
+]
+
+
+@pytest.mark.parametrize("outcome", VALID_OUTCOMES)
+def test_a_valid_outcome_reaches_run_finished(outcome: dict[str, Any]) -> None:
+    guard = _guard()
+    guard.start()
+    assert guard.feed({"type": "RUN_FINISHED", "outcome": outcome}) == [
+        {**FINISHED, "outcome": outcome}]
+
+
+@pytest.mark.parametrize("outcome", INVALID_OUTCOMES)
+def test_an_invalid_outcome_is_dropped_from_run_finished(outcome: dict[str, Any]) -> None:
+    guard = _guard()
+    guard.start()
+    assert guard.feed({"type": "RUN_FINISHED", "result": "r", "outcome": outcome}) == [
+        {**FINISHED, "result": "r"}]

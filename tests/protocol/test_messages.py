@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from iobridge.protocol.messages import call_ids, model_view, new_messages, window
+from iobridge.protocol.messages import answered_call, call_ids, model_view, new_messages, window
 
 Msg = dict[str, Any]
 
@@ -218,3 +218,18 @@ def test_model_view_properties(history: list[Msg]) -> None:
     kept = [m["id"] for m in view if m["role"] != "tool"]
     original = [m["id"] for m in history if m["id"] in set(kept)]
     assert kept == original
+
+
+def test_only_well_formed_call_ids_count() -> None:
+    message = {"id": "a", "role": "assistant",
+               "toolCalls": [{"id": "c1"}, {"id": 5}, {"function": {}}]}
+    assert call_ids(message) == ["c1"]
+    assert answered_call({"id": "t", "role": "tool", "toolCallId": 5}) is None
+    assert answered_call({"id": "t", "role": "tool", "toolCallId": "c1"}) == "c1"
+
+
+def test_an_earlier_turn_keeps_its_text_without_its_unanswered_calls() -> None:
+    view = model_view([call("a1", "c1", content="let me look"), user("u2"), call("a2", "c2")])
+    assert view == [{"id": "a1", "role": "assistant", "content": "let me look"},
+                    {"id": "u2", "role": "user", "content": "u2"},
+                    call("a2", "c2")]

@@ -9,7 +9,13 @@ import pytest
 
 from iobridge.app import parse_run_input_off_loop
 from iobridge.errors import InputError, PayloadTooLarge
-from iobridge.protocol.run_input import MAX_ID_LENGTH, OFF_LOOP_BYTES, parse_run_input
+from iobridge.protocol.run_input import (
+    MAX_ID_LENGTH,
+    OFF_LOOP_BYTES,
+    RUN_AGENT_INPUT_SCHEMA,
+    _inline_refs,
+    parse_run_input,
+)
 
 
 def body(**overrides: Any) -> dict[str, Any]:
@@ -199,3 +205,49 @@ async def test_large_bodies_parse_off_the_loop_with_the_same_result() -> None:
     assert parsed.messages == messages
     with pytest.raises(PayloadTooLarge):
         await parse_run_input_off_loop(raw, 1999)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message", "code"),
+    [(b"{not json", "request body is not valid JSON", "INVALID_JSON"),
+     (b"[]", "request body must be a JSON object", "INVALID_REQUEST"),
+     ({"runId": "r"}, "invalid RunAgentInput", "INVALID_REQUEST"),
+     (body(messages=[{"id": "u", "role": "user"}]), "invalid RunAgentInput", "INVALID_REQUEST")],
+)
+def test_each_refusal_has_its_message(raw: Any, message: str, code: str) -> None:
+    with pytest.raises(InputError) as info:
+        parse_run_input(raw)
+    assert (info.value.message, info.value.code) == (message, code)
+
+
+def test_problem_details_carry_location_and_message_only() -> None:
+    messages = [{"id": "a", "role": "user"}, {"id": "b", "role": "user"}]
+    with pytest.raises(InputError) as info:
+        parse_run_input(body(messages=messages))
+    assert info.value.details == [
+        {"loc": ["messages", 0, "user", "content"], "message": "Field required"},
+        {"loc": ["messages", 1, "user", "content"], "message": "Field required"},
+    ]
+    with pytest.raises(InputError) as top:
+        parse_run_input({"threadId": "t", "runId": "r"})
+    assert top.value.details == [{"loc": ["messages"], "message": "Field required"}]
+
+
+def test_tools_keep_only_what_was_sent_and_context_keeps_its_fields() -> None:
+    parsed = parse_run_input(body(tools=[{"name": "t1"}],
+                                  context=[{"description": "d", "value": "v"}]))
+    assert parsed.tools == [{"name": "t1", "description": ""}]
+    assert parsed.context == [{"description": "d", "value": "v"}]
+
+
+def test_the_published_schema_inlines_local_refs() -> None:
+    defs = {"A": {"type": "object", "properties": {"b": {"$ref": "#/$defs/B"}}},
+            "B": {"type": "string"}}
+    schema = {"$defs": defs, "type": "object", "properties": {
+        "a": {"$ref": "#/$defs/A"}, "many": {"anyOf": [{"$ref": "#/$defs/B"}, {"type": "null"}]},
+        "other": {"$ref": "https://example.com/x"}}}
+    assert _inline_refs(schema, defs) == {"type": "object", "properties": {
+        "a": {"type": "object", "properties": {"b": {"type": "string"}}},
+        "many": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+        "other": {"$ref": "https://example.com/x"}}}
+    assert "$defs" not in json.dumps(RUN_AGENT_INPUT_SCHEMA)

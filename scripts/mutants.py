@@ -1,0 +1,157 @@
+"""Mutation testing, one module group at a time, and the per-module score table.
+
+mutmut reads its settings from ``pyproject.toml`` in the directory it runs in and keeps its
+state in ``mutants/`` there, so each group gets its own scratch copy of the project under
+``build/mutants/<group>/``: the ``[tool.mutmut]`` table of the real ``pyproject.toml`` (the
+shared settings) plus the group's files to mutate and its tests. Groups stay independent:
+one group's test selection never decides another group's results.
+
+    python scripts/mutants.py run GROUP --mutate 'src/x/*.py' --tests tests/x [--deselect ID ...]
+    python scripts/mutants.py report GROUP [GROUP ...]
+
+The Makefile (``make mutants``) holds the group list; this script only runs and reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WORK = ROOT / "build" / "mutants"
+# What the tests read besides themselves (docs/ and examples/ are opened by some tests).
+COPIED = ("src", "tests", "docs", "examples")
+# mutmut's exit codes (mutmut/stats.py), folded into the table's columns.
+STATUS = {1: "killed", 3: "killed", 0: "survived", 36: "timeout", 24: "timeout",
+          -24: "timeout", 152: "timeout", 255: "timeout", 33: "no tests", 5: "no tests",
+          34: "skipped", 37: "killed"}
+
+
+def toml_value(value: object) -> str:
+    """The TOML spelling of the scalars and string lists mutmut's table uses."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str | list):
+        return json.dumps(value)  # JSON strings and string arrays are valid TOML
+    raise TypeError(f"unsupported value in [tool.mutmut]: {value!r}")
+
+
+def group_pyproject(mutate: list[str], tests: list[str]) -> str:
+    """The project's pyproject.toml with its [tool.mutmut] table narrowed to one group."""
+    text = (ROOT / "pyproject.toml").read_text()
+    settings = dict(tomllib.loads(text).get("tool", {}).get("mutmut", {}))
+    settings["only_mutate"] = mutate
+    settings["pytest_add_cli_args_test_selection"] = tests
+    kept: list[str] = []
+    skipping = False
+    for line in text.splitlines():
+        if line.startswith("["):
+            skipping = line.strip() == "[tool.mutmut]"
+        if not skipping:
+            kept.append(line)
+    table = "\n".join(f"{key} = {toml_value(value)}" for key, value in settings.items())
+    return "\n".join(kept) + "\n\n[tool.mutmut]\n" + table + "\n"
+
+
+def run(group: str, mutate: list[str], tests: list[str], deselect: list[str],
+        max_children: int) -> int:
+    for pattern in mutate:
+        if not any(fnmatch.fnmatch(str(p.relative_to(ROOT)), pattern)
+                   for p in (ROOT / "src").rglob("*.py")):
+            sys.exit(f"mutants: {group}: {pattern!r} matches no file (moved? update the Makefile)")
+    for path in tests + deselect:
+        if not (ROOT / path.split("::")[0]).exists():
+            sys.exit(f"mutants: {group}: test path {path!r} does not exist")
+    work = WORK / group
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", "node_modules", ".hypothesis", "*.pyc")
+    for name in COPIED:
+        shutil.copytree(ROOT / name, work / name, ignore=ignore)
+    selection = tests + [arg for node in deselect for arg in ("--deselect", node)]
+    (work / "pyproject.toml").write_text(group_pyproject(mutate, selection))
+    # The sqlite variants only: mutants are judged by the in-process suite, not by CI's matrix.
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "IOBRIDGE_TEST_POSTGRES_URL")}
+    mutmut = Path(sys.executable).with_name("mutmut")
+    started = time.monotonic()
+    code = subprocess.call([str(mutmut), "run", "--max-children", str(max_children)],
+                           cwd=work, env=env)
+    print(f"mutants: {group}: mutmut exited {code} after {time.monotonic() - started:.0f} s")
+    return code
+
+
+def results(group: str) -> dict[str, Counter[str]]:
+    """Status counts per mutated source file, from mutmut's ``.meta`` files."""
+    base = WORK / group / "mutants"
+    counts: dict[str, Counter[str]] = {}
+    for meta in sorted(base.rglob("*.py.meta")):
+        codes = json.loads(meta.read_text())["exit_code_by_key"]
+        if codes:
+            module = str(meta.relative_to(base))[: -len(".meta")]
+            counts[module] = Counter(STATUS.get(code, "suspicious") for code in codes.values())
+    return counts
+
+
+def report(groups: list[str]) -> int:
+    columns = ("killed", "survived", "timeout", "no tests", "other")
+    header = f"{'module':<44}" + "".join(f"{c:>9}" for c in columns) + f"{'total':>7}{'killed':>9}"
+    print(header)
+    print("-" * len(header))
+    missing = 0
+    for group in groups:
+        per_file = results(group)
+        if not per_file:
+            print(f"{group}: no results (run `make mutants` first)")
+            missing += 1
+            continue
+        group_total: Counter[str] = Counter()
+        for module, counts in per_file.items():
+            group_total.update(counts)
+            print(row(module.removeprefix("src/iobridge/"), counts, columns))
+        print(row(f"= {group}", group_total, columns))
+        print()
+    return 1 if missing else 0
+
+
+def row(name: str, counts: Counter[str], columns: tuple[str, ...]) -> str:
+    known = {"killed", "survived", "timeout", "no tests"}
+    values = {c: counts[c] for c in columns[:-1]}
+    values["other"] = sum(n for status, n in counts.items() if status not in known)
+    total = sum(counts.values())
+    # A timeout counts as killed (the mutant hung the tests), as mutmut's own score does.
+    score = 100 * (counts["killed"] + counts["timeout"]) / total if total else 0.0
+    return (f"{name:<44}" + "".join(f"{values[c]:>9}" for c in columns)
+            + f"{total:>7}{score:>8.1f}%")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run_parser = sub.add_parser("run", help="mutation-test one module group")
+    run_parser.add_argument("group")
+    run_parser.add_argument("--mutate", nargs="+", required=True, help="globs under src/")
+    run_parser.add_argument("--tests", nargs="+", required=True, help="pytest paths")
+    run_parser.add_argument("--deselect", nargs="*", default=[],
+                            help="test node ids left out (too slow for every mutant)")
+    run_parser.add_argument("--max-children", type=int, default=1)
+    report_parser = sub.add_parser("report", help="print the per-module score table")
+    report_parser.add_argument("groups", nargs="+")
+    args = parser.parse_args()
+    if args.command == "run":
+        return run(args.group, args.mutate, args.tests, args.deselect, args.max_children)
+    return report(args.groups)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
