@@ -231,11 +231,14 @@ class Authenticator:
                 leeway=config.leeway_seconds,
                 options={"require": required, "verify_aud": config.audience is not None},
             )
-        except jwt.PyJWTError:
-            # Never the library's text: it would tell a prober which check failed.
-            raise AuthenticationError("invalid token") from None
+        except jwt.PyJWTError as exc:
+            # The client never sees the library's text: it would tell a prober which check
+            # failed. The reason stays in the exception (logs, tests).
+            raise AuthenticationError("invalid token", reason=f"invalid token: {exc}") from None
         if not all(_is_numeric_date(claims[c]) for c in _DATE_CLAIMS if c in claims):
-            raise AuthenticationError("invalid token")
+            raise AuthenticationError(
+                "invalid token", reason="invalid token: a date claim is not a JSON number"
+            )
         principal_id = claims.get(config.principal_claim)
         resources = claims.get(config.resource_claim)
         if isinstance(resources, str):
@@ -247,12 +250,16 @@ class Authenticator:
             or not resources
             or not all(isinstance(r, str) and r for r in resources)
         ):
-            raise AuthenticationError("invalid token")
+            raise AuthenticationError(
+                "invalid token", reason="token lacks the principal or resource claim"
+            )
         max_effect = MAX_EFFECT
         if config.max_effect_claim is not None:
             value = claims.get(config.max_effect_claim, MAX_EFFECT)
             if type(value) is not int or not 0 <= value <= MAX_EFFECT:
-                raise AuthenticationError("invalid token")
+                raise AuthenticationError(
+                    "invalid token", reason="token has an invalid max effect claim"
+                )
             max_effect = value
         return Principal(
             id=principal_id,

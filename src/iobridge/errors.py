@@ -50,10 +50,21 @@ class InputError(IobridgeError):
 
 
 class AuthenticationError(IobridgeError):
-    """Credentials are missing or wrong."""
+    """Credentials are missing or wrong.
+
+    ``message`` is what the client sees (generic: it must not tell a prober which check
+    failed); ``reason`` (also ``str(exc)``) says which check failed, for logs and tests.
+    """
 
     status = 401
     default_code = "UNAUTHORIZED"
+
+    def __init__(self, message: str, *, reason: str | None = None, code: str | None = None) -> None:
+        super().__init__(message, code=code)
+        self.reason = reason or message
+
+    def __str__(self) -> str:
+        return self.reason
 
 
 class NotFoundError(IobridgeError):

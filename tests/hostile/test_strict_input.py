@@ -116,18 +116,20 @@ async def test_a_listing_cursor_with_a_nul_thread_id_is_invalid(rig: Rig) -> Non
 
 
 @pytest.mark.parametrize(
-    ("path", "params"),
-    [("/threads/a%00b", {}), ("/threads/a%0Ab/messages", {}), ("/threads", {"agentId": "\x00"}),
-     ("/threads", {"resourceId": "r\n1"}), ("/agents/%00", {}),
-     ("/threads/t/messages", {"before": "\x00"})],
+    ("path", "params", "code"),
+    [("/threads/a%00b", {}, "INVALID_ID"), ("/threads/a%0Ab/messages", {}, "INVALID_ID"),
+     ("/threads", {"agentId": "\x00"}, "INVALID_ID"),
+     ("/threads", {"resourceId": "r\n1"}, "INVALID_ID"), ("/agents/%00", {}, "INVALID_ID"),
+     # ``before`` is a page cursor (a message id) on the messages route.
+     ("/threads/t/messages", {"before": "\x00"}, "INVALID_CURSOR")],
 )
 async def test_ids_in_paths_and_queries_are_invalid_ids(
-    rig: Rig, path: str, params: dict[str, str]
+    rig: Rig, path: str, params: dict[str, str], code: str
 ) -> None:
     await rig.store.create_thread("t", resource_id="default")
     response = await rig.client.get(BASE + path, params=params)
     assert response.status_code == 400
-    assert response.json()["error"]["code"] == "INVALID_ID"
+    assert response.json()["error"]["code"] == code
 
 
 async def test_a_run_that_is_accepted_still_completes(rig: Rig) -> None:

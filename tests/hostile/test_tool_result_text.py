@@ -33,6 +33,6 @@ async def test_a_tool_result_with_nul_is_refused_and_the_call_still_pending(serv
             assert len(server.runtime.pending) == 1
             accepted = await client.post(path, json={"content": "sunny"})
             assert accepted.status_code == 200
-        stored = await client.get("/io-bridge/threads/t1/messages")
+        stored = await client.get("/io-bridge/threads/t1/messages", params={"format": "agui"})
     tool_messages = [m for m in stored.json()["messages"] if m["role"] == "tool"]
     assert [m["content"] for m in tool_messages] == ["sunny"]

@@ -46,8 +46,9 @@ def test_the_readme_quick_start_completes_a_run(tmp_path: Path) -> None:
     made = subprocess.run(_argv(keygen), cwd=tmp_path, env=env, capture_output=True, text=True)
     assert made.returncode == 0, made.stderr
     fingerprint = made.stdout.strip()
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", NPAMP_PORT))  # the quick start's port must be free here
+    with socket.socket() as probe:  # the quick start's port must be free (TIME_WAIT is fine)
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind(("127.0.0.1", NPAMP_PORT))
     server = subprocess.Popen(
         _argv(serve), cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )

@@ -16,7 +16,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from iobridge.errors import IobridgeError, ServiceUnavailable, TooManyRequests
+from iobridge.errors import (
+    AuthenticationError,
+    IobridgeError,
+    ServiceUnavailable,
+    TooManyRequests,
+)
 
 logger = logging.getLogger("iobridge.http")
 
@@ -52,7 +57,8 @@ def error_response(
 async def _iobridge_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, IobridgeError)
     headers: dict[str, str] = {}
-    if exc.status == 401:
+    if isinstance(exc, AuthenticationError):
+        logger.info("authentication refused: %s", exc.reason)
         headers["WWW-Authenticate"] = "Bearer"
     if isinstance(exc, TooManyRequests | ServiceUnavailable):
         headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
