@@ -33,8 +33,14 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 
+# Every bench script (``_*.py`` are their shared parts); the slow ones in their --quick form.
+BENCH_QUICK := bench/idle_runs.py bench/long_thread.py bench/memory_bounds.py
+
 bench: $(STAMP)
-	for script in bench/*.py; do $(BIN)/python $$script; done
+	for script in bench/[!_]*.py; do \
+	  case " $(BENCH_QUICK) " in *" $$script "*) flags=--quick;; *) flags=;; esac; \
+	  $(BIN)/python $$script $$flags || exit 1; \
+	done
 
 # Mutation testing (slow, not in CI; docs/testing.md). One group at a time, one mutmut worker,
 # each group with its own tests only. Repoint a group here when its modules move.

@@ -1,0 +1,270 @@
+"""Shared parts of the load benches (not a bench itself: ``make bench`` skips ``_*.py``).
+
+A server in its own process (``_server.py`` under uvicorn), read from /proc for CPU time and
+RSS; raw asyncio HTTP/1.1 clients on loopback in the bench's own process; and throw-away
+stores (a temp SQLite file, a fresh PostgreSQL database) for each server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import resource
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+POSTGRES_ENV = "IOBRIDGE_TEST_POSTGRES_URL"
+_TICK = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def raise_fd_limit() -> int:
+    """Raise this process's open-file limit to its hard limit; returns the limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = 1 << 20
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return hard
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
+class ServerProcess:
+    """``_server.py`` in a child process on a free loopback port; killed on exit."""
+
+    def __init__(self, app: str, *, agent: str = "deltas", deltas: int = 5,
+                 settings: dict[str, Any] | None = None) -> None:
+        self.port = free_port()
+        self.argv = [sys.executable, str(HERE / "_server.py"), "--port", str(self.port),
+                     "--app", app, "--agent", agent, "--deltas", str(deltas),
+                     "--settings", json.dumps(settings or {})]
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def __enter__(self) -> ServerProcess:
+        self.process = subprocess.Popen(self.argv)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited with {self.process.returncode}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return self
+            except OSError:
+                time.sleep(0.05)
+        self.__exit__()
+        raise RuntimeError("server did not start within 30 s")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process is None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=5)
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the server process so far (/proc/<pid>/stat)."""
+        stat = Path(f"/proc/{self.pid}/stat").read_text()
+        fields = stat[stat.rindex(")") + 2 :].split()
+        return (int(fields[11]) + int(fields[12])) / _TICK
+
+    def rss_bytes(self) -> int:
+        return int(Path(f"/proc/{self.pid}/statm").read_text().split()[1]) * _PAGE
+
+    def peak_rss_bytes(self) -> int:
+        """VmHWM: the highest RSS the process has had."""
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmHWM in /proc status")
+
+    def open_fds(self) -> int:
+        return len(os.listdir(f"/proc/{self.pid}/fd"))
+
+    def settle_cpu(self, *, quiet: float = 0.02, interval: float = 0.5,
+                   timeout: float = 120.0) -> float:
+        """Wait until the server uses < ``quiet`` CPU seconds per ``interval``; returns its
+        CPU time then (so work still running after a load is counted)."""
+        deadline = time.monotonic() + timeout
+        last = self.cpu_seconds()
+        while time.monotonic() < deadline:
+            time.sleep(interval)
+            now = self.cpu_seconds()
+            if now - last < quiet:
+                return now
+            last = now
+        return last
+
+
+def run_body(thread_id: str, run_id: str, text: str = "hello",
+             tools: list[dict[str, Any]] | None = None) -> bytes:
+    """A RunAgentInput with one user message (a chat turn) for the ``bench`` agent."""
+    return json.dumps({
+        "threadId": thread_id, "runId": run_id, "state": None, "tools": tools or [],
+        "context": [], "forwardedProps": {"agentId": "bench"},
+        "messages": [{"id": f"u-{run_id}", "role": "user", "content": text}],
+    }).encode()
+
+
+def request_bytes(method: str, path: str, body: bytes = b"",
+                  headers: dict[str, str] | None = None) -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", "Connection: close",
+             "Accept: text/event-stream"]
+    if body:
+        lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+    lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+@dataclass(slots=True)
+class RunResult:
+    status: int
+    first_event: float
+    elapsed: float
+    events: int
+    bytes: int
+    terminal: str
+
+
+class SseCounter:
+    """Counts ``data:`` frames across chunk boundaries and keeps the stream's tail."""
+
+    def __init__(self) -> None:
+        self.events = 0
+        self.bytes = 0
+        self.tail = b""
+        self.status = 0
+        self._carry = b""
+
+    def feed(self, chunk: bytes) -> bool:
+        """Take a chunk; True if it completed at least one frame start."""
+        if not self.status and not self.bytes:
+            self.status = int(chunk[9:12]) if chunk.startswith(b"HTTP/1.1 ") else -1
+        self.bytes += len(chunk)
+        joined = self._carry + chunk
+        found = joined.count(b"data: ")
+        self.events += found
+        self._carry = joined[-5:]
+        self.tail = (self.tail + chunk)[-4096:]
+        return found > 0
+
+    def terminal(self) -> str:
+        for name in ("RUN_FINISHED", "RUN_ERROR"):
+            if f'"{name}"'.encode() in self.tail:
+                return name
+        return "none"
+
+
+async def post_run(port: int, body: bytes) -> RunResult:
+    """POST one run and read its SSE stream to the end (the server closes the connection)."""
+    started = time.perf_counter()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    first: float | None = None
+    counter = SseCounter()
+    try:
+        writer.write(request_bytes("POST", "/io-bridge/run", body))
+        while chunk := await reader.read(1 << 16):
+            if counter.feed(chunk) and first is None:
+                first = time.perf_counter() - started
+    finally:
+        writer.close()
+    elapsed = time.perf_counter() - started
+    return RunResult(counter.status, elapsed if first is None else first, elapsed, counter.events,
+                     counter.bytes, counter.terminal())
+
+
+def check(results: Sequence[RunResult], what: str) -> None:
+    """Fail loudly if any run did not answer 200 and end with RUN_FINISHED."""
+    bad = [r for r in results if r.status != 200 or r.terminal != "RUN_FINISHED"]
+    if bad:
+        raise RuntimeError(f"{what}: {len(bad)} of {len(results)} runs failed "
+                           f"(first: status {bad[0].status}, terminal {bad[0].terminal})")
+
+
+def postgres_url() -> str | None:
+    return os.environ.get(POSTGRES_ENV) or None
+
+
+@contextlib.contextmanager
+def database(kind: str) -> Iterator[str]:
+    """A ``database_url`` for a fresh store: ``memory``, ``sqlite`` (a temp file) or
+    ``postgres`` (a new database next to ``$IOBRIDGE_TEST_POSTGRES_URL``, dropped after)."""
+    if kind == "memory":
+        yield "memory://"
+    elif kind == "sqlite":
+        with tempfile.TemporaryDirectory(prefix="iobridge-bench-") as folder:
+            yield f"sqlite+aiosqlite:///{folder}/bench.db"
+    elif kind == "postgres":
+        base = postgres_url()
+        if base is None:
+            raise RuntimeError(f"{POSTGRES_ENV} is not set")
+        yield from _postgres_database(base)
+    else:
+        raise ValueError(kind)
+
+
+def _postgres_database(base: str) -> Iterator[str]:
+    from sqlalchemy import make_url
+
+    name = f"iobridge_bench_{uuid.uuid4().hex[:10]}"
+    admin = make_url(base)
+    _pg_admin(admin, f'CREATE DATABASE "{name}"')
+    try:
+        yield admin.set(database=name).render_as_string(hide_password=False)
+    finally:
+        _pg_admin(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _pg_admin(url: Any, statement: str) -> None:
+    import asyncpg
+
+    async def run() -> None:
+        conn = await asyncpg.connect(user=url.username, password=url.password,
+                                     host=url.host, port=url.port or 5432, database=url.database)
+        try:
+            await conn.execute(statement)
+        finally:
+            await conn.close()
+
+    asyncio.run(run())
+
+
+def store_kinds(requested: Sequence[str]) -> list[str]:
+    """``requested`` without ``postgres`` when the PostgreSQL env var is not set (said so)."""
+    kinds = list(requested)
+    if "postgres" in kinds and postgres_url() is None:
+        print(f"postgres: skipped (set {POSTGRES_ENV})")
+        kinds.remove("postgres")
+    return kinds
+
+
+def mib(n: float) -> str:
+    return f"{n / (1 << 20):,.1f} MiB"

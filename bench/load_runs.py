@@ -1,0 +1,122 @@
+"""Many concurrent runs: iobridge on each store vs a bare Starlette stream, in one run.
+
+Workloads (issue 10): ``short`` = 200 concurrent runs x 5 text deltas (a chat turn), ``long``
+= 200 x 500. Each variant gets a fresh server in its own process: ``bare`` (pre-encoded
+events, one chunk per event), iobridge on ``memory://``, on the default SQLite store (a fresh
+temp file), and on PostgreSQL (a fresh database) when ``IOBRIDGE_TEST_POSTGRES_URL`` is set.
+Every iobridge run is a chat turn on its own threadId with one user message. The clients are
+raw asyncio sockets in this process. Per variant: events/s, median and p99 time to first
+``data:`` frame, and server CPU per event (from /proc, including work that continues after the
+streams end; /proc counts 10 ms ticks, so small ``--quick`` loads read coarse), each with
+its ratio to ``bare``.
+
+    .venv/bin/python bench/load_runs.py [--workload short long] [--runs N --deltas D]
+        [--stores memory sqlite postgres] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from dataclasses import dataclass
+
+from _harness import (
+    RunResult,
+    ServerProcess,
+    check,
+    database,
+    percentile,
+    post_run,
+    raise_fd_limit,
+    run_body,
+    store_kinds,
+)
+
+WORKLOADS = {"short": (200, 5), "long": (200, 500)}
+QUICK = {"short": (20, 5), "long": (20, 50)}
+WARMUP_RUNS = 4
+
+
+@dataclass(slots=True)
+class Figures:
+    rate: float
+    ttfe_median: float
+    ttfe_p99: float
+    cpu_per_event: float
+
+
+async def _burst(port: int, runs: int, tag: str, timeout: float) -> tuple[float, list[RunResult]]:
+    started = time.perf_counter()
+    results = await asyncio.wait_for(
+        asyncio.gather(*(post_run(port, run_body(f"t-{tag}-{i}", f"{tag}-{i}"))
+                         for i in range(runs))),
+        timeout,
+    )
+    return time.perf_counter() - started, list(results)
+
+
+def measure(server: ServerProcess, runs: int, tag: str, timeout: float) -> Figures:
+    _, warm = asyncio.run(_burst(server.port, WARMUP_RUNS, f"{tag}-warm", timeout))
+    check(warm, f"{tag} warm-up")
+    before = server.settle_cpu()
+    elapsed, results = asyncio.run(_burst(server.port, runs, tag, timeout))
+    check(results, tag)
+    cpu = server.settle_cpu() - before
+    events = sum(r.events for r in results)
+    ttfe = [r.first_event for r in results]
+    return Figures(events / elapsed, statistics.median(ttfe), percentile(ttfe, 0.99),
+                   cpu / events)
+
+
+def run_workload(name: str, runs: int, deltas: int, stores: list[str], timeout: float) -> None:
+    print(f"\n{name}: {runs} concurrent runs x {deltas} deltas "
+          f"({deltas + 4} events per run), each server in its own process")
+    print(f"{'variant':>9} {'events/s':>10} {'x bare':>7} {'TTFE p50':>10} {'p99':>10} "
+          f"{'p99 x bare':>10} {'CPU/event':>10} {'x bare':>7}")
+    base: Figures | None = None
+    for variant in ["bare", *stores]:
+        if variant == "bare":
+            with ServerProcess("bare", deltas=deltas) as server:
+                figures = measure(server, runs, f"{name}-bare", timeout)
+            base = figures
+        else:
+            with database(variant) as url, ServerProcess(
+                "bridge", deltas=deltas, settings={"database_url": url}
+            ) as server:
+                figures = measure(server, runs, f"{name}-{variant}", timeout)
+        assert base is not None
+        print(f"{variant:>9} {figures.rate:>10,.0f} {figures.rate / base.rate:>6.2f}x "
+              f"{figures.ttfe_median * 1e3:>8.1f}ms {figures.ttfe_p99 * 1e3:>8.1f}ms "
+              f"{figures.ttfe_p99 / base.ttfe_p99:>9.2f}x "
+              f"{figures.cpu_per_event * 1e6:>8.0f}µs "
+              f"{figures.cpu_per_event / base.cpu_per_event:>6.2f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", nargs="+", choices=sorted(WORKLOADS),
+                        default=["short", "long"])
+    parser.add_argument("--runs", type=int, help="custom workload: concurrent runs")
+    parser.add_argument("--deltas", type=int, help="custom workload: deltas per run")
+    parser.add_argument("--stores", nargs="+", choices=["memory", "sqlite", "postgres"],
+                        default=["memory", "sqlite", "postgres"])
+    parser.add_argument("--timeout", type=float, default=300.0,
+                        help="seconds allowed for each burst of runs")
+    parser.add_argument("--quick", action="store_true", help="20 runs, 5 and 50 deltas")
+    args = parser.parse_args()
+    raise_fd_limit()
+    stores = store_kinds(args.stores)
+    started = time.monotonic()
+    if args.runs or args.deltas:
+        run_workload("custom", args.runs or 200, args.deltas or 5, stores, args.timeout)
+    else:
+        table = QUICK if args.quick else WORKLOADS
+        for name in args.workload:
+            run_workload(name, *table[name], stores, args.timeout)
+    print(f"\ntotal {time.monotonic() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
