@@ -7,6 +7,7 @@ stores (a temp SQLite file, a fresh PostgreSQL database) for each server.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -264,6 +265,27 @@ def store_kinds(requested: Sequence[str]) -> list[str]:
         print(f"postgres: skipped (set {POSTGRES_ENV})")
         kinds.remove("postgres")
     return kinds
+
+
+def add_setting_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--setting", action="append", default=[], metavar="NAME=VALUE",
+        help="extra Settings field for the iobridge server (value parsed as JSON if it "
+             "parses, else a string), e.g. a raised admission limit; repeatable")
+
+
+def extra_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``--setting NAME=VALUE`` options as a dict."""
+    values: dict[str, Any] = {}
+    for item in args.setting:
+        name, sep, raw = item.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"--setting wants NAME=VALUE, not {item!r}")
+        try:
+            values[name] = json.loads(raw)
+        except json.JSONDecodeError:
+            values[name] = raw
+    return values
 
 
 def mib(n: float) -> str:

@@ -17,11 +17,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from typing import Any
 
 from _harness import (
     ServerProcess,
     SseCounter,
+    add_setting_option,
     database,
+    extra_settings,
     mib,
     raise_fd_limit,
     request_bytes,
@@ -121,12 +124,14 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600.0,
                         help="seconds allowed to open all runs, and to tear them down")
     parser.add_argument("--quick", action="store_true", help="500 runs")
+    add_setting_option(parser)
     args = parser.parse_args()
     limit = raise_fd_limit()
     n = min(500 if args.quick else args.runs, limit - SPARE_FDS)
     print(f"{n:,} idle runs pending a frontend tool (open-file limit {limit:,}; "
           f"store {args.store}), server in its own process")
-    settings = {"database_url": "", "tool_timeout": 3600.0, "ping_interval": 600.0}
+    settings: dict[str, Any] = {"tool_timeout": 3600.0, "ping_interval": 600.0,
+                                **extra_settings(args)}
     with database(args.store) as url:
         settings["database_url"] = url
         with ServerProcess("bridge", agent="tool", settings=settings) as server:

@@ -21,12 +21,15 @@ import asyncio
 import statistics
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from _harness import (
     RunResult,
     ServerProcess,
+    add_setting_option,
     check,
     database,
+    extra_settings,
     percentile,
     post_run,
     raise_fd_limit,
@@ -70,7 +73,8 @@ def measure(server: ServerProcess, runs: int, tag: str, timeout: float) -> Figur
                    cpu / events)
 
 
-def run_workload(name: str, runs: int, deltas: int, stores: list[str], timeout: float) -> None:
+def run_workload(name: str, runs: int, deltas: int, stores: list[str], timeout: float,
+                 extra: dict[str, Any]) -> None:
     print(f"\n{name}: {runs} concurrent runs x {deltas} deltas "
           f"({deltas + 4} events per run), each server in its own process")
     print(f"{'variant':>9} {'events/s':>10} {'x bare':>7} {'TTFE p50':>10} {'p99':>10} "
@@ -83,7 +87,7 @@ def run_workload(name: str, runs: int, deltas: int, stores: list[str], timeout: 
             base = figures
         else:
             with database(variant) as url, ServerProcess(
-                "bridge", deltas=deltas, settings={"database_url": url}
+                "bridge", deltas=deltas, settings={"database_url": url, **extra}
             ) as server:
                 figures = measure(server, runs, f"{name}-{variant}", timeout)
         assert base is not None
@@ -105,16 +109,18 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="seconds allowed for each burst of runs")
     parser.add_argument("--quick", action="store_true", help="20 runs, 5 and 50 deltas")
+    add_setting_option(parser)
     args = parser.parse_args()
+    extra = extra_settings(args)
     raise_fd_limit()
     stores = store_kinds(args.stores)
     started = time.monotonic()
     if args.runs or args.deltas:
-        run_workload("custom", args.runs or 200, args.deltas or 5, stores, args.timeout)
+        run_workload("custom", args.runs or 200, args.deltas or 5, stores, args.timeout, extra)
     else:
         table = QUICK if args.quick else WORKLOADS
         for name in args.workload:
-            run_workload(name, *table[name], stores, args.timeout)
+            run_workload(name, *table[name], stores, args.timeout, extra)
     print(f"\ntotal {time.monotonic() - started:.0f} s")
 
 

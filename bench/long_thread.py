@@ -20,7 +20,17 @@ import statistics
 import time
 from typing import Any
 
-from _harness import ServerProcess, check, database, percentile, post_run, run_body, store_kinds
+from _harness import (
+    ServerProcess,
+    add_setting_option,
+    check,
+    database,
+    extra_settings,
+    percentile,
+    post_run,
+    run_body,
+    store_kinds,
+)
 
 BIG = "big-thread"
 #: The resource runs act for with authentication off (``auth.mode = none``).
@@ -58,11 +68,11 @@ def timed_run(server: ServerProcess, thread_id: str, run_id: str) -> tuple[float
     return result.elapsed, server.settle_cpu(quiet=0.011, interval=0.1) - before
 
 
-def measure(kind: str, messages: int, runs: int) -> None:
+def measure(kind: str, messages: int, runs: int, extra: dict[str, Any]) -> None:
     with database(kind) as url:
         seconds = asyncio.run(seed(url, messages))
         print(f"{kind}: seeded {messages:,} messages in {seconds:.1f} s")
-        with ServerProcess("bridge", deltas=5, settings={"database_url": url}) as server:
+        with ServerProcess("bridge", deltas=5, settings={"database_url": url, **extra}) as server:
             timed_run(server, "warm-up", "warm-up")
             timed_run(server, BIG, "big-warm-up")
             fresh: list[tuple[float, float]] = []
@@ -91,12 +101,13 @@ def main() -> None:
     parser.add_argument("--stores", nargs="+", choices=["sqlite", "postgres"],
                         default=["sqlite", "postgres"])
     parser.add_argument("--quick", action="store_true", help="10,000 messages, 3 runs")
+    add_setting_option(parser)
     args = parser.parse_args()
     if args.quick:
         args.messages, args.runs = 10_000, 3
     started = time.monotonic()
     for kind in store_kinds(args.stores):
-        measure(kind, args.messages, args.runs)
+        measure(kind, args.messages, args.runs, extra_settings(args))
     print(f"total {time.monotonic() - started:.0f} s")
 
 

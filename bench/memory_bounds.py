@@ -26,8 +26,10 @@ from typing import Any
 from _harness import (
     ServerProcess,
     SseCounter,
+    add_setting_option,
     check,
     database,
+    extra_settings,
     mib,
     post_run,
     request_bytes,
@@ -132,6 +134,7 @@ def main() -> None:
     parser.add_argument("--max-retained-mib", type=float, default=None)
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per echo run")
     parser.add_argument("--quick", action="store_true", help="0.36 MiB body, 3 s followers")
+    add_setting_option(parser)
     args = parser.parse_args()
     if args.quick:
         args.body_mib, args.follow_seconds = 0.36, 3.0
@@ -142,7 +145,7 @@ def main() -> None:
     print(f"echo of a {args.body_mib} MiB body ({text.count(' ') + 1:,} words) x {RUNS}, then "
           f"{args.followers} slow resume followers; limit {mib(limit)}: {how}")
     with database("sqlite") as url, ServerProcess(
-        "bridge", agent="echo", settings={"database_url": url, **extra}
+        "bridge", agent="echo", settings={"database_url": url, **extra, **extra_settings(args)}
     ) as server, Sampler(server) as sampler:
         warm = asyncio.run(post_run(server.port, run_body("warm", "warm", "a b c")))
         check([warm], "warm-up")
