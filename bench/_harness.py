@@ -245,7 +245,7 @@ def _postgres_database(base: str) -> Iterator[str]:
 
 
 def _pg_admin(url: Any, statement: str) -> None:
-    import asyncpg
+    import asyncpg  # type: ignore[import-untyped]
 
     async def run() -> None:
         conn = await asyncpg.connect(user=url.username, password=url.password,
