@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import resource
 import socket
 import subprocess
@@ -19,6 +20,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +29,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 POSTGRES_ENV = "IOBRIDGE_TEST_POSTGRES_URL"
 _TICK = os.sysconf("SC_CLK_TCK")
+# Figures show up as they are measured, also when piped (make bench, tee).
+sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -46,13 +50,22 @@ def raise_fd_limit() -> int:
     return hard
 
 
+def ratio(value: float, base: float, width: int = 6) -> str:
+    """``value / base`` as ``1.23x``; ``n/a`` when the base is zero (too few CPU ticks)."""
+    return f"{value / base:>{width}.2f}x" if base else f"{'n/a':>{width + 1}}"
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
 
 
 class ServerProcess:
-    """``_server.py`` in a child process on a free loopback port; killed on exit."""
+    """``_server.py`` in a child process on a free loopback port; stopped on exit.
+
+    Its output goes to a temp file, summarised on exit (each distinct log line once, with
+    its count), so that a storm of tracebacks does not bury the figures.
+    """
 
     def __init__(self, app: str, *, agent: str = "deltas", deltas: int = 5,
                  settings: dict[str, Any] | None = None) -> None:
@@ -61,6 +74,7 @@ class ServerProcess:
                      "--app", app, "--agent", agent, "--deltas", str(deltas),
                      "--settings", json.dumps(settings or {})]
         self.process: subprocess.Popen[bytes] | None = None
+        self._files = contextlib.ExitStack()
 
     @property
     def pid(self) -> int:
@@ -68,7 +82,8 @@ class ServerProcess:
         return self.process.pid
 
     def __enter__(self) -> ServerProcess:
-        self.process = subprocess.Popen(self.argv)
+        self.log = self._files.enter_context(tempfile.TemporaryFile())
+        self.process = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -90,6 +105,9 @@ class ServerProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(timeout=5)
+        self.log.seek(0)
+        print_log_summary(self.log.read().decode(errors="replace"))
+        self._files.close()
 
     def cpu_seconds(self) -> float:
         """User + system CPU time of the server process so far (/proc/<pid>/stat)."""
@@ -123,6 +141,18 @@ class ServerProcess:
                 return now
             last = now
         return last
+
+
+def print_log_summary(text: str, limit: int = 8) -> None:
+    """Each distinct top-level line of a server log (digits folded) once, with its count."""
+    lines = [line for line in text.splitlines()
+             if line.strip() and not line.startswith((" ", "Traceback", "^"))]
+    if not lines:
+        return
+    counts = Counter(re.sub(r"\d+", "N", line)[:160] for line in lines)
+    print(f"  [server log: {len(lines):,} lines]")
+    for line, count in counts.most_common(limit):
+        print(f"  [server log] {count:>6,} x {line}")
 
 
 def run_body(thread_id: str, run_id: str, text: str = "hello",

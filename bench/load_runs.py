@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import time
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from _harness import (
     percentile,
     post_run,
     raise_fd_limit,
+    ratio,
     run_body,
     store_kinds,
 )
@@ -81,21 +83,20 @@ def run_workload(name: str, runs: int, deltas: int, stores: list[str], timeout: 
           f"{'p99 x bare':>10} {'CPU/event':>10} {'x bare':>7}")
     base: Figures | None = None
     for variant in ["bare", *stores]:
-        if variant == "bare":
-            with ServerProcess("bare", deltas=deltas) as server:
-                figures = measure(server, runs, f"{name}-bare", timeout)
-            base = figures
-        else:
-            with database(variant) as url, ServerProcess(
-                "bridge", deltas=deltas, settings={"database_url": url, **extra}
-            ) as server:
-                figures = measure(server, runs, f"{name}-{variant}", timeout)
-        assert base is not None
-        print(f"{variant:>9} {figures.rate:>10,.0f} {figures.rate / base.rate:>6.2f}x "
-              f"{figures.ttfe_median * 1e3:>8.1f}ms {figures.ttfe_p99 * 1e3:>8.1f}ms "
-              f"{figures.ttfe_p99 / base.ttfe_p99:>9.2f}x "
-              f"{figures.cpu_per_event * 1e6:>8.0f}µs "
-              f"{figures.cpu_per_event / base.cpu_per_event:>6.2f}x")
+        with contextlib.ExitStack() as stack:
+            if variant == "bare":
+                server = stack.enter_context(ServerProcess("bare", deltas=deltas))
+            else:
+                url = stack.enter_context(database(variant))
+                server = stack.enter_context(ServerProcess(
+                    "bridge", deltas=deltas, settings={"database_url": url, **extra}))
+            figures = measure(server, runs, f"{name}-{variant}", timeout)
+            base = base or figures
+            print(f"{variant:>9} {figures.rate:>10,.0f} {ratio(figures.rate, base.rate)} "
+                  f"{figures.ttfe_median * 1e3:>8.1f}ms {figures.ttfe_p99 * 1e3:>8.1f}ms "
+                  f"{ratio(figures.ttfe_p99, base.ttfe_p99, 9)} "
+                  f"{figures.cpu_per_event * 1e6:>8.0f}µs "
+                  f"{ratio(figures.cpu_per_event, base.cpu_per_event)}")
 
 
 def main() -> None:
