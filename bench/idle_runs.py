@@ -130,7 +130,10 @@ def main() -> None:
     n = min(500 if args.quick else args.runs, limit - SPARE_FDS)
     print(f"{n:,} idle runs pending a frontend tool (open-file limit {limit:,}; "
           f"store {args.store}), server in its own process")
+    # Admission limits (where this core has them) must let all N runs in.
     settings: dict[str, Any] = {"tool_timeout": 3600.0, "ping_interval": 600.0,
+                                "max_active_runs": n + 100,
+                                "max_active_runs_per_principal": n + 100,
                                 **extra_settings(args)}
     with database(args.store) as url:
         settings["database_url"] = url
