@@ -3,12 +3,12 @@
 Seeds one thread straight through the store API (``open_store`` + ``append_messages`` in
 large batches) in a fresh database, then starts a server in its own process on it and times
 K chat turns (one new user message, 5 deltas) on the big thread against K on fresh threads,
-alternating the two so that load from elsewhere on the machine hits both alike. Per kind:
+in alternating blocks of 5 so that load from elsewhere on the machine hits both alike. Per kind:
 median and p99 wall time of a run (POST to end of stream) and server CPU per run (from /proc,
-measured until the server is idle again after each run, so work after the stream counts).
+per block, measured until the server is idle again, so work after the stream counts).
 On the default SQLite store, and on PostgreSQL when ``IOBRIDGE_TEST_POSTGRES_URL`` is set.
 
-    .venv/bin/python bench/long_thread.py [--messages 100000] [--runs 10]
+    .venv/bin/python bench/long_thread.py [--messages 100000] [--runs 20]
         [--stores sqlite postgres] [--quick]
 """
 
@@ -37,6 +37,9 @@ BIG = "big-thread"
 #: The resource runs act for with authentication off (``auth.mode = none``).
 RESOURCE = "default"
 BATCH = 5_000
+#: Runs of one kind timed back to back: CPU is read per block (/proc counts in 10 ms units,
+#: too coarse for one run of a few ms); blocks of the two kinds alternate.
+BLOCK = 5
 
 
 def message(index: int) -> dict[str, Any]:
@@ -61,55 +64,61 @@ async def seed(url: str, count: int) -> float:
     return time.perf_counter() - started
 
 
-def timed_run(server: ServerProcess, thread_id: str, run_id: str) -> tuple[float, float]:
-    """(wall seconds, server CPU seconds) of one chat turn."""
+def block(server: ServerProcess, threads: list[str], tag: str) -> tuple[list[float], float]:
+    """Chat turns on ``threads`` one after another: (wall seconds of each, server CPU of all,
+    counted until the server is idle again)."""
     before = server.settle_cpu(quiet=0.011, interval=0.1)
-    result = asyncio.run(asyncio.wait_for(post_run(server.port, run_body(thread_id, run_id)), 120))
-    check([result], f"run {run_id} on {thread_id}")
-    return result.elapsed, server.settle_cpu(quiet=0.011, interval=0.1) - before
+    walls = []
+    for i, thread_id in enumerate(threads):
+        body = run_body(thread_id, f"{tag}-{i}")
+        result = asyncio.run(asyncio.wait_for(post_run(server.port, body), 120))
+        check([result], f"run {tag}-{i} on {thread_id}")
+        walls.append(result.elapsed)
+    return walls, server.settle_cpu(quiet=0.011, interval=0.1) - before
 
 
-def measure(kind: str, messages: int, runs: int, extra: dict[str, Any]) -> None:
+def measure(kind: str, messages: int, blocks: int, extra: dict[str, Any]) -> None:
     with database(kind) as url:
         seconds = asyncio.run(seed(url, messages))
         print(f"{kind}: seeded {messages:,} messages in {seconds:.1f} s")
         with ServerProcess("bridge", deltas=5, settings={"database_url": url, **extra}) as server:
-            timed_run(server, "warm-up", "warm-up")
-            timed_run(server, BIG, "big-warm-up")
-            fresh: list[tuple[float, float]] = []
-            big: list[tuple[float, float]] = []
-            for i in range(runs):
-                fresh.append(timed_run(server, f"fresh-{i}", f"fresh-{i}"))
-                big.append(timed_run(server, BIG, f"big-{i}"))
-    rows = {"fresh": fresh, f"{messages // 1000}k msgs": big}
-    for label, samples in rows.items():
-        wall = [s[0] for s in samples]
-        cpu = statistics.mean(s[1] for s in samples)
-        print(f"  {label:>10}: run median {statistics.median(wall) * 1e3:8.1f} ms, "
-              f"p99 {percentile(wall, 0.99) * 1e3:8.1f} ms, server CPU {cpu * 1e3:7.1f} ms/run")
-    wall_ratio = statistics.median(s[0] for s in big) / statistics.median(s[0] for s in fresh)
-    cpu_fresh = statistics.mean(s[1] for s in fresh)
-    cpu_big = statistics.mean(s[1] for s in big)
-    cpu_ratio = cpu_big / cpu_fresh if cpu_fresh else float("inf")
+            block(server, ["warm-up", BIG], "warm-up")
+            wall: dict[str, list[float]] = {"fresh": [], "big": []}
+            cpu = {"fresh": 0.0, "big": 0.0}
+            for b in range(blocks):
+                for label in ("fresh", "big"):
+                    threads = [f"fresh-{b}-{i}" for i in range(BLOCK)] if label == "fresh" \
+                        else [BIG] * BLOCK
+                    walls, seconds = block(server, threads, f"{label}-{b}")
+                    wall[label] += walls
+                    cpu[label] += seconds
+    runs = blocks * BLOCK
+    for label, name in (("fresh", "fresh"), ("big", f"{messages // 1000}k msgs")):
+        print(f"  {name:>10}: run median {statistics.median(wall[label]) * 1e3:8.1f} ms, "
+              f"p99 {percentile(wall[label], 0.99) * 1e3:8.1f} ms, "
+              f"server CPU {cpu[label] / runs * 1e3:7.1f} ms/run")
+    wall_ratio = statistics.median(wall["big"]) / statistics.median(wall["fresh"])
+    cpu_ratio = cpu["big"] / cpu["fresh"] if cpu["fresh"] else float("inf")
     verdict = "OK" if max(wall_ratio, cpu_ratio) <= 1.2 else "ABOVE TARGET"
-    print(f"  big / fresh: wall {wall_ratio:.2f}x, server CPU {ratio(cpu_big, cpu_fresh, 0)} "
-          f"(target <= 1.2x): {verdict}")
+    print(f"  big / fresh ({runs} runs each): wall {wall_ratio:.2f}x, "
+          f"server CPU {ratio(cpu['big'], cpu['fresh'], 0)} (target <= 1.2x): {verdict}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=100_000)
-    parser.add_argument("--runs", type=int, default=10, help="runs of each kind")
+    parser.add_argument("--runs", type=int, default=20,
+                        help=f"runs of each kind (rounded up to a multiple of {BLOCK})")
     parser.add_argument("--stores", nargs="+", choices=["sqlite", "postgres"],
                         default=["sqlite", "postgres"])
-    parser.add_argument("--quick", action="store_true", help="10,000 messages, 3 runs")
+    parser.add_argument("--quick", action="store_true", help="10,000 messages, 5 runs")
     add_setting_option(parser)
     args = parser.parse_args()
     if args.quick:
-        args.messages, args.runs = 10_000, 3
+        args.messages, args.runs = 10_000, BLOCK
     started = time.monotonic()
     for kind in store_kinds(args.stores):
-        measure(kind, args.messages, args.runs, extra_settings(args))
+        measure(kind, args.messages, -(-args.runs // BLOCK), extra_settings(args))
     print(f"total {time.monotonic() - started:.0f} s")
 
 
