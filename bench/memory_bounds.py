@@ -4,8 +4,9 @@
 A server in its own process (default SQLite store, a fresh temp file) serves a FunctionAgent
 that echoes the last user message word by word. The client sends a 3.6 MiB body of one-letter
 words three times (one after the other, each read at full speed: about 1.9 M events each),
-then opens 5 resume followers (``GET /runs/{runId}/events`` from the start) on the last run
-and reads them slowly for a bounded time. Prints the server's RSS before, its peak (VmHWM,
+then opens 5 resume followers (``GET /runs/{runId}/events`` from the start; if that answers
+410, again from 100,000 events before the end) on the last run and reads them slowly for a
+bounded time. Prints the server's RSS before, its peak (VmHWM,
 and /proc samples per phase) against the limit. ``max_retained_bytes`` is passed only when
 this version's ``Settings`` has it; otherwise the issue's default (256 MiB) stands in as the
 nominal limit and the output says it is not enforced.
@@ -40,6 +41,8 @@ MIB = 1 << 20
 HEADROOM = 100 * MIB
 ISSUE_DEFAULT_RETAINED = 256 * MIB
 RUNS = 3
+#: Resume point for followers when the start of the run is no longer retained.
+TAIL_EVENTS = 100_000
 
 
 def echo_text(body_bytes: int) -> str:
@@ -81,15 +84,16 @@ class Sampler:
         return max(self._peak, self.server.rss_bytes())
 
 
-async def slow_follower(port: int, run_id: str, seconds: float, rate: int) -> tuple[int, int]:
-    """Resume ``run_id`` from its first event, reading ``rate`` bytes/s for ``seconds``;
+async def slow_follower(port: int, run_id: str, after: int, seconds: float,
+                        rate: int) -> tuple[int, int]:
+    """Resume ``run_id`` after event ``after``, reading ``rate`` bytes/s for ``seconds``;
     returns (HTTP status, bytes read)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     counter = SseCounter()
     step = max(1024, rate // 20)
     try:
         writer.write(request_bytes("GET", f"/io-bridge/runs/{run_id}/events",
-                                   headers={"Last-Event-ID": "0"}))
+                                   headers={"Last-Event-ID": str(after)}))
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             chunk = await reader.read(step)
@@ -102,9 +106,9 @@ async def slow_follower(port: int, run_id: str, seconds: float, rate: int) -> tu
     return counter.status, counter.bytes
 
 
-async def followers(port: int, run_id: str, n: int, seconds: float,
+async def followers(port: int, run_id: str, after: int, n: int, seconds: float,
                     rate: int) -> list[tuple[int, int]]:
-    return list(await asyncio.gather(*(slow_follower(port, run_id, seconds, rate)
+    return list(await asyncio.gather(*(slow_follower(port, run_id, after, seconds, rate)
                                        for _ in range(n))))
 
 
@@ -158,13 +162,19 @@ def main() -> None:
             print(f"  echo run {i + 1}: {result.events:,} events, {mib(result.bytes)} of SSE in "
                   f"{result.elapsed:.1f} s; peak RSS {mib(sampler.peak())}, "
                   f"after {mib(server.rss_bytes())}")
-        sampler.reset()
-        got = asyncio.run(followers(server.port, f"echo-{RUNS - 1}", args.followers,
-                                    args.follow_seconds, args.follow_rate))
-        statuses = sorted({status for status, _ in got})
-        print(f"  {args.followers} slow followers ({args.follow_seconds:.0f} s, "
-              f"{args.follow_rate // 1024} KiB/s each; HTTP {statuses}, read "
-              f"{mib(sum(b for _, b in got))}): peak RSS {mib(sampler.peak())}")
+        # From the first event (the issue's case); where the run's log no longer reaches
+        # back that far (410), again from within its newest TAIL_EVENTS events.
+        for after in (0, max(0, result.events - TAIL_EVENTS)):
+            sampler.reset()
+            got = asyncio.run(followers(server.port, f"echo-{RUNS - 1}", after, args.followers,
+                                        args.follow_seconds, args.follow_rate))
+            statuses = sorted({status for status, _ in got})
+            print(f"  {args.followers} slow followers after event {after:,} "
+                  f"({args.follow_seconds:.0f} s, {args.follow_rate // 1024} KiB/s each; "
+                  f"HTTP {statuses}, read {mib(sum(b for _, b in got))}): "
+                  f"peak RSS {mib(sampler.peak())}")
+            if statuses != [410]:
+                break
         peak = max(server.peak_rss_bytes(), sampler.highest)
     verdict = "OK" if peak <= limit else "ABOVE LIMIT"
     print(f"peak server RSS {mib(peak)} vs limit {mib(limit)}: {verdict}")
