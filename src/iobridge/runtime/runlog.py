@@ -14,11 +14,15 @@ a replay of a long log is sent in bounded chunks under the transport's backpress
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator
 
 #: Default per-run replay window and follower batch size.
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024
 DEFAULT_BATCH_BYTES = 256 * 1024
+#: What one retained entry costs beyond its octets (the bytes object and the list slot),
+#: counted so the byte bounds bound memory, not only payload.
+ENTRY_OVERHEAD = sys.getsizeof(b"") + 8
 
 
 class LogTrimmed(Exception):
@@ -66,7 +70,7 @@ class RunLog:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the retained entries."""
+        """Memory of the retained entries: their octets plus ``ENTRY_OVERHEAD`` each."""
         return self._bytes
 
     def append(self, data: bytes) -> int:
@@ -75,7 +79,7 @@ class RunLog:
             raise RuntimeError("run log is closed")
         entries = self._entries
         entries.append(data)
-        self._bytes += len(data)
+        self._bytes += len(data) + ENTRY_OVERHEAD
         if self._bytes > self._max_bytes:
             self._trim()
         self._wake()
@@ -84,7 +88,7 @@ class RunLog:
     def _trim(self) -> None:
         entries = self._entries
         while self._bytes > self._max_bytes and len(entries) - self._head > 1:
-            self._bytes -= len(entries[self._head])
+            self._bytes -= len(entries[self._head]) + ENTRY_OVERHEAD
             self._head += 1
             self._base += 1
         if self._head > len(entries) // 2:
