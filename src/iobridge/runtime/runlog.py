@@ -45,6 +45,8 @@ class RunLog:
         #: Sequence number of the first retained entry, minus one.
         self._base = 0
         self._bytes = 0
+        #: The largest entry appended: a batch that cannot exceed the limit is sliced whole.
+        self._largest = 0
         self._max_bytes = max_bytes
         self._batch_bytes = batch_bytes
         self._closed = False
@@ -79,7 +81,10 @@ class RunLog:
             raise RuntimeError("run log is closed")
         entries = self._entries
         entries.append(data)
-        self._bytes += len(data) + ENTRY_OVERHEAD
+        size = len(data)
+        if size > self._largest:
+            self._largest = size
+        self._bytes += size + ENTRY_OVERHEAD
         if self._bytes > self._max_bytes:
             self._trim()
         self._wake()
@@ -110,7 +115,7 @@ class RunLog:
         if after < self._base:
             raise LogTrimmed(self.first_seq)
         start = self._head + after - self._base
-        if max_bytes is None:
+        if max_bytes is None or (len(self._entries) - start) * self._largest <= max_bytes:
             return [(after + i + 1, data) for i, data in enumerate(self._entries[start:])]
         entries = self._entries
         out: list[tuple[int, bytes]] = []
