@@ -42,8 +42,9 @@ class RunLog:
         #: Entries from index ``_head`` on are retained; dropped ones are compacted lazily.
         self._entries: list[bytes] = []
         self._head = 0
-        #: Sequence number of the first retained entry, minus one.
+        #: Sequence number of the first retained entry, minus one, and of the last entry.
         self._base = 0
+        self._last = 0
         self._bytes = 0
         #: The largest entry appended: a batch that cannot exceed the limit is sliced whole.
         self._largest = 0
@@ -63,7 +64,7 @@ class RunLog:
     @property
     def last_seq(self) -> int:
         """Sequence number of the last entry (0 when empty)."""
-        return self._base + len(self._entries) - self._head
+        return self._last
 
     @property
     def first_seq(self) -> int:
@@ -79,16 +80,18 @@ class RunLog:
         """Append one encoded event; returns its sequence number."""
         if self._closed:
             raise RuntimeError("run log is closed")
-        entries = self._entries
-        entries.append(data)
+        self._entries.append(data)
         size = len(data)
         if size > self._largest:
             self._largest = size
         self._bytes += size + ENTRY_OVERHEAD
         if self._bytes > self._max_bytes:
             self._trim()
-        self._wake()
-        return self._base + len(entries) - self._head
+        self._last += 1
+        changed = self._changed  # wake followers (inlined: this is the hot path)
+        if changed is not None and not changed.done():
+            changed.set_result(None)
+        return self._last
 
     def _trim(self) -> None:
         entries = self._entries
