@@ -200,7 +200,9 @@ class Backend:
             ServiceUnavailable: the server is shutting down (503).
         """
         if not self.admitting:
-            raise ServiceUnavailable("the server is shutting down", code="SERVER_SHUTTING_DOWN")
+            raise ServiceUnavailable(
+                "the server is shutting down", code="SERVER_SHUTTING_DOWN", retry_after=5.0
+            )
         run_input = await parse_run_input_off_loop(body, self.settings.max_messages)
         options = parse_run_options(run_input.forwarded_props)
         resource_id = self.authenticator.resolve_resource(principal, options.resource_id)

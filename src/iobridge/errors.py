@@ -100,12 +100,16 @@ class TooManyRequests(IobridgeError):
 
 
 class ServiceUnavailable(IobridgeError):
-    """The server cannot take the request now (shutting down), or the agent cannot run."""
+    """The server cannot take the request now: shutting down (retry after ``retry_after``
+    seconds), or the agent cannot run (a configuration problem: ``retry_after`` is ``None``
+    and no ``Retry-After`` is sent)."""
 
     status = 503
     default_code = "UNAVAILABLE"
 
-    def __init__(self, message: str, *, code: str | None = None, retry_after: float = 5.0) -> None:
+    def __init__(
+        self, message: str, *, code: str | None = None, retry_after: float | None = None
+    ) -> None:
         super().__init__(message, code=code)
         self.retry_after = retry_after
 

@@ -111,6 +111,7 @@ def test_an_unbuildable_agent_is_listed_refuses_runs_and_warns_as_default(
             error = response.json()["error"]
             assert error["code"] == "AGENT_UNAVAILABLE"
             assert "IOBRIDGE_TEST_IO_KEY is not set" in error["message"]
+            assert "retry-after" not in response.headers  # a configuration problem: no retry
         assert http.get("/threads").json() == {"threads": []}
 
         fine = http.post("/run", json=run_body("hi", thread_id="t-d", agentId="demo"))

@@ -287,6 +287,23 @@ async def test_runs_over_the_total_limit_are_429(serve: Any) -> None:
         assert over.status_code == 429 and over.json()["error"]["code"] == "TOO_MANY_RUNS"
 
 
+async def test_new_runs_during_shutdown_are_503_with_retry_after(serve: Any) -> None:
+    server = serve()
+    backend = server.app.state.backend
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        backend.admitting = False  # what Backend.shutdown sets first
+        try:
+            refused = await client.post("/io-bridge/run", json=run_body("hi"))
+            ready = await client.get("/readyz")
+        finally:
+            backend.admitting = True
+        assert refused.status_code == 503
+        assert refused.json()["error"]["code"] == "SERVER_SHUTTING_DOWN"
+        assert refused.headers["retry-after"] == "5"
+        assert ready.status_code == 503 and ready.json()["error"]["message"] == "shutting down"
+        assert (await client.get("/io-bridge/threads/t1")).status_code == 404  # nothing stored
+
+
 # -- item 6: no dangling calls in history -------------------------------------------------
 
 

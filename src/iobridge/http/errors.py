@@ -60,7 +60,7 @@ async def _iobridge_error(request: Request, exc: Exception) -> JSONResponse:
     if isinstance(exc, AuthenticationError):
         logger.info("authentication refused: %s", exc.reason)
         headers["WWW-Authenticate"] = "Bearer"
-    if isinstance(exc, TooManyRequests | ServiceUnavailable):
+    if isinstance(exc, TooManyRequests | ServiceUnavailable) and exc.retry_after is not None:
         headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
     return error_response(exc.status, exc.code, exc.message, exc.details, headers or None)
 
