@@ -290,3 +290,36 @@ def test_per_frame_path_rejects_fields_out_of_range(compiled: bool) -> None:
     short = Frame(header=pull_frame(sender.seal(1, b"")).header, payload=b"short")
     with pytest.raises(AeadFailure):
         ReceiveState(0x000D, cipher).open(short)
+
+
+@pytest.mark.parametrize("suite", [SUITE_AES_256_GCM, SUITE_CHACHA20_POLY1305])
+def test_an_empty_payload_seals_to_exactly_the_tag_and_opens(suite: int) -> None:
+    cipher = RecordCipher(suite, KEY, IV)
+    sender, receiver = SendState(7, cipher), ReceiveState(7, cipher)
+    frame = pull_frame(sender.seal(0x0100, b""))
+    assert len(frame.payload) == TAG_SIZE
+    assert receiver.open(frame) == b""
+    assert cipher.decrypt(5, b"aad", cipher.encrypt(5, b"aad", b"")) == b""
+    with pytest.raises(AeadFailure, match=r"^sealed region of 15 octets is shorter than the tag$"):
+        cipher.decrypt(0, b"", bytes(TAG_SIZE - 1))
+    with pytest.raises(AeadFailure, match=r"^AEAD tag did not verify$"):
+        cipher.decrypt(0, b"", bytes(TAG_SIZE))
+
+
+def test_frames_are_urgent_only_when_asked_and_states_start_at_epoch_0() -> None:
+    sender, receiver = _pair()
+    assert (sender.epoch, receiver.epoch, sender.next_seq, receiver.expected_seq) == (0, 0, 0, 0)
+    plain = pull_frame(sender.seal(0x0100, b"a"))
+    urgent = pull_frame(sender.seal(0x0100, b"b", urgent=True))
+    assert plain.header.flags == Flags.ENC
+    assert urgent.header.flags == Flags.ENC | Flags.URG
+    assert [receiver.open(plain), receiver.open(urgent)] == [b"a", b"b"]
+
+
+def test_a_forged_frame_fails_with_the_tag_message() -> None:
+    sender, receiver = _pair()
+    wire = bytearray(sender.seal(0x0100, b"payload!"))
+    wire[-1] ^= 1
+    with pytest.raises(AeadFailure, match=r"^AEAD tag did not verify$"):
+        receiver.open(pull_frame(bytes(wire)))
+    assert receiver.expected_seq == 0

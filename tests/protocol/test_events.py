@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -9,50 +10,57 @@ import pytest
 
 from iobridge.protocol import events as ev
 
-CASES: list[tuple[dict[str, Any], dict[str, Any]]] = [
-    (ev.run_started("t", "r"), {"type": "RUN_STARTED", "threadId": "t", "runId": "r"}),
-    (ev.run_started("t", "r", "p"),
+# Each event is built inside the test (a lambda), not at collection: mutation testing swaps a
+# function only while a test runs, so an event built at import would hide every mutant.
+CASES: list[tuple[Callable[[], dict[str, Any]], dict[str, Any]]] = [
+    (lambda: ev.run_started("t", "r"), {"type": "RUN_STARTED", "threadId": "t", "runId": "r"}),
+    (lambda: ev.run_started("t", "r", "p"),
      {"type": "RUN_STARTED", "threadId": "t", "runId": "r", "parentRunId": "p"}),
-    (ev.run_finished("t", "r"), {"type": "RUN_FINISHED", "threadId": "t", "runId": "r"}),
-    (ev.run_finished("t", "r", result=0, outcome={"type": "cancelled"}),
+    (lambda: ev.run_finished("t", "r"), {"type": "RUN_FINISHED", "threadId": "t", "runId": "r"}),
+    (lambda: ev.run_finished("t", "r", result=0, outcome={"type": "cancelled"}),
      {"type": "RUN_FINISHED", "threadId": "t", "runId": "r", "result": 0,
       "outcome": {"type": "cancelled"}}),
-    (ev.run_error("boom"), {"type": "RUN_ERROR", "message": "boom"}),
-    (ev.run_error("boom", "E"), {"type": "RUN_ERROR", "message": "boom", "code": "E"}),
-    (ev.text_start("m"), {"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"}),
-    (ev.text_start("m", "user"), {"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "user"}),
-    (ev.text_content("m", "d"), {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "d"}),
-    (ev.text_end("m"), {"type": "TEXT_MESSAGE_END", "messageId": "m"}),
-    (ev.tool_call_start("c", "f"),
+    (lambda: ev.run_error("boom"), {"type": "RUN_ERROR", "message": "boom"}),
+    (lambda: ev.run_error("boom", "E"), {"type": "RUN_ERROR", "message": "boom", "code": "E"}),
+    (lambda: ev.text_start("m"),
+     {"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "assistant"}),
+    (lambda: ev.text_start("m", "user"),
+     {"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "user"}),
+    (lambda: ev.text_content("m", "d"),
+     {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "d"}),
+    (lambda: ev.text_end("m"), {"type": "TEXT_MESSAGE_END", "messageId": "m"}),
+    (lambda: ev.tool_call_start("c", "f"),
      {"type": "TOOL_CALL_START", "toolCallId": "c", "toolCallName": "f"}),
-    (ev.tool_call_start("c", "f", "m"),
+    (lambda: ev.tool_call_start("c", "f", "m"),
      {"type": "TOOL_CALL_START", "toolCallId": "c", "toolCallName": "f",
       "parentMessageId": "m"}),
-    (ev.tool_call_args("c", "{"), {"type": "TOOL_CALL_ARGS", "toolCallId": "c", "delta": "{"}),
-    (ev.tool_call_end("c"), {"type": "TOOL_CALL_END", "toolCallId": "c"}),
-    (ev.tool_call_result("t", "c", "ok"),
+    (lambda: ev.tool_call_args("c", "{"),
+     {"type": "TOOL_CALL_ARGS", "toolCallId": "c", "delta": "{"}),
+    (lambda: ev.tool_call_end("c"), {"type": "TOOL_CALL_END", "toolCallId": "c"}),
+    (lambda: ev.tool_call_result("t", "c", "ok"),
      {"type": "TOOL_CALL_RESULT", "messageId": "t", "toolCallId": "c", "content": "ok",
       "role": "tool"}),
-    (ev.step_started("s"), {"type": "STEP_STARTED", "stepName": "s"}),
-    (ev.step_finished("s"), {"type": "STEP_FINISHED", "stepName": "s"}),
-    (ev.reasoning_start("r"), {"type": "REASONING_START", "messageId": "r"}),
-    (ev.reasoning_end("r"), {"type": "REASONING_END", "messageId": "r"}),
-    (ev.reasoning_message_start("r"),
+    (lambda: ev.step_started("s"), {"type": "STEP_STARTED", "stepName": "s"}),
+    (lambda: ev.step_finished("s"), {"type": "STEP_FINISHED", "stepName": "s"}),
+    (lambda: ev.reasoning_start("r"), {"type": "REASONING_START", "messageId": "r"}),
+    (lambda: ev.reasoning_end("r"), {"type": "REASONING_END", "messageId": "r"}),
+    (lambda: ev.reasoning_message_start("r"),
      {"type": "REASONING_MESSAGE_START", "messageId": "r", "role": "reasoning"}),
-    (ev.reasoning_message_content("r", "d"),
+    (lambda: ev.reasoning_message_content("r", "d"),
      {"type": "REASONING_MESSAGE_CONTENT", "messageId": "r", "delta": "d"}),
-    (ev.reasoning_message_end("r"), {"type": "REASONING_MESSAGE_END", "messageId": "r"}),
-    (ev.state_snapshot({"a": 1}), {"type": "STATE_SNAPSHOT", "snapshot": {"a": 1}}),
-    (ev.state_delta([{"op": "remove", "path": "/a"}]),
+    (lambda: ev.reasoning_message_end("r"), {"type": "REASONING_MESSAGE_END", "messageId": "r"}),
+    (lambda: ev.state_snapshot({"a": 1}), {"type": "STATE_SNAPSHOT", "snapshot": {"a": 1}}),
+    (lambda: ev.state_delta([{"op": "remove", "path": "/a"}]),
      {"type": "STATE_DELTA", "delta": [{"op": "remove", "path": "/a"}]}),
-    (ev.custom("n", None), {"type": "CUSTOM", "name": "n", "value": None}),
+    (lambda: ev.custom("n", None), {"type": "CUSTOM", "name": "n", "value": None}),
 ]
 
 
-@pytest.mark.parametrize(("built", "wire"), CASES, ids=[w["type"] for _, w in CASES])
+@pytest.mark.parametrize(("build", "wire"), CASES, ids=[w["type"] for _, w in CASES])
 def test_each_constructor_builds_the_wire_event(
-    built: dict[str, Any], wire: dict[str, Any]
+    build: Callable[[], dict[str, Any]], wire: dict[str, Any]
 ) -> None:
+    built = build()
     assert built == wire
     encoded = ev.encode_event(built)
     assert type(encoded) is bytes and b"\n" not in encoded
