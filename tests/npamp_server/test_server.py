@@ -768,3 +768,16 @@ async def test_a_resume_before_the_replay_window_is_not_resumable(
         async with h.client(client_key) as client:
             tail = await collect(client.resume(stream.correlation_id, 202))
             assert [e.event_id for e in tail] == [203, 204]
+
+
+async def test_the_resume_map_is_swept_of_runs_no_longer_retained(
+    harness: StartHarness, client_key: Any
+) -> None:
+    async with harness(agents=[counting_agent()], max_retained_runs=1, max_active_runs=1) as h:
+        async with h.client(client_key) as client:
+            for n in range(5):
+                body = run_body("x", run_id=f"r{n}", thread_id=f"t{n}", agentId="count")
+                assert (await collect(client.run(body)))[-1].type == "RUN_FINISHED"
+        # Bounded by retained + live runs: entries of evicted runs are dropped.
+        assert len(h.server.streams) <= 2
+        assert {run_id for _, run_id in h.server.streams.values()} <= {"r3", "r4"}

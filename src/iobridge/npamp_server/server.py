@@ -124,7 +124,7 @@ class AgUiServer:
             )
         self.identity = identity
         #: (principal id, correlation_id) → run_id, for resume on any association.
-        self.streams: dict[tuple[str, bytes], str] = {}
+        self.streams: dict[tuple[str, bytes], tuple[Principal, str]] = {}
         #: ``host:port`` once listening.
         self.address: str | None = None
 
@@ -158,15 +158,19 @@ class AgUiServer:
         await _Peer(self, assoc).serve()
 
     def remember(self, principal: Principal, correlation_id: bytes, run: Run) -> None:
-        """Register a stream for resume; forget entries whose runs are no longer retained."""
-        runtime = self.backend.runtime
-        if len(self.streams) >= runtime.settings.max_retained_runs + runtime.active_runs:
-            for key, run_id in list(self.streams.items()):
+        """Register a stream for resume; forget entries whose runs are no longer retained.
+
+        At most one entry per retained or live run can be useful, so the map is swept when it
+        reaches that many (the Backend says which runs it still has).
+        """
+        settings = self.backend.settings
+        if len(self.streams) >= settings.max_retained_runs + settings.max_active_runs:
+            for key, (owner, run_id) in list(self.streams.items()):
                 try:
-                    runtime.get_run(key[0], run_id)
+                    self.backend.get_run(owner, run_id)
                 except NotFoundError:
                     del self.streams[key]
-        self.streams[(principal.id, correlation_id)] = run.run_id
+        self.streams[(principal.id, correlation_id)] = (principal, run.run_id)
 
 
 @dataclass(eq=False)
@@ -299,11 +303,11 @@ class _Peer:
 
     def _resumable_run(self, principal: Principal, corr: bytes, cursor: int) -> tuple[Run, int]:
         """The retained run behind (principal, correlation_id), re-authorized (CC-STREAM §12)."""
-        run_id = self.server.streams.get((principal.id, corr))
-        if run_id is None:
+        entry = self.server.streams.get((principal.id, corr))
+        if entry is None:
             raise _Refusal(TransportErrorCode.NOT_RESUMABLE, "no resumable stream with this id")
         try:
-            return self.server.backend.resume(principal, run_id, cursor)
+            return self.server.backend.resume(principal, entry[1], cursor)
         except NotFoundError:
             self.server.streams.pop((principal.id, corr), None)
             raise _Refusal(
