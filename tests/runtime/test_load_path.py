@@ -334,3 +334,31 @@ async def test_next_run_calls_are_left_for_the_next_run(serve: Any) -> None:
         stored = (await client.get("/io-bridge/threads/t1/messages?format=agui")).json()["messages"]
     # The deferred call is answered by the client's next run, not by an error result.
     assert [m["role"] for m in stored] == ["user", "assistant"]
+
+
+async def test_the_first_backend_of_a_process_keeps_startup_objects_out_of_the_collector(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Full collections under load would otherwise walk every module, route and model built
+    # at startup again (tens of milliseconds each, measured in bench/load_runs.py).
+    import gc
+
+    from iobridge import app
+
+    freezes: list[int] = []
+    monkeypatch.setattr(app, "_startup_frozen", False)
+    real_freeze = gc.freeze
+
+    def counting_freeze() -> None:
+        freezes.append(1)
+        real_freeze()
+
+    monkeypatch.setattr(gc, "freeze", counting_freeze)
+    gc.unfreeze()
+    assert gc.get_freeze_count() == 0
+    async with app.Backend(Settings(database_url="memory://")):
+        assert gc.get_freeze_count() > 1000
+    async with app.Backend(Settings(database_url="memory://")):
+        pass
+    assert freezes == [1]  # once per process
+    gc.unfreeze()
