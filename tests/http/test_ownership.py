@@ -538,7 +538,7 @@ async def _alice_runs(client: httpx.AsyncClient, creds: Creds, backend: Backend)
 
 async def test_a_busy_foreign_thread_answers_like_an_idle_foreign_one(run_rig: RunRig) -> None:
     client, creds, backend, gate = run_rig
-    await _alice_runs(client, creds, backend)
+    _, live = await _alice_runs(client, creds, backend)
     answers = []
     for thread_id, run_id in (("busy", "b1"), ("idle", "b2")):
         response = await client.post(
@@ -550,6 +550,8 @@ async def test_a_busy_foreign_thread_answers_like_an_idle_foreign_one(run_rig: R
     assert answers[0] == answers[1]
     assert answers[0][0] == 404 and answers[0][1]["error"]["code"] == "THREAD_NOT_FOUND"
     gate.event.set()
+    assert live.task is not None
+    await asyncio.wait_for(live.task, 30)  # its stored messages are final once it ends
     for thread_id in ("busy", "idle"):
         stored = await backend.store.list_messages(thread_id)
         assert [m["content"] for m in stored if m["role"] == "user"] == ["x"]

@@ -336,7 +336,7 @@ async def test_next_run_calls_are_left_for_the_next_run(serve: Any) -> None:
     assert [m["role"] for m in stored] == ["user", "assistant"]
 
 
-async def test_the_first_backend_of_a_process_keeps_startup_objects_out_of_the_collector(
+async def test_the_first_backend_of_a_process_tunes_the_collector_for_serving(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Full collections under load would otherwise walk every module, route and model built
@@ -346,6 +346,7 @@ async def test_the_first_backend_of_a_process_keeps_startup_objects_out_of_the_c
     from iobridge import app
 
     freezes: list[int] = []
+    thresholds: list[tuple[int, ...]] = []
     monkeypatch.setattr(app, "_startup_frozen", False)
     real_freeze = gc.freeze
 
@@ -356,9 +357,11 @@ async def test_the_first_backend_of_a_process_keeps_startup_objects_out_of_the_c
     monkeypatch.setattr(gc, "freeze", counting_freeze)
     gc.unfreeze()
     assert gc.get_freeze_count() == 0
+    monkeypatch.setattr(gc, "set_threshold", lambda *t: thresholds.append(t))
     async with app.Backend(Settings(database_url="memory://")):
         assert gc.get_freeze_count() > 1000
     async with app.Backend(Settings(database_url="memory://")):
         pass
     assert freezes == [1]  # once per process
+    assert thresholds == [app.SERVING_GC_THRESHOLDS]
     gc.unfreeze()

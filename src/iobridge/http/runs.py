@@ -2,48 +2,20 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import AsyncIterator
-from contextlib import aclosing
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from iobridge.agents.context import ToolResult
-from iobridge.app import Backend
 from iobridge.errors import InputError
 from iobridge.http.body import read_body, read_json_object
+from iobridge.http.event_stream import RunEventStream
 from iobridge.http.security import CurrentBackend, CurrentPrincipal
 from iobridge.protocol.run_input import RUN_AGENT_INPUT_SCHEMA
-from iobridge.protocol.sse import PING, sse_frames
-from iobridge.runtime.run import Run
-from iobridge.runtime.runlog import LogTrimmed
 
 router = APIRouter()
-
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
-
-async def _frames(backend: Backend, run: Run, after: int) -> AsyncIterator[bytes]:
-    """The run log as SSE: ready events in bounded chunks, pings while idle.
-
-    A follower that fell behind the run's replay window (``max_run_log_bytes``) is cut off:
-    its stream ends without a terminal event, and a resume answers 410.
-    """
-    batches = backend.follow(run, after, idle=backend.settings.ping_interval)
-    async with aclosing(batches):
-        with contextlib.suppress(LogTrimmed):
-            async for batch in batches:
-                yield sse_frames(batch) if batch else PING
-
-
-def _sse(backend: Backend, run: Run, after: int = 0) -> StreamingResponse:
-    return StreamingResponse(
-        _frames(backend, run, after), media_type="text/event-stream", headers=SSE_HEADERS
-    )
-
 
 @router.post(
     "/run",
@@ -59,7 +31,7 @@ def _sse(backend: Backend, run: Run, after: int = 0) -> StreamingResponse:
 )
 async def start_run(
     request: Request, backend: CurrentBackend, principal: CurrentPrincipal
-) -> StreamingResponse:
+) -> RunEventStream:
     """Parse a RunAgentInput, start the run, and stream its events.
 
     Errors before the stream starts are JSON envelopes: 400 bad body, 401 credentials,
@@ -67,7 +39,7 @@ async def start_run(
     large or too many messages.
     """
     body = await read_body(request, backend.settings.max_body_bytes)
-    return _sse(backend, await backend.start_run(principal, body))
+    return RunEventStream(backend, await backend.start_run(principal, body))
 
 
 def parse_tool_result(data: dict[str, Any]) -> ToolResult:
@@ -118,14 +90,14 @@ async def submit_tool_result(
 @router.get("/runs/{run_id}/events", summary="Resume a run's SSE stream (Last-Event-ID)")
 async def resume_run(
     request: Request, run_id: str, backend: CurrentBackend, principal: CurrentPrincipal
-) -> StreamingResponse:
+) -> RunEventStream:
     """Replay the retained events after ``Last-Event-ID`` (or ``?after=``), then follow live.
 
     An extension over the io protocol: a client that lost its stream reconnects here.
     """
     cursor = request.headers.get("last-event-id") or request.query_params.get("after")
     run, after = backend.resume(principal, run_id, cursor)
-    return _sse(backend, run, after)
+    return RunEventStream(backend, run, after)
 
 
 @router.post("/runs/{run_id}/cancel", summary="Cancel a live run")

@@ -1,0 +1,75 @@
+"""The SSE response of a run: its log as frames, until the run ends or the client leaves.
+
+Starlette's ``StreamingResponse`` watches for the client's disconnect through an anyio task
+group (a cancel scope, two tasks and their events per response). A run's stream can sit idle
+for minutes while a frontend tool waits, and a server holds thousands of them, so this
+response does the same with one watcher task: the body is written from the request's own
+task, and the watcher cancels it when ``http.disconnect`` arrives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from contextlib import aclosing
+
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from iobridge.app import Backend
+from iobridge.protocol.sse import PING, sse_frames
+from iobridge.runtime.run import Run
+from iobridge.runtime.runlog import LogTrimmed
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+class RunEventStream(Response):
+    """``text/event-stream`` of ``run``'s events after ``after``: ready events in bounded
+    chunks, pings while idle.
+
+    A follower that fell behind the run's replay window (``max_run_log_bytes``) is cut off:
+    its stream ends without a terminal event, and a resume answers 410.
+    """
+
+    media_type = "text/event-stream"
+
+    def __init__(self, backend: Backend, run: Run, after: int = 0) -> None:
+        # No ``body`` attribute: ``init_headers`` then adds no Content-Length.
+        self.status_code = 200
+        self.background = None
+        self.init_headers(SSE_HEADERS)
+        self._backend, self._run, self._after = backend, run, after
+        self._gone = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        watcher = asyncio.get_running_loop().create_task(self._watch(receive, task))
+        try:
+            await self._stream(send)
+        except asyncio.CancelledError:
+            if not self._gone:
+                raise
+            task.uncancel()  # the client left: nothing more to send, the request is done
+        except OSError:
+            pass  # the socket broke while writing: the same as a disconnect
+        finally:
+            watcher.cancel()
+
+    async def _stream(self, send: Send) -> None:
+        backend = self._backend
+        batches = backend.follow(self._run, self._after, idle=backend.settings.ping_interval)
+        async with aclosing(batches):
+            with contextlib.suppress(LogTrimmed):
+                async for batch in batches:
+                    chunk = sse_frames(batch) if batch else PING
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _watch(self, receive: Receive, task: asyncio.Task[object]) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        self._gone = True
+        task.cancel()
