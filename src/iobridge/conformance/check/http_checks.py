@@ -20,7 +20,6 @@ from typing import Any
 import httpx
 
 from iobridge.conformance.check.report import Failed, Outcome, Report, Result
-from iobridge.conformance.check.threads import ThreadChecks, describe
 from iobridge.conformance.check.stream import (
     GUARANTEES,
     SPEC_GUARANTEES,
@@ -32,6 +31,7 @@ from iobridge.conformance.check.stream import (
     lifecycle_violations,
     null_violation,
 )
+from iobridge.conformance.check.threads import ThreadChecks, describe
 
 __all__ = ["ECHO_TOOL", "HttpTarget", "check_http"]
 
@@ -249,8 +249,14 @@ class HttpCheck:
             detail, event = first(rule, find)
             spec = SPEC_GUARANTEES if rule == "L1.stream-complete" else SPEC_STREAM
             self.verdict(rule, spec, title, detail, event, read, count)
+        graded = [lifecycle_violations(c.events) for c in read]
         for rule, text in GUARANTEES:
-            detail, event = first(rule, lambda c, r=rule: lifecycle_violations(c.events).get(r))
+            detail, event = "", None
+            for capture, found in zip(read, graded, strict=True):
+                if rule in found:
+                    v = found[rule]
+                    detail, event = f"{capture.label}: event {v.index}: {v.detail}", v.event
+                    break
             self.verdict(rule, SPEC_GUARANTEES, text, detail, event, read, count)
 
     def verdict(self, rule: str, spec: str, title: str, detail: str, event: Any,
@@ -279,13 +285,13 @@ class HttpCheck:
             self.add("L2.server-tool", SPEC_SERVER, title, Outcome.FAILED,
                      f"the run answered {capture.status}")
             return
-        starts = [(i, e) for i, e in enumerate(capture.events) if e.get("type") == "TOOL_CALL_START"]
+        starts = [e for e in capture.events if e.get("type") == "TOOL_CALL_START"]
         if not starts:
             self.add("L2.server-tool", SPEC_SERVER, title, Outcome.SKIPPED,
                      f"the agent called no tool for {self.target.server_tool_prompt!r}: choose an "
                      "agent with a server tool (--agent) or a prompt (--server-tool-prompt)")
             return
-        index, start = starts[0]
+        start = starts[0]
         call = start.get("toolCallId")
         results = [i for i, e in enumerate(capture.events)
                    if e.get("type") == "TOOL_CALL_RESULT" and e.get("toolCallId") == call]
