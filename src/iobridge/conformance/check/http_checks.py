@@ -168,7 +168,9 @@ class HttpCheck:
         return capture.status == 200 and capture.content_type.startswith("text/event-stream")
 
     def finished(self, capture: Capture) -> bool:
-        return self.streamed(capture) and capture.types()[-1:] == ["RUN_FINISHED"]
+        """The run streamed and its (first) terminal event is RUN_FINISHED."""
+        terminal = next((t for t in capture.types() if t in TERMINALS), None)
+        return self.streamed(capture) and terminal == "RUN_FINISHED"
 
     # --- Level 1 ---------------------------------------------------------------------------
 
@@ -357,12 +359,12 @@ class HttpCheck:
                 self.add(rule, SPEC_FRONTEND, title if rule.endswith("in-run") else rule,
                          Outcome.SKIPPED, why)
             return
-        self.grade_frontend(capture, state, run_id, title)
-        if self.tool_thread is None or self.tool_thread[0] != thread:
+        if self.grade_frontend(capture, state, run_id, title):
             self.tool_thread = (thread, state["call"])
 
     def grade_frontend(self, capture: Capture, state: dict[str, Any], run_id: str,
-                       title: str) -> None:
+                       title: str) -> bool:
+        """Grade the round trip; True when the frontend call was resolved in the run."""
         call, posted = state["call"], state["posted"]
         path = f"/runs/{run_id}/tool-calls/{call}/result"
         events = capture.events
@@ -370,28 +372,31 @@ class HttpCheck:
         result = next((e for e in after if e.get("type") == "TOOL_CALL_RESULT"
                        and e.get("toolCallId") == call), None)
         terminal_at = next((i for i, e in enumerate(events) if e.get("type") in TERMINALS), None)
+        passed = False
         if "early" in state:
             self.add("L2.frontend-tool-in-run", SPEC_FRONTEND, title, Outcome.FAILED,
                      f"TOOL_CALL_RESULT for frontend call {call} before its result was posted",
                      state["early"])
-        elif terminal_at is not None and terminal_at < state["posted_at"]:
-            self.add("L2.frontend-tool-in-run", SPEC_FRONTEND, title, Outcome.FAILED,
-                     f"the run ended right after announcing frontend call {call}, before its "
-                     "result: the result must be resolved inside the same run (step 4), not "
-                     "in a second run", events[terminal_at])
+        elif result is None:
+            detail = (f"no TOOL_CALL_RESULT for frontend call {call} in run {run_id} (its "
+                      f"result POST answered {posted.status_code})")
+            last = events[-1] if events else None
+            if terminal_at is not None:
+                last = events[terminal_at]
+                detail += (f"; the run ended with {last.get('type')} at event {terminal_at}: "
+                           "the result must be resolved inside the same run (step 4), not "
+                           "by a second run")
+            self.add("L2.frontend-tool-in-run", SPEC_FRONTEND, title, Outcome.FAILED, detail,
+                     last)
         elif not posted.is_success:
             self.add("L2.frontend-tool-in-run", SPEC_FRONTEND, title, Outcome.FAILED,
                      f"the result POST was refused (step 3) with {posted.status_code}",
                      describe("POST", path, posted))
-        elif result is None:
-            last = events[-1] if events else None
+        elif not self.finished(capture):
             self.add("L2.frontend-tool-in-run", SPEC_FRONTEND, title, Outcome.FAILED,
-                     f"no TOOL_CALL_RESULT for {call} after its result was posted (step 4-5)",
-                     last)
-        elif events[-1:] and events[-1].get("type") != "RUN_FINISHED":
-            self.add("L2.frontend-tool-in-run", SPEC_FRONTEND, title, Outcome.FAILED,
-                     "the run did not finish after the result", events[-1])
+                     "the run did not finish (RUN_FINISHED) after the result", events[-1])
         else:
+            passed = True
             self.add("L2.frontend-tool-in-run", SPEC_FRONTEND, title, Outcome.PASSED,
                      f"{call} resolved in run {run_id}")
         unknown, duplicate = state["unknown"], state["duplicate"]
@@ -409,6 +414,7 @@ class HttpCheck:
         else:
             self.add("L2.result-once", SPEC_FRONTEND, "the stream carries one result per call",
                      Outcome.PASSED)
+        return passed
 
     def expect_refusal(self, rule: str, title: str, response: httpx.Response, method: str,
                        path: str, statuses: tuple[int, ...]) -> None:

@@ -137,14 +137,16 @@ def render_table(report: Report) -> Any:
         caption=", ".join(f"{n} {name}" for name, n in counts.items()),
         show_lines=False,
     )
-    for column in ("level", "rule", "spec", "outcome", "detail"):
-        table.add_column(column, overflow="fold")
+    for column in ("level", "rule", "outcome"):
+        table.add_column(column, no_wrap=True)
+    for column in ("spec", "detail"):
+        table.add_column(column, overflow="fold", ratio=1)
     for r in report.results:
         detail = r.detail
         if r.outcome is Outcome.FAILED and r.event is not None:
             detail += "\nfirst offending: " + json.dumps(_clip(r.event), ensure_ascii=False)
         table.add_row(
-            r.level, Text(r.rule), Text(r.spec), Text(r.outcome.value, style=styles[r.outcome]),
+            r.level, Text(r.rule), Text(r.outcome.value, style=styles[r.outcome]), Text(r.spec),
             Text(detail or r.title),
         )
     return table

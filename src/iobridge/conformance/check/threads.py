@@ -188,6 +188,12 @@ class ThreadChecks:
         return Outcome.PASSED, ""
 
     async def ownership(self) -> tuple[Outcome, str]:
+        try:
+            return await self._ownership()
+        except Failed as exc:
+            raise Failed(f"{self.a}'s thread, as {self.b}: {exc.detail}", exc.event) from None
+
+    async def _ownership(self) -> tuple[Outcome, str]:
         thread = self.merged
         if thread is None:
             created = await self.call("POST", "/threads", self.a, expect=(200, 201),
