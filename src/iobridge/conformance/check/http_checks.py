@@ -226,7 +226,7 @@ class HttpCheck:
         read = [c for c in self.captures if self.streamed(c)]
         count = f"{len(read)} stream(s) read"
 
-        def first(rule: str, find: Callable[[Capture], Violation | None]) -> tuple[str, Any]:
+        def first(find: Callable[[Capture], Violation | None]) -> tuple[str, Any]:
             for capture in read:
                 found = find(capture)
                 if found is not None:
@@ -234,22 +234,24 @@ class HttpCheck:
                             found.event)
             return "", None
 
-        rules: list[tuple[str, str, Callable[[Capture], Violation | None]]] = [
-            ("L1.lf-framing", "events are framed with LF only",
-             lambda c: framing_violation(c.raw)),
-            ("L1.no-null-fields", "optional fields are omitted, never null",
+        rules: list[tuple[str, str, str, Callable[[Capture], Violation | None]]] = [
+            ("L1.lf-framing", f"{SPEC_STREAM} (SSE; AG-UI clients split frames on LF LF)",
+             "events are framed with LF only", lambda c: framing_violation(c.raw)),
+            ("L1.no-null-fields", f"{SPEC_STREAM} (AG-UI event schemas: optional fields are "
+             "omitted)", "optional fields are omitted, never null",
              lambda c: null_violation(c.events)),
-            ("L1.data-json", "each data field is one JSON event object",
+            ("L1.data-json", f"{SPEC_STREAM} (the SSE event model)",
+             "each data field is one JSON event object",
              lambda c: Violation("L1.data-json", f"not a JSON object: {c.undecodable[0][1][:200]}",
                                  c.undecodable[0][0], c.undecodable[0][1])
              if c.undecodable else None),
-            ("L1.stream-complete", "the stream ends on its own, within bounds",
+            ("L1.stream-complete", f"{SPEC_STREAM} (one request, one stream, one terminal "
+             "event)", "the stream ends on its own, within bounds",
              lambda c: Violation("L1.stream-complete", c.cut, len(c.events), None)
              if c.cut else None),
         ]
-        for rule, title, find in rules:
-            detail, event = first(rule, find)
-            spec = SPEC_GUARANTEES if rule == "L1.stream-complete" else SPEC_STREAM
+        for rule, spec, title, find in rules:
+            detail, event = first(find)
             self.verdict(rule, spec, title, detail, event, read, count)
         graded = [lifecycle_violations(c.events) for c in read]
         for rule, text in GUARANTEES:

@@ -280,7 +280,8 @@ class NpampCheck:
         found = lifecycle_violations(events)
         if found:
             first = min(found.values(), key=lambda v: v.index)
-            self.fail(4, f"{first.rule}: {first.detail}", first.event)
+            broken = "; ".join(f"{v.rule}: {v.detail}" for v in found.values())
+            self.fail(4, f"the run's events break {broken}", first.event)
         started = next((e for e in events if e.get("type") == "RUN_STARTED"), None)
         if run is not None and started is not None and (
                 started.get("threadId"), started.get("runId")) != (run["threadId"], run["runId"]):
