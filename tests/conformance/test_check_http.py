@@ -15,6 +15,7 @@ from tests.conformance.mini_backend import MiniBackend
 from tests.helpers import LiveServer
 from typer.testing import CliRunner
 
+from iobridge.auth import hash_api_key
 from iobridge.cli import app
 from iobridge.conformance.check.http_checks import HttpTarget, check_http
 from iobridge.conformance.check.report import Outcome, Report
@@ -156,3 +157,22 @@ def test_unreachable_backend_fails_every_level_without_a_traceback() -> None:
     report = json.loads(result.stdout)
     assert report["counts"]["failed"] > 0 and report["counts"]["passed"] == 0
     assert Outcome.FAILED.value in {r["outcome"] for r in report["results"]}
+
+
+def test_headers_carry_credentials_and_resources_pick_the_two_owners(serve: Any) -> None:
+    key = {"sha256": hash_api_key("k1"), "principal": "alice", "resource_ids": ["alice", "team"]}
+    server = serve(auth={"mode": "api-key", "api_keys": [key]})
+    denied = cli(server.url, "--json", "--level", "1")
+    assert denied.exit_code == 1
+    first = json.loads(denied.stdout)["results"][0]
+    assert (first["rule"], first["outcome"]) == ("L1.run-streams", "failed")
+    assert first["detail"].startswith("answered 401")
+    granted = cli(server.url, "--json", "--header", "X-API-Key: k1",
+                  "--resource", "alice", "--resource", "team")
+    assert granted.exit_code == 0, granted.stdout
+    assert json.loads(granted.stdout)["counts"] == {"passed": 27, "failed": 0, "skipped": 0}
+    foreign = cli(server.url, "--json", "--level", "3", "--header", "X-API-Key: k1",
+                  "--resource", "alice", "--resource", "bob")
+    results = {r["rule"]: r for r in json.loads(foreign.stdout)["results"]}
+    assert results["L3.ownership"]["outcome"] == "skipped"
+    assert "'bob' is refused (404)" in results["L3.ownership"]["detail"]

@@ -64,7 +64,8 @@ class HttpTarget:
 
     @property
     def base(self) -> str:
-        base, prefix = self.url.rstrip("/"), "/" + self.prefix.strip("/") if self.prefix else ""
+        base, path = self.url.rstrip("/"), self.prefix.strip("/")
+        prefix = f"/{path}" if path else ""
         return base if not prefix or base.endswith(prefix) else base + prefix
 
 
