@@ -26,7 +26,7 @@ from iobridge.npamp.bridge import (
     RunRequested,
     TransportErrorCode,
 )
-from iobridge.npamp.handshake import HandshakeConfig, IdentityKey
+from iobridge.npamp.handshake import HandshakeConfig, IdentityKey, SignatureScheme
 
 from .conftest import StartHarness
 
@@ -165,3 +165,17 @@ async def test_a_broken_peer_fails_the_clause_it_breaks(
     assert detail in results[clause].detail
     assert results["NPAMP.5"].outcome.value == "skipped"  # not resumable, nothing to cancel
     assert "not advertised resumable" in results["NPAMP.5"].detail
+
+
+def test_an_unreachable_peer_fails_every_clause_in_one_line_each() -> None:
+    from tests.helpers import free_port
+
+    key = IdentityKey.generate(SignatureScheme.ED25519)
+    args = ["check", f"npamp://127.0.0.1:{free_port()}", "--pin", key.fingerprint, "--json",
+            "--timeout", "3"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1
+    results = json.loads(result.stdout)["results"]
+    assert len(results) == 8
+    assert all(r["outcome"] == "failed" for r in results)
+    assert all(r["detail"].startswith("could not talk to the peer") for r in results)

@@ -57,7 +57,11 @@ def check_command(
     ] = None,
 ) -> None:
     """Grade a backend against the io.Intelligence Agent Protocol, level by level (L1-L4), or
-    an N-PAMP peer against NPAMP-MAP-AGUI; see docs/check.md."""
+    an N-PAMP peer against NPAMP-MAP-AGUI; see docs/check.md. Exit status 1 on any failure.
+
+    --prefix, --header, --level, --server-tool-prompt and --resource apply to HTTP;
+    --pin and --identity to npamp://.
+    """
     from iobridge.conformance.check.report import render_table, to_json, to_junit
 
     resources = resource or []
@@ -82,7 +86,7 @@ def check_command(
     if junit is not None:
         junit.write_bytes(to_junit(report))
     if as_json:
-        typer.echo(json.dumps(to_json(report), ensure_ascii=False, indent=2))
+        typer.echo(json.dumps(to_json(report), ensure_ascii=False, indent=2, default=str))
     else:
         from rich.console import Console
 

@@ -340,7 +340,12 @@ class NpampCheck:
             self.note(5, "cancel: the run ended before a cancel could be sent (the agent did not "
                       "wait on the frontend tool)", skipped=True)
             return
-        peer.session.cancel_run(reply.corr)
+        try:
+            peer.session.cancel_run(reply.corr)
+        except NpampError as exc:  # our session saw the stream end or fail meanwhile
+            self.fail(5, f"the stream could not be cancelled: {exc}",
+                      show(*reply.frames[-1]) if reply.frames else None)
+            return
         await peer.flush()
         await peer.read(reply)
         last = reply.last

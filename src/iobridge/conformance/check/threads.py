@@ -107,7 +107,10 @@ class ThreadChecks:
             except Failed as exc:
                 self.add(rule, spec, title, Outcome.FAILED, exc.detail, exc.event)
             except ValueError as exc:  # a body that is not JSON
-                self.add(rule, spec, title, Outcome.FAILED, f"not JSON: {exc}")
+                self.add(rule, spec, title, Outcome.FAILED, f"an answer is not JSON: {exc}")
+            except (TypeError, KeyError, AttributeError) as exc:  # JSON of another shape
+                self.add(rule, spec, title, Outcome.FAILED,
+                         f"an answer has an unexpected shape ({type(exc).__name__}: {exc})")
             else:
                 self.add(rule, spec, title, outcome, detail)
 
