@@ -136,3 +136,13 @@ def test_reports_clip_events_and_render_junit() -> None:
 )
 def test_the_prefix_is_added_once(url: str, prefix: str, base: str) -> None:
     assert HttpTarget(url=url, prefix=prefix).base == base
+
+
+def test_decoder_reassembles_frames_split_anywhere_even_inside_crlf() -> None:
+    raw = b'data: {"type":"RUN_STARTED"}\r\n\r\ndata: {"type":"RUN_FINISHED"}\r\n\r\n'
+    for size in (1, 2, 3, 7):
+        capture = Capture("t")
+        decoder = SseDecoder(capture)
+        got = [e for i in range(0, len(raw), size) for e in decoder.feed(raw[i : i + size])]
+        assert [e["type"] for e in got] == ["RUN_STARTED", "RUN_FINISHED"], size
+        assert capture.undecodable == []

@@ -19,6 +19,12 @@ from typing import Any
 
 import httpx
 
+from iobridge.conformance.check.conventions import (
+    ECHO_TOOL,
+    SERVER_TOOL_PROMPT,
+    echo_prompt,
+    echo_tool,
+)
 from iobridge.conformance.check.report import Failed, Outcome, Report, Result
 from iobridge.conformance.check.stream import (
     GUARANTEES,
@@ -33,10 +39,8 @@ from iobridge.conformance.check.stream import (
 )
 from iobridge.conformance.check.threads import ThreadChecks, describe
 
-__all__ = ["ECHO_TOOL", "HttpTarget", "check_http"]
+__all__ = ["HttpTarget", "check_http"]
 
-#: The frontend tool the L2 checks declare (its result echoes the token it was given).
-ECHO_TOOL = "iobridge_check_echo"
 #: Largest stream (octets) or error body the grader reads from one request.
 MAX_STREAM_BYTES = 8 * 1024 * 1024
 MAX_ERROR_BYTES = 64 * 1024
@@ -59,7 +63,7 @@ class HttpTarget:
     headers: dict[str, str] = field(default_factory=dict)
     level: int = 4
     timeout: float = 30.0
-    server_tool_prompt: str = "What is the current time? Use the current_time tool."
+    server_tool_prompt: str = SERVER_TOOL_PROMPT
     resources: tuple[str, str] = ("iobridge-check-a", "iobridge-check-b")
 
     @property
@@ -67,18 +71,6 @@ class HttpTarget:
         base, path = self.url.rstrip("/"), self.prefix.strip("/")
         prefix = f"/{path}" if path else ""
         return base if not prefix or base.endswith(prefix) else base + prefix
-
-
-def _echo_tool() -> dict[str, Any]:
-    return {
-        "name": ECHO_TOOL,
-        "description": "Echo the token back (used by iobridge check).",
-        "parameters": {
-            "type": "object",
-            "properties": {"token": {"type": "string"}},
-            "required": ["token"],
-        },
-    }
 
 
 def _items(body: Any, key: str) -> list[Any] | None:
@@ -108,14 +100,14 @@ class HttpCheck:
         return f"check-{self.nonce}-{kind}-{uuid.uuid4().hex[:6]}"
 
     def body(self, thread_id: str, messages: list[dict[str, Any]], *,
-             tools: list[dict[str, Any]] | None = None, resource: str | None = None,
-             run_id: str | None = None) -> dict[str, Any]:
+             tools: list[dict[str, Any]] | None = None, resource: str | None = None
+             ) -> dict[str, Any]:
         props: dict[str, Any] = {"resourceId": resource or self.resource_a}
         if self.target.agent:
             props["agentId"] = self.target.agent
         return {
             "threadId": thread_id,
-            "runId": run_id or self.ids("run"),
+            "runId": self.ids("run"),
             "messages": messages,
             "tools": tools or [],
             "context": [],
@@ -325,8 +317,7 @@ class HttpCheck:
     async def frontend_tool(self) -> None:
         title = "a frontend tool's result is resolved inside the same run"
         thread, token = self.ids("thread"), uuid.uuid4().hex
-        prompt = f'Call the tool {ECHO_TOOL} {{"token": "{token}"}} and report its result.'
-        body = self.body(thread, [self.user(prompt)], tools=[_echo_tool()])
+        body = self.body(thread, [self.user(echo_prompt(token))], tools=[echo_tool()])
         run_id = body["runId"]
         names: dict[str, str] = {}
         state: dict[str, Any] = {}

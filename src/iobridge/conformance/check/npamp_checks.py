@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from iobridge.conformance.check.conventions import echo_prompt, echo_tool
 from iobridge.conformance.check.report import Failed, Outcome, Report, Result
 from iobridge.conformance.check.stream import lifecycle_violations
 from iobridge.npamp.aio import Association, TransportConfig, client_ssl_context
@@ -329,11 +330,8 @@ class NpampCheck:
                       + ("accepted" if accepted(bare) else "refused"))
 
     async def check_cancel(self, peer: Peer) -> None:
-        tool = {"name": "iobridge_check_echo", "description": "Echo the token back.",
-                "parameters": {"type": "object", "properties": {"token": {"type": "string"}}}}
-        body, run = self.body('Call the tool iobridge_check_echo {"token": "cancel"}',
-                              toolResultMode="in-run")
-        run["tools"] = [tool]
+        body, run = self.body(echo_prompt("cancel"), toolResultMode="in-run")
+        run["tools"] = [echo_tool()]
         body = json.dumps(run).encode()
         reply = await peer.run(body, until_event="TOOL_CALL_END")
         if reply.last is None or reply.last.frame_type is not BridgeFrameType.BRIDGE_STREAM_DATA:

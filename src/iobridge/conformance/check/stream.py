@@ -53,7 +53,7 @@ class Capture:
     label: str
     status: int = 0
     content_type: str = ""
-    raw: bytes = b""
+    raw: bytearray = field(default_factory=bytearray)
     events: list[dict[str, Any]] = field(default_factory=list)
     #: Frames whose ``data`` was not a JSON object: (index, text).
     undecodable: list[tuple[int, str]] = field(default_factory=list)
@@ -62,6 +62,10 @@ class Capture:
 
     def types(self) -> list[str]:
         return [str(e.get("type")) for e in self.events]
+
+    def last_seen(self) -> Any:
+        """The last event, or the start of a non-stream answer: what a failure shows."""
+        return self.events[-1] if self.events else self.raw[:300].decode("utf-8", "replace")
 
 
 class SseDecoder:
@@ -73,16 +77,24 @@ class SseDecoder:
 
     def __init__(self, capture: Capture) -> None:
         self._capture = capture
-        self._buffer = b""
+        self._buffer = bytearray()
+        self._cr = b""
 
     def feed(self, chunk: bytes) -> list[dict[str, Any]]:
-        self._buffer += chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        # Linear in the stream: only the new octets are searched, consumed ones deleted once.
+        data = self._cr + chunk
+        self._cr = b"\r" if data.endswith(b"\r") else b""  # its LF may be in the next chunk
+        data = data[: len(data) - len(self._cr)]
+        scanned = len(self._buffer)
+        self._buffer += data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         out: list[dict[str, Any]] = []
-        while (end := self._buffer.find(b"\n\n")) >= 0:
-            frame, self._buffer = self._buffer[:end], self._buffer[end + 2 :]
-            event = self._frame(frame)
+        start, search = 0, max(0, scanned - 1)
+        while (end := self._buffer.find(b"\n\n", search)) >= 0:
+            event = self._frame(bytes(self._buffer[start:end]))
             if event is not None:
                 out.append(event)
+            start = search = end + 2
+        del self._buffer[:start]
         return out
 
     def _frame(self, frame: bytes) -> dict[str, Any] | None:
@@ -105,7 +117,7 @@ class SseDecoder:
         return event
 
 
-def framing_violation(raw: bytes) -> Violation | None:
+def framing_violation(raw: bytes | bytearray) -> Violation | None:
     """LF-only framing: the first frame that holds a CR, shown as sent."""
     at = raw.find(b"\r")
     if at < 0:

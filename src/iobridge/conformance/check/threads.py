@@ -156,7 +156,7 @@ class ThreadChecks:
         body = self.check.body(thread, [*stored, follow])
         capture = await self.check.stream("L3 history replay run", body)
         if not self.check.finished(capture):
-            last = capture.events[-1] if capture.events else capture.raw[:300].decode()
+            last = capture.last_seen()
             raise Failed(f"re-sending the stored history with a new message did not finish "
                         f"(answered {capture.status})", last)
         again = await self.messages(thread, self.a)
@@ -176,7 +176,7 @@ class ThreadChecks:
             capture = await self.check.stream(f"L3 merge {label}",
                                               self.check.body(thread, messages))
             if not self.check.finished(capture):
-                last = capture.events[-1] if capture.events else capture.raw[:300].decode()
+                last = capture.last_seen()
                 raise Failed(f"the {label} did not finish (answered {capture.status})", last)
         stored = await self.messages(thread, self.a)
         ids = [m.get("id") for m in stored]
