@@ -176,3 +176,13 @@ def test_headers_carry_credentials_and_resources_pick_the_two_owners(serve: Any)
     results = {r["rule"]: r for r in json.loads(foreign.stdout)["results"]}
     assert results["L3.ownership"]["outcome"] == "skipped"
     assert "'bob' is refused (404)" in results["L3.ownership"]["detail"]
+
+
+async def test_our_server_in_next_run_mode_fails_the_in_run_rule_only(serve: Any) -> None:
+    """Plain AG-UI's next-run tool results are not the io protocol's in-run round trip."""
+    report = await grade(serve(tool_result_mode="next-run").url)
+    assert set(failed(report)) == {"L2.frontend-tool-in-run"}
+    result = failed(report)["L2.frontend-tool-in-run"]
+    assert result.event["type"] == "RUN_FINISHED"
+    assert result.event["outcome"]["pendingToolCallIds"]
+    assert "not by a second run" in result.detail
