@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ from tests.conformance.mini_backend import MiniBackend
 from tests.helpers import LiveServer
 from typer.testing import CliRunner
 
+from iobridge.agents.base import Agent
 from iobridge.auth import hash_api_key
 from iobridge.cli import app
 from iobridge.conformance.check.http_checks import HttpTarget, check_http
@@ -186,3 +187,30 @@ async def test_our_server_in_next_run_mode_fails_the_in_run_rule_only(serve: Any
     assert result.event["type"] == "RUN_FINISHED"
     assert result.event["outcome"]["pendingToolCallIds"]
     assert "not by a second run" in result.detail
+
+
+class Talker(Agent):
+    """Answers every message with text and never calls a tool."""
+
+    id = "talker"
+    name = "Talker"
+    description = "text only"
+
+    async def run(self, ctx: Any) -> AsyncIterator[Any]:
+        yield "Hello there."
+
+
+def test_an_agent_that_calls_no_tool_has_the_tool_checks_skipped_with_the_reason(
+    serve: Any,
+) -> None:
+    server = serve(agents=[Talker()])
+    result = cli(server.url, "--json", "--agent", "talker")
+    assert result.exit_code == 0, result.stdout
+    results = {r["rule"]: r for r in json.loads(result.stdout)["results"]}
+    skipped = {rule for rule, r in results.items() if r["outcome"] == "skipped"}
+    assert skipped == {"L2.server-tool", "L2.frontend-tool-in-run", "L2.result-unknown-call",
+                       "L2.result-duplicate", "L3.history-replay"}
+    assert "did not call the declared frontend tool iobridge_check_echo" in (
+        results["L2.frontend-tool-in-run"]["detail"])
+    assert "no tool round trip" in results["L3.history-replay"]["detail"]
+    assert results["L4.agent-read"]["title"] == "GET /agents/talker reads that agent"

@@ -50,6 +50,12 @@ SPEC_FRONTEND = "io-agent-protocol: Tool Execution Model, Frontend tools"
 SPEC_SERVER = "io-agent-protocol: Tool Execution Model, Server-side tools"
 SPEC_ROUTES = "io-agent-protocol: Default Route Surface"
 
+#: The result-POST rules graded during the frontend round trip (skipped without one).
+RESULT_RULES = {
+    "L2.result-unknown-call": "a result for an unknown toolCallId is a 4xx",
+    "L2.result-duplicate": "a second result for the same call is a 4xx",
+}
+
 Handler = Callable[[dict[str, Any], Capture], Awaitable[None]]
 
 
@@ -348,10 +354,8 @@ class HttpCheck:
         if "call" not in state:
             why = (f"the agent did not call the declared frontend tool {ECHO_TOOL}: the backend "
                    "needs an agent (--agent) that calls a frontend tool named in the message")
-            for rule in ("L2.frontend-tool-in-run", "L2.result-unknown-call",
-                         "L2.result-duplicate"):
-                self.add(rule, SPEC_FRONTEND, title if rule.endswith("in-run") else rule,
-                         Outcome.SKIPPED, why)
+            for rule, text in (("L2.frontend-tool-in-run", title), *RESULT_RULES.items()):
+                self.add(rule, SPEC_FRONTEND, text, Outcome.SKIPPED, why)
             return
         if self.grade_frontend(capture, state, run_id, title):
             self.tool_thread = (thread, state["call"])
@@ -394,11 +398,11 @@ class HttpCheck:
             self.add("L2.frontend-tool-in-run", SPEC_FRONTEND, title, Outcome.PASSED,
                      f"{call} resolved in run {run_id}")
         unknown, duplicate = state["unknown"], state["duplicate"]
-        self.expect_refusal("L2.result-unknown-call", "a result for an unknown toolCallId is a "
-                            "4xx", unknown, "POST", f"/runs/{run_id}/tool-calls/(unknown)/result",
+        self.expect_refusal("L2.result-unknown-call", RESULT_RULES["L2.result-unknown-call"],
+                            unknown, "POST", f"/runs/{run_id}/tool-calls/(unknown)/result",
                             (404,))
-        self.expect_refusal("L2.result-duplicate", "a second result for the same call is a 4xx "
-                            "and changes nothing", duplicate, "POST", path, (409, 404, 400))
+        self.expect_refusal("L2.result-duplicate", RESULT_RULES["L2.result-duplicate"],
+                            duplicate, "POST", path, (409, 404, 400))
         results = [e for e in events if e.get("type") == "TOOL_CALL_RESULT"
                    and e.get("toolCallId") == call]
         if len(results) > 1:
