@@ -137,16 +137,14 @@ def render_table(report: Report) -> Any:
         caption=", ".join(f"{n} {name}" for name, n in counts.items()),
         show_lines=False,
     )
-    for column in ("level", "rule", "outcome"):
+    for column in ("rule", "outcome"):
         table.add_column(column, no_wrap=True)
-    for column in ("spec", "detail"):
-        table.add_column(column, overflow="fold", ratio=1)
+    table.add_column("spec", overflow="fold", ratio=1)
+    table.add_column("check", overflow="fold", ratio=2)
     for r in report.results:
-        detail = r.detail
+        text = r.title + (f"\n{r.detail}" if r.detail else "")
         if r.outcome is Outcome.FAILED and r.event is not None:
-            detail += "\nfirst offending: " + json.dumps(_clip(r.event), ensure_ascii=False)
-        table.add_row(
-            r.level, Text(r.rule), Text(r.outcome.value, style=styles[r.outcome]), Text(r.spec),
-            Text(detail or r.title),
-        )
+            text += "\nfirst offending: " + json.dumps(_clip(r.event), ensure_ascii=False)
+        table.add_row(Text(r.rule), Text(r.outcome.value, style=styles[r.outcome]),
+                      Text(r.spec.removeprefix("io-agent-protocol: ")), Text(text))
     return table
