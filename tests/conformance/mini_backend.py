@@ -25,6 +25,12 @@ BREAKS = frozenset({
     "open-tool-call",   # RUN_FINISHED while a tool call is open
     "second-run",       # frontend tool: ends the run instead of waiting for the result
     "foreign-thread",   # GET /threads/{id} ignores the owner
+    "empty-delta",      # TEXT_MESSAGE_CONTENT with delta ""
+    "bad-args",         # a server tool's arguments that are not JSON
+    "early-result",     # a frontend tool's TOOL_CALL_RESULT before the result is posted
+    "duplicate-ok",     # a second result POST is accepted
+    "error-as-stream",  # a bad run body answered with a 200 stream and RUN_ERROR
+    "no-merge",         # messages appended again on every run (no merge by id)
 })
 
 
@@ -58,9 +64,15 @@ class MiniBackend:
         try:
             body = json.loads(await request.body())
         except ValueError:
-            return _error(400, "INVALID_JSON")
+            body = None
         if not isinstance(body, dict) or not all(k in body for k in ("threadId", "runId",
                                                                       "messages")):
+            if self.broken == "error-as-stream":
+                return StreamingResponse(iter([self.frame({"type": "RUN_STARTED", "threadId": "",
+                                                           "runId": ""}),
+                                               self.frame({"type": "RUN_ERROR",
+                                                           "message": "bad request"})]),
+                                         media_type="text/event-stream")
             return _error(400, "INVALID_REQUEST")
         resource = (body.get("forwardedProps") or {}).get("resourceId", "default")
         thread = self.threads.get(body["threadId"])
@@ -70,7 +82,7 @@ class MiniBackend:
             thread = self.new_thread(body["threadId"], resource, "")
         known = {m["id"] for m in thread["messages"]}
         for message in body["messages"]:
-            if message.get("id") not in known:
+            if message.get("id") not in known or self.broken == "no-merge":
                 thread["messages"].append(message)
         return StreamingResponse(self.events(body, thread), media_type="text/event-stream")
 
@@ -92,7 +104,8 @@ class MiniBackend:
                 return
         elif "time" in text:
             call = f"call-{uuid.uuid4().hex[:8]}"
-            for event in self.call_events(call, "current_time", "{}", thread):
+            args = '{"tz": ' if self.broken == "bad-args" else "{}"
+            for event in self.call_events(call, "current_time", args, thread):
                 yield self.frame(event)
             thread["messages"].append({"id": f"tool-{call}", "role": "tool", "toolCallId": call,
                                        "content": '{"utc": "2026-01-01T00:00:00Z"}'})
@@ -104,6 +117,9 @@ class MiniBackend:
         if self.broken == "null":
             start["name"] = None
         yield self.frame(start)
+        if self.broken == "empty-delta":
+            yield self.frame({"type": "TEXT_MESSAGE_CONTENT", "messageId": message_id,
+                              "delta": ""})
         yield self.frame({"type": "TEXT_MESSAGE_CONTENT", "messageId": message_id,
                           "delta": "Done."})
         yield self.frame({"type": "TEXT_MESSAGE_END", "messageId": message_id})
@@ -139,6 +155,9 @@ class MiniBackend:
             yield self.frame(event)
         if self.broken == "second-run":
             return
+        if self.broken == "early-result":
+            yield self.frame({"type": "TOOL_CALL_RESULT", "messageId": f"early-{call}",
+                              "toolCallId": call, "content": "guessed"})
         result = json.dumps(await asyncio.wait_for(waiter, 10))
         self.pending.pop((run, call), None)
         thread["messages"].append({"id": f"tool-{call}", "role": "tool", "toolCallId": call,
@@ -149,6 +168,8 @@ class MiniBackend:
     async def result(self, request: Request) -> Response:
         key = (request.path_params["run"], request.path_params["call"])
         if key in self.answered:
+            if self.broken == "duplicate-ok":
+                return JSONResponse({"status": "accepted"})
             return _error(409, "TOOL_RESULT_ALREADY_SUBMITTED")
         waiter = self.pending.get(key)
         if waiter is None:

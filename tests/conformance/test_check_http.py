@@ -96,6 +96,15 @@ def test_the_unbroken_mini_backend_passes(mini: Any) -> None:
         ("open-tool-call", "L1.tool-call-closed", {"type": "RUN_FINISHED"}),
         ("second-run", "L2.frontend-tool-in-run", {"type": "RUN_FINISHED"}),
         ("foreign-thread", "L3.ownership", {"status": 200}),
+        ("empty-delta", "L1.text-delta-non-empty", {"delta": ""}),
+        ("bad-args", "L1.tool-args-json", {"type": "TOOL_CALL_END"}),
+        # a result before the POST is also a second result once the real one streams
+        ("early-result", "L2.frontend-tool-in-run L2.result-once",
+         {"type": "TOOL_CALL_RESULT", "content": "guessed"}),
+        ("duplicate-ok", "L2.result-duplicate", {"status": 200}),
+        ("error-as-stream", "L1.errors-before-stream", {"status": 200}),
+        # re-sent history stored twice: the merge rule, and the replayed tool result twice
+        ("no-merge", "L3.merge-new-messages L3.history-replay", {}),
     ],
 )
 async def test_a_broken_backend_fails_exactly_the_rule_it_breaks(

@@ -326,13 +326,14 @@ class HttpCheck:
         body = self.body(thread, [self.user(echo_prompt(token))], tools=[echo_tool()])
         run_id = body["runId"]
         names: dict[str, str] = {}
-        state: dict[str, Any] = {}
+        state: dict[str, Any] = {"token": token}
 
         async def on_event(event: dict[str, Any], capture: Capture) -> None:
             kind, call = event.get("type"), str(event.get("toolCallId"))
             if kind == "TOOL_CALL_START":
                 names[call] = str(event.get("toolCallName"))
-            elif kind == "TOOL_CALL_RESULT" and call == state.get("call") and "posted" not in state:
+            elif kind == "TOOL_CALL_RESULT" and names.get(call) == ECHO_TOOL and (
+                    "posted" not in state):
                 state.setdefault("early", event)
             elif kind == "TOOL_CALL_END" and names.get(call) == ECHO_TOOL and "call" not in state:
                 state["call"] = call
@@ -390,6 +391,11 @@ class HttpCheck:
             self.add("L2.frontend-tool-in-run", SPEC_FRONTEND, title, Outcome.FAILED,
                      f"the result POST was refused (step 3) with {posted.status_code}",
                      describe("POST", path, posted))
+        elif state["token"] not in json.dumps(result.get("content"), default=str):
+            self.add("L2.frontend-tool-in-run", SPEC_FRONTEND, title, Outcome.FAILED,
+                     f"the TOOL_CALL_RESULT for frontend call {call} does not carry the posted "
+                     f"result (token {state['token']}): a result the frontend never sent",
+                     result)
         elif not self.finished(capture):
             self.add("L2.frontend-tool-in-run", SPEC_FRONTEND, title, Outcome.FAILED,
                      "the run did not finish (RUN_FINISHED) after the result", events[-1])
