@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import pydantic
 import typer
 
+from iobridge.conformance.check.cli import check_command
 from iobridge.npamp_server.cli import app as npamp_app
 
 if TYPE_CHECKING:
@@ -231,6 +232,7 @@ def db_upgrade(
 
 
 app.add_typer(npamp_app, name="npamp")
+app.command("check")(check_command)
 
 
 def main() -> None:
