@@ -49,7 +49,7 @@ async def test_alembic_upgrade_from_empty_database(kind: str, tmp_path: Path) ->
             "iobridge_messages",
             "iobridge_alembic_version",
         }
-        assert await current_revision(engine) == head_revision() == "0001"
+        assert await current_revision(engine) == head_revision() == "0002"
         # Upgrading again is a no-op, and the store works on the result.
         await upgrade_engine(engine)
         store = SqlThreadStore(engine)
