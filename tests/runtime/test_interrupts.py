@@ -63,10 +63,13 @@ def base_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     """A real server on loopback over a real SQLite file or PostgreSQL schema."""
     if request.param == "sqlite":
         folder: Path = tmp_path_factory.mktemp("interrupts")
-        app = create_app(Settings(database_url=f"sqlite+aiosqlite:///{folder}/db", default_agent="demo"), agents=AGENTS)
+        settings = Settings(database_url=f"sqlite+aiosqlite:///{folder}/db", default_agent="demo")
+        app = create_app(settings, agents=AGENTS)
     else:
         schema = asyncio.run(shared_pg_schema())
-        engine = make_engine(postgres_url(), connect_args={"server_settings": {"search_path": schema}})
+        engine = make_engine(
+            postgres_url(), connect_args={"server_settings": {"search_path": schema}}
+        )
         # The engine connects lazily, inside the server's own loop.
         app = create_app(Settings(database_url="memory://", default_agent="demo"), agents=AGENTS,
                          store=SqlThreadStore(engine))

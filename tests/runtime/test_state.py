@@ -54,7 +54,9 @@ def base_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
                          agents=agents)
     else:
         schema = asyncio.run(shared_pg_schema())
-        engine = make_engine(postgres_url(), connect_args={"server_settings": {"search_path": schema}})
+        engine = make_engine(
+            postgres_url(), connect_args={"server_settings": {"search_path": schema}}
+        )
         app = create_app(Settings(database_url="memory://", **limits), agents=agents,
                          store=SqlThreadStore(engine))
     with LiveServer(app) as server:
@@ -117,7 +119,7 @@ def test_state_over_the_limit(client: httpx.Client) -> None:
     # At the limit (100 bytes of JSON) the request is taken; one byte more is refused.
     at_limit = {"s": "x" * 92}
     assert run(client, "reset", thread, 1, state=at_limit)[-1]["type"] == "RUN_FINISHED"
-    assert SEEN == [at_limit]
+    assert [at_limit] == SEEN
     over = client.post("/io-bridge/run", json={**run_body("count", thread_id=thread,
                                                           run_id=f"{thread}-2"),
                                                "state": {"s": "x" * 93}})

@@ -66,7 +66,7 @@ class Resume:
         )
 
 
-class Interrupted(BaseException):  # noqa: N818 - a signal, like GeneratorExit, not an error
+class Interrupted(BaseException):
     """Raised by ``RunContext.interrupt``: the run finishes with the interrupt outcome.
 
     A ``BaseException`` so that an agent's ``except Exception`` does not swallow it; let it

@@ -167,7 +167,8 @@ class _StoreRun:
         title = self.title
         if title is not None and finished and not self.hydrate_only:
             title = await self._generated_title(produced) or title
-        await self._write([*self.incoming, *produced], title, self._carryover(failed, raised, state))
+        carryover = self._carryover(failed, raised, state)
+        await self._write([*self.incoming, *produced], title, carryover)
 
     def _carryover(
         self, failed: bool, raised: Sequence[dict[str, Any]], state: Any
