@@ -17,8 +17,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from iobridge.errors import AgentError
 from iobridge.protocol.options import RunOptions
 from iobridge.protocol.text import validate_id
+
+#: Most answers one series of interrupts may collect (the thread keeps them all, and every
+#: resumed run of the series replays them): asking again past it fails the run.
+MAX_INTERRUPT_SERIES = 100
 
 if TYPE_CHECKING:
     from iobridge.agents.outputs import AgentOutput
@@ -181,6 +186,11 @@ class RunContext:
             expires_at: ISO 8601 time after which the answer is not wanted.
             metadata: anything else the UI needs (shown as ``metadata``).
             id: the interrupt's id (default: generated); matched by id when re-run.
+
+        Raises:
+            Interrupted: the run ends to ask (do not catch it).
+            AgentError: ``TOO_MANY_INTERRUPTS``, the series already holds
+                ``MAX_INTERRUPT_SERIES`` answers.
         """
         call = self._interrupt_calls
         self._interrupt_calls += 1
@@ -191,6 +201,11 @@ class RunContext:
             answer = self.answered[call] if call < len(self.answered) else None
         if answer is not None:
             return answer
+        if len(self.answered) >= MAX_INTERRUPT_SERIES:
+            raise AgentError(
+                f"the agent asked more than {MAX_INTERRUPT_SERIES} times in a row",
+                code="TOO_MANY_INTERRUPTS",
+            )
         if not isinstance(reason, str) or not reason:
             raise ValueError("an interrupt needs a non-empty reason")
         interrupt: dict[str, Any] = {"id": id or uuid.uuid4().hex, "reason": reason}

@@ -74,6 +74,8 @@ class GuardState(enum.Enum):
 INVALID_TOOL_ARGS = "INVALID_TOOL_ARGS"
 INVALID_STATE_DELTA = "INVALID_STATE_DELTA"
 INVALID_INTERRUPT = "INVALID_INTERRUPT"
+#: Most interrupts one run may finish with (the thread keeps them until answered).
+MAX_INTERRUPTS = 100
 STATE_TOO_LARGE = "STATE_TOO_LARGE"
 #: Default bound of the shared state's JSON (``Settings.max_state_bytes``).
 DEFAULT_MAX_STATE_BYTES = 1024 * 1024
@@ -273,8 +275,8 @@ class LifecycleGuard:
             # An interrupted run must not be reported as a success (AG-UI 1.0).
             self._terminate(
                 ev.run_error(
-                    "The agent interrupted the run with malformed interrupts (each needs a "
-                    "unique id and a reason).",
+                    "The agent interrupted the run with malformed interrupts (1 to "
+                    f"{MAX_INTERRUPTS}, each with a unique id and a reason).",
                     INVALID_INTERRUPT,
                 )
             )
@@ -569,7 +571,7 @@ def _valid_outcome(outcome: Any) -> dict[str, Any] | None:
         interrupts = outcome.get("interrupts")
         if (
             isinstance(interrupts, list)
-            and interrupts
+            and 0 < len(interrupts) <= MAX_INTERRUPTS
             and all(
                 isinstance(i, dict) and _is_str(i.get("id")) and _is_str(i.get("reason"))
                 for i in interrupts

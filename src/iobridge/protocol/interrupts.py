@@ -12,6 +12,7 @@ that is re-run from the start can be given each earlier answer again.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from iobridge.errors import InputError
@@ -20,6 +21,22 @@ from iobridge.errors import InputError
 INTERRUPT_NOT_FOUND = "INTERRUPT_NOT_FOUND"
 INTERRUPT_ALREADY_ANSWERED = "INTERRUPT_ALREADY_ANSWERED"
 INTERRUPT_UNANSWERED = "INTERRUPT_UNANSWERED"
+INTERRUPT_EXPIRED = "INTERRUPT_EXPIRED"
+
+
+def expired(interrupt: Mapping[str, Any], now: datetime) -> bool:
+    """Whether the interrupt's ``expiresAt`` (ISO 8601) has passed; a value that is not a
+    date never expires (AG-UI leaves the format open)."""
+    value = interrupt.get("expiresAt")
+    if not isinstance(value, str):
+        return False
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        return False
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when <= now
 
 
 def open_interrupts(record: Mapping[str, Any] | None) -> list[dict[str, Any]]:
@@ -28,7 +45,9 @@ def open_interrupts(record: Mapping[str, Any] | None) -> list[dict[str, Any]]:
 
 
 def check_resume(
-    record: Mapping[str, Any] | None, resume: Sequence[Mapping[str, Any]]
+    record: Mapping[str, Any] | None,
+    resume: Sequence[Mapping[str, Any]],
+    now: datetime | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Check ``resume`` against the thread's interrupt record.
 
@@ -39,7 +58,8 @@ def check_resume(
     Raises:
         InputError: an id that no open interrupt has (``INTERRUPT_NOT_FOUND``), one that
             was answered already or twice in this list (``INTERRUPT_ALREADY_ANSWERED``),
-            or an open interrupt left without an answer (``INTERRUPT_UNANSWERED``).
+            an open interrupt left without an answer (``INTERRUPT_UNANSWERED``), or one
+            resolved after its ``expiresAt`` (``INTERRUPT_EXPIRED``; cancelling it is fine).
     """
     if not resume:
         return [], []
@@ -69,6 +89,13 @@ def check_resume(
             code=INTERRUPT_UNANSWERED,
             details={"interruptIds": missing},
         )
+    now = now or datetime.now(UTC)
+    for interrupt in open_interrupts(record):
+        if given[interrupt["id"]].get("status") == "resolved" and expired(interrupt, now):
+            raise InputError(
+                f"interrupt {interrupt['id']!r} expired at {interrupt['expiresAt']}",
+                code=INTERRUPT_EXPIRED,
+            )
     ordered = [dict(given[i]) for i in pending]
     return ordered, [*earlier, *ordered]
 
