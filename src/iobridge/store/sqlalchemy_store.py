@@ -194,9 +194,20 @@ def _thread(row: Row[Any]) -> Thread:
         metadata=row.metadata,
         created_at=row.created_at,
         updated_at=row.updated_at,
-        state=row.state,
+        state=_unwrap_state(row.state),
         interrupts=row.interrupts,
     )
+
+
+def _wrap_state(state: Any) -> dict[str, Any] | None:
+    """The state column holds ``{"value": state}``: always a JSON object, because SQLite's
+    NUMERIC affinity (a ``JSON`` column) turns a bare number's text into a number, which no
+    longer reads back as JSON."""
+    return None if state is None else {"value": state}
+
+
+def _unwrap_state(stored: Any) -> Any:
+    return stored.get("value") if isinstance(stored, dict) else None
 
 
 class SqlThreadStore(ThreadStore):
@@ -457,7 +468,7 @@ def _thread_row(thread: Thread) -> dict[str, Any]:
         "metadata": dict(thread.metadata),
         "created_at": thread.created_at,
         "updated_at": thread.updated_at,
-        "state": thread.state,
+        "state": _wrap_state(thread.state),
         "interrupts": dict(thread.interrupts) if thread.interrupts is not None else None,
     }
 
@@ -468,7 +479,7 @@ def _set_carryover(conn: Connection, thread_id: str, carryover: Carryover) -> No
         _CARRYOVER,
         {
             "b_thread": thread_id,
-            "b_state": carryover.state,
+            "b_state": _wrap_state(carryover.state),
             "b_interrupts": dict(interrupts) if interrupts is not None else None,
         },
     )
