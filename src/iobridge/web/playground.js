@@ -501,7 +501,8 @@ async function run(text, resume = null) {
   const frontend = declaredTools();
   const frontendNames = new Set(frontend.map((t) => t.name));
   const body = {
-    threadId, runId, state: {}, context: [],
+    // No ``state``: the run starts from the thread's stored state (shown as STATE_SNAPSHOT).
+    threadId, runId, context: [],
     tools: frontend.map(({ name, description, parameters }) => ({ name, description, parameters })),
     // Only the new message: the server keeps the thread's memory.
     messages: resume ? [] : [{ id: uid(), role: "user", content: text }],
