@@ -26,6 +26,8 @@ from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import AsyncExitStack
 from typing import Any
 
+import orjson
+
 from iobridge.agents.base import Agent
 from iobridge.agents.catalog import AgentCatalog
 from iobridge.agents.catalog import build_catalog as make_catalog
@@ -36,6 +38,7 @@ from iobridge.errors import (
     GoneError,
     InputError,
     NotFoundError,
+    PayloadTooLarge,
     ServiceUnavailable,
     TooManyRequests,
 )
@@ -138,6 +141,7 @@ class Backend:
                 max_run_log_bytes=self.settings.max_run_log_bytes,
                 max_active_runs=self.settings.max_active_runs,
                 max_active_runs_per_owner=self.settings.max_active_runs_per_principal,
+                max_state_bytes=self.settings.max_state_bytes,
             )
         )
         #: False once shutdown began: new runs answer 503.
@@ -221,7 +225,9 @@ class Backend:
         ``tool_result_mode`` is the transport's default for frontend tools.
 
         Raises:
-            InputError: a bad body or ``forwardedProps`` (400).
+            InputError: a bad body or ``forwardedProps``, or a ``resume`` that does not
+                answer the thread's open interrupts (400, ``INTERRUPT_*``).
+            PayloadTooLarge: ``state`` over ``max_state_bytes`` (413 ``STATE_TOO_LARGE``).
             NotFoundError: an unknown agent, a foreign resource or thread (404).
             ConflictError: the runId is running, or the thread is busy (409).
             TooManyRequests: over the active-run limits (429 ``TOO_MANY_RUNS``).
@@ -232,6 +238,14 @@ class Backend:
                 "the server is shutting down", code="SERVER_SHUTTING_DOWN", retry_after=5.0
             )
         run_input = await parse_run_input_off_loop(body, self.settings.max_messages)
+        if (
+            run_input.state is not None
+            and len(orjson.dumps(run_input.state)) > self.settings.max_state_bytes
+        ):
+            raise PayloadTooLarge(
+                f"state is larger than {self.settings.max_state_bytes} bytes",
+                code="STATE_TOO_LARGE",
+            )
         options = parse_run_options(run_input.forwarded_props)
         resource_id = self.authenticator.resolve_resource(principal, options.resource_id)
         agent = self.catalog.get(options.agent_id)

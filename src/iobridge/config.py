@@ -164,6 +164,9 @@ class Settings(BaseSettings):
     max_retained_bytes: int = Field(default=256 * 1024 * 1024, ge=0)
     #: Bytes of events one run keeps for replay; a resume before them answers 410.
     max_run_log_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
+    #: Largest shared state (JSON bytes): a bigger request ``state`` answers 413, an agent
+    #: growing it beyond ends its run with RUN_ERROR ``STATE_TOO_LARGE``.
+    max_state_bytes: int = Field(default=1024 * 1024, ge=2)
     #: Followers (SSE resumes, N-PAMP streams) of one run at once; more answer 429.
     max_followers_per_run: int = Field(default=8, ge=1)
     #: Runs producing events at once, in total and per principal; more answer 429.

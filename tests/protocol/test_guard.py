@@ -385,10 +385,17 @@ INVALID_OUTCOMES = [
     {"pendingToolCallIds": []},
     {"type": "success", "pendingToolCallIds": "c1"},
     {"type": "success", "pendingToolCallIds": ["c1", 2]},
+]
+#: Interrupt outcomes the client would reject: an interrupted run is never reported as a
+#: success, so these end the run with RUN_ERROR INVALID_INTERRUPT.
+INVALID_INTERRUPTS = [
     {"type": "interrupt"},
     {"type": "interrupt", "interrupts": []},
     {"type": "interrupt", "interrupts": [{"reason": "no id"}]},
-    {"type": "interrupt", "interrupts": [{"id": 1}]},
+    {"type": "interrupt", "interrupts": [{"id": 1, "reason": "r"}]},
+    {"type": "interrupt", "interrupts": [{"id": "i1"}]},
+    {"type": "interrupt", "interrupts": [{"id": "i1", "reason": ""}]},
+    {"type": "interrupt", "interrupts": [{"id": "i1", "reason": "a"}, {"id": "i1", "reason": "b"}]},
     {"type": "interrupt", "interrupts": ["i1"]},
 ]
 
@@ -399,6 +406,24 @@ def test_a_valid_outcome_reaches_run_finished(outcome: dict[str, Any]) -> None:
     guard.start()
     assert guard.feed({"type": "RUN_FINISHED", "outcome": outcome}) == [
         {**FINISHED, "outcome": outcome}]
+
+
+@pytest.mark.parametrize("outcome", INVALID_INTERRUPTS)
+@pytest.mark.parametrize("via_finish", [False, True])
+def test_a_malformed_interrupt_outcome_is_a_run_error(
+    outcome: dict[str, Any], via_finish: bool
+) -> None:
+    guard = _guard()
+    guard.start()
+    guard.feed({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "x"})
+    emitted = (
+        guard.finish(outcome=outcome)
+        if via_finish
+        else guard.feed({"type": "RUN_FINISHED", "outcome": outcome})
+    )
+    assert [e["type"] for e in emitted] == ["TEXT_MESSAGE_END", "RUN_ERROR"]
+    assert emitted[-1]["code"] == "INVALID_INTERRUPT"
+    assert guard.ended
 
 
 @pytest.mark.parametrize("outcome", INVALID_OUTCOMES)

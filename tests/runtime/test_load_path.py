@@ -20,7 +20,7 @@ from iobridge.auth import hash_api_key
 from iobridge.config import Settings
 from iobridge.http.app import create_app
 from iobridge.store import MemoryThreadStore
-from iobridge.store.base import RunRead
+from iobridge.store.base import Carryover, RunRead
 
 WEATHER = {"name": "get_weather", "description": "Weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}}}
@@ -53,12 +53,14 @@ class GatedStore(MemoryThreadStore):
         agent_id: str | None,
         messages: Sequence[Mapping[str, Any]],
         title: str | None = None,
+        carryover: Carryover | None = None,
     ) -> None:
         while not self.gate.is_set():
             self.waiting.set()
             await asyncio.sleep(0.01)
         await super().write_for_run(
-            thread_id, resource_id=resource_id, agent_id=agent_id, messages=messages, title=title
+            thread_id, resource_id=resource_id, agent_id=agent_id, messages=messages, title=title,
+            carryover=carryover,
         )
         self.writes.append([str(m["id"]) for m in messages])
 

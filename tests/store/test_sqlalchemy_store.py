@@ -9,12 +9,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from alembic import command
 from sqlalchemy import inspect, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from tests.backends import SQL_BACKENDS, StepClock, pg_schema_engine
 
 from iobridge.store import MemoryThreadStore, SqlThreadStore, open_store, upgrade
-from iobridge.store.migrate import current_revision, head_revision, upgrade_engine
+from iobridge.store.base import Carryover
+from iobridge.store.migrate import (
+    alembic_config,
+    current_revision,
+    head_revision,
+    upgrade_engine,
+)
 from iobridge.store.sqlalchemy_store import make_engine
 
 
@@ -49,12 +56,47 @@ async def test_alembic_upgrade_from_empty_database(kind: str, tmp_path: Path) ->
             "iobridge_messages",
             "iobridge_alembic_version",
         }
-        assert await current_revision(engine) == head_revision() == "0001"
+        assert await current_revision(engine) == head_revision() == "0002"
         # Upgrading again is a no-op, and the store works on the result.
         await upgrade_engine(engine)
         store = SqlThreadStore(engine)
         await store.create_thread("t1", resource_id="r")
         assert await store.append_messages("t1", [{"id": "m", "role": "user", "content": ""}])
+
+
+@pytest.mark.parametrize("kind", SQL_BACKENDS)
+async def test_upgrade_from_0001_keeps_threads_and_adds_state_and_interrupts(
+    kind: str, tmp_path: Path
+) -> None:
+    async with empty_engine(kind, tmp_path) as engine:
+
+        def to_0001(connection: Any) -> None:
+            config = alembic_config()
+            config.attributes["connection"] = connection
+            command.upgrade(config, "0001")
+
+        async with engine.begin() as conn:
+            await conn.run_sync(to_0001)
+            await conn.execute(text(
+                "INSERT INTO iobridge_threads (id, resource_id, title, metadata, created_at, "
+                "updated_at) VALUES ('old', 'r', 'kept', '{}', CURRENT_TIMESTAMP, "
+                "CURRENT_TIMESTAMP)"))
+        assert await current_revision(engine) == "0001"
+        await upgrade_engine(engine)
+        assert await current_revision(engine) == "0002"
+        store = SqlThreadStore(engine)
+        old = await store.get_thread("old")
+        assert old is not None and old.title == "kept"
+        assert old.state is None and old.interrupts is None
+        record = {"open": [{"id": "i1", "reason": "approval"}], "answered": []}
+        await store.write_for_run("old", resource_id="r", agent_id=None, messages=[],
+                                  carryover=Carryover(state={"n": 1}, interrupts=record))
+        again = await store.get_thread("old")
+        assert again is not None and again.state == {"n": 1} and again.interrupts == record
+        await store.write_for_run("new", resource_id="r", agent_id=None, messages=[],
+                                  carryover=Carryover(state=[1], interrupts=None))
+        new = await store.get_thread("new")
+        assert new is not None and new.state == [1] and new.interrupts is None
 
 
 @pytest.mark.parametrize("kind", SQL_BACKENDS)

@@ -10,7 +10,7 @@ from tests.backends import StepClock
 
 from iobridge.errors import ConflictError, InputError, NotFoundError
 from iobridge.store import ThreadStore
-from iobridge.store.base import decode_cursor, encode_cursor
+from iobridge.store.base import Carryover, decode_cursor, encode_cursor
 
 
 def user(mid: str, text: str = "hi") -> dict[str, Any]:
@@ -391,3 +391,24 @@ async def test_unstorable_messages_are_refused_on_every_store(
         await store.append_messages("t", [ok, message])
     assert info.value.code == "INVALID_MESSAGE"
     assert await store.list_messages("t") == []
+
+
+@pytest.mark.parametrize(
+    "state", [0, 7, 1.5, "12", "text", True, False, [], {}, [1, {"a": None}], {"n": {"m": [0]}}]
+)
+async def test_a_threads_state_of_any_json_kind_reads_back_as_written(
+    store: ThreadStore, state: Any
+) -> None:
+    record = {"open": [{"id": "i", "reason": "r"}], "answered": []}
+    await store.write_for_run("t", resource_id="r", agent_id=None, messages=[],
+                              carryover=Carryover(state=state, interrupts=record))
+    thread = await store.get_thread("t")
+    assert thread is not None
+    assert thread.state == state and type(thread.state) is type(state)
+    assert thread.interrupts == record
+    # Listing and reading the thread still work (a bad column would break every read).
+    assert [t.id for t in (await store.list_threads(None))[0]] == ["t"]
+    await store.write_for_run("t", resource_id="r", agent_id=None, messages=[],
+                              carryover=Carryover(state=None, interrupts=None))
+    cleared = await store.get_thread("t")
+    assert cleared is not None and cleared.state is None and cleared.interrupts is None

@@ -369,6 +369,24 @@ def test_page_policy_refuses_inline_scripts(serve: Any, page: Any) -> None:
     assert page.evaluate("window.__injected") is None
 
 
+def test_an_interrupt_is_answered_from_the_chat(serve: Any, page: Any, screenshot: Any) -> None:
+    server = serve()
+    _open(page, server.url)
+    _send(page, "approve ship v2")
+    card = page.locator(".tool-card.interrupt")
+    expect(card.locator(".name")).to_have_text("approval")
+    expect(card).to_contain_text("Approve: ship v2?")
+    _wait_idle(page)
+    screenshot("interrupt")
+    card.get_by_role("button", name="Approve").click()
+    expect(page.locator(".msg.assistant").last).to_have_text("Approved: ship v2.")
+    expect(card.locator(".status")).to_have_text("approve")
+    expect(card.get_by_role("button", name="Decline")).to_be_disabled()
+    _wait_idle(page)
+    expect(page.locator("#events li .type").last).to_have_text("RUN_FINISHED")
+    assert page.errors == []
+
+
 def test_run_errors_are_shown_in_the_chat(serve: Any, page: Any) -> None:
     server = serve(agents=[FailingAgent()], default_agent="failing")
     _open(page, server.url)

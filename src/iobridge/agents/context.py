@@ -3,6 +3,8 @@
 An agent sees the model-visible history, the declared frontend tools, the context entries and
 forwardedProps, and calls tools with ``await ctx.call_tool(name, args)``. Whether the tool runs
 on the server or in the frontend is the runtime's business: the agent code is the same.
+``await ctx.interrupt(...)`` ends the run to ask for something (an approval, a value); the run
+that answers it re-runs the agent, and the same call then returns the answer.
 The runtime implements ``RunSession``; this module only describes it, so agents never import
 the runtime.
 """
@@ -10,11 +12,18 @@ the runtime.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from iobridge.errors import AgentError
 from iobridge.protocol.options import RunOptions
+from iobridge.protocol.text import validate_id
+
+#: Most answers one series of interrupts may collect (the thread keeps them all, and every
+#: resumed run of the series replays them): asking again past it fails the run.
+MAX_INTERRUPT_SERIES = 100
 
 if TYPE_CHECKING:
     from iobridge.agents.outputs import AgentOutput
@@ -31,6 +40,48 @@ class ToolResult:
     value: Any = None
     #: True when the call was handed to the client and its result arrives in a later run.
     deferred: bool = False
+
+
+ResumeStatus = Literal["resolved", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resume:
+    """The answer to one interrupt: a ``resume`` entry of the run that continues it."""
+
+    interrupt_id: str
+    #: ``resolved`` (answered; ``payload`` is the answer) or ``cancelled`` (abandoned).
+    status: ResumeStatus
+    payload: Any = None
+    metadata: dict[str, Any] | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        """True when whoever answered abandoned the interrupt instead of resolving it."""
+        return self.status == "cancelled"
+
+    @classmethod
+    def from_wire(cls, entry: Mapping[str, Any]) -> Resume:
+        """From a validated ``resume`` entry (camelCase)."""
+        return cls(
+            interrupt_id=entry["interruptId"],
+            status=entry["status"],
+            payload=entry.get("payload"),
+            metadata=entry.get("metadata"),
+        )
+
+
+class Interrupted(BaseException):
+    """Raised by ``RunContext.interrupt``: the run finishes with the interrupt outcome.
+
+    A ``BaseException`` so that an agent's ``except Exception`` does not swallow it; let it
+    propagate out of ``Agent.run``.
+    """
+
+    def __init__(self, interrupt: dict[str, Any]) -> None:
+        super().__init__(interrupt["id"])
+        #: The AG-UI ``Interrupt`` object (camelCase) the run finishes with.
+        self.interrupt = interrupt
 
 
 class ToolCallHandle(Protocol):
@@ -86,10 +137,87 @@ class RunContext:
     context: list[dict[str, Any]] = field(default_factory=list)
     #: ``forwardedProps``, parsed once at run start (unknown keys in ``options.props``).
     options: RunOptions = field(default_factory=RunOptions)
+    #: The shared state the run starts from: ``RunAgentInput.state`` when the client sent
+    #: one, else the state the thread's last run ended with (``None`` on a new thread).
     state: Any = None
     #: The resource the run acts for (thread owner).
     resource_id: str = "default"
     session: RunSession
+    #: This run's answers to the interrupts the previous run ended with (``resume``),
+    #: validated against the thread: each open interrupt answered exactly once.
+    resume: list[Resume] = field(default_factory=list)
+    #: Every answer since the thread's current series of interrupts began, in the order the
+    #: interrupts were raised (earlier resumed runs' answers, then this run's):
+    #: ``interrupt`` replays them to the re-run agent. Empty when the run does not resume.
+    answered: list[Resume] = field(default_factory=list)
+    _interrupt_calls: int = field(default=0, init=False, repr=False)
+
+    @property
+    def resuming(self) -> bool:
+        """True when this run continues an interrupted one (``resume`` answers it)."""
+        return bool(self.resume)
+
+    async def interrupt(
+        self,
+        reason: str,
+        *,
+        message: str | None = None,
+        response_schema: Mapping[str, Any] | None = None,
+        tool_call_id: str | None = None,
+        expires_at: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        id: str | None = None,
+    ) -> Resume:
+        """Ask for something from outside the run and return the answer.
+
+        The first time, this raises ``Interrupted``: the run finishes with
+        ``RUN_FINISHED.outcome = {type: "interrupt", interrupts: [...]}`` and the thread
+        keeps the open interrupt. The client answers it in the next run's ``resume``; that
+        run calls the agent again from the start, and this call (the same one: the n-th
+        ``interrupt`` call of the run, or the one with the same ``id``) returns the answer
+        at once. Code before it runs again: keep it free of side effects, or check
+        ``ctx.resuming``.
+
+        Args:
+            reason: why the run stops (an open string, e.g. ``"approval"``).
+            message: a prompt for whoever answers.
+            response_schema: JSON Schema of the expected ``payload``.
+            tool_call_id: the tool call an approval concerns.
+            expires_at: ISO 8601 time after which the answer is not wanted.
+            metadata: anything else the UI needs (shown as ``metadata``).
+            id: the interrupt's id (default: generated); matched by id when re-run.
+
+        Raises:
+            Interrupted: the run ends to ask (do not catch it).
+            AgentError: ``TOO_MANY_INTERRUPTS``, the series already holds
+                ``MAX_INTERRUPT_SERIES`` answers.
+        """
+        call = self._interrupt_calls
+        self._interrupt_calls += 1
+        if id is not None:
+            validate_id(id, "interrupt id")
+            answer = next((a for a in self.answered if a.interrupt_id == id), None)
+        else:
+            answer = self.answered[call] if call < len(self.answered) else None
+        if answer is not None:
+            return answer
+        if len(self.answered) >= MAX_INTERRUPT_SERIES:
+            raise AgentError(
+                f"the agent asked more than {MAX_INTERRUPT_SERIES} times in a row",
+                code="TOO_MANY_INTERRUPTS",
+            )
+        if not isinstance(reason, str) or not reason:
+            raise ValueError("an interrupt needs a non-empty reason")
+        interrupt: dict[str, Any] = {"id": id or uuid.uuid4().hex, "reason": reason}
+        optional = {
+            "message": message,
+            "toolCallId": tool_call_id,
+            "responseSchema": dict(response_schema) if response_schema is not None else None,
+            "expiresAt": expires_at,
+            "metadata": dict(metadata) if metadata is not None else None,
+        }
+        interrupt.update({k: v for k, v in optional.items() if v is not None})
+        raise Interrupted(interrupt)
 
     @property
     def forwarded_props(self) -> dict[str, Any]:

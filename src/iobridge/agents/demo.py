@@ -8,6 +8,8 @@ It exists so that a fresh ``make serve`` shows the whole protocol. It understand
   tool's parameters between its name and the next tool's name, else ``{}``;
 - the words **time** or **clock** → the server tool ``current_time``;
 - an arithmetic expression such as ``2 + 3 * 4`` → the server tool ``calculate``;
+- ``approve <action>`` → the run ends with an ``approval`` interrupt; the run that answers
+  it (``resume`` payload ``{"approved": true}``, or ``cancelled``) says what was decided;
 - anything else → a short echo that says what it can do.
 
 Several matches run in parallel (frontend tools in declaration order, then the server
@@ -53,6 +55,13 @@ MAX_CALLS = 16
 ECHO_LENGTH = 200
 #: Characters of a message the agent reads (tool names, arguments, expressions).
 MAX_TEXT = 100_000
+#: The command that asks for an approval (an interrupt), and the answer it expects.
+APPROVE = "approve"
+APPROVAL_SCHEMA = {
+    "type": "object",
+    "properties": {"approved": {"type": "boolean"}},
+    "required": ["approved"],
+}
 
 _BINARY: dict[type[ast.operator], Any] = {
     ast.Add: operator.add,
@@ -283,6 +292,11 @@ class DemoAgent(Agent):
             return
         user = next((m for m in reversed(messages) if m.get("role") == "user"), None)
         text = message_text(user) if user else ""
+        words = text[:ECHO_LENGTH].split()
+        if words and words[0].lower() == APPROVE:
+            async for word in self._words(await self._approval(ctx, " ".join(words[1:]))):
+                yield word
+            return
         # Reading a long message is linear but not free: keep it off the event loop.
         calls = await asyncio.to_thread(self.plan, text[:MAX_TEXT], ctx.frontend_tools)
         if not calls:
@@ -303,6 +317,22 @@ class DemoAgent(Agent):
         reply = " ".join(_describe(name, r) for (name, _), r in zip(calls, results, strict=True))
         async for word in self._words(reply):
             yield word
+
+    @staticmethod
+    async def _approval(ctx: RunContext, action: str) -> str:
+        """Interrupt for an approval of ``action``; the resumed run gets the answer."""
+        action = action or "the action"
+        answer = await ctx.interrupt(
+            "approval",
+            message=f"Approve: {action}?",
+            response_schema=APPROVAL_SCHEMA,
+            metadata={"action": action},
+        )
+        if answer.cancelled:
+            return f"Cancelled: {action}."
+        payload = answer.payload
+        approved = isinstance(payload, dict) and payload.get("approved") is True
+        return f"{'Approved' if approved else 'Not approved'}: {action}."
 
     def plan(
         self, text: str, frontend_tools: list[dict[str, Any]]

@@ -24,6 +24,15 @@ Protocol, plus what ``@ag-ui/client`` checks (``verifyEvents``):
    an announced call could not be closed validly. Holding back costs only the live display
    of argument streaming, which a UI cannot act on before TOOL_CALL_END anyway.
 
+Shared state: the guard keeps the run's current state (the state the run started from,
+then each STATE_SNAPSHOT, each STATE_DELTA applied with ``jsonpatch``; ``None`` counts as
+``{}``, the client's initial state). A delta that is not a valid RFC 6902 patch or does not
+apply to the current state is never shown and the run ends with RUN_ERROR
+``INVALID_STATE_DELTA``: a client applying it would fail or silently diverge from what the
+agent believes, and the next run would start from a state nobody agreed on. A state whose
+JSON exceeds ``max_state_bytes`` ends the run with ``STATE_TOO_LARGE``. ``shared_state`` is
+what the client holds at the end (the thread keeps it for the next run).
+
 The run-level machine has three states (``GuardState``): ``IDLE`` until the first input,
 which emits RUN_STARTED and moves to ``RUNNING``; ``ENDED`` once ``finish``/``fail`` emitted
 the terminal event. Nothing moves it back; in ``ENDED`` every call returns nothing.
@@ -44,6 +53,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import jsonpatch
+import jsonpointer
+import orjson
+
 from iobridge.protocol import events as ev
 from iobridge.protocol.events import Event
 
@@ -59,6 +72,18 @@ class GuardState(enum.Enum):
     ENDED = "ended"
 
 INVALID_TOOL_ARGS = "INVALID_TOOL_ARGS"
+INVALID_STATE_DELTA = "INVALID_STATE_DELTA"
+INVALID_INTERRUPT = "INVALID_INTERRUPT"
+#: Most interrupts one run may finish with (the thread keeps them until answered).
+MAX_INTERRUPTS = 100
+STATE_TOO_LARGE = "STATE_TOO_LARGE"
+#: Default bound of the shared state's JSON (``Settings.max_state_bytes``).
+DEFAULT_MAX_STATE_BYTES = 1024 * 1024
+#: What a patch that does not apply raises (jsonpatch checks lazily, as it applies).
+_PATCH_ERRORS = (
+    jsonpatch.JsonPatchException, jsonpointer.JsonPointerException,
+    TypeError, ValueError, KeyError, IndexError, RecursionError,
+)
 #: Code of a RUN_ERROR an agent emitted without one (every RUN_ERROR carries a code).
 AGENT_ERROR = "AGENT_ERROR"
 #: Roles a TEXT_MESSAGE_START may carry (anything else becomes ``assistant``).
@@ -86,6 +111,8 @@ class LifecycleGuard:
         run_id: The request's runId.
         parent_run_id: Echoed in RUN_STARTED when given.
         new_id: Id factory for messages the guard has to create (injectable for tests).
+        state: The shared state the run starts from (JSON).
+        max_state_bytes: Largest JSON encoding the shared state may reach.
     """
 
     def __init__(
@@ -95,6 +122,8 @@ class LifecycleGuard:
         *,
         parent_run_id: str | None = None,
         new_id: Callable[[], str] = _new_id,
+        state: Any = None,
+        max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
     ) -> None:
         self.thread_id = thread_id
         self.run_id = run_id
@@ -116,6 +145,9 @@ class LifecycleGuard:
         self._chunk_reasoning: str | None = None
         self._chunk_call: str | None = None
         self._out: list[Event] = []
+        #: The shared state as the client holds it after the events emitted so far.
+        self.shared_state: Any = state
+        self._max_state_bytes = max_state_bytes
 
     # -- public API ------------------------------------------------------------------
 
@@ -157,12 +189,7 @@ class LifecycleGuard:
         if self.ended:
             return []
         self._ensure_started()
-        self._close_all()
-        self._terminate(
-            ev.run_finished(
-                self.thread_id, self.run_id, result=result, outcome=_valid_outcome(outcome)
-            )
-        )
+        self._finish(result, outcome)
         return self._drain()
 
     def fail(self, message: str, code: str | None = None) -> list[Event]:
@@ -239,15 +266,22 @@ class LifecycleGuard:
         """The guard emits RUN_STARTED itself; an agent's copy is dropped."""
 
     def _on_run_finished(self, event: Event) -> None:
+        self._finish(event.get("result"), event.get("outcome"))
+
+    def _finish(self, result: Any, outcome: Any) -> None:
         self._close_all()
-        self._terminate(
-            ev.run_finished(
-                self.thread_id,
-                self.run_id,
-                result=event.get("result"),
-                outcome=_valid_outcome(event.get("outcome")),
+        valid = _valid_outcome(outcome)
+        if valid is None and isinstance(outcome, dict) and outcome.get("type") == "interrupt":
+            # An interrupted run must not be reported as a success (AG-UI 1.0).
+            self._terminate(
+                ev.run_error(
+                    "The agent interrupted the run with malformed interrupts (1 to "
+                    f"{MAX_INTERRUPTS}, each with a unique id and a reason).",
+                    INVALID_INTERRUPT,
+                )
             )
-        )
+            return
+        self._terminate(ev.run_finished(self.thread_id, self.run_id, result=result, outcome=valid))
 
     def _on_run_error(self, event: Event) -> None:
         message = event.get("message")
@@ -463,6 +497,51 @@ class LifecycleGuard:
             self._emit(event)
 
 
+    # -- shared state ----------------------------------------------------------------
+
+    def _on_state_snapshot(self, event: Event) -> None:
+        try:
+            encoded = orjson.dumps(event["snapshot"])
+        except TypeError:
+            self._state_error("The agent produced a state snapshot that is not JSON.")
+            return
+        if self._state_fits(encoded):
+            self.shared_state = orjson.loads(encoded)  # a copy: later changes by the agent stay out
+            self._emit(event)
+
+    def _on_state_delta(self, event: Event) -> None:
+        base = {} if self.shared_state is None else self.shared_state
+        try:
+            # A copy, patched in place: all of the patch applies or none of it does.
+            patched = jsonpatch.apply_patch(
+                orjson.loads(orjson.dumps(base)), event["delta"], in_place=True
+            )
+            encoded = orjson.dumps(patched)
+        except _PATCH_ERRORS as exc:
+            self._state_error(
+                "The agent produced a state delta that does not apply to the current "
+                f"state: {str(exc)[:200]}"
+            )
+            return
+        if self._state_fits(encoded):
+            self.shared_state = patched
+            self._emit(event)
+
+    def _state_fits(self, encoded: bytes) -> bool:
+        if len(encoded) <= self._max_state_bytes:
+            return True
+        self._close_all()
+        self._terminate(
+            ev.run_error(
+                f"The shared state would exceed {self._max_state_bytes} bytes.", STATE_TOO_LARGE
+            )
+        )
+        return False
+
+    def _state_error(self, message: str) -> None:
+        self._close_all()
+        self._terminate(ev.run_error(message, INVALID_STATE_DELTA))
+
     # -- subagents (AG-UI 1.0) -------------------------------------------------------
 
     def _on_subagent_started(self, event: Event) -> None:
@@ -490,8 +569,14 @@ def _valid_outcome(outcome: Any) -> dict[str, Any] | None:
         return None
     if kind == "interrupt":
         interrupts = outcome.get("interrupts")
-        if isinstance(interrupts, list) and interrupts and all(
-            isinstance(i, dict) and isinstance(i.get("id"), str) for i in interrupts
+        if (
+            isinstance(interrupts, list)
+            and 0 < len(interrupts) <= MAX_INTERRUPTS
+            and all(
+                isinstance(i, dict) and _is_str(i.get("id")) and _is_str(i.get("reason"))
+                for i in interrupts
+            )
+            and len({i["id"] for i in interrupts}) == len(interrupts)
         ):
             return outcome
         return None
@@ -530,7 +615,7 @@ _REQUIRED: dict[str, tuple[tuple[str, Callable[[Any], bool]], ...]] = {
 #: state. Anything else, including the deprecated THINKING_* family, becomes RAW.
 PASS_THROUGH = frozenset(
     {
-        ev.STATE_SNAPSHOT, ev.STATE_DELTA, ev.MESSAGES_SNAPSHOT, ev.CUSTOM, ev.RAW,
+        ev.MESSAGES_SNAPSHOT, ev.CUSTOM, ev.RAW,
         "ACTIVITY_SNAPSHOT", "ACTIVITY_DELTA", "REASONING_ENCRYPTED_VALUE",
     }
 )
@@ -567,6 +652,8 @@ _HANDLERS: dict[str, Callable[[LifecycleGuard, Event], None]] = {
     ev.TOOL_CALL_END: LifecycleGuard._on_tool_end,
     ev.TOOL_CALL_CHUNK: LifecycleGuard._on_tool_chunk,
     ev.TOOL_CALL_RESULT: LifecycleGuard._on_tool_result,
+    ev.STATE_SNAPSHOT: LifecycleGuard._on_state_snapshot,
+    ev.STATE_DELTA: LifecycleGuard._on_state_delta,
     ev.STEP_STARTED: LifecycleGuard._on_step_started,
     ev.STEP_FINISHED: LifecycleGuard._on_step_finished,
     ev.REASONING_START: LifecycleGuard._on_reasoning_start,

@@ -130,6 +130,13 @@ class _Context(_Open):
     value: str
 
 
+class _ResumeEntry(_Open):
+    interrupt_id: Identifier = Field(alias="interruptId")
+    status: Literal["resolved", "cancelled"]
+    payload: Any = None
+    metadata: dict[str, Any] | None = None
+
+
 class _RunAgentInput(_Open):
     thread_id: Identifier = Field(alias="threadId")
     run_id: Identifier = Field(alias="runId")
@@ -139,6 +146,7 @@ class _RunAgentInput(_Open):
     context: list[_Context] = Field(default_factory=list)
     state: Any = None
     forwarded_props: Any = Field(default=None, alias="forwardedProps")
+    resume: list[_ResumeEntry] | None = None
 
 
 _message_adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(_Message)
@@ -175,6 +183,9 @@ class RunInput:
     #: ``forwardedProps`` as an object (``{}`` when absent or not an object).
     forwarded_props: dict[str, Any] = field(default_factory=dict)
     parent_run_id: str | None = None
+    #: ``resume`` entries (AG-UI 1.0) in wire form: ``{interruptId, status, payload?,
+    #: metadata?}``; empty when the run does not continue an interrupted one.
+    resume: list[dict[str, Any]] = field(default_factory=list)
     #: The request body exactly as parsed, unknown keys included.
     raw: dict[str, Any] = field(default_factory=dict)
 
@@ -255,6 +266,7 @@ def parse_run_input(
         context=[c.model_dump(by_alias=True) for c in parsed.context],
         state=parsed.state,
         forwarded_props=forwarded,
+        resume=[r.model_dump(by_alias=True, exclude_none=True) for r in parsed.resume or []],
         raw=data,
     )
 

@@ -19,9 +19,10 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from iobridge.agents.context import RunContext, ToolResult
+from iobridge.agents.context import Interrupted, Resume, RunContext, ToolResult
 from iobridge.errors import AgentError, ConflictError, NotFoundError, TooManyRequests
 from iobridge.protocol import events as ev
+from iobridge.protocol.guard import DEFAULT_MAX_STATE_BYTES
 from iobridge.protocol.messages import model_view
 from iobridge.runtime.pending import PendingRegistry
 from iobridge.runtime.run import Run, RunKey
@@ -62,6 +63,8 @@ class RuntimeSettings:
     #: Runs producing events at once, in total and per owner (principal).
     max_active_runs: int = 2000
     max_active_runs_per_owner: int = 500
+    #: Largest shared state (JSON bytes) a run may build.
+    max_state_bytes: int = DEFAULT_MAX_STATE_BYTES
 
 #: Why a run was stopped -> what its stored, unanswered frontend calls say.
 _UNANSWERED = {
@@ -154,6 +157,14 @@ class Runtime:
             if memory is not None
             else [dict(m) for m in model_view(run_input.messages)]
         )
+        # The client's state wins; without one the run continues from the thread's.
+        state = run_input.state
+        state_from_thread = state is None and memory is not None and memory.state is not None
+        if state_from_thread and memory is not None:
+            state = memory.state
+        # Stateless: nothing to check the answers against; they are taken as sent.
+        resume = memory.resume if memory is not None else run_input.resume
+        answered = memory.answered if memory is not None else run_input.resume
         if existing is not None:
             self._forget(key)
         log = RunLog(max_bytes=self.settings.max_run_log_bytes)
@@ -167,7 +178,8 @@ class Runtime:
             log=log,
         )
         session = Session(
-            log, run_input.thread_id, run_input.run_id, parent_run_id=run_input.parent_run_id
+            log, run_input.thread_id, run_input.run_id, parent_run_id=run_input.parent_run_id,
+            state=state, max_state_bytes=self.settings.max_state_bytes,
         )
         dispatch = ToolDispatch(
             session,
@@ -185,16 +197,19 @@ class Runtime:
             frontend_tools=run_input.tools,
             context=run_input.context,
             options=options,
-            state=run_input.state,
+            state=state,
             resource_id=resource_id,
             session=dispatch,
+            resume=[Resume.from_wire(e) for e in resume],
+            answered=[Resume.from_wire(e) for e in answered],
         )
         self._runs[key] = run
         session.start()
         # RUN_STARTED is in the log: the new messages are written while the agent works.
         saved = asyncio.ensure_future(memory.save_start()) if memory is not None else None
         run.task = asyncio.create_task(
-            self._drive(run, agent, session, ctx, memory, saved), name=f"run-{run.run_id}"
+            self._drive(run, agent, session, ctx, memory, saved, state_from_thread),
+            name=f"run-{run.run_id}",
         )
         return run
 
@@ -223,11 +238,16 @@ class Runtime:
         ctx: RunContext,
         memory: RunMemory | None,
         saved: asyncio.Future[None] | None,
+        state_from_thread: bool = False,
     ) -> None:
         try:
             # ``messagesSnapshot`` (thread memory reads the thread; stateless: no thread).
             if memory is not None and memory.snapshot is not None:
                 session.push(ev.messages_snapshot(memory.snapshot))
+            if state_from_thread:
+                # The client did not send the state the run starts from: show it first, so
+                # the agent's deltas apply on the client too.
+                session.push(ev.state_snapshot(ctx.state))
             if memory is not None and memory.hydrate_only:
                 session.finish()
             else:
@@ -254,6 +274,8 @@ class Runtime:
             session.finish()
         except RunEnded:
             pass
+        except Interrupted as exc:
+            session.finish(outcome={"type": "interrupt", "interrupts": [exc.interrupt]})
         except asyncio.CancelledError:
             if run.stop_reason == "cancelled":
                 session.finish(outcome={"type": "cancelled"})
@@ -294,7 +316,13 @@ class Runtime:
                     _log_failure(saved, run)
                 self._close_unanswered(run, session)
                 write = asyncio.ensure_future(
-                    memory.save_end(session.transcript.messages, finished=session.succeeded)
+                    memory.save_end(
+                        session.transcript.messages,
+                        finished=session.succeeded,
+                        failed=session.failed,
+                        raised=session.interrupts,
+                        state=session.guard.shared_state,
+                    )
                 )
                 cancelled = await _settle(write) or cancelled
                 _log_failure(write, run)

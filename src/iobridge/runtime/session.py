@@ -16,7 +16,7 @@ from iobridge.agents import outputs as out
 from iobridge.agents.context import ToolResult
 from iobridge.protocol import events as ev
 from iobridge.protocol.events import Event, encode_event
-from iobridge.protocol.guard import LifecycleGuard
+from iobridge.protocol.guard import DEFAULT_MAX_STATE_BYTES, LifecycleGuard
 from iobridge.protocol.transcript import Transcript
 from iobridge.runtime.runlog import RunLog
 
@@ -38,6 +38,8 @@ class Session:
         run_id: Echoed in RUN_STARTED/RUN_FINISHED.
         parent_run_id: Echoed in RUN_STARTED when given.
         new_id: Id factory for messages and tool calls (injectable for tests).
+        state: The shared state the run starts from (the guard tracks it from there).
+        max_state_bytes: Bound of the shared state's JSON.
     """
 
     def __init__(
@@ -48,10 +50,15 @@ class Session:
         *,
         parent_run_id: str | None = None,
         new_id: Callable[[], str] = _new_id,
+        state: Any = None,
+        max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
     ) -> None:
         self.log = log
         self.new_id = new_id
-        self.guard = LifecycleGuard(thread_id, run_id, parent_run_id=parent_run_id, new_id=new_id)
+        self.guard = LifecycleGuard(
+            thread_id, run_id, parent_run_id=parent_run_id, new_id=new_id, state=state,
+            max_state_bytes=max_state_bytes,
+        )
         self.transcript = Transcript()
         #: Value for RUN_FINISHED.result.
         self.result: Any = None
@@ -65,6 +72,10 @@ class Session:
         self._terminal: bytes | None = None
         #: The run ended with RUN_FINISHED, not cancelled (a generated title is worth it).
         self.succeeded = False
+        #: The run ended with RUN_ERROR.
+        self.failed = False
+        #: The interrupts the run finished with (``outcome.interrupts``), if it did.
+        self.interrupts: list[dict[str, Any]] = []
 
     # -- plumbing --------------------------------------------------------------------
 
@@ -84,9 +95,11 @@ class Session:
                 # client that sees the terminal event can read the thread or run again.
                 self._terminal = encode_event(event)
                 outcome = event.get("outcome")
-                self.succeeded = event["type"] == ev.RUN_FINISHED and not (
-                    isinstance(outcome, dict) and outcome.get("type") == "cancelled"
-                )
+                kind = outcome.get("type") if isinstance(outcome, dict) else None
+                self.succeeded = event["type"] == ev.RUN_FINISHED and kind != "cancelled"
+                self.failed = event["type"] == ev.RUN_ERROR
+                if kind == "interrupt" and isinstance(outcome, dict):
+                    self.interrupts = list(outcome["interrupts"])
             else:
                 log.append(encode_event(event))
 

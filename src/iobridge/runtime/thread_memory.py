@@ -12,6 +12,14 @@ bounded in tokens and time), falling back to the first user message's text; the 
 in the end write, before the run's terminal event is released, so a client re-listing
 threads then sees it.
 
+The thread also keeps what a run leaves for the next one (``store.base.Carryover``): the
+shared state it ended with (the next run starts from it when the client sends no
+``state``) and its interrupts. ``begin`` checks a run's ``resume`` against the open
+interrupts (``protocol.interrupts.check_resume``: refused with 400 before anything is
+stored); a run without ``resume`` on a thread with open interrupts abandons them. A run that
+ends with RUN_ERROR leaves the interrupts as they were, so the same answers can be sent
+again; it still stores the state the client was shown.
+
 ``forwardedProps.messagesSnapshot: true`` also reads the whole thread, for a
 MESSAGES_SNAPSHOT right after RUN_STARTED (a reloaded AG-UI client gets its history back); on
 an existing thread, a run whose input brings no new user or tool message only hydrates.
@@ -22,12 +30,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from iobridge.errors import NotFoundError
+from iobridge.errors import InputError, NotFoundError
+from iobridge.protocol.interrupts import check_resume, next_record
 from iobridge.protocol.messages import answered_call, merge_incoming, model_view, window
-from iobridge.store.base import normalize_messages
+from iobridge.protocol.text import reject_nul
+from iobridge.store.base import Carryover, normalize_messages
 
 if TYPE_CHECKING:
     from iobridge.agents.base import Agent
@@ -54,16 +64,32 @@ class RunMemory(Protocol):
     snapshot: list[dict[str, Any]] | None
     #: Send the snapshot and finish without calling the agent (nothing new to answer).
     hydrate_only: bool
+    #: The shared state the thread's last run ended with (``None``: none).
+    state: Any
+    #: This run's ``resume`` entries, checked, in the order the interrupts were raised.
+    resume: list[dict[str, Any]]
+    #: Every answer of the series of resumed runs, this run's last (empty: not resuming).
+    answered: list[dict[str, Any]]
 
     async def save_start(self) -> None:
         """Store the run's new incoming messages (right after RUN_STARTED)."""
         ...
 
-    async def save_end(self, produced: Sequence[dict[str, Any]], *, finished: bool) -> None:
+    async def save_end(
+        self,
+        produced: Sequence[dict[str, Any]],
+        *,
+        finished: bool,
+        failed: bool = False,
+        raised: Sequence[dict[str, Any]] = (),
+        state: Any = None,
+    ) -> None:
         """Store what the run produced (after ``save_start`` settled), titling the thread.
 
         ``finished``: the run ended with RUN_FINISHED (only then is the agent asked for a
-        title; otherwise the first message's text is used).
+        title; otherwise the first message's text is used). ``failed``: it ended with
+        RUN_ERROR. ``raised``: the interrupts it finished with; ``state``: the shared
+        state it ended with.
         """
         ...
 
@@ -114,13 +140,26 @@ class _StoreRun:
     context: list[dict[str, Any]]
     snapshot: list[dict[str, Any]] | None = None
     hydrate_only: bool = False
+    state: Any = None
+    #: The thread's interrupt record as read.
+    record: dict[str, Any] | None = None
+    resume: list[dict[str, Any]] = field(default_factory=list)
+    answered: list[dict[str, Any]] = field(default_factory=list)
 
     async def save_start(self) -> None:
         if self.read_only or not self.incoming:
             return
         await self._write(self.incoming, None)
 
-    async def save_end(self, produced: Sequence[dict[str, Any]], *, finished: bool) -> None:
+    async def save_end(
+        self,
+        produced: Sequence[dict[str, Any]],
+        *,
+        finished: bool,
+        failed: bool = False,
+        raised: Sequence[dict[str, Any]] = (),
+        state: Any = None,
+    ) -> None:
         # The incoming messages go again: ids already stored are skipped, so the thread is
         # complete even if the start write failed.
         if self.read_only:
@@ -128,7 +167,26 @@ class _StoreRun:
         title = self.title
         if title is not None and finished and not self.hydrate_only:
             title = await self._generated_title(produced) or title
-        await self._write([*self.incoming, *produced], title)
+        carryover = self._carryover(failed, raised, state)
+        await self._write([*self.incoming, *produced], title, carryover)
+
+    def _carryover(
+        self, failed: bool, raised: Sequence[dict[str, Any]], state: Any
+    ) -> Carryover | None:
+        """What to leave for the next run, or ``None`` when the thread already has it."""
+        record = (
+            self.record
+            if failed
+            else next_record(raised=raised, answered=self.answered, resuming=bool(self.resume))
+        )
+        try:
+            reject_nul(state)
+        except InputError:
+            logger.warning("run on thread %s: its state holds U+0000, not stored", self.thread_id)
+            state = self.state
+        if record == self.record and state == self.state:
+            return None
+        return Carryover(state=state, interrupts=record)
 
     async def _generated_title(self, produced: Sequence[dict[str, Any]]) -> str | None:
         conversation = [*self.context, *self.incoming, *produced]
@@ -140,13 +198,19 @@ class _StoreRun:
                            self.agent_id, self.thread_id, type(exc).__name__)
             return None
 
-    async def _write(self, messages: Sequence[dict[str, Any]], title: str | None) -> None:
+    async def _write(
+        self,
+        messages: Sequence[dict[str, Any]],
+        title: str | None,
+        carryover: Carryover | None = None,
+    ) -> None:
         await self.store.write_for_run(
             self.thread_id,
             resource_id=self.resource_id,
             agent_id=self.agent_id,
             messages=messages,
             title=title,
+            carryover=carryover,
         )
 
 
@@ -163,7 +227,8 @@ class StoreMemory:
 
         Raises:
             NotFoundError: the thread belongs to another resource (answered as missing).
-            InputError: a new message cannot be stored (``INVALID_MESSAGE``; nothing stored).
+            InputError: a new message cannot be stored (``INVALID_MESSAGE``; nothing stored),
+                or ``resume`` does not answer the open interrupts (``INTERRUPT_*`` codes).
         """
         memory = options.memory
         messages = run_input.messages
@@ -177,6 +242,8 @@ class StoreMemory:
         thread = read.thread
         if thread is not None and thread.resource_id != resource_id:
             raise NotFoundError("thread not found", code="THREAD_NOT_FOUND")
+        record = dict(thread.interrupts) if thread is not None and thread.interrupts else None
+        resume, answered = check_resume(record, run_input.resume)
         incoming = merge_incoming(read.stored_ids, read.answered, messages)
         normalize_messages(incoming)
         title = None
@@ -203,5 +270,10 @@ class StoreMemory:
             snapshot=snapshot,
             hydrate_only=snapshot is not None
             and thread is not None
+            and not resume
             and not any(m.get("role") in TURN_ROLES for m in incoming),
+            state=thread.state if thread is not None else None,
+            record=record,
+            resume=resume,
+            answered=answered,
         )

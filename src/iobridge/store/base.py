@@ -29,6 +29,7 @@ __all__ = [
     "MAX_ID_LENGTH",
     "MAX_METADATA_BYTES",
     "MAX_TITLE_LENGTH",
+    "Carryover",
     "Clock",
     "RunRead",
     "StoredMessage",
@@ -74,6 +75,11 @@ class Thread:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     created_at: datetime
     updated_at: datetime
+    #: The shared state the thread's last run ended with (``None``: none yet). Not shown
+    #: by ``to_json``: it reaches the next run, not thread listings.
+    state: Any = None
+    #: The interrupt record of the thread (see ``Carryover``), ``None`` when there is none.
+    interrupts: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The API shape: camelCase, ISO-8601 UTC with ``Z``, absent ``agentId`` omitted."""
@@ -85,6 +91,19 @@ class Thread:
         data["createdAt"] = format_timestamp(self.created_at)
         data["updatedAt"] = format_timestamp(self.updated_at)
         return data
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Carryover:
+    """What a run leaves in its thread for the next run, written with its messages.
+
+    ``interrupts`` is ``{"open": [Interrupt, …], "answered": [ResumeEntry, …]}``: the
+    interrupts the run ended with (AG-UI objects, camelCase) and the answers of the series
+    of resumed runs that led to them (``None``: no interrupts pending or answered).
+    """
+
+    state: Any = None
+    interrupts: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,10 +406,12 @@ class ThreadStore(ABC):
         agent_id: str | None,
         messages: Sequence[Mapping[str, Any]],
         title: str | None = None,
+        carryover: Carryover | None = None,
     ) -> None:
         """A run's write: create the thread if missing, append ``messages`` (ids already
-        stored are skipped), and set ``title`` unless the thread has one. Stores make this one
-        transaction; this default is three calls.
+        stored are skipped), set ``title`` unless the thread has one, and replace the
+        thread's state and interrupts with ``carryover`` when given. Stores make this one
+        transaction; this default is four calls.
 
         Raises:
             NotFoundError: the thread exists but belongs to another resource.
@@ -406,6 +427,13 @@ class ThreadStore(ABC):
             await self.append_messages(thread_id, messages)
         if title:
             await self.set_title_if_empty(thread_id, title)
+        if carryover is not None:
+            await self.set_carryover(thread_id, carryover)
+
+    async def set_carryover(self, thread_id: str, carryover: Carryover) -> None:
+        """Replace the thread's state and interrupt record (stores that use the default
+        ``write_for_run`` implement this)."""
+        raise NotImplementedError
 
     @abstractmethod
     async def close(self) -> None:

@@ -16,6 +16,7 @@ import orjson
 
 from iobridge.errors import ConflictError, InputError, NotFoundError
 from iobridge.store.base import (
+    Carryover,
     Clock,
     StoredMessage,
     Thread,
@@ -177,6 +178,15 @@ class MemoryThreadStore(ThreadStore):
             self._times[thread_id].extend([now] * len(new))
             self._threads[thread_id] = replace(thread, updated_at=now)
         return _copy(new)  # type: ignore[no-any-return]
+
+    async def set_carryover(self, thread_id: str, carryover: Carryover) -> None:
+        thread = self._require(thread_id)
+        interrupts = carryover.interrupts
+        self._threads[thread_id] = replace(
+            thread,
+            state=_copy(carryover.state),
+            interrupts=_copy(dict(interrupts)) if interrupts is not None else None,
+        )
 
     async def close(self) -> None:
         return None

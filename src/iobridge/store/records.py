@@ -64,6 +64,9 @@ threads = Table(
     Column("metadata", JSON, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
+    # Revision 0002: what the last run left for the next (``store.base.Carryover``).
+    Column("state", JSON(none_as_null=True), nullable=True),
+    Column("interrupts", JSON(none_as_null=True), nullable=True),
     Index("ix_iobridge_threads_resource_updated", "resource_id", "updated_at", "id"),
     Index("ix_iobridge_threads_updated", "updated_at", "id"),
 )

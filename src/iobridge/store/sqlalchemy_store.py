@@ -45,6 +45,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from iobridge.errors import ConflictError, InputError, NotFoundError
 from iobridge.protocol.messages import answered_call, call_ids, window
 from iobridge.store.base import (
+    Carryover,
     Clock,
     RunRead,
     StoredMessage,
@@ -170,6 +171,11 @@ _TOUCH = (
     .where(threads.c.id == bindparam("b_thread"))
     .values(updated_at=bindparam("b_now"))
 )
+_CARRYOVER = (
+    update(threads)
+    .where(threads.c.id == bindparam("b_thread"))
+    .values(state=bindparam("b_state"), interrupts=bindparam("b_interrupts"))
+)
 _INSERT_THREAD = threads.insert()
 _INSERT_MESSAGES = messages.insert()
 _TITLE = (
@@ -188,7 +194,20 @@ def _thread(row: Row[Any]) -> Thread:
         metadata=row.metadata,
         created_at=row.created_at,
         updated_at=row.updated_at,
+        state=_unwrap_state(row.state),
+        interrupts=row.interrupts,
     )
+
+
+def _wrap_state(state: Any) -> dict[str, Any] | None:
+    """The state column holds ``{"value": state}``: always a JSON object, because SQLite's
+    NUMERIC affinity (a ``JSON`` column) turns a bare number's text into a number, which no
+    longer reads back as JSON."""
+    return None if state is None else {"value": state}
+
+
+def _unwrap_state(stored: Any) -> Any:
+    return stored.get("value") if isinstance(stored, dict) else None
 
 
 class SqlThreadStore(ThreadStore):
@@ -369,6 +388,7 @@ class SqlThreadStore(ThreadStore):
         agent_id: str | None,
         messages: Sequence[Mapping[str, Any]],
         title: str | None = None,
+        carryover: Carryover | None = None,
     ) -> None:
         batch = normalize_messages(messages)
         check_thread_ids(thread_id, resource_id, agent_id)
@@ -380,6 +400,8 @@ class SqlThreadStore(ThreadStore):
                 thread = Thread(
                     id=thread_id, resource_id=resource_id, agent_id=agent_id,
                     title=title or "", created_at=now, updated_at=now,
+                    state=carryover.state if carryover is not None else None,
+                    interrupts=carryover.interrupts if carryover is not None else None,
                 )
                 conn.execute(_INSERT_THREAD, _thread_row(thread))
                 if batch:  # a new thread: nothing stored yet, positions start at 0
@@ -391,8 +413,13 @@ class SqlThreadStore(ThreadStore):
                 _append(conn, thread_id, batch, now)
             if title:
                 _set_title_if_empty(conn, thread_id, title)
+            if carryover is not None:
+                _set_carryover(conn, thread_id, carryover)
 
         await self._writes.submit(write)
+
+    async def set_carryover(self, thread_id: str, carryover: Carryover) -> None:
+        await self._writes.submit(lambda conn: _set_carryover(conn, thread_id, carryover))
 
     async def read_for_run(
         self,
@@ -441,7 +468,21 @@ def _thread_row(thread: Thread) -> dict[str, Any]:
         "metadata": dict(thread.metadata),
         "created_at": thread.created_at,
         "updated_at": thread.updated_at,
+        "state": _wrap_state(thread.state),
+        "interrupts": dict(thread.interrupts) if thread.interrupts is not None else None,
     }
+
+
+def _set_carryover(conn: Connection, thread_id: str, carryover: Carryover) -> None:
+    interrupts = carryover.interrupts
+    conn.execute(
+        _CARRYOVER,
+        {
+            "b_thread": thread_id,
+            "b_state": _wrap_state(carryover.state),
+            "b_interrupts": dict(interrupts) if interrupts is not None else None,
+        },
+    )
 
 
 def _set_title_if_empty(conn: Connection, thread_id: str, title: str) -> bool:

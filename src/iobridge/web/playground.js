@@ -340,6 +340,47 @@ function answerForm(runId, toolCallId, card, suggested) {
   input.focus();
 }
 
+/** The open interrupts of a run that finished to ask: answer them all in one resume run. */
+function interruptCard(interrupts) {
+  const card = element("div", "tool-card interrupt");
+  const answers = new Map();
+  const buttons = [];
+  const finishIfAnswered = () => {
+    if (answers.size < interrupts.length) return;
+    for (const button of buttons) button.disabled = true;
+    run(null, [...answers.values()]);
+  };
+  for (const interrupt of interrupts) {
+    const head = element("header");
+    head.append(element("span", "name", interrupt.reason), element("span", "badge", "interrupt"));
+    const status = element("span", "status", "waiting for your answer");
+    head.append(status);
+    const section = element("div", "section");
+    section.append(element("div", "", interrupt.message || "The agent is waiting for you."));
+    const row = element("div");
+    for (const [label, entry] of [
+      ["Approve", { status: "resolved", payload: { approved: true } }],
+      ["Decline", { status: "resolved", payload: { approved: false } }],
+      ["Cancel", { status: "cancelled" }],
+    ]) {
+      const button = element("button", label === "Approve" ? "primary" : "", label);
+      button.type = "button";
+      button.addEventListener("click", () => {
+        if (state.run) return;
+        answers.set(interrupt.id, { interruptId: interrupt.id, ...entry });
+        status.textContent = label.toLowerCase();
+        finishIfAnswered();
+      });
+      buttons.push(button);
+      row.append(button);
+    }
+    section.append(row);
+    card.append(head, section);
+  }
+  $("chat").append(card);
+  scrollChat();
+}
+
 async function postToolResult(runId, toolCallId, card, body) {
   try {
     await request("POST", `${PREFIX}/runs/${encodeURIComponent(runId)}/tool-calls/`
@@ -453,18 +494,21 @@ function serverToolNames() {
   return new Set(state.agents.flatMap((a) => (a.tools || []).map((t) => t.name)));
 }
 
-async function run(text) {
+/** One run: ``text`` as the new user message, or (``resume`` given) answers to interrupts. */
+async function run(text, resume = null) {
   const runId = uid();
   const threadId = state.threadId;
   const frontend = declaredTools();
   const frontendNames = new Set(frontend.map((t) => t.name));
   const body = {
-    threadId, runId, state: {}, context: [],
+    // No ``state``: the run starts from the thread's stored state (shown as STATE_SNAPSHOT).
+    threadId, runId, context: [],
     tools: frontend.map(({ name, description, parameters }) => ({ name, description, parameters })),
     // Only the new message: the server keeps the thread's memory.
-    messages: [{ id: uid(), role: "user", content: text }],
+    messages: resume ? [] : [{ id: uid(), role: "user", content: text }],
     forwardedProps: { agentId: $("agent").value, memoryOptions: { generateTitle: true } },
   };
+  if (resume) body.resume = resume;
   state.run = { runId, stopping: false };
   setBusy(true);
   const texts = new Map();
@@ -528,7 +572,7 @@ async function run(text) {
           break;
         case "RUN_FINISHED":
           if (event.outcome?.type === "cancelled") notice("Run stopped.");
-          else if (event.outcome?.type === "interrupt") notice("The run is waiting (interrupt).");
+          else if (event.outcome?.type === "interrupt") interruptCard(event.outcome.interrupts);
           break;
         default:
           break;
