@@ -52,19 +52,21 @@ def _last_user_text(messages: list[ModelMessage]) -> str:
     return ""
 
 
-async def _model(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+async def _model(
+    messages: list[ModelMessage], info: AgentInfo
+) -> AsyncIterator[str | DeltaToolCalls]:
     last = messages[-1]
     returns = [p for p in last.parts if isinstance(p, ToolReturnPart)]
     if returns:
         yield "Results: " + "; ".join(f"{r.tool_name}={r.model_response_str()}" for r in returns)
         return
     text = _last_user_text(messages)
-    calls = sum(isinstance(m, ModelRequest) and any(isinstance(p, ToolReturnPart)
-                                                    for p in m.parts) for m in messages)
+    # Earlier answered calls in the history, so each call of a thread has its own id.
+    answered = sum(isinstance(p, ToolReturnPart) for m in messages for p in m.parts)
     if "weather" in text:
         yield "Let me look. "
         yield {0: DeltaToolCall(name="get_weather", json_args='{"city": "Paris"}',
-                                tool_call_id=f"call-weather-{calls}")}
+                                tool_call_id=f"call-weather-{answered}")}
     elif "time" in text:
         yield {0: DeltaToolCall(name="now", json_args="{}", tool_call_id="call-now")}
     else:
