@@ -7,6 +7,7 @@ in a real uvicorn server (``serve``); every stream is checked by the independent
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -407,6 +408,31 @@ async def test_nul_in_upstream_text_is_replaced_so_the_thread_stores_it(serve: A
         events = await run(server, run_body("go", agentId="up"))
     assert text(events) == "a\ufffdb"
     assert (await stored(server))[-1]["content"] == "a\ufffdb"
+
+
+async def test_cancelling_the_client_run_closes_the_upstream_request(serve: Any) -> None:
+    slow = Script(chunks=frames(*({"type": "CUSTOM", "name": "tick", "value": n}
+                                  for n in range(200))), delay=0.05)
+    with scripted_upstream(slow) as upstream:
+        server = serve(agents=[agent(upstream.url)])
+        events: list[dict[str, Any]] = []
+        async with (
+            httpx.AsyncClient(base_url=server.url, timeout=20) as client,
+            client.stream("POST", "/io-bridge/run", json=run_body("go", agentId="up")) as response,
+        ):
+            async for line in response.aiter_lines():
+                if line.startswith("data: "):
+                    events.append(json.loads(line[len("data: "):]))
+                    if events[-1]["type"] == "CUSTOM" and events[-1]["value"] == 1:
+                        cancelled = await client.post("/io-bridge/runs/r1/cancel", json={})
+                        assert cancelled.status_code == 202, cancelled.text
+        assert events[-1]["outcome"] == {"type": "cancelled"}
+        assert len(events) < 100
+        for _ in range(200):  # the upstream notices the closed connection on its next write
+            if upstream.abandoned:
+                break
+            await asyncio.sleep(0.05)
+        assert upstream.abandoned == 1
 
 
 # -- configuration ---------------------------------------------------------------------------

@@ -41,6 +41,8 @@ class Upstream:
     url: str
     bodies: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
+    #: Scripted streams that ended early (the client went away before the last chunk).
+    abandoned: int = 0
 
 
 def _last_user_text(messages: list[ModelMessage]) -> str:
@@ -131,10 +133,16 @@ def scripted_upstream(script: Script) -> Iterator[Upstream]:
         chunks = script.chunks(body) if callable(script.chunks) else script.chunks
 
         async def stream() -> AsyncIterator[bytes]:
-            for chunk in chunks:
-                if script.delay:
-                    await asyncio.sleep(script.delay)
-                yield chunk
+            sent = 0
+            try:
+                for chunk in chunks:
+                    if script.delay:
+                        await asyncio.sleep(script.delay)
+                    yield chunk
+                    sent += 1
+            finally:
+                if sent < len(chunks):
+                    upstream.abandoned += 1
 
         return StreamingResponse(stream(), status_code=script.status,
                                  media_type=script.content_type)
