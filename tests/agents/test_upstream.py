@@ -8,6 +8,7 @@ in a real uvicorn server (``serve``); every stream is checked by the independent
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -230,6 +231,46 @@ async def test_an_upstream_that_always_calls_a_tool_stops_at_max_rounds(serve: A
     assert events[-1]["code"] == "UPSTREAM_TOO_MANY_ROUNDS"
 
 
+async def test_state_reaches_the_upstream_and_its_snapshot_the_follow_up(serve: Any) -> None:
+    def script(body: dict[str, Any]) -> list[bytes]:
+        if body["messages"][-1]["role"] == "tool":
+            return frames(*text_events("m2", "done"), RUN_FINISHED)
+        return frames({"type": "STATE_SNAPSHOT", "snapshot": {"step": 2}},
+                      *call_events("c1", "get_weather", "{}"), RUN_FINISHED)
+
+    with scripted_upstream(Script(chunks=script)) as upstream:
+        server = serve(agents=[agent(upstream.url)])
+        body = {**run_body("go", tools=[WEATHER], agentId="up"), "state": {"step": 1}}
+        events = await run(server, body, results={"get_weather": {}})
+    assert text(events) == "done"
+    assert {"type": "STATE_SNAPSHOT", "snapshot": {"step": 2}} in events
+    assert [b["state"] for b in upstream.bodies] == [{"step": 1}, {"step": 2}]
+    # The upstream's tool message carries the posted result as text.
+    assert upstream.bodies[1]["messages"][-1]["content"] == "{}"
+
+
+async def test_parallel_frontend_calls_are_answered_then_followed_up_together(
+    serve: Any
+) -> None:
+    def script(body: dict[str, Any]) -> list[bytes]:
+        if body["messages"][-1]["role"] == "tool":
+            return frames(*text_events("m2", "both"), RUN_FINISHED)
+        return frames(*text_events("m1", "Two. "), *call_events("a", "get_weather", '{"n":1}'),
+                      *call_events("b", "get_weather", '{"n":2}'), RUN_FINISHED)
+
+    with scripted_upstream(Script(chunks=script)) as upstream:
+        server = serve(agents=[agent(upstream.url)])
+        events = await run(server, run_body("go", tools=[WEATHER], agentId="up"),
+                           results={"get_weather": {"ok": 1}})
+    assert [e["toolCallId"] for e in events if e["type"] == "TOOL_CALL_RESULT"] == ["a", "b"]
+    assert text(events) == "Two. both"
+    added = upstream.bodies[1]["messages"][1:]
+    assert [m["role"] for m in added] == ["assistant", "tool", "tool"]
+    assert added[0]["content"] == "Two. "
+    assert [c["id"] for c in added[0]["toolCalls"]] == ["a", "b"]
+    assert [m["toolCallId"] for m in added[1:]] == ["a", "b"]
+
+
 # -- an upstream that breaks the lifecycle: the guard repairs it ------------------------------
 
 
@@ -345,9 +386,12 @@ SECRET = "Traceback: password=hunter2 at db.internal:5432"
         (Script(chunks=frames(RUN_STARTED, {"type": "RUN_ERROR", "message": SECRET,
                                             "code": "DB_DOWN"})),
          "UPSTREAM_RUN_ERROR", "The upstream agent reported an error."),
+        (Script(chunks=[gzip.compress(frames(RUN_STARTED)[0])],
+                headers={"Content-Encoding": "gzip"}),
+         "UPSTREAM_PROTOCOL_ERROR", "The upstream agent sent a compressed stream."),
     ],
     ids=["http-500", "http-401", "not-sse", "bad-json", "not-an-object", "no-type",
-         "run-error"],
+         "run-error", "compressed"],
 )
 async def test_upstream_failures(serve: Any, script: Script, code: str, message: str) -> None:
     with scripted_upstream(script) as upstream:

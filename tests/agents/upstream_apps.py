@@ -113,6 +113,7 @@ class Script:
     status: int = 200
     content_type: str = "text/event-stream"
     delay: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 def frames(*events: dict[str, Any] | str) -> list[bytes]:
@@ -145,7 +146,7 @@ def scripted_upstream(script: Script) -> Iterator[Upstream]:
                     upstream.abandoned += 1
 
         return StreamingResponse(stream(), status_code=script.status,
-                                 media_type=script.content_type)
+                                 media_type=script.content_type, headers=script.headers)
 
     app = Starlette(routes=[Route("/agui", run, methods=["POST"])])
     with LiveServer(app) as server:  # type: ignore[arg-type]

@@ -11,7 +11,8 @@ Frontend tools: an upstream in the plain AG-UI style ends its run after TOOL_CAL
 client tool. In in-run mode the client's run stays open: the calls wait for their posted
 results (the normal pending path, ``ToolCallHandle.result``), then the upstream gets a
 follow-up run with the assistant tool calls and the tool messages appended, and its events
-continue the same client stream. In next-run mode the client's run ends with the calls
+continue the same client stream (with the state of the upstream's last STATE_SNAPSHOT, if
+it sent one). In next-run mode the client's run ends with the calls
 pending, as for a model agent.
 
 Failures end the run with a RUN_ERROR whose message is fixed and whose code says what
@@ -111,6 +112,9 @@ class AgUiUpstreamAgent(Agent):
             "Accept": "text/event-stream",
             "Content-Type": "application/json",
             **(headers or {}),
+            # Raw bytes only: a compressed stream could inflate far past max_event_bytes
+            # inside one read, before the decoder could refuse it.
+            "Accept-Encoding": "identity",
         }
         self.timeout = timeout
         self.max_event_bytes = max_event_bytes
@@ -122,13 +126,14 @@ class AgUiUpstreamAgent(Agent):
         """Forward the run, then drive follow-up runs while frontend tools are answered."""
         messages = [dict(m) for m in ctx.messages]
         used_ids = _tool_call_ids(messages)
-        run_id, parent = ctx.run_id, None
+        run_id, parent, state = ctx.run_id, None, ctx.state
         result: Any = None
         follow_ups = 0
         async with self._client() as client:
             while True:
                 upstream = UpstreamRound(ctx, used_ids)
-                await self._stream(client, self._input(ctx, run_id, parent, messages), upstream)
+                body = self._input(ctx, run_id, parent, state, messages)
+                await self._stream(client, body, upstream)
                 if upstream.result is not None:
                     result = upstream.result
                 if not upstream.frontend_calls:
@@ -146,6 +151,8 @@ class AgUiUpstreamAgent(Agent):
                 if any(answer.deferred for answer in answers):
                     break  # next-run mode: the client answers in its next run
                 messages += upstream.conversation(answers)
+                if upstream.has_state:
+                    state = upstream.state
                 parent, run_id = run_id, uuid.uuid4().hex
                 follow_ups += 1
         if result is not None:
@@ -158,13 +165,14 @@ class AgUiUpstreamAgent(Agent):
 
     @staticmethod
     def _input(
-        ctx: RunContext, run_id: str, parent: str | None, messages: list[dict[str, Any]]
+        ctx: RunContext, run_id: str, parent: str | None, state: Any,
+        messages: list[dict[str, Any]],
     ) -> bytes:
         body: dict[str, Any] = {"threadId": ctx.thread_id, "runId": run_id}
         if parent is not None:
             body["parentRunId"] = parent
         body.update(
-            state=ctx.state if ctx.state is not None else {},
+            state=state if state is not None else {},
             messages=messages,
             tools=ctx.frontend_tools,
             context=ctx.context,
@@ -183,7 +191,7 @@ class AgUiUpstreamAgent(Agent):
                 ) as response:
                     self._check_response(response)
                     decoder = SSEDecoder(max_event_bytes=self.max_event_bytes)
-                    async for chunk in response.aiter_bytes():
+                    async for chunk in response.aiter_raw():
                         for message in decoder.feed(chunk):
                             if message.data:
                                 upstream.feed(_parse_event(message.data))
@@ -218,6 +226,13 @@ class AgUiUpstreamAgent(Agent):
             raise AgentError(
                 f"The upstream agent answered HTTP {response.status_code}.",
                 code="UPSTREAM_HTTP_ERROR",
+            )
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if encoding != "identity":
+            logger.warning("agent %s: the upstream sent a %r-encoded stream", self.id,
+                           encoding[:40])
+            raise AgentError(
+                "The upstream agent sent a compressed stream.", code="UPSTREAM_PROTOCOL_ERROR"
             )
         content_type = response.headers.get("content-type", "")
         if not content_type.lower().startswith("text/event-stream"):

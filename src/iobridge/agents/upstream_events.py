@@ -72,6 +72,9 @@ class UpstreamRound:
         self.finished = False
         #: ``RUN_FINISHED.result``, when the upstream gave one.
         self.result: Any = None
+        #: The upstream's last STATE_SNAPSHOT (``has_state``), for its follow-up run.
+        self.state: Any = None
+        self.has_state = False
         #: Client tool calls, in order, for the agent to await after the round.
         self.frontend_calls: list[UpstreamCall] = []
         self._calls: dict[str, UpstreamCall] = {}
@@ -285,7 +288,8 @@ class UpstreamRound:
             self.ctx.emit(out.StepFinished(name=name))
 
     def _on_state_snapshot(self, event: dict[str, Any]) -> None:
-        self.ctx.emit(out.StateSnapshot(snapshot=event.get("snapshot")))
+        self.state, self.has_state = event.get("snapshot"), True
+        self.ctx.emit(out.StateSnapshot(snapshot=self.state))
 
     def _on_state_delta(self, event: dict[str, Any]) -> None:
         patch = event.get("delta")
