@@ -53,13 +53,9 @@ def pydantic() -> Iterator[Upstream]:
 
 
 async def run(
-    server: Any, body: dict[str, Any], results: dict[str, Any] | None = None,
-    posts: list[int] | None = None,
+    server: Any, body: dict[str, Any], results: dict[str, Any] | None = None
 ) -> list[dict[str, Any]]:
-    """One run through iobridge; frontend tools named in ``results`` are answered in-run.
-
-    The statuses of the result posts go to ``posts`` when given (else each must be 200).
-    """
+    """One run through iobridge; frontend tools named in ``results`` are answered in-run."""
     events: list[dict[str, Any]] = []
     async with (
         httpx.AsyncClient(base_url=server.url, timeout=20) as client,
@@ -79,10 +75,7 @@ async def run(
                     f"/io-bridge/runs/{body['runId']}/tool-calls/{pending[0]}/result",
                     json={"result": results[pending[1]]},
                 )
-                if posts is None:
-                    assert posted.status_code == 200, posted.text
-                else:
-                    posts.append(posted.status_code)
+                assert posted.status_code == 200, posted.text
     verify_events(events, thread_id=body["threadId"], run_id=body["runId"])
     return events
 
@@ -208,7 +201,13 @@ async def test_frontend_tool_limit_of_follow_up_rounds(pydantic: Upstream, serve
 
 async def test_no_follow_up_round_allowed(pydantic: Upstream, serve: Any) -> None:
     server = serve(agents=[agent(pydantic.url, max_rounds=0)])
-    events = await run(server, run_body("weather?", tools=[WEATHER], agentId="up"))
+    # Next-run mode needs no follow-up: the limit does not apply.
+    pending = await run(server, run_body("weather?", run_id="r0", thread_id="t0", tools=[WEATHER],
+                                         agentId="up", toolResultMode="next-run"))
+    assert pending[-1]["outcome"]["pendingToolCallIds"] == ["call-weather-0"]
+    pydantic.bodies.clear()
+    events = await run(server, run_body("weather?", tools=[WEATHER], agentId="up"),
+                       results={"get_weather": {"tempC": 1}})
     assert events[-1] == {"type": "RUN_ERROR", "code": "UPSTREAM_TOO_MANY_ROUNDS",
                           "message": "The upstream agent asked for more tool rounds than allowed."}
     assert len(pydantic.bodies) == 1
@@ -221,13 +220,11 @@ async def test_an_upstream_that_always_calls_a_tool_stops_at_max_rounds(serve: A
 
     with scripted_upstream(Script(chunks=script)) as upstream:
         server = serve(agents=[agent(upstream.url, max_rounds=2)])
-        posts: list[int] = []
         events = await run(server, run_body("go", tools=[WEATHER], agentId="up"),
-                           results={"get_weather": {"ok": True}}, posts=posts)
+                           results={"get_weather": {"ok": True}})
     assert len(upstream.bodies) == 3  # the run and two follow-ups
-    assert kinds(events).count("TOOL_CALL_RESULT") == 2
-    # The third call was announced too; the run ends without waiting for its result.
-    assert len(posts) == 3 and posts[:2] == [200, 200]
+    # The third call is answered (its post accepted), but no fourth upstream run starts.
+    assert kinds(events).count("TOOL_CALL_RESULT") == 3
     assert events[-1]["code"] == "UPSTREAM_TOO_MANY_ROUNDS"
 
 

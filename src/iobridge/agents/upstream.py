@@ -138,18 +138,19 @@ class AgUiUpstreamAgent(Agent):
                     result = upstream.result
                 if not upstream.frontend_calls:
                     break
+                answers = await asyncio.gather(
+                    *(call.handle.result() for call in upstream.frontend_calls)
+                )
+                if any(answer.deferred for answer in answers):
+                    break  # next-run mode: the client answers in its next run
                 if follow_ups >= self.max_rounds:
+                    # Checked after the answers: the client's posts are accepted either way.
                     logger.warning("agent %s: more than %d follow-up runs", self.id,
                                    self.max_rounds)
                     raise AgentError(
                         "The upstream agent asked for more tool rounds than allowed.",
                         code="UPSTREAM_TOO_MANY_ROUNDS",
                     )
-                answers = await asyncio.gather(
-                    *(call.handle.result() for call in upstream.frontend_calls)
-                )
-                if any(answer.deferred for answer in answers):
-                    break  # next-run mode: the client answers in its next run
                 messages += upstream.conversation(answers)
                 if upstream.has_state:
                     state = upstream.state
