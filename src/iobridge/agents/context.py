@@ -103,6 +103,13 @@ class ToolCallHandle(Protocol):
         """
         ...
 
+    def complete(self, result: ToolResult) -> None:
+        """End the call if needed and emit TOOL_CALL_RESULT for a result produced elsewhere.
+
+        For agents that front another agent (an upstream AG-UI server ran the tool): the call
+        is reported as a server tool call, stored and replayed like one.
+        """
+
 
 class RunSession(Protocol):
     """What the runtime provides to a ``RunContext``."""

@@ -1,6 +1,7 @@
 """Agent definitions: ``[[agents]]`` tables of ``iobridge.toml``, dicts, or Python.
 
-A definition names a model and its tools; ``build_agent`` turns it into a ``ModelAgent``.
+A definition names a model and its tools; ``build_agent`` turns it into a ``ModelAgent``. A
+table with ``agui_url`` instead fronts another AG-UI server (``build_upstream_agent``).
 ``load_agents`` builds a whole list and never raises: an agent whose key is missing or whose
 tool cannot be imported is reported (and logged) on its own, and the other agents still
 start, so one bad entry never takes the server down.
@@ -23,8 +24,14 @@ from pydantic_ai.settings import ModelSettings
 
 from iobridge.agents.base import Agent
 from iobridge.agents.model import ModelAgent
-from iobridge.agents.providers import AgentConfigError, build_model
+from iobridge.agents.providers import AgentConfigError, build_model, check_base_url
 from iobridge.agents.tools import ServerTool, tool
+from iobridge.agents.upstream import (
+    DEFAULT_MAX_EVENT_BYTES,
+    DEFAULT_MAX_ROUNDS,
+    DEFAULT_TIMEOUT,
+    AgUiUpstreamAgent,
+)
 from iobridge.errors import InputError
 from iobridge.protocol.options import (
     TOOL_RESULT_MODES,
@@ -42,6 +49,12 @@ _KEYS = frozenset({
     "id", "aliases", "name", "description", "instructions", "model", "base_url", "api_key_env",
     "tools", "model_settings", "tool_result_mode", "output_retries", "timeout",
 })
+_UPSTREAM_KEYS = frozenset({
+    "id", "aliases", "name", "description", "agui_url", "headers", "headers_env", "timeout",
+    "max_event_bytes", "max_rounds", "tool_result_mode",
+})
+#: Header names whose values are secrets: they come from ``headers_env``, never the file.
+_SECRET_HEADER = re.compile(r"auth|token|key|secret|cookie|session|password", re.IGNORECASE)
 
 #: What a tool entry may be: ``"package.module:function"``, a ``ServerTool``, or a function.
 ToolSpec = str | ServerTool | Callable[..., Any]
@@ -263,6 +276,13 @@ def load_agents(
         try:
             if isinstance(entry, AgentDefinition):
                 definition = entry
+            elif isinstance(entry, Mapping) and "agui_url" in entry:
+                raw_id = entry.get("id")
+                key = raw_id if isinstance(raw_id, str) and raw_id else key
+                if key in errors or any(a.id == key for a in agents):
+                    raise AgentConfigError(f"duplicate agent id {key!r}")
+                agents.append(build_upstream_agent(entry, environ=environ))
+                continue
             elif isinstance(entry, Mapping):
                 raw_id = entry.get("id")
                 key = raw_id if isinstance(raw_id, str) and raw_id else key
@@ -277,3 +297,101 @@ def load_agents(
             errors[key] = exc.message
             logger.error("agent %s is unavailable: %s", key, exc.message)
     return agents, errors
+
+
+def _number(data: Mapping[str, Any], key: str, default: float, *, integer: bool = False) -> Any:
+    value = data.get(key, default)
+    kinds = int if integer else int | float
+    if isinstance(value, bool) or not isinstance(value, kinds) or not value > 0:
+        raise AgentConfigError(f"'{key}' must be a positive {'integer' if integer else 'number'}")
+    return value
+
+
+def _string_table(data: Mapping[str, Any], key: str) -> dict[str, str]:
+    table = data.get(key, {})
+    if not isinstance(table, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in table.items()
+    ):
+        raise AgentConfigError(f"'{key}' must be a table of strings")
+    return dict(table)
+
+
+def build_upstream_agent(
+    data: Mapping[str, Any], *, environ: Mapping[str, str] | None = None
+) -> AgUiUpstreamAgent:
+    """An ``[[agents]]`` table with ``agui_url``: another AG-UI server as an agent.
+
+    ``headers`` holds plain headers; a header that carries a secret (``Authorization``, an API
+    key, a cookie) is named in ``headers_env`` with the environment variable holding its value.
+
+    Raises:
+        AgentConfigError: an unknown key, a bad value, a secret header in the file, or a
+            ``headers_env`` variable that is not set.
+    """
+    unknown = sorted(k for k in data if k not in _UPSTREAM_KEYS)
+    if unknown:
+        raise AgentConfigError(
+            f"unknown key(s) {', '.join(unknown)} for an agui_url agent; known keys: "
+            f"{', '.join(sorted(_UPSTREAM_KEYS))}"
+        )
+    agent_id = _check_str(data, "id", required=True) or ""
+    url = _check_str(data, "agui_url", required=True) or ""
+    try:
+        check_base_url(url)
+    except AgentConfigError:
+        raise AgentConfigError(
+            "agui_url must be an http:// or https:// URL without credentials; put them in "
+            "headers_env"
+        ) from None
+    aliases = data.get("aliases", [])
+    if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+        raise AgentConfigError("'aliases' must be a list of strings")
+    if not _ID.match(agent_id):
+        raise AgentConfigError("'id' must be 1-64 letters, digits, '.', '_' or '-'")
+    for alias in aliases:
+        if not _ID.match(alias) or alias == agent_id:
+            raise AgentConfigError(
+                f"alias {alias!r} must be 1-64 letters, digits, '.', '_' or '-', not the id"
+            )
+    headers = _string_table(data, "headers")
+    secret = sorted(name for name in headers if _SECRET_HEADER.search(name))
+    if secret:
+        raise AgentConfigError(
+            f"header {secret[0]!r} must not be in the configuration file: put its value in an "
+            "environment variable and name that variable in headers_env"
+        )
+    environ = os.environ if environ is None else environ
+    for name, env_name in _string_table(data, "headers_env").items():
+        if not _ENV_NAME.match(env_name):
+            raise AgentConfigError(
+                f"headers_env {name!r} must name an environment variable, not hold the value"
+            )
+        value = environ.get(env_name, "").strip()
+        if not value:
+            raise AgentConfigError(f"environment variable {env_name} is not set (header {name})")
+        headers[name] = value
+    try:
+        mode = parse_tool_result_mode(
+            _check_str(data, "tool_result_mode"), where="tool_result_mode"
+        )
+    except InputError:
+        raise AgentConfigError(
+            f"tool_result_mode must be one of {', '.join(TOOL_RESULT_MODES)}"
+        ) from None
+    rounds = data.get("max_rounds", DEFAULT_MAX_ROUNDS)
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or not 0 <= rounds <= 100:
+        raise AgentConfigError("'max_rounds' must be an integer between 0 and 100")
+    return AgUiUpstreamAgent(
+        url,
+        id=agent_id,
+        aliases=aliases,
+        name=_check_str(data, "name"),
+        description=_check_str(data, "description") or "",
+        headers=headers,
+        timeout=_number(data, "timeout", DEFAULT_TIMEOUT),
+        max_event_bytes=_number(
+            data, "max_event_bytes", DEFAULT_MAX_EVENT_BYTES, integer=True
+        ),
+        max_rounds=rounds,
+        tool_result_mode=mode,
+    )

@@ -106,6 +106,13 @@ class _Handle:
             self._pending = dispatch.pending.register(dispatch.run, self.tool_call_id, self.name)
         dispatch.session.push(ev.tool_call_end(self.tool_call_id))
 
+    def complete(self, result: ToolResult) -> None:
+        self.end()
+        session = self._dispatch.session
+        if session.guard.ended:
+            raise RunEnded()
+        session.tool_result(self.tool_call_id, result)
+
     async def result(self, args: Mapping[str, Any] | None = None) -> ToolResult:
         self.end()
         dispatch = self._dispatch

@@ -1,0 +1,279 @@
+"""``AgUiUpstreamAgent``: any AG-UI server as an iobridge agent.
+
+Each run is forwarded to the upstream endpoint as a ``RunAgentInput`` (the thread's
+model-visible history, the client's tools, context, state and forwardedProps), and the
+upstream's SSE events become agent outputs (:mod:`iobridge.agents.upstream_events`). The
+runtime and its guard therefore own ids and lifecycle as for any other agent: RUN_STARTED and
+the terminal event are iobridge's, text and reasoning get iobridge's message ids, whatever the
+upstream leaves open is closed, and nothing it sends after its RUN_FINISHED is read.
+
+Frontend tools: an upstream in the plain AG-UI style ends its run after TOOL_CALL_END of a
+client tool. In in-run mode the client's run stays open: the calls wait for their posted
+results (the normal pending path, ``ToolCallHandle.result``), then the upstream gets a
+follow-up run with the assistant tool calls and the tool messages appended, and its events
+continue the same client stream (with the state of the upstream's last STATE_SNAPSHOT, if
+it sent one). In next-run mode the client's run ends with the calls
+pending, as for a model agent.
+
+Failures end the run with a RUN_ERROR whose message is fixed and whose code says what
+happened; the details (status, upstream message) go to the log only:
+
+- ``UPSTREAM_UNAVAILABLE``: the connection failed or broke.
+- ``UPSTREAM_HTTP_ERROR``: a status other than 2xx.
+- ``UPSTREAM_TIMEOUT``: one upstream run took longer than ``timeout``.
+- ``UPSTREAM_PROTOCOL_ERROR``: not an event stream, a malformed event, or an event or line
+  over ``max_event_bytes``.
+- ``UPSTREAM_RUN_ERROR``: the upstream sent RUN_ERROR.
+- ``UPSTREAM_TOO_MANY_ROUNDS``: it asked for frontend tools after ``max_rounds`` follow-ups.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import orjson
+
+from iobridge.agents.base import Agent
+from iobridge.agents.outputs import FinalResult
+from iobridge.agents.upstream_events import UpstreamRound
+from iobridge.errors import AgentError
+from iobridge.protocol.options import TOOL_RESULT_MODES, ToolResultMode
+from iobridge.protocol.sse import SSEDecoder, SSEError
+from iobridge.protocol.text import NUL_ESCAPE
+
+if TYPE_CHECKING:
+    from iobridge.agents.context import RunContext
+    from iobridge.agents.outputs import AgentOutput
+
+__all__ = ["AgUiUpstreamAgent"]
+
+logger = logging.getLogger(__name__)
+
+#: Seconds one upstream run (request to its RUN_FINISHED) may take.
+DEFAULT_TIMEOUT = 300.0
+#: Most bytes one SSE line, and one event, of the upstream may hold.
+DEFAULT_MAX_EVENT_BYTES = 1024 * 1024
+#: Most follow-up upstream runs one client run may start (one per frontend-tool round).
+DEFAULT_MAX_ROUNDS = 8
+
+
+class AgUiUpstreamAgent(Agent):
+    """An agent answered by another AG-UI server (see the module docstring).
+
+    Args:
+        url: The upstream's AG-UI endpoint (``POST`` a ``RunAgentInput``, read SSE).
+        id: Stable agent id (``forwardedProps.agentId``).
+        name: Display name (defaults to ``id``).
+        description: For discovery.
+        aliases: Other ids the agent answers to.
+        headers: Sent with every upstream request (e.g. its credentials).
+        timeout: Seconds one upstream run may take, connection included.
+        max_event_bytes: Most bytes one SSE line or event of the upstream may hold.
+        max_rounds: Most follow-up runs (frontend-tool rounds) per client run.
+        tool_result_mode: ``"in-run"`` or ``"next-run"`` (``None``: the request's, then the
+            server's default).
+        client: An ``httpx.AsyncClient`` to use (proxies, mTLS, pooling); it is never
+            closed here. By default each run opens and closes its own.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        id: str,
+        name: str | None = None,
+        description: str = "",
+        aliases: Sequence[str] = (),
+        headers: Mapping[str, str] | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        max_rounds: int = DEFAULT_MAX_ROUNDS,
+        tool_result_mode: ToolResultMode | None = None,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        if tool_result_mode is not None and tool_result_mode not in TOOL_RESULT_MODES:
+            raise ValueError(f"tool_result_mode must be one of {TOOL_RESULT_MODES}")
+        if not timeout > 0:
+            raise ValueError("timeout must be a positive number of seconds")
+        if max_event_bytes < 1 or max_rounds < 0:
+            raise ValueError("max_event_bytes must be positive and max_rounds not negative")
+        self.url = url
+        self.id = id
+        self.name = name or id
+        self.description = description
+        self.aliases = tuple(aliases)
+        self.headers = {
+            "Accept": "text/event-stream",
+            "Content-Type": "application/json",
+            **(headers or {}),
+            # Raw bytes only: a compressed stream could inflate far past max_event_bytes
+            # inside one read, before the decoder could refuse it.
+            "Accept-Encoding": "identity",
+        }
+        self.timeout = timeout
+        self.max_event_bytes = max_event_bytes
+        self.max_rounds = max_rounds
+        self.tool_result_mode = tool_result_mode
+        self.client = client
+
+    async def run(self, ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        """Forward the run, then drive follow-up runs while frontend tools are answered."""
+        messages = [dict(m) for m in ctx.messages]
+        used_ids = _tool_call_ids(messages)
+        run_id, parent, state = ctx.run_id, None, ctx.state
+        result: Any = None
+        follow_ups = 0
+        async with self._client() as client:
+            while True:
+                upstream = UpstreamRound(ctx, used_ids)
+                body = self._input(ctx, run_id, parent, state, messages)
+                await self._stream(client, body, upstream)
+                if upstream.result is not None:
+                    result = upstream.result
+                if not upstream.frontend_calls:
+                    break
+                answers = await asyncio.gather(
+                    *(call.handle.result() for call in upstream.frontend_calls)
+                )
+                if any(answer.deferred for answer in answers):
+                    break  # next-run mode: the client answers in its next run
+                if follow_ups >= self.max_rounds:
+                    # Checked after the answers: the client's posts are accepted either way.
+                    logger.warning("agent %s: more than %d follow-up runs", self.id,
+                                   self.max_rounds)
+                    raise AgentError(
+                        "The upstream agent asked for more tool rounds than allowed.",
+                        code="UPSTREAM_TOO_MANY_ROUNDS",
+                    )
+                messages += upstream.conversation(answers)
+                if upstream.has_state:
+                    state = upstream.state
+                parent, run_id = run_id, uuid.uuid4().hex
+                follow_ups += 1
+        if result is not None:
+            yield FinalResult(value=result)
+
+    def _client(self) -> contextlib.AbstractAsyncContextManager[httpx.AsyncClient]:
+        if self.client is not None:
+            return contextlib.nullcontext(self.client)
+        return httpx.AsyncClient(timeout=httpx.Timeout(self.timeout))
+
+    @staticmethod
+    def _input(
+        ctx: RunContext, run_id: str, parent: str | None, state: Any,
+        messages: list[dict[str, Any]],
+    ) -> bytes:
+        body: dict[str, Any] = {"threadId": ctx.thread_id, "runId": run_id}
+        if parent is not None:
+            body["parentRunId"] = parent
+        body.update(
+            state=state if state is not None else {},
+            messages=messages,
+            tools=ctx.frontend_tools,
+            context=ctx.context,
+            forwardedProps=ctx.forwarded_props,
+        )
+        return orjson.dumps(body)
+
+    async def _stream(
+        self, client: httpx.AsyncClient, body: bytes, upstream: UpstreamRound
+    ) -> None:
+        """POST one run input and feed the upstream's events until its RUN_FINISHED."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                async with client.stream(
+                    "POST", self.url, content=body, headers=self.headers
+                ) as response:
+                    self._check_response(response)
+                    decoder = SSEDecoder(max_event_bytes=self.max_event_bytes)
+                    async for chunk in response.aiter_raw():
+                        for message in decoder.feed(chunk):
+                            if message.data:
+                                upstream.feed(_parse_event(message.data))
+                            if upstream.finished:
+                                # Anything after the upstream's RUN_FINISHED is not read.
+                                upstream.close()
+                                return
+        except (TimeoutError, httpx.TimeoutException):
+            logger.warning("agent %s: the upstream run timed out after %s s", self.id,
+                           self.timeout)
+            raise AgentError(
+                "The upstream agent did not answer in time.", code="UPSTREAM_TIMEOUT"
+            ) from None
+        except httpx.HTTPError as exc:
+            logger.warning("agent %s: upstream connection failed: %s", self.id,
+                           type(exc).__name__)
+            raise AgentError(
+                "The upstream agent could not be reached.", code="UPSTREAM_UNAVAILABLE"
+            ) from None
+        except SSEError as exc:
+            logger.warning("agent %s: bad upstream stream: %s", self.id, exc)
+            raise AgentError(
+                "The upstream agent sent a malformed event.", code="UPSTREAM_PROTOCOL_ERROR"
+            ) from None
+        # The stream ended without RUN_FINISHED: repaired as if it had finished.
+        upstream.close()
+
+    def _check_response(self, response: httpx.Response) -> None:
+        if not 200 <= response.status_code < 300:
+            logger.warning("agent %s: the upstream answered HTTP %d", self.id,
+                           response.status_code)
+            raise AgentError(
+                f"The upstream agent answered HTTP {response.status_code}.",
+                code="UPSTREAM_HTTP_ERROR",
+            )
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if encoding != "identity":
+            logger.warning("agent %s: the upstream sent a %r-encoded stream", self.id,
+                           encoding[:40])
+            raise AgentError(
+                "The upstream agent sent a compressed stream.", code="UPSTREAM_PROTOCOL_ERROR"
+            )
+        content_type = response.headers.get("content-type", "")
+        if not content_type.lower().startswith("text/event-stream"):
+            logger.warning("agent %s: the upstream answered %r, not an event stream", self.id,
+                           content_type[:100])
+            raise AgentError(
+                "The upstream agent did not answer with an event stream.",
+                code="UPSTREAM_PROTOCOL_ERROR",
+            )
+
+
+def _parse_event(data: str) -> dict[str, Any]:
+    """One SSE ``data`` as an event object with a ``type``.
+
+    U+0000 becomes U+FFFD: the thread stores refuse it, and one odd character from a model
+    should not cost the whole run.
+
+    Raises:
+        AgentError: not JSON, not an object, or no string ``type`` (UPSTREAM_PROTOCOL_ERROR).
+    """
+    nul = NUL_ESCAPE.decode()
+    if nul in data:
+        data = data.replace(nul, "\\ufffd")
+    try:
+        event = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        event = None
+    if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+        logger.warning("malformed upstream event: %r", data[:200])
+        raise AgentError(
+            "The upstream agent sent a malformed event.", code="UPSTREAM_PROTOCOL_ERROR"
+        )
+    return event
+
+
+def _tool_call_ids(messages: Sequence[Mapping[str, Any]]) -> set[str]:
+    """Tool call ids already in the history (an upstream's id that repeats one is replaced)."""
+    return {
+        call["id"]
+        for message in messages
+        for call in (message.get("toolCalls") or [])
+        if isinstance(call, Mapping) and isinstance(call.get("id"), str)
+    }

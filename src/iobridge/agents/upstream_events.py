@@ -1,0 +1,353 @@
+"""One upstream AG-UI run's events as outputs and tool calls of the client's run.
+
+``UpstreamRound`` reads the events of one upstream run and acts on the client's run through
+its ``RunContext``, so the runtime's session and guard decide ids and lifecycle:
+
+- Text and reasoning become ``TextDelta``/``TextEnd`` and ``ReasoningDelta``/``ReasoningEnd``
+  (iobridge's message ids; a message opened and closed without content shows nothing).
+- Tool calls are announced with ``ctx.start_tool_call`` (the upstream's id when it is a
+  valid id not used before in the thread, a new one otherwise). A call the upstream answers
+  with TOOL_CALL_RESULT is completed as a server tool call; a call of a client tool is kept
+  for the agent to await (``frontend_calls``).
+- Steps, state snapshots and deltas, CUSTOM become their outputs; RAW and other types go to
+  the guard as they are (it drops malformed ones and wraps unknown types in RAW).
+- RUN_STARTED is dropped (the guard emits its own), RUN_FINISHED ends the round (its
+  ``result`` is kept), RUN_ERROR fails the run. MESSAGES_SNAPSHOT and
+  REASONING_ENCRYPTED_VALUE are dropped: they name the upstream's message ids, which the
+  client never sees, and iobridge's thread memory owns the history.
+
+The round also folds what it announced into AG-UI messages in the upstream's ids
+(``conversation``), which a follow-up upstream run receives after the tool results.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from iobridge.agents import outputs as out
+from iobridge.agents.context import ToolResult
+from iobridge.errors import AgentError, InputError
+from iobridge.protocol import events as ev
+from iobridge.protocol.text import validate_id
+
+if TYPE_CHECKING:
+    from iobridge.agents.context import RunContext, ToolCallHandle
+
+logger = logging.getLogger(__name__)
+
+_DROPPED = frozenset({ev.RUN_STARTED, ev.MESSAGES_SNAPSHOT, "REASONING_ENCRYPTED_VALUE"})
+
+
+@dataclass(slots=True, eq=False)
+class UpstreamCall:
+    """A tool call the upstream announced."""
+
+    handle: ToolCallHandle
+    #: The call as the upstream's history holds it (arguments filled in at its end).
+    entry: dict[str, Any]
+    frontend: bool
+    fragments: list[str] = field(default_factory=list)
+    ended: bool = False
+    answered: bool = False
+
+
+class UpstreamRound:
+    """The events of one upstream run, applied to the client's run.
+
+    Args:
+        ctx: The client's run.
+        used_ids: Tool call ids taken in the thread and this run (updated as calls start).
+    """
+
+    def __init__(self, ctx: RunContext, used_ids: set[str]) -> None:
+        self.ctx = ctx
+        self.used_ids = used_ids
+        #: The upstream ended its run (RUN_FINISHED); nothing after it is read.
+        self.finished = False
+        #: ``RUN_FINISHED.result``, when the upstream gave one.
+        self.result: Any = None
+        #: The upstream's last STATE_SNAPSHOT (``has_state``), for its follow-up run.
+        self.state: Any = None
+        self.has_state = False
+        #: Client tool calls, in order, for the agent to await after the round.
+        self.frontend_calls: list[UpstreamCall] = []
+        self._calls: dict[str, UpstreamCall] = {}
+        self._messages: list[dict[str, Any]] = []
+        self._assistant: dict[str, Any] | None = None
+        self._text: str | None = None
+        self._closed_texts: set[str] = set()
+        self._reasoning: str | None = None
+        self._chunk_call: str | None = None
+
+    def feed(self, event: dict[str, Any]) -> None:
+        """Apply one upstream event (an object with a string ``type``).
+
+        Raises:
+            AgentError: the upstream sent RUN_ERROR (``UPSTREAM_RUN_ERROR``).
+        """
+        kind = event["type"]
+        if self._chunk_call is not None and kind != ev.TOOL_CALL_CHUNK:
+            self._end_call(self._chunk_call)
+            self._chunk_call = None
+        handler = _HANDLERS.get(kind)
+        if handler is not None:
+            handler(self, event)
+        elif kind not in _DROPPED:
+            self.ctx.emit(out.RawEvent(event=event))
+
+    def close(self) -> None:
+        """End the round: close its open call chunk, text and reasoning."""
+        if self._chunk_call is not None:
+            self._end_call(self._chunk_call)
+            self._chunk_call = None
+        if self._text is not None:
+            self.ctx.emit(out.TextEnd())
+            self._text = None
+        if self._reasoning is not None:
+            self.ctx.emit(out.ReasoningEnd())
+            self._reasoning = None
+
+    def conversation(self, answers: Sequence[ToolResult]) -> list[dict[str, Any]]:
+        """What this round adds to the upstream's history: its assistant messages and tool
+        results, then ``answers`` (the results of ``frontend_calls``, in order).
+
+        Calls that never ended, and non-client calls the upstream did not answer, are left
+        out: a history with an unpaired call is refused by most model providers.
+        """
+        kept = {
+            id(call.entry) for call in self._calls.values()
+            if call.ended and (call.answered or call.frontend)
+        }
+        messages = []
+        for message in self._messages:
+            message = dict(message)
+            if "content" in message:
+                message["content"] = "".join(message["content"])
+            calls = [c for c in message.pop("toolCalls", []) if id(c) in kept]
+            if calls:
+                message["toolCalls"] = calls
+            if message["role"] != "assistant" or "content" in message or calls:
+                messages.append(message)
+        for call, answer in zip(self.frontend_calls, answers, strict=True):
+            messages.append(_tool_message(call.entry["id"], answer.content))
+        return messages
+
+    # -- run lifecycle ---------------------------------------------------------------
+
+    def _on_run_finished(self, event: dict[str, Any]) -> None:
+        self.finished = True
+        self.result = event.get("result")
+
+    def _on_run_error(self, event: dict[str, Any]) -> None:
+        logger.warning("the upstream agent failed: %r (code %r)",
+                       str(event.get("message"))[:300], str(event.get("code"))[:64])
+        raise AgentError("The upstream agent reported an error.", code="UPSTREAM_RUN_ERROR")
+
+    # -- text and reasoning ----------------------------------------------------------
+
+    def _on_text_content(self, event: dict[str, Any]) -> None:
+        message_id = event.get("messageId")
+        delta = event.get("delta")
+        if not isinstance(message_id, str) or not isinstance(delta, str) or not delta:
+            return
+        if message_id in self._closed_texts:
+            return
+        if message_id != self._text:
+            if self._text is not None:
+                self.ctx.emit(out.TextEnd())
+            self._text = message_id
+            self.ctx.emit(out.TextDelta(delta=delta))
+        else:
+            self.ctx.emit(delta)
+        assistant = self._assistant_message()
+        assistant.setdefault("content", []).append(delta)
+
+    def _on_text_end(self, event: dict[str, Any]) -> None:
+        message_id = event.get("messageId")
+        if not isinstance(message_id, str):
+            return
+        if message_id == self._text:
+            self.ctx.emit(out.TextEnd())
+            self._text = None
+        self._closed_texts.add(message_id)
+
+    def _on_text_chunk(self, event: dict[str, Any]) -> None:
+        message_id = event.get("messageId")
+        if not isinstance(message_id, str):
+            message_id = self._text or "chunk"
+        self._on_text_content({"messageId": message_id, "delta": event.get("delta")})
+
+    def _on_reasoning_content(self, event: dict[str, Any]) -> None:
+        message_id = event.get("messageId")
+        message_id = message_id if isinstance(message_id, str) else self._reasoning or "thinking"
+        delta = event.get("delta")
+        if not isinstance(delta, str) or not delta:
+            return
+        if self._reasoning is not None and message_id != self._reasoning:
+            self.ctx.emit(out.ReasoningEnd())
+        self._reasoning = message_id
+        self.ctx.emit(out.ReasoningDelta(delta=delta))
+
+    def _on_reasoning_end(self, event: dict[str, Any]) -> None:
+        if self._reasoning is not None:
+            self.ctx.emit(out.ReasoningEnd())
+            self._reasoning = None
+
+    # -- tool calls ------------------------------------------------------------------
+
+    def _on_tool_start(self, event: dict[str, Any]) -> None:
+        upstream_id = event.get("toolCallId")
+        name = event.get("toolCallName")
+        if (
+            not isinstance(upstream_id, str) or not upstream_id
+            or not isinstance(name, str) or not name
+            or upstream_id in self._calls
+        ):
+            return
+        handle = self.ctx.start_tool_call(name, tool_call_id=self._local_id(upstream_id))
+        self.used_ids.add(handle.tool_call_id)
+        entry = {"id": upstream_id, "type": "function",
+                 "function": {"name": name, "arguments": "{}"}}
+        self._assistant_message().setdefault("toolCalls", []).append(entry)
+        self._calls[upstream_id] = UpstreamCall(
+            handle=handle, entry=entry, frontend=self.ctx.session.is_frontend_tool(name)
+        )
+
+    def _local_id(self, upstream_id: str) -> str | None:
+        """The upstream's id when the client's run can use it (``None``: make one)."""
+        try:
+            validate_id(upstream_id)
+        except InputError:
+            return None
+        return None if upstream_id in self.used_ids else upstream_id
+
+    def _on_tool_args(self, event: dict[str, Any]) -> None:
+        call = self._calls.get(event.get("toolCallId"))  # type: ignore[arg-type]
+        delta = event.get("delta")
+        if call is not None and not call.ended and isinstance(delta, str) and delta:
+            call.fragments.append(delta)
+            call.handle.add_args(delta)
+
+    def _on_tool_end(self, event: dict[str, Any]) -> None:
+        upstream_id = event.get("toolCallId")
+        if isinstance(upstream_id, str):
+            self._end_call(upstream_id)
+
+    def _end_call(self, upstream_id: str) -> None:
+        call = self._calls.get(upstream_id)
+        if call is None or call.ended:
+            return
+        call.ended = True
+        call.entry["function"]["arguments"] = "".join(call.fragments) or "{}"
+        call.handle.end()
+        if call.frontend:
+            self.frontend_calls.append(call)
+
+    def _on_tool_chunk(self, event: dict[str, Any]) -> None:
+        upstream_id = event.get("toolCallId")
+        if isinstance(upstream_id, str) and upstream_id != self._chunk_call:
+            if self._chunk_call is not None:
+                self._end_call(self._chunk_call)
+            self._on_tool_start(
+                {"toolCallId": upstream_id, "toolCallName": event.get("toolCallName")}
+            )
+            self._chunk_call = upstream_id if upstream_id in self._calls else None
+        if self._chunk_call is not None:
+            self._on_tool_args({"toolCallId": self._chunk_call, "delta": event.get("delta")})
+
+    def _on_tool_result(self, event: dict[str, Any]) -> None:
+        upstream_id = event.get("toolCallId")
+        call = self._calls.get(upstream_id) if isinstance(upstream_id, str) else None
+        if call is None or call.frontend or call.answered:
+            return  # the client answers its own tools; a second result is dropped
+        self._end_call(upstream_id)  # type: ignore[arg-type]
+        content = event.get("content")
+        if not isinstance(content, str):
+            content = orjson.dumps(content, default=str).decode()
+        call.answered = True
+        call.handle.complete(ToolResult(content=content))
+        self._messages.append(_tool_message(call.entry["id"], content))
+        self._assistant = None
+
+    # -- steps, state, custom --------------------------------------------------------
+
+    def _on_step_started(self, event: dict[str, Any]) -> None:
+        name = event.get("stepName")
+        if isinstance(name, str) and name:
+            self.ctx.emit(out.StepStarted(name=name))
+
+    def _on_step_finished(self, event: dict[str, Any]) -> None:
+        name = event.get("stepName")
+        if isinstance(name, str) and name:
+            self.ctx.emit(out.StepFinished(name=name))
+
+    def _on_state_snapshot(self, event: dict[str, Any]) -> None:
+        self.state, self.has_state = event.get("snapshot"), True
+        self.ctx.emit(out.StateSnapshot(snapshot=self.state))
+
+    def _on_state_delta(self, event: dict[str, Any]) -> None:
+        patch = event.get("delta")
+        if isinstance(patch, list):
+            self.ctx.emit(out.StateDelta(patch=patch))
+
+    def _on_custom(self, event: dict[str, Any]) -> None:
+        name = event.get("name")
+        if isinstance(name, str) and name:
+            self.ctx.emit(out.CustomEvent(name=name, value=event.get("value")))
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _assistant_message(self) -> dict[str, Any]:
+        """The assistant message the round's text and calls go to (a new one after a result)."""
+        if self._assistant is None:
+            self._assistant = {"id": uuid.uuid4().hex, "role": "assistant"}
+            self._messages.append(self._assistant)
+        return self._assistant
+
+
+def _tool_message(tool_call_id: str, content: str) -> dict[str, Any]:
+    return {"id": uuid.uuid4().hex, "role": "tool", "toolCallId": tool_call_id,
+            "content": content}
+
+
+def _skip(upstream: UpstreamRound, event: dict[str, Any]) -> None:
+    """Events whose effect comes with the next one (a message opens with its content)."""
+
+
+_Handler = Callable[[UpstreamRound, dict[str, Any]], None]
+_HANDLERS: dict[str, _Handler] = {
+    ev.RUN_FINISHED: UpstreamRound._on_run_finished,
+    ev.RUN_ERROR: UpstreamRound._on_run_error,
+    ev.TEXT_MESSAGE_START: _skip,  # opened by its first content
+    ev.TEXT_MESSAGE_CONTENT: UpstreamRound._on_text_content,
+    ev.TEXT_MESSAGE_END: UpstreamRound._on_text_end,
+    ev.TEXT_MESSAGE_CHUNK: UpstreamRound._on_text_chunk,
+    ev.REASONING_START: _skip,
+    ev.REASONING_MESSAGE_START: _skip,
+    ev.REASONING_MESSAGE_CONTENT: UpstreamRound._on_reasoning_content,
+    ev.REASONING_MESSAGE_CHUNK: UpstreamRound._on_reasoning_content,
+    ev.REASONING_MESSAGE_END: UpstreamRound._on_reasoning_end,
+    ev.REASONING_END: UpstreamRound._on_reasoning_end,
+    # The deprecated THINKING_* family of AG-UI 0.x, still sent by older servers.
+    "THINKING_START": _skip,
+    "THINKING_TEXT_MESSAGE_START": _skip,
+    "THINKING_TEXT_MESSAGE_CONTENT": UpstreamRound._on_reasoning_content,
+    "THINKING_TEXT_MESSAGE_END": UpstreamRound._on_reasoning_end,
+    "THINKING_END": UpstreamRound._on_reasoning_end,
+    ev.TOOL_CALL_START: UpstreamRound._on_tool_start,
+    ev.TOOL_CALL_ARGS: UpstreamRound._on_tool_args,
+    ev.TOOL_CALL_END: UpstreamRound._on_tool_end,
+    ev.TOOL_CALL_CHUNK: UpstreamRound._on_tool_chunk,
+    ev.TOOL_CALL_RESULT: UpstreamRound._on_tool_result,
+    ev.STEP_STARTED: UpstreamRound._on_step_started,
+    ev.STEP_FINISHED: UpstreamRound._on_step_finished,
+    ev.STATE_SNAPSHOT: UpstreamRound._on_state_snapshot,
+    ev.STATE_DELTA: UpstreamRound._on_state_delta,
+    ev.CUSTOM: UpstreamRound._on_custom,
+}
