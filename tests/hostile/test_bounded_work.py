@@ -21,10 +21,13 @@ from tests.helpers import run_body
 
 from iobridge.config import Settings
 
-RESPONSIVE = 0.1
+#: A stall detector, not a speed figure: the issue's reproduction held the loop for 2.4 s, a
+#: healthy server answers in milliseconds, and a loaded CI machine (load 12 on 2 cores was
+#: seen) adds up to ~0.2 s of scheduling noise. The bound sits between the two.
+RESPONSIVE = 0.6
 #: A run at the limit is accepted and stored: writing 10,000 rows holds the loop for one
-#: batch insert (0.1-0.2 s on a busy 2-core machine); still five times under the 2.4 s stall.
-RESPONSIVE_AT_LIMIT = 0.5
+#: batch insert (0.1-0.2 s on a busy 2-core machine, more under load).
+RESPONSIVE_AT_LIMIT = 1.2
 TRIALS = 5
 
 
