@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from iobridge.agents.context import ToolResult
 from iobridge.app import Backend
-from iobridge.errors import InputError
 from iobridge.http.body import read_body, read_json_object
 from iobridge.http.security import CurrentBackend, CurrentPrincipal
 from iobridge.protocol.run_input import RUN_AGENT_INPUT_SCHEMA
 from iobridge.protocol.sse import PING, sse_frames
+from iobridge.protocol.tool_result import parse_tool_result
 from iobridge.runtime.run import Run
 from iobridge.runtime.runlog import LogTrimmed
 
@@ -68,34 +65,6 @@ async def start_run(
     """
     body = await read_body(request, backend.settings.max_body_bytes)
     return _sse(backend, await backend.start_run(principal, body))
-
-
-def parse_tool_result(data: dict[str, Any]) -> ToolResult:
-    """Read ``{"result"|"content"|"output": ..., "isError"?, "error"?}``.
-
-    Raises:
-        InputError: none of the result keys, or keys of the wrong type.
-    """
-    is_error = data.get("isError", False)
-    if not isinstance(is_error, bool):
-        raise InputError("isError must be a boolean")
-    error = data.get("error")
-    if error is not None and not isinstance(error, str):
-        raise InputError("error must be a string")
-    if "content" in data:
-        if not isinstance(data["content"], str):
-            raise InputError("content must be a string")
-        value: Any = data["content"]
-    elif "result" in data:
-        value = data["result"]
-    elif "output" in data:
-        value = data["output"]
-    elif error is not None:
-        value = {"error": error}
-    else:
-        raise InputError("body must carry one of: result, content, output, error")
-    content = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
-    return ToolResult(content=content, value=value, is_error=is_error or error is not None)
 
 
 @router.post(
