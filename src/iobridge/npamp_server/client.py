@@ -280,8 +280,9 @@ class AgUiClient:
                 if frame.channel != self.channel:
                     continue
                 events = self.session.receive_frame(frame.frame_type, frame.payload)
-                async with self._lock:
-                    await self._flush_locked()
+                if self.session.wants_to_send():
+                    async with self._lock:
+                        await self._flush_locked()
                 for event in events:
                     stream = self._streams.get(getattr(event, "correlation_id", None) or b"")
                     if stream is not None:

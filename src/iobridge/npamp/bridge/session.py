@@ -175,6 +175,10 @@ class BridgeSession:
         out, self._outbox = self._outbox, []
         return out
 
+    def wants_to_send(self) -> bool:
+        """Whether :meth:`data_to_send` has frames waiting (saves a lock on the hot path)."""
+        return bool(self._outbox)
+
     def state_of(self, role: Role, correlation_id: bytes) -> StreamState | None:
         """The state of one stream, or ``None`` if this session does not know it."""
         stream = self._streams.get((role, correlation_id))
