@@ -9,12 +9,12 @@ from contextlib import aclosing
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from iobridge.agents.tool_result import parse_tool_result
 from iobridge.app import Backend
 from iobridge.http.body import read_body, read_json_object
 from iobridge.http.security import CurrentBackend, CurrentPrincipal
 from iobridge.protocol.run_input import RUN_AGENT_INPUT_SCHEMA
 from iobridge.protocol.sse import PING, sse_frames
-from iobridge.protocol.tool_result import parse_tool_result
 from iobridge.runtime.run import Run
 from iobridge.runtime.runlog import LogTrimmed
 

@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
+from iobridge.agents.tool_result import parse_tool_result
 from iobridge.errors import InputError, IobridgeError
 from iobridge.npamp.bridge import Role, TransportErrorCode
 from iobridge.npamp.bridge.agui_opaque import EventArrayWriter, Route, parse_route
@@ -41,7 +42,6 @@ from iobridge.npamp.bridge.opaque import (
 )
 from iobridge.npamp.errors import NpampError
 from iobridge.npamp_server.principals import Refusal
-from iobridge.protocol.tool_result import parse_tool_result
 from iobridge.runtime.runlog import LogTrimmed
 
 if TYPE_CHECKING:
