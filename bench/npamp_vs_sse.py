@@ -10,6 +10,11 @@ the N-PAMP figures include both ends' per-frame work (seal/open, Bridge TLVs, on
 frame). Wire bytes: SSE counts the HTTP response body (``id:``/``data:`` framing, before TLS, no
 headers); N-PAMP counts whole frames (36-octet header + Bridge TLVs + event + 16-octet AEAD tag),
 before TLS. Run: ``.venv/bin/python bench/npamp_vs_sse.py [--deltas N]``.
+
+``--processes``: the server (HTTP and N-PAMP listeners on one Backend) runs in its own process
+and this process is only the client, so neither end's work is counted in the other's time.
+It then also prints the server's CPU per event for each transport (``/proc/<pid>/stat`` utime +
+stime around each transfer, 10 ms ticks) and the events/s ratio N-PAMP replay / SSE replay.
 """
 
 from __future__ import annotations
@@ -18,7 +23,10 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import socket
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -33,7 +41,7 @@ from iobridge.agents.outputs import AgentOutput
 from iobridge.config import Settings
 from iobridge.http.app import create_app
 from iobridge.npamp.aio import self_signed_certificate, server_ssl_context
-from iobridge.npamp.handshake import IdentityKey, SignatureScheme
+from iobridge.npamp.handshake import IdentityKey, SignatureScheme, keygen, load_identity
 from iobridge.npamp_server.client import connect
 from iobridge.npamp_server.server import AgUiServer
 
@@ -72,15 +80,20 @@ async def _npamp(client: Any, run: Any) -> tuple[int, int, float]:
     return count, wire, time.perf_counter() - start
 
 
-async def main(deltas: int) -> None:
-    http_port = _free_port()
+RUN_INPUT = {"threadId": "bench", "runId": "bench-run", "messages": [
+    {"id": "u1", "role": "user", "content": "go"}], "forwardedProps": {"agentId": "bench"}}
+
+
+@contextlib.asynccontextmanager
+async def _server(
+    deltas: int, server_key: IdentityKey, http_port: int, npamp_port: int = 0
+) -> AsyncIterator[int]:
+    """HTTP (uvicorn) and N-PAMP listeners on one Backend; yields the N-PAMP port."""
     settings = Settings(port=http_port, database_url="memory://", log_level="warning",
                         npamp={"agui_peers": "*", "trusted_peers": "*",
                                "anonymous_max_effect": 3})
     app = create_app(settings, agents=[_agent(deltas)])
     backend = app.state.backend
-    server_key = IdentityKey.generate(SignatureScheme.ED25519)
-    client_key = IdentityKey.generate(SignatureScheme.ED25519)
     http = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=http_port,
                                          log_level="warning"))
     http_task = asyncio.create_task(http.serve())
@@ -89,45 +102,132 @@ async def main(deltas: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         npamp = AgUiServer(backend, identity=server_key)
         ssl_ctx = server_ssl_context(*self_signed_certificate(tmp))
-        listener = await npamp.listen("127.0.0.1", 0, ssl_ctx)
-        pins = [server_key.fingerprint]
-        run_input = {"threadId": "bench", "runId": "bench-run", "messages": [
-            {"id": "u1", "role": "user", "content": "go"}], "forwardedProps": {"agentId": "bench"}}
-        async with connect("127.0.0.1", listener.port, identity=client_key, pinned=pins) as c:
-            stream = c.run(run_input)
-            live = await _npamp(c, stream)
-            corr = stream.correlation_id
-        async with connect("127.0.0.1", listener.port, identity=client_key, pinned=pins) as c:
-            replay = await _npamp(c, c.resume(corr, 0))
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{http_port}") as client:
-            start = time.perf_counter()
-            body, sse_events, pending = 0, 0, b""
-            async with client.stream("GET", "/io-bridge/runs/bench-run/events") as response:
-                async for chunk in response.aiter_raw():
-                    body += len(chunk)
-                    *frames, pending = (pending + chunk).split(b"\n\n")
-                    for frame in frames:  # decode like the N-PAMP client does
-                        json.loads(frame.split(b"data: ", 1)[1])
-                        sse_events += 1
-            sse_seconds = time.perf_counter() - start
-        await listener.wait_closed()
-    http.should_exit = True
-    with contextlib.suppress(asyncio.CancelledError):
-        await http_task
+        listener = await npamp.listen("127.0.0.1", npamp_port, ssl_ctx)
+        try:
+            yield listener.port
+        finally:
+            await listener.wait_closed()
+            http.should_exit = True
+            with contextlib.suppress(asyncio.CancelledError):
+                await http_task
 
-    print(f"one run, {deltas} text deltas, {sse_events} AG-UI events (same log, same octets)")
-    print(f"{'transport':<28}{'events':>8}{'seconds':>10}{'events/s':>12}{'bytes/event':>13}")
+
+def _cpu(pid: int | None) -> float:
+    """Seconds of CPU (user + system) the process ``pid`` used so far; 0 in-process."""
+    if pid is None:
+        return 0.0
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _client(
+    deltas: int, http_port: int, npamp_port: int, server_fp: str, pid: int | None
+) -> None:
+    client_key = IdentityKey.generate(SignatureScheme.ED25519)
+    pins = [server_fp]
+    cpu: dict[str, float] = {}
+    async with connect("127.0.0.1", npamp_port, identity=client_key, pinned=pins) as c:
+        stream = c.run(RUN_INPUT)
+        before = _cpu(pid)
+        live = await _npamp(c, stream)
+        cpu["live"] = _cpu(pid) - before
+        corr = stream.correlation_id
+    async with connect("127.0.0.1", npamp_port, identity=client_key, pinned=pins) as c:
+        before = _cpu(pid)
+        replay = await _npamp(c, c.resume(corr, 0))
+        cpu["replay"] = _cpu(pid) - before
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{http_port}") as client:
+        before = _cpu(pid)
+        start = time.perf_counter()
+        body, sse_events, pending = 0, 0, b""
+        async with client.stream("GET", "/io-bridge/runs/bench-run/events") as response:
+            async for chunk in response.aiter_raw():
+                body += len(chunk)
+                *frames, pending = (pending + chunk).split(b"\n\n")
+                for frame in frames:  # decode like the N-PAMP client does
+                    json.loads(frame.split(b"data: ", 1)[1])
+                    sse_events += 1
+        sse_seconds = time.perf_counter() - start
+        cpu["sse"] = _cpu(pid) - before
+
+    where = "server in its own process" if pid is not None else "client and server in one process"
+    print(f"one run, {deltas} text deltas, {sse_events} AG-UI events (same log, same octets); "
+          f"{where}")
+    cpu_head = f"{'server CPU us/event':>21}" if pid is not None else ""
+    print(f"{'transport':<28}{'events':>8}{'seconds':>10}{'events/s':>12}{'bytes/event':>13}"
+          f"{cpu_head}")
     rows = [
-        ("N-PAMP live (run + carry)", *live),
-        ("N-PAMP replay (resume 0)", *replay),
-        ("SSE replay (GET events)", sse_events, body, sse_seconds),
+        ("N-PAMP live (run + carry)", *live, cpu["live"]),
+        ("N-PAMP replay (resume 0)", *replay, cpu["replay"]),
+        ("SSE replay (GET events)", sse_events, body, sse_seconds, cpu["sse"]),
     ]
-    for name, events, wire, seconds in rows:
+    for name, events, wire, seconds, used in rows:
+        cpu_col = f"{used / events * 1e6:>21.1f}" if pid is not None else ""
         print(f"{name:<28}{events:>8}{seconds:>10.3f}{events / seconds:>12.0f}"
-              f"{wire / events:>13.1f}")
+              f"{wire / events:>13.1f}{cpu_col}")
+    ratio = (replay[0] / replay[2]) / (sse_events / sse_seconds)
+    print(f"events/s ratio, N-PAMP replay / SSE replay: {ratio:.2f}x")
+    if pid is not None and cpu["sse"] > 0:
+        per_npamp, per_sse = cpu["replay"] / replay[0], cpu["sse"] / sse_events
+        print(f"server CPU per event, N-PAMP replay / SSE replay: {per_npamp / per_sse:.2f}x")
+
+
+async def main(deltas: int) -> None:
+    server_key = IdentityKey.generate(SignatureScheme.ED25519)
+    http_port = _free_port()
+    async with _server(deltas, server_key, http_port) as npamp_port:
+        await _client(deltas, http_port, npamp_port, server_key.fingerprint, None)
+
+
+async def serve_forever(deltas: int, key_path: str, http_port: int, npamp_port: int) -> None:
+    """The ``--serve`` side of ``--processes``: listen until terminated."""
+    async with _server(deltas, load_identity(key_path), http_port, npamp_port):
+        await asyncio.Event().wait()
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"server did not listen on {port}")
+
+
+def processes(deltas: int) -> None:
+    """Server in a child process, client here."""
+    http_port, npamp_port = _free_port(), _free_port()
+    with tempfile.TemporaryDirectory() as tmp:
+        key_path = keygen(os.path.join(tmp, "server.key"))
+        fingerprint = load_identity(key_path).fingerprint
+        cmd = [sys.executable, __file__, "--serve", "--deltas", str(deltas), "--key",
+               str(key_path), "--http-port", str(http_port), "--npamp-port", str(npamp_port)]
+        proc = subprocess.Popen(cmd)
+        try:
+            _wait_for_port(http_port, proc)
+            _wait_for_port(npamp_port, proc)
+            asyncio.run(_client(deltas, http_port, npamp_port, fingerprint, proc.pid))
+        finally:
+            proc.terminate()
+            proc.wait(10)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--deltas", type=int, default=10_000)
-    asyncio.run(main(parser.parse_args().deltas))
+    parser.add_argument("--processes", action="store_true",
+                        help="server in its own process; report its CPU per event")
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--key", help=argparse.SUPPRESS)
+    parser.add_argument("--http-port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--npamp-port", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        asyncio.run(serve_forever(args.deltas, args.key, args.http_port, args.npamp_port))
+    elif args.processes:
+        processes(args.deltas)
+    else:
+        asyncio.run(main(args.deltas))

@@ -73,6 +73,22 @@ class NpampPeer(BaseModel):
         return value
 
 
+class NpampOpaquePeer(BaseModel):
+    """A peer agreed on a private protocol_id for opaque carriage of AG-UI (CC-OPAQUE §3)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: ``sha256:<hex>`` of the peer's identity public key.
+    fingerprint: str
+    #: The privately agreed id; experimental range only (CC-OPAQUE §3 item 2).
+    protocol_id: int = Field(ge=0x10, le=0x7F)
+
+    @field_validator("fingerprint")
+    @classmethod
+    def _fingerprint(cls, value: str) -> str:
+        return _check_fingerprint(value)
+
+
 class NpampSettings(BaseModel):
     """How the server carries AG-UI runs over N-PAMP (off unless ``port`` is set)."""
 
@@ -95,6 +111,12 @@ class NpampSettings(BaseModel):
     agui_peers: list[str] | Literal["*"] = Field(default_factory=list)
     #: The agreed AG-UI protocol_id (experimental range; MAP-AGUI §2).
     agui_protocol_id: int = Field(default=0x35, ge=0x10, le=0xFF)
+    #: Peers that carry AG-UI under NPAMP-CC-OPAQUE with a private protocol_id (the
+    #: fallback without the STREAM mapping; see docs/npamp-agui.md). Always trusted.
+    opaque_peers: list[NpampOpaquePeer] = Field(default_factory=list)
+    #: Frontend tool mode of runs carried opaquely: their tool results come in the same run,
+    #: through the carried ``POST /runs/{runId}/tool-calls/{toolCallId}/result`` route.
+    opaque_tool_result_mode: ToolResultMode = "in-run"
     #: Peer key → principal. With ``auth.mode = none`` unlisted peers act as the anonymous
     #: principal; otherwise an unlisted peer cannot start runs.
     peers: list[NpampPeer] = Field(default_factory=list)
@@ -119,6 +141,20 @@ class NpampSettings(BaseModel):
     @classmethod
     def _fingerprints(cls, value: list[str] | str) -> list[str] | str:
         return value if isinstance(value, str) else [_check_fingerprint(v) for v in value]
+
+    @model_validator(mode="after")
+    def _one_class_per_id(self) -> NpampSettings:
+        seen: set[str] = set()
+        for peer in self.opaque_peers:
+            if peer.protocol_id == self.agui_protocol_id:
+                raise ValueError(
+                    f"opaque_peers: protocol_id 0x{peer.protocol_id:02x} is the AG-UI STREAM id"
+                    " (agui_protocol_id); one id names one carriage"
+                )
+            if peer.fingerprint in seen:
+                raise ValueError(f"opaque_peers: {peer.fingerprint} is listed twice")
+            seen.add(peer.fingerprint)
+        return self
 
     @field_validator("channels")
     @classmethod

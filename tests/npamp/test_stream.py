@@ -494,3 +494,38 @@ def test_fuzz_receive_frame_never_raises(frames: list[tuple[int, bytes]]) -> Non
                     event.error, b.BridgeProtocolError
                 )
     session.data_to_send()
+
+
+def test_consumer_fast_path_matches_the_checked_decoder(
+    client: BridgeSession, agent: BridgeSession
+) -> None:
+    """After one checked data frame, frames with the same envelope take the per-event path;
+    anything it does not recognise still gets the checked decoder's exact answer."""
+    started(client, agent)
+    data = FT.BRIDGE_STREAM_DATA
+    for event_id in (1, 2):
+        (event,) = client.receive_frame(data, data_frame(b"c1", event_id, b'{"n":%d}' % event_id))
+        assert event == StreamDataReceived(
+            correlation_id=b"c1", event_id=event_id, data=b'{"n":%d}' % event_id, resumable=True
+        )
+    # A SafetyLabel after the StreamControl is not part of the event.
+    label = b.push_safety_label(b.SafetyLabel(effect=b.Effect.READ_ONLY))
+    framed = data_frame(b"c1", 3, b"")
+    (event,) = client.receive_frame(data, framed + label + b'{"n":3}')
+    assert isinstance(event, StreamDataReceived) and event.data == b'{"n":3}'
+    # cancel_ack on a data frame, and a repeated event_id: refused as before.
+    bad_ack = bytearray(data_frame(b"c1", 4))
+    flags_at = 4 + bad_ack[3] + 4 + 2  # envelope TLV, StreamControl type/length, version, control
+    bad_ack[flags_at] |= 0x02
+    (rejected,) = client.receive_frame(data, bytes(bad_ack))
+    assert isinstance(rejected, BridgeFrameRejected)
+    assert isinstance(rejected.error, b.StreamControlMisplaced)
+    client.data_to_send()
+    started(client, agent, b"c2")
+    client.receive_frame(data, data_frame(b"c2", 5))
+    (again,) = client.receive_frame(data, data_frame(b"c2", 5))
+    assert isinstance(again, BridgeFrameRejected)
+    assert isinstance(again.error, EventIdNotIncreasing)
+    assert client.state_of(Role.CONSUMER, b"c2") is StreamState.FAILED
+    (late,) = client.receive_frame(data, data_frame(b"c2", 6))  # the failed stream: not fast
+    assert isinstance(late, BridgeFrameRejected)

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from iobridge.agents.context import ToolResult
-from iobridge.errors import InputError
+from iobridge.agents.tool_result import parse_tool_result
 from iobridge.http.body import read_body, read_json_object
 from iobridge.http.event_stream import RunEventStream
 from iobridge.http.security import CurrentBackend, CurrentPrincipal
 from iobridge.protocol.run_input import RUN_AGENT_INPUT_SCHEMA
 
 router = APIRouter()
+
 
 @router.post(
     "/run",
@@ -40,34 +37,6 @@ async def start_run(
     """
     body = await read_body(request, backend.settings.max_body_bytes)
     return RunEventStream(backend, await backend.start_run(principal, body))
-
-
-def parse_tool_result(data: dict[str, Any]) -> ToolResult:
-    """Read ``{"result"|"content"|"output": ..., "isError"?, "error"?}``.
-
-    Raises:
-        InputError: none of the result keys, or keys of the wrong type.
-    """
-    is_error = data.get("isError", False)
-    if not isinstance(is_error, bool):
-        raise InputError("isError must be a boolean")
-    error = data.get("error")
-    if error is not None and not isinstance(error, str):
-        raise InputError("error must be a string")
-    if "content" in data:
-        if not isinstance(data["content"], str):
-            raise InputError("content must be a string")
-        value: Any = data["content"]
-    elif "result" in data:
-        value = data["result"]
-    elif "output" in data:
-        value = data["output"]
-    elif error is not None:
-        value = {"error": error}
-    else:
-        raise InputError("body must carry one of: result, content, output, error")
-    content = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
-    return ToolResult(content=content, value=value, is_error=is_error or error is not None)
 
 
 @router.post(

@@ -38,6 +38,13 @@ from iobridge.npamp.bridge import (
     StreamState,
     TransportErrorCode,
 )
+from iobridge.npamp.bridge.agui_opaque import (
+    RUN_ROUTE,
+    EventArrayReader,
+    MalformedEventArray,
+    cancel_route,
+    tool_result_route,
+)
 from iobridge.npamp.bridge.events import (
     BridgeErrorReceived,
     BridgeFrameRejected,
@@ -46,10 +53,27 @@ from iobridge.npamp.bridge.events import (
     StreamDataReceived,
     StreamEnded,
 )
+from iobridge.npamp.bridge.opaque import (
+    OpaqueErrorReceived,
+    OpaqueEvent,
+    OpaqueResponse,
+    OpaqueSession,
+    OpaqueStreamData,
+    OpaqueStreamEnded,
+)
 from iobridge.npamp.errors import ErrorCode, NpampError, TransportError
 from iobridge.npamp.handshake import HandshakeConfig, IdentityKey, PeerVerifier, PinnedPeers
 
-__all__ = ["AgUiClient", "AgUiEvent", "RunRefused", "RunStream", "connect"]
+__all__ = [
+    "AgUiClient",
+    "AgUiEvent",
+    "OpaqueAgUiClient",
+    "OpaqueRunStream",
+    "RunRefused",
+    "RunStream",
+    "connect",
+    "connect_opaque",
+]
 
 BRIDGE_CHANNEL = 0x000D
 _LIVE = frozenset({StreamState.CONSUMING, StreamState.RESUMING})
@@ -256,8 +280,9 @@ class AgUiClient:
                 if frame.channel != self.channel:
                     continue
                 events = self.session.receive_frame(frame.frame_type, frame.payload)
-                async with self._lock:
-                    await self._flush_locked()
+                if self.session.wants_to_send():
+                    async with self._lock:
+                        await self._flush_locked()
                 for event in events:
                     stream = self._streams.get(getattr(event, "correlation_id", None) or b"")
                     if stream is not None:
@@ -267,6 +292,167 @@ class AgUiClient:
         finally:
             for stream in self._streams.values():
                 stream._queue.put_nowait(error)
+
+
+class OpaqueRunStream:
+    """The events of one run carried opaquely; iterate with ``async for``.
+
+    ``event_id`` of each event is its position in the run (1, 2, 3...): opaque carriage has
+    no event ids and no resume. Attributes: ``ended`` once the array closed.
+    """
+
+    def __init__(
+        self, client: OpaqueAgUiClient, correlation_id: bytes, body: bytes, label: SafetyLabel
+    ) -> None:
+        self._client = client
+        self._request: tuple[bytes, SafetyLabel] | None = (body, label)
+        self._queue: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue()
+        self._reader = EventArrayReader()
+        self.correlation_id = correlation_id
+        self.ended = False
+
+    def __aiter__(self) -> AsyncIterator[AgUiEvent]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[AgUiEvent]:
+        if self._request is not None:
+            (body, label), self._request = self._request, None
+            await self._client._request(self.correlation_id, RUN_ROUTE, body, label)
+        count = 0
+        while not self.ended:
+            item = await self._queue.get()
+            if isinstance(item, BaseException):
+                self.ended = True
+                raise item
+            if item is None:
+                self.ended = True
+                return
+            count += 1
+            yield AgUiEvent(event_id=count, raw=item, data=json.loads(item))
+
+    def _deliver(self, event: OpaqueEvent) -> None:
+        try:
+            if isinstance(event, OpaqueStreamData | OpaqueStreamEnded):
+                for raw in self._reader.feed(event.data):
+                    self._queue.put_nowait(raw)
+                if isinstance(event, OpaqueStreamEnded):
+                    if not self._reader.closed:
+                        raise MalformedEventArray("the reply ended before its array closed")
+                    self._queue.put_nowait(None)
+            elif isinstance(event, OpaqueErrorReceived):
+                self._queue.put_nowait(RunRefused(event.code, event.message, event.body))
+            elif isinstance(event, OpaqueResponse):
+                raise MalformedEventArray("a run was answered by a single response")
+            elif isinstance(event, BridgeFrameRejected):
+                self._queue.put_nowait(event.error)
+        except MalformedEventArray as exc:
+            self._queue.put_nowait(TransportError(f"malformed run reply: {exc}"))
+
+
+class OpaqueAgUiClient:
+    """AG-UI runs carried under NPAMP-CC-OPAQUE: the io route surface as opaque JSON
+    (see :mod:`iobridge.npamp.bridge.agui_opaque`). Use :func:`connect_opaque`.
+
+    Tool results go back in the same run (:meth:`submit_tool_result`); :meth:`cancel` stops
+    a run, which then ends with ``RUN_FINISHED`` outcome cancelled.
+    """
+
+    def __init__(
+        self,
+        association: Association,
+        *,
+        protocol_id: int,
+        channel: int = BRIDGE_CHANNEL,
+        safety: Effect = Effect.NON_IDEMPOTENT_WRITE,
+    ) -> None:
+        self.association, self.channel, self.safety = association, channel, safety
+        self.session = OpaqueSession(protocol_id=protocol_id)
+        self._streams: dict[bytes, OpaqueRunStream] = {}
+        self._calls: dict[bytes, asyncio.Future[OpaqueEvent]] = {}
+        self._lock = asyncio.Lock()
+        self._reader = asyncio.create_task(self._read())
+
+    def run(
+        self, run_input: Mapping[str, Any] | bytes, *, safety: Effect | None = None
+    ) -> OpaqueRunStream:
+        """Start a run (on first iteration of the returned stream)."""
+        body = run_input if isinstance(run_input, bytes) else _json(run_input)
+        label = SafetyLabel(effect=self.safety if safety is None else safety)
+        corr = os.urandom(8).hex().encode()
+        stream = OpaqueRunStream(self, corr, body, label)
+        self._streams[corr] = stream
+        return stream
+
+    async def submit_tool_result(
+        self, run_id: str, tool_call_id: str, result: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Deliver a frontend tool's result (``{"content"|"result"|"output": ..., ...}``).
+
+        Raises:
+            RunRefused: the server refused it (the io error object is in ``body``).
+        """
+        return await self._call(tool_result_route(run_id, tool_call_id), _json(result))
+
+    async def cancel(self, run_id: str) -> dict[str, Any]:
+        """Stop a run: ``{"status": "cancelling"}``, or ``"ended"`` if it had ended."""
+        return await self._call(cancel_route(run_id), b"{}")
+
+    async def aclose(self) -> None:
+        """Stop reading (the association itself is closed by :func:`connect_opaque`)."""
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reader
+
+    async def _call(self, method: str, body: bytes) -> dict[str, Any]:
+        corr = os.urandom(8).hex().encode()
+        future: asyncio.Future[OpaqueEvent] = asyncio.get_running_loop().create_future()
+        self._calls[corr] = future
+        try:
+            await self._request(corr, method, body, SafetyLabel(effect=self.safety))
+            answer = await future
+        finally:
+            self._calls.pop(corr, None)
+        if isinstance(answer, OpaqueResponse):
+            value: dict[str, Any] = json.loads(answer.body)
+            return value
+        if isinstance(answer, OpaqueErrorReceived):
+            raise RunRefused(answer.code, answer.message, answer.body)
+        raise TransportError(f"unexpected answer to {method}: {answer!r}")
+
+    async def _request(self, corr: bytes, method: str, body: bytes, label: SafetyLabel) -> None:
+        async with self._lock:
+            self.session.request(corr, body, method=method, safety_label=label)
+            await self._flush_locked()
+
+    async def _flush_locked(self) -> None:
+        for frame_type, payload in self.session.data_to_send():
+            await self.association.send(self.channel, frame_type, payload)
+
+    async def _read(self) -> None:
+        error: BaseException = TransportError("association closed")
+        try:
+            while True:
+                frame = await self.association.receive()
+                if frame.channel != self.channel:
+                    continue
+                events = self.session.receive_frame(frame.frame_type, frame.payload)
+                async with self._lock:
+                    await self._flush_locked()
+                for event in events:
+                    corr = getattr(event, "correlation_id", None) or b""
+                    future = self._calls.get(corr)
+                    if future is not None and not future.done():
+                        future.set_result(event)
+                    elif (stream := self._streams.get(corr)) is not None:
+                        stream._deliver(event)
+        except (NpampError, OSError, ssl.SSLError) as exc:
+            error = exc if isinstance(exc, NpampError) else TransportError(str(exc))
+        finally:
+            for stream in self._streams.values():
+                stream._queue.put_nowait(error)
+            for future in self._calls.values():
+                if not future.done():
+                    future.set_exception(error)
 
 
 def _json(value: Mapping[str, Any]) -> bytes:
@@ -281,6 +467,24 @@ def _default_ssl_context() -> ssl.SSLContext:
     connections, and building one per association was most of the cost of setting one up.
     """
     return client_ssl_context(verify=False)
+
+
+@contextlib.asynccontextmanager
+async def _associate(
+    host: str,
+    port: int,
+    identity: IdentityKey,
+    pinned: PeerVerifier | Iterable[str | os.PathLike[str]],
+    ssl_context: ssl.SSLContext | None,
+    handshake_timeout: float,
+) -> AsyncIterator[Association]:
+    verifier = pinned if callable(pinned) else PinnedPeers(pinned)
+    config = TransportConfig(
+        handshake=HandshakeConfig(identities=[identity], peer_verifier=verifier),
+        handshake_timeout=handshake_timeout,
+    )
+    async with npamp_connect(host, port, ssl_context or _default_ssl_context(), config) as assoc:
+        yield assoc
 
 
 @contextlib.asynccontextmanager
@@ -314,14 +518,31 @@ async def connect(
         TransportError: TCP/TLS failure.
         HandshakeFailure: The server key is not pinned, or the handshake failed.
     """
-    verifier = pinned if callable(pinned) else PinnedPeers(pinned)
-    config = TransportConfig(
-        handshake=HandshakeConfig(identities=[identity], peer_verifier=verifier),
-        handshake_timeout=handshake_timeout,
-    )
-    ctx = ssl_context or _default_ssl_context()
-    async with npamp_connect(host, port, ctx, config) as assoc:
+    async with _associate(host, port, identity, pinned, ssl_context, handshake_timeout) as assoc:
         client = AgUiClient(assoc, channel=channel, protocol_id=protocol_id, safety=safety)
+        try:
+            yield client
+        finally:
+            await client.aclose()
+
+
+@contextlib.asynccontextmanager
+async def connect_opaque(
+    host: str,
+    port: int,
+    *,
+    identity: IdentityKey,
+    pinned: PeerVerifier | Iterable[str | os.PathLike[str]],
+    protocol_id: int,
+    ssl_context: ssl.SSLContext | None = None,
+    channel: int = BRIDGE_CHANNEL,
+    safety: Effect = Effect.NON_IDEMPOTENT_WRITE,
+    handshake_timeout: float = 10.0,
+) -> AsyncIterator[OpaqueAgUiClient]:
+    """Like :func:`connect`, for a server agreed with us on ``protocol_id`` for opaque
+    carriage (NPAMP-CC-OPAQUE) instead of the STREAM mapping."""
+    async with _associate(host, port, identity, pinned, ssl_context, handshake_timeout) as assoc:
+        client = OpaqueAgUiClient(assoc, protocol_id=protocol_id, channel=channel, safety=safety)
         try:
             yield client
         finally:

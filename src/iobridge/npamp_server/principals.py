@@ -3,16 +3,27 @@
 N-PAMP authenticates a peer by its identity key (the handshake proves possession), so the key's
 fingerprint plays the part an API key plays over HTTP: it names a :class:`~iobridge.auth.Principal`
 with its resourceIds and its maximum SafetyLabel effect. Agreement on the experimental AG-UI
-protocol_id is a separate, per-peer configuration fact (NPAMP-REG §7.1).
+protocol_id, and on a private one for opaque carriage, are separate, per-peer configuration
+facts (NPAMP-REG §7.1, CC-OPAQUE §3).
 """
 
 from __future__ import annotations
 
 from iobridge.auth import ANONYMOUS, DEFAULT_RESOURCE, Authenticator, Principal
 from iobridge.config import ANY_PEER, NpampSettings
+from iobridge.npamp.bridge import Effect, SafetyLabel, SafetyPolicyViolation, TransportErrorCode
+from iobridge.npamp.bridge.safety import check
 from iobridge.npamp.handshake import PinnedPeers, SignatureScheme, fingerprint
 
-__all__ = ["PeerDirectory"]
+__all__ = ["PeerDirectory", "Refusal"]
+
+
+class Refusal(Exception):
+    """A request is answered with a transport error instead of being carried out."""
+
+    def __init__(self, code: TransportErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
 
 
 class PeerDirectory:
@@ -41,17 +52,26 @@ class PeerDirectory:
         self._trust_any = settings.trusted_peers == ANY_PEER
         self._trusted = PinnedPeers(() if self._trust_any else settings.trusted_peers)
         self._agreed = None if settings.agui_peers == ANY_PEER else frozenset(settings.agui_peers)
+        self._opaque = {peer.fingerprint: peer.protocol_id for peer in settings.opaque_peers}
 
     def trusts(self, scheme: SignatureScheme, public_key: bytes) -> bool:
         """Handshake peer verifier: configured peers, agreed peers and ``trusted_peers``."""
         if self._trust_any or public_key in self._trusted:
             return True
         fp = fingerprint(public_key)
-        return fp in self._principals or (self._agreed is not None and fp in self._agreed)
+        return (
+            fp in self._principals
+            or fp in self._opaque
+            or (self._agreed is not None and fp in self._agreed)
+        )
 
     def agreed(self, public_key: bytes) -> bool:
         """Whether this peer agreed on the AG-UI protocol_id out of band."""
         return self._agreed is None or fingerprint(public_key) in self._agreed
+
+    def opaque_protocol_id(self, public_key: bytes) -> int | None:
+        """The private protocol_id this peer uses for opaque carriage, if it has one."""
+        return self._opaque.get(fingerprint(public_key))
 
     def principal(self, public_key: bytes) -> Principal | None:
         """The principal an authenticated key acts as; ``None`` when it may not start runs.
@@ -70,3 +90,18 @@ class PeerDirectory:
                 max_effect=self.settings.anonymous_max_effect,
             )
         return None
+
+    def authorize(self, public_key: bytes, label: SafetyLabel | None) -> Principal:
+        """The principal, if its effect ceiling admits the label (absent = destructive).
+
+        Raises:
+            Refusal: NotDelivered (no principal) or SafetyPolicy (label above the ceiling).
+        """
+        principal = self.principal(public_key)
+        if principal is None:
+            raise Refusal(TransportErrorCode.NOT_DELIVERED, "this peer has no principal")
+        try:
+            check(label, Effect(principal.max_effect))
+        except SafetyPolicyViolation as exc:
+            raise Refusal(TransportErrorCode.SAFETY_POLICY, str(exc)) from None
+        return principal

@@ -52,10 +52,8 @@ from iobridge.npamp.association import AssociationConfig
 from iobridge.npamp.bridge import (
     RUN_METHOD,
     BridgeSession,
-    Effect,
     Role,
     SafetyLabel,
-    SafetyPolicyViolation,
     StreamState,
     TransportErrorCode,
 )
@@ -66,6 +64,7 @@ from iobridge.npamp.bridge.discovery import (
     ProtocolRecord,
     push_disco_announce,
 )
+from iobridge.npamp.bridge.envelope import recover_envelope
 from iobridge.npamp.bridge.events import (
     BridgeErrorReceived,
     CancelRequested,
@@ -73,10 +72,11 @@ from iobridge.npamp.bridge.events import (
     ResumeRequested,
     RunRequested,
 )
-from iobridge.npamp.bridge.safety import check
+from iobridge.npamp.bridge.opaque import OpaqueSession
 from iobridge.npamp.errors import NpampError
 from iobridge.npamp.handshake import HandshakeConfig, IdentityKey, SignatureScheme, load_identity
-from iobridge.npamp_server.principals import PeerDirectory
+from iobridge.npamp_server.opaque import OpaqueCarrier
+from iobridge.npamp_server.principals import PeerDirectory, Refusal
 from iobridge.runtime.runlog import LogTrimmed
 
 if TYPE_CHECKING:
@@ -92,14 +92,6 @@ logger = logging.getLogger("iobridge.npamp")
 DISCO_ANNOUNCE = 0x0103
 _PRODUCING = frozenset({StreamState.PRODUCING, StreamState.RESUME_RECEIVED})
 _GONE = (NpampError, OSError, ssl.SSLError)
-
-
-class _Refusal(Exception):
-    """A run or resume is answered with a transport error instead of a stream."""
-
-    def __init__(self, code: TransportErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code, self.message = code, message
 
 
 class AgUiServer:
@@ -194,6 +186,18 @@ class _Peer:
         }
         self.lock = asyncio.Lock()
         self.streams: dict[tuple[int, bytes], _Forwarding] = {}
+        #: The private protocol_id of opaque carriage with this peer, if agreed (CC-OPAQUE §3).
+        self.opaque_id = server.peers.opaque_protocol_id(assoc.peer_identity)
+        self.opaque: OpaqueCarrier | None = None
+        if self.opaque_id is not None:
+            self.opaque = OpaqueCarrier(
+                server.backend,
+                {c: OpaqueSession(protocol_id=self.opaque_id) for c in server.settings.channels},
+                authorize=self._authorize,
+                lock=self.lock,
+                flush=self._flush_opaque,
+                peer=assoc.peer_identity.hex()[:16],
+            )
         # Queries get the AG-UI record only under agreement (MAP-AGUI §7), else an empty result.
         self.discovery = DiscoveryResponder([self._record()] if self.agreed else [])
 
@@ -211,6 +215,9 @@ class _Peer:
                 session = self.sessions.get(frame.channel)
                 if session is None:
                     continue
+                if self.opaque is not None and self._is_opaque(frame.payload):
+                    await self.opaque.receive(frame.channel, frame.frame_type, frame.payload)
+                    continue
                 events = session.receive_frame(frame.frame_type, frame.payload)
                 await self._flush(frame.channel)
                 for event in events:
@@ -222,6 +229,13 @@ class _Peer:
             for task in tasks:
                 task.cancel()  # each detaches with the resume grace
             await asyncio.gather(*tasks, return_exceptions=True)
+            if self.opaque is not None:
+                await self.opaque.aclose()
+
+    def _is_opaque(self, payload: bytes) -> bool:
+        """Whether a Bridge frame names the opaque protocol_id (as far as it can be read)."""
+        envelope = recover_envelope(payload)
+        return envelope is not None and envelope.protocol_id == self.opaque_id
 
     def _dispatch(self, channel: int, event: Event) -> None:
         key = (channel, event.correlation_id or b"")
@@ -264,15 +278,7 @@ class _Peer:
     # -- runs ---------------------------------------------------------------------------
 
     def _authorize(self, label: SafetyLabel | None) -> Principal:
-        """The principal, if its effect ceiling admits the label (absent = destructive)."""
-        principal = self.server.peers.principal(self.assoc.peer_identity)
-        if principal is None:
-            raise _Refusal(TransportErrorCode.NOT_DELIVERED, "this peer has no principal")
-        try:
-            check(label, Effect(principal.max_effect))
-        except SafetyPolicyViolation as exc:
-            raise _Refusal(TransportErrorCode.SAFETY_POLICY, str(exc)) from None
-        return principal
+        return self.server.peers.authorize(self.assoc.peer_identity, label)
 
     async def _run(self, channel: int, event: RunRequested) -> None:
         corr = event.correlation_id
@@ -281,7 +287,7 @@ class _Peer:
             run = await self.server.backend.start_run(
                 principal, event.body, tool_result_mode=self.server.settings.tool_result_mode
             )
-        except _Refusal as exc:
+        except Refusal as exc:
             await self._fail(channel, corr, exc.code, exc.message)
             return
         except IobridgeError as exc:
@@ -296,7 +302,7 @@ class _Peer:
         try:
             principal = self._authorize(event.safety_label)
             run, after = self._resumable_run(principal, corr, event.cursor)
-        except _Refusal as exc:
+        except Refusal as exc:
             await self._fail(channel, corr, exc.code, exc.message)
             return
         await self._forward(channel, corr, principal, run, after)
@@ -305,20 +311,20 @@ class _Peer:
         """The retained run behind (principal, correlation_id), re-authorized (CC-STREAM §12)."""
         entry = self.server.streams.get((principal.id, corr))
         if entry is None:
-            raise _Refusal(TransportErrorCode.NOT_RESUMABLE, "no resumable stream with this id")
+            raise Refusal(TransportErrorCode.NOT_RESUMABLE, "no resumable stream with this id")
         try:
             return self.server.backend.resume(principal, entry[1], cursor)
         except NotFoundError:
             self.server.streams.pop((principal.id, corr), None)
-            raise _Refusal(
+            raise Refusal(
                 TransportErrorCode.NOT_RESUMABLE, "the run is no longer retained"
             ) from None
         except InputError:
-            raise _Refusal(
+            raise Refusal(
                 TransportErrorCode.NOT_RESUMABLE, "the cursor is beyond the stream"
             ) from None
         except IobridgeError as exc:  # no longer retained, too many followers
-            raise _Refusal(TransportErrorCode.NOT_RESUMABLE, exc.message) from None
+            raise Refusal(TransportErrorCode.NOT_RESUMABLE, exc.message) from None
 
     async def _forward(
         self, channel: int, corr: bytes, principal: Principal, run: Run, after: int
@@ -368,6 +374,11 @@ class _Peer:
 
     async def _flush_locked(self, channel: int) -> None:
         frames = self.sessions[channel].data_to_send()
+        if frames:
+            await self.assoc.send_many(channel, frames)
+
+    async def _flush_opaque(self, channel: int, session: OpaqueSession) -> None:
+        frames = session.data_to_send()
         if frames:
             await self.assoc.send_many(channel, frames)
 

@@ -361,6 +361,29 @@ class NpampConnection:
     # -- receive ------------------------------------------------------------------------------
 
     def _process(self, frame: Frame, events: list[Event]) -> None:
+        header = frame[0]
+        frame_type, channel = header[0], header[1]
+        if self._state is AssociationState.OPEN and channel in self._channels:
+            # The per-frame path: an open association, an enabled channel (never GREASE:
+            # 0xF000-0xFFFE cannot be enabled); the same steps as below, fewer lookups.
+            st = self._recv.get(channel)
+            payload = (st if st is not None else self._recv_state(channel)).open(frame)
+            if header.flags & _UNSUPPORTED_FLAGS:
+                raise UnsupportedFlag(f"flags 0x{header.flags:x}: COMP/FRAG undefined")
+            handler = _HANDLERS.get(frame_type)
+            if handler is None or (handler[1] and channel != Channel.CONTROL):
+                events.append(
+                    FrameReceived(
+                        channel=channel,
+                        frame_type=frame_type,
+                        payload=payload,
+                        seq=header[2],
+                        urgent=header.urgent,
+                    )
+                )
+                return
+            handler[0](self, frame, payload, events)
+            return
         if frame.grease:
             events.append(
                 FrameDropped(channel=frame.channel, frame_type=frame.frame_type, reason="grease")

@@ -128,6 +128,7 @@ __all__ = [
     "TransportErrorCode",
     "correlates",
     "error_reply",
+    "peek_data_stream_control",
     "pull_bridge_error_body",
     "pull_bridge_message",
     "pull_envelope",
@@ -452,6 +453,34 @@ def pull_stream_control(value: bytes) -> StreamControl:
         resumable=bool(flags & _SC_FLAG_RESUMABLE),
         cancel_ack=bool(flags & _SC_FLAG_CANCEL_ACK),
     )
+
+
+def peek_data_stream_control(payload: bytes, pos: int) -> tuple[int, bool, int] | None:
+    """The per-event consumer path's reading of a DATA StreamControl TLV at ``pos``.
+
+    Returns:
+        ``(event_id, resumable, end)`` when the TLV there is a well-formed version 1 DATA
+        StreamControl without cancel_ack and no further Bridge TLV (StreamControl,
+        SafetyLabel) follows it; ``None`` otherwise (the caller then runs the full decoder).
+    """
+    if len(payload) - pos < _SC_TLV.size:
+        return None
+    tlv_type, length, version, control, flags, event_id = _SC_TLV.unpack_from(payload, pos)
+    if (
+        tlv_type != TlvType.STREAM_CONTROL
+        or length != STREAM_CONTROL_LENGTH
+        or version != STREAM_CONTROL_VERSION
+        or control != Control.DATA
+        or flags & _SC_FLAG_CANCEL_ACK
+    ):
+        return None
+    end = pos + _SC_TLV.size
+    if len(payload) - end >= TLV_HEADER_SIZE and _TL.unpack_from(payload, end)[0] in (
+        TlvType.STREAM_CONTROL,
+        TlvType.SAFETY_LABEL,
+    ):
+        return None
+    return event_id, bool(flags & _SC_FLAG_RESUMABLE), end
 
 
 def push_safety_label(label: SafetyLabel) -> bytes:

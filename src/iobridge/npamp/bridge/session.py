@@ -44,6 +44,7 @@ from iobridge.npamp.bridge.envelope import (
     StreamControlMissing,
     TransportErrorCode,
     error_reply,
+    peek_data_stream_control,
     pull_bridge_error_body,
     pull_bridge_message,
     push_bridge_error_body,
@@ -73,6 +74,7 @@ from iobridge.npamp.bridge.state import (
     next_state,
 )
 from iobridge.npamp.errors import InvalidState
+from iobridge.npamp.wire.tlv import TLV_HEADER_SIZE
 
 __all__ = [
     "AGUI_PROTOCOL_ID",
@@ -106,6 +108,8 @@ class _Stream:
     label: SafetyLabel | None = None
     #: Producer: the encoded envelope TLV of this stream's data frames (constant per stream).
     data_envelope: bytes = b""
+    #: Consumer: the envelope TLV its data frames arrive with, once one passed every check.
+    recv_envelope: bytes = b""
 
     def expect(self, event: StreamInput, *, local: bool) -> StreamState:
         """The state ``event`` leads to; a pair missing from the table sends us to ``ERROR``."""
@@ -153,6 +157,8 @@ class BridgeSession:
         self._streams: dict[tuple[Role, bytes], _Stream] = {}
         self._closed: dict[tuple[Role, bytes], None] = {}
         self._outbox: list[tuple[int, bytes]] = []
+        #: Envelope TLV octets → the consumer stream whose data frames carry them (fast path).
+        self._recv_envelopes: dict[bytes, _Stream] = {}
         self._handlers = {
             BridgeFrameType.BRIDGE_REQUEST: self._recv_request,
             BridgeFrameType.BRIDGE_RESPONSE: self._recv_response,
@@ -168,6 +174,10 @@ class BridgeSession:
         """Drain the queued ``(frame_type, plaintext payload)`` pairs, in order."""
         out, self._outbox = self._outbox, []
         return out
+
+    def wants_to_send(self) -> bool:
+        """Whether :meth:`data_to_send` has frames waiting (saves a lock on the hot path)."""
+        return bool(self._outbox)
 
     def state_of(self, role: Role, correlation_id: bytes) -> StreamState | None:
         """The state of one stream, or ``None`` if this session does not know it."""
@@ -185,11 +195,18 @@ class BridgeSession:
             The events it produced. A refused frame yields :class:`BridgeFrameRejected` and,
             where the rules call for one, a queued BRIDGE_ERROR; the session stays usable.
         """
+        if frame_type == BridgeFrameType.BRIDGE_STREAM_DATA:
+            fast = self._fast_data(payload)
+            if fast is not None:
+                return fast
         msg: BridgeMessage | None = None
         try:
             msg = pull_bridge_message(frame_type, payload)
             self._check_carriage(msg)
-            return self._handlers[msg.frame_type](msg)
+            events = self._handlers[msg.frame_type](msg)
+            if events and msg.frame_type is BridgeFrameType.BRIDGE_STREAM_DATA:
+                self._learn_envelope(msg.envelope.correlation_id, payload)
+            return events
         except BridgeProtocolError as exc:
             if msg is not None and exc.envelope is None:
                 exc.frame_type, exc.envelope = msg.frame_type, msg.envelope
@@ -200,6 +217,45 @@ class BridgeSession:
             known = exc.envelope if exc.envelope is not None else exc.recovered
             corr = None if known is None else known.correlation_id
             return [BridgeFrameRejected(correlation_id=corr, error=exc, replied=reply is not None)]
+
+    def _learn_envelope(self, corr: bytes, payload: bytes) -> None:
+        """Remember the envelope TLV of a data frame that passed every check (fast path)."""
+        stream = self._streams.get((Role.CONSUMER, corr))
+        if stream is None or stream.recv_envelope:
+            return
+        stream.recv_envelope = payload[: TLV_HEADER_SIZE + int.from_bytes(payload[2:4], "big")]
+        self._recv_envelopes[stream.recv_envelope] = stream
+
+    def _fast_data(self, payload: bytes) -> list[Event] | None:
+        """The per-event consumer path, or ``None`` to take the checked decoder.
+
+        Taken only when the frame starts with the very envelope octets an earlier data frame
+        of a CONSUMING stream passed every check with (so the same envelope, carriage and
+        method rules hold), followed by a DATA StreamControl with a fresh event_id and no
+        further Bridge TLV. Anything else, valid or not, goes through the full decoder, which
+        raises the precise error.
+        """
+        if len(payload) < TLV_HEADER_SIZE:
+            return None
+        end = TLV_HEADER_SIZE + int.from_bytes(payload[2:4], "big")
+        stream = self._recv_envelopes.get(payload[:end])
+        if stream is None or stream.state is not StreamState.CONSUMING:
+            return None
+        control = peek_data_stream_control(payload, end)
+        if control is None or control[0] <= stream.last_event_id:
+            return None
+        event_id, resumable, pos = control
+        if stream.floor is not None and event_id <= stream.floor:
+            return []  # already consumed before the resume: discard (CC-STREAM §6.3)
+        stream.last_event_id, stream.resumable = event_id, resumable
+        return [
+            StreamDataReceived(
+                correlation_id=stream.correlation_id,
+                event_id=event_id,
+                data=payload[pos:],
+                resumable=resumable,
+            )
+        ]
 
     # -- consumer API -----------------------------------------------------------------------
 
@@ -524,6 +580,9 @@ class BridgeSession:
     def _close(self, stream: _Stream) -> None:
         """Remember a terminated stream, forgetting the oldest beyond the bound."""
         key = (stream.role, stream.correlation_id)
+        if stream.recv_envelope:
+            self._recv_envelopes.pop(stream.recv_envelope, None)
+            stream.recv_envelope = b""
         self._closed[key] = None
         while len(self._closed) > self.max_closed_streams:
             oldest = next(iter(self._closed))
