@@ -97,11 +97,11 @@ def _wait_port(process: subprocess.Popen[bytes], port: int, what: str) -> None:
         time.sleep(0.05)
 
 
-def write_config(workdir: Path) -> Path:
-    """auth api-key with alice and bob (keys in the environment)."""
+def write_config(workdir: Path, *, api_keys: bool = True) -> Path:
+    """auth api-key with alice and bob (keys in the environment), or no auth."""
     config = workdir / "iobridge.toml"
     config.write_text(
-        '[auth]\nmode = "api-key"\n'
+        "" if not api_keys else '[auth]\nmode = "api-key"\n'
         + "".join(f'[[auth.api_keys]]\nkey_env = "CLUSTER_KEY_{name.upper()}"\n'
                   f'principal = "{name}"\n' for name in KEYS),
         encoding="utf-8",
@@ -143,6 +143,7 @@ class Replica:
 def start_replica(
     name: str, workdir: Path, *, redis_url: str, database_url: str, prefix: str,
     env: dict[str, str] | None = None, args: tuple[str, ...] = (), npamp: bool = False,
+    api_keys: bool = True,
 ) -> Replica:
     port = free_port()
     npamp_port = free_port() if npamp else None
@@ -157,7 +158,7 @@ def start_replica(
     }
     full_env.pop("IOBRIDGE_CONFIG", None)
     command = [sys.executable, "-m", "iobridge.cli", "serve", "--host", "127.0.0.1",
-               "--port", str(port), "--config", str(write_config(workdir)), *args]
+               "--port", str(port), "--config", str(write_config(workdir, api_keys=api_keys)), *args]
     if npamp_port is not None:
         command += ["--npamp-port", str(npamp_port), "--npamp-agree"]
     process = subprocess.Popen(command, cwd=workdir, env=full_env,
