@@ -221,6 +221,13 @@ class Settings(BaseSettings):
     #: Agent definitions (``[[agents]]`` tables of the TOML file).
     agents: list[dict[str, Any]] = Field(default_factory=list)
 
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("redis_url must be a redis://, rediss:// or unix:// URL")
+        return value
+
     @model_validator(mode="after")
     def _heartbeat_in_bound(self) -> Settings:
         if self.owner_lost_seconds < 2 * self.heartbeat_seconds:

@@ -8,12 +8,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.cluster.replicas import WEATHER, Replica, start_replica
 from typer.testing import CliRunner
 
 from iobridge.cli import app
 from iobridge.npamp.handshake import IdentityKey, SignatureScheme, load_identity
 from iobridge.npamp_server.client import connect
-from tests.cluster.replicas import WEATHER, Replica, start_replica
 
 pytestmark = pytest.mark.timeout(90)
 
