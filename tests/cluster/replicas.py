@@ -157,8 +157,9 @@ def start_replica(
         **(env or {}),
     }
     full_env.pop("IOBRIDGE_CONFIG", None)
+    config = write_config(workdir, api_keys=api_keys)
     command = [sys.executable, "-m", "iobridge.cli", "serve", "--host", "127.0.0.1",
-               "--port", str(port), "--config", str(write_config(workdir, api_keys=api_keys)), *args]
+               "--port", str(port), "--config", str(config), *args]
     if npamp_port is not None:
         command += ["--npamp-port", str(npamp_port), "--npamp-agree"]
     process = subprocess.Popen(command, cwd=workdir, env=full_env,
