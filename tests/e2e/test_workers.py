@@ -43,7 +43,8 @@ def _forwarded_results(redis_url: str) -> int:
 def test_frontend_tool_round_trips_across_two_workers(workers: tuple[str, str]) -> None:
     url, redis_url = workers
     runs = 0
-    for runs in range(1, 41):
+    while runs < 40:
+        runs += 1
         report = run_client(url, 'Please call get_weather {"city": "Paris"}', tools=[WEATHER],
                             frontend_results={"get_weather": {"temperature": 21}})
         [post] = report["posts"]
