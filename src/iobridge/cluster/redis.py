@@ -17,17 +17,21 @@ no two (owner, runId) pairs share a key):
   heartbeat, released by compare-and-delete once the run's messages are stored.
 * ``P:hb:<replica>``: the heartbeat. A follower that sees it expire appends ``RUN_ERROR``
   ``RUN_LOST`` — atomically, only if the log has no terminal event yet.
-* ``P:cmd:<replica>`` (pub/sub) and ``P:reply:<id>`` (list): commands for a run's owner
-  (tool result, cancel, follower attach/detach) and their answers.
+* ``P:cmd:<replica>`` and ``P:answer:<replica>`` (pub/sub): commands for a run's owner (tool
+  result, cancel, follower attach/detach) and the answers to the replica that asked.
+
+Claims, mirror batches, releases and publishes of all runs ready at once go to Redis in one
+pipeline (one round trip, one connection), so the cost per run stays a few script calls.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from itertools import count
 from typing import Any
 
@@ -49,8 +53,6 @@ logger = logging.getLogger("iobridge.cluster")
 MAX_CONNECTIONS = 1024
 #: Seconds a forwarded command waits for its owner's answer.
 FORWARD_TIMEOUT = 5.0
-#: Seconds a reply list outlives an answer nobody picked up.
-REPLY_TTL_MS = 10_000
 #: Entries one follower read returns at most.
 FOLLOW_COUNT = 512
 #: Seconds the readiness check and the claim release wait for Redis.
@@ -163,8 +165,10 @@ class RedisCluster:
         self._prefix = settings.redis_prefix
         self._lock_ms = int(settings.owner_lost_seconds * 1000)
         self._ttl_ms = int((settings.retention_seconds + settings.owner_lost_seconds) * 1000)
+        # lib_name/lib_version None: no CLIENT SETINFO (and no metadata parse) per connection.
         pool = aioredis.BlockingConnectionPool.from_url(
-            settings.redis_url, max_connections=MAX_CONNECTIONS, timeout=FORWARD_TIMEOUT
+            settings.redis_url, max_connections=MAX_CONNECTIONS, timeout=FORWARD_TIMEOUT,
+            lib_name=None, lib_version=None,
         )
         # Any: redis-py types each call as "result or awaitable" (one API for sync and async).
         self._redis: Any = aioredis.Redis(connection_pool=pool)
@@ -182,6 +186,12 @@ class RedisCluster:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._handler: CommandHandler | None = None
         self._pubsub: Any = None
+        #: Calls (claims, mirror batches, releases, publishes) waiting for the next pipeline:
+        #: each adds itself to the pipeline and gets its own result.
+        self._outbox: list[tuple[Callable[[Any], Any], asyncio.Future[Any]]] = []
+        #: Forwarded commands waiting for their answer, by request id.
+        self._waiting: dict[str, asyncio.Future[Command]] = {}
+        self._outbox_ready = asyncio.Event()
 
     # -- keys ---------------------------------------------------------------------------
 
@@ -194,6 +204,9 @@ class RedisCluster:
     def _channel(self, replica: str) -> str:
         return f"{self._prefix}:cmd:{replica}"
 
+    def _reply_channel(self, replica: str) -> str:
+        return f"{self._prefix}:answer:{replica}"
+
     # -- lifecycle ----------------------------------------------------------------------
 
     async def open(self, handler: CommandHandler) -> None:
@@ -201,13 +214,16 @@ class RedisCluster:
         self._handler = handler
         await self._beat()
         self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
-        await self._pubsub.subscribe(self._channel(self.replica_id))
+        await self._pubsub.subscribe(
+            self._channel(self.replica_id), self._reply_channel(self.replica_id)
+        )
         self._spawn(self._heartbeats(), "iobridge-heartbeat")
         self._spawn(self._commands(), "iobridge-commands")
+        self._spawn(self._flushes(), "iobridge-flush")
 
     async def aclose(self) -> None:
         """Let mirrors flush their last events, then stop and leave the cluster."""
-        mirrors = [t for t in self._tasks if t.get_name().startswith("mirror-")]
+        mirrors = [t for t in self._tasks if t.get_name().startswith("mirror-")]  # not the flusher
         if mirrors:
             await asyncio.wait(mirrors, timeout=REDIS_TIMEOUT)
         for task in list(self._tasks):
@@ -265,9 +281,9 @@ class RedisCluster:
             self._key("log", owner, run_id),
         )
         try:
-            status = await self._claim(
-                keys=list(keys),
-                args=[token, self._lock_ms, self.replica_id, thread_id, self._ttl_ms],
+            status = await self._batched(
+                self._claim, list(keys),
+                [token, self._lock_ms, self.replica_id, thread_id, self._ttl_ms],
             )
         except (RedisError, OSError):
             logger.warning("claim: Redis does not answer", exc_info=True)
@@ -298,7 +314,7 @@ class RedisCluster:
     async def _settle_release(self, keys: list[str], token: str) -> None:
         """Release within a bound; if Redis is away, the locks expire by themselves."""
         try:
-            await asyncio.wait_for(self._release(keys=keys, args=[token]), REDIS_TIMEOUT)
+            await asyncio.wait_for(self._batched(self._release, keys, [token]), REDIS_TIMEOUT)
         except (RedisError, OSError, TimeoutError):
             logger.warning("could not release a run's locks; they expire by themselves")
 
@@ -311,12 +327,14 @@ class RedisCluster:
 
     async def _forget_shared(self, keys: list[str], token: str) -> None:
         try:
-            await self._forget(keys=keys, args=[token])
+            await self._batched(self._forget, keys, [token])
         except (RedisError, OSError):
             logger.warning("could not drop a shared run log; it expires by itself")
 
     async def _mirror(self, run: Run, token: str, record: str, log: str) -> None:
-        """Append the run's log to its stream, one script call per ready batch."""
+        """Append the run's log to its stream: each ready batch is one script call, and the
+        batches of all runs ready at once go to Redis in one pipeline (one batch in flight
+        per run, so a slow Redis holds the mirror back, never the run)."""
         log_bytes = self.settings.max_run_log_bytes
         position = 0
         while True:
@@ -326,7 +344,7 @@ class RedisCluster:
                     args: list[Any] = [token, self._ttl_ms, log_bytes, int(final)]
                     for seq, data in batch:
                         args += (seq, data)
-                    await self._append(keys=[record, log], args=args)
+                    await self._batched(self._append, [record, log], args)
                     position = batch[-1][0]
                 return
             except LogTrimmed as exc:  # Redis was slower than the run: skip what is gone
@@ -335,12 +353,49 @@ class RedisCluster:
                 logger.warning("mirror of run %s: Redis does not answer", run.run_id)
                 await asyncio.sleep(self.settings.heartbeat_seconds)
 
+    async def _batched(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+        """Run ``script`` in the next pipeline: what every run asks for at once costs one
+        round trip and one connection, not one each."""
+        return await self._queue(lambda pipe: script(keys=keys, args=args, client=pipe))
+
+    async def _batched_command(self, *command: Any) -> Any:
+        return await self._queue(lambda pipe: pipe.execute_command(*command))
+
+    async def _queue(self, add: Callable[[Any], Any]) -> Any:
+        done = asyncio.get_running_loop().create_future()
+        self._outbox.append((add, done))
+        self._outbox_ready.set()
+        return await done
+
+    async def _flushes(self) -> None:
+        while True:
+            await self._outbox_ready.wait()
+            self._outbox_ready.clear()
+            items, self._outbox = self._outbox, []
+            try:
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for add, _ in items:
+                        added = add(pipe)
+                        if inspect.isawaitable(added):
+                            await added
+                    results = await pipe.execute(raise_on_error=False)
+            except (RedisError, OSError) as exc:
+                results = [exc] * len(items)
+            for (_, done), result in zip(items, results, strict=True):
+                if done.done():
+                    continue
+                if isinstance(result, BaseException):
+                    done.set_exception(result)
+                else:
+                    done.set_result(result)
+
     # -- runs of other replicas ---------------------------------------------------------
 
     async def find(self, owner: str, run_id: str) -> RemoteRun | None:
         try:
-            fields = await self._redis.hmget(
-                self._key("run", owner, run_id), ["replica", "thread", "first", "last", "end"]
+            fields = await self._batched_command(
+                "HMGET", self._key("run", owner, run_id), "replica", "thread", "first", "last",
+                "end",
             )
         except (RedisError, OSError):
             raise _unavailable() from None
@@ -400,37 +455,57 @@ class RedisCluster:
                 yield []
 
     async def forward(self, run: RemoteRun, command: Command, *, reply: bool = True) -> Command:
-        reply_key = f"{self._prefix}:reply:{uuid.uuid4().hex}"
-        message = {**command, "reply": reply_key} if reply else command
+        request = uuid.uuid4().hex if reply else None
+        message = {**command, "from": self.replica_id, "id": request} if reply else command
+        answered: asyncio.Future[Command] | None = None
+        if request is not None:
+            answered = self._waiting[request] = asyncio.get_running_loop().create_future()
         try:
-            receivers = await self._redis.publish(self._channel(run.replica), json.dumps(message))
+            receivers = await self._batched_command(
+                "PUBLISH", self._channel(run.replica), json.dumps(message)
+            )
             if not receivers:
                 raise ServiceUnavailable(
                     "the replica running this run does not answer",
                     code="RUN_OWNER_UNAVAILABLE", retry_after=1.0,
                 )
-            if not reply:
+            if answered is None:
                 return {}
-            answer = await self._redis.blpop([reply_key], timeout=FORWARD_TIMEOUT)
+            return await asyncio.wait_for(answered, FORWARD_TIMEOUT)
         except (RedisError, OSError):
             raise _unavailable() from None
-        if answer is None:
+        except TimeoutError:
             raise ServiceUnavailable(
                 "the replica running this run did not answer in time",
                 code="RUN_OWNER_UNAVAILABLE", retry_after=1.0,
-            )
-        result: Command = json.loads(answer[1])
-        return result
+            ) from None
+        finally:
+            if request is not None:
+                self._waiting.pop(request, None)
 
     async def _commands(self) -> None:
-        """Serve commands other replicas send for this replica's runs."""
+        """Serve commands for this replica's runs, and take the answers to its own."""
+        replies = self._reply_channel(self.replica_id).encode()
         while True:
             try:
                 async for message in self._pubsub.listen():
-                    self._spawn(self._answer(message["data"]), "iobridge-command")
+                    if message["channel"] == replies:
+                        self._answered(message["data"])
+                    else:
+                        self._spawn(self._answer(message["data"]), "iobridge-command")
             except (RedisError, OSError):
                 logger.warning("commands: Redis does not answer; resubscribing")
                 await asyncio.sleep(self.settings.heartbeat_seconds)
+
+    def _answered(self, data: bytes) -> None:
+        try:
+            answer = json.loads(data)
+            waiting = self._waiting.get(str(answer["id"]))
+        except (ValueError, KeyError, TypeError):
+            logger.warning("ignored a malformed cluster answer")
+            return
+        if waiting is not None and not waiting.done():
+            waiting.set_result(answer["answer"])
 
     async def _answer(self, data: bytes) -> None:
         assert self._handler is not None
@@ -440,13 +515,11 @@ class RedisCluster:
         except (ValueError, KeyError, TypeError):
             logger.warning("ignored a malformed cluster command")
             return
-        reply = command.get("reply")
-        if isinstance(reply, str):
+        sender, request = command.get("from"), command.get("id")
+        if isinstance(sender, str) and isinstance(request, str):
             try:
-                async with self._redis.pipeline(transaction=False) as pipe:
-                    pipe.lpush(reply, json.dumps(answer))
-                    pipe.pexpire(reply, REPLY_TTL_MS)
-                    await pipe.execute()
+                await self._batched_command("PUBLISH", self._reply_channel(sender),
+                                            json.dumps({"id": request, "answer": answer}))
             except (RedisError, OSError):
                 logger.warning("could not answer a cluster command")
 
