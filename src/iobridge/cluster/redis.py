@@ -165,10 +165,8 @@ class RedisCluster:
         self._prefix = settings.redis_prefix
         self._lock_ms = int(settings.owner_lost_seconds * 1000)
         self._ttl_ms = int((settings.retention_seconds + settings.owner_lost_seconds) * 1000)
-        # lib_name/lib_version None: no CLIENT SETINFO (and no metadata parse) per connection.
         pool = aioredis.BlockingConnectionPool.from_url(
-            settings.redis_url, max_connections=MAX_CONNECTIONS, timeout=FORWARD_TIMEOUT,
-            lib_name=None, lib_version=None,
+            settings.redis_url, max_connections=MAX_CONNECTIONS, timeout=FORWARD_TIMEOUT
         )
         # Any: redis-py types each call as "result or awaitable" (one API for sync and async).
         self._redis: Any = aioredis.Redis(connection_pool=pool)
