@@ -5,8 +5,9 @@ Each run calls a frontend tool (in-run) and waits; the client reads the stream u
 server, the result POSTed to it (today's path, no Redis). ``two replicas``: two servers in
 separate processes on one Redis (a private ``redis-server``) and one store; runs alternate
 between A and B and every result is POSTed to the *other* replica, which forwards it to the
-run's owner. Both variants use the same store kind (a fresh PostgreSQL database when
-``IOBRIDGE_TEST_POSTGRES_URL`` is set, else one SQLite file).
+run's owner. ``one + Redis``: one server with ``redis_url`` (the Redis hop alone: claims,
+log mirror, releases; results POSTed to it). All variants use the same store kind (a fresh
+PostgreSQL database when ``IOBRIDGE_TEST_POSTGRES_URL`` is set, else one SQLite file).
 
 Per variant: events/s, p99 time to first event, the tool-result round trip (POST sent →
 ``TOOL_CALL_RESULT`` read on the stream; median and p99), server CPU per event (both replicas
@@ -195,15 +196,20 @@ def main() -> None:
         with redis_server() as (redis_url, redis_pid):
             shared = {**base, "database_url": url, "redis_url": redis_url,
                       "redis_prefix": f"bench{uuid.uuid4().hex[:6]}"}
+            with ServerProcess("bridge", agent="tool", settings=shared) as alone:
+                hop = measure([alone], runs, "hop", redis_pid)
+            show("one + Redis", hop)
             with ServerProcess("bridge", agent="tool", settings=shared) as a, ServerProcess(
                 "bridge", agent="tool", settings=shared
             ) as b:
                 pair = measure([a, b], runs, "pair", redis_pid)
         show("two replicas", pair)
-    print(f"{'ratio':>13}: events/s {ratio(pair.events_per_s, single.events_per_s)}  "
-          f"p99 first event {ratio(pair.p99_first, single.p99_first)}  "
-          f"server CPU/event {ratio(pair.server_cpu_per_event, single.server_cpu_per_event)}  "
-          f"(two processes summed)")
+    for name, figures in (("one + Redis", hop), ("two replicas", pair)):
+        print(f"{name:>13}: events/s {ratio(figures.events_per_s, single.events_per_s)}  "
+              f"p99 first event {ratio(figures.p99_first, single.p99_first)}  "
+              f"server CPU/event "
+              f"{ratio(figures.server_cpu_per_event, single.server_cpu_per_event)}  "
+              "(vs one node; replicas: both processes summed)")
     extra = (pair.median_trip - single.median_trip) * 1000
     print(f"{'':>13}  cross-replica tool result adds {extra:+.1f} ms median "
           f"({single.median_trip * 1000:.1f} → {pair.median_trip * 1000:.1f} ms)")
