@@ -43,6 +43,10 @@ def test_config_file_from_the_environment(tmp_path: Path, monkeypatch: pytest.Mo
         ("port = 70000", "invalid configuration: port"),
         ('tool_result_mode = "sometimes"', "invalid configuration: tool_result_mode"),
         ('[auth]\nmode = "magic"', "invalid configuration: auth.mode"),
+        ('redis_url = "localhost:6379"', "redis_url: Value error, redis_url must be a redis://"),
+        ("heartbeat_seconds = 3\nowner_lost_seconds = 5",
+         "owner_lost_seconds must be at least twice heartbeat_seconds"),
+        ("owner_lost_seconds = 61", "invalid configuration: owner_lost_seconds"),
     ],
 )
 def test_bad_configuration_is_one_clear_line(

@@ -35,8 +35,10 @@ from iobridge.agents.context import ToolResult
 from iobridge.auth import Authenticator, Principal
 from iobridge.config import Settings
 from iobridge.errors import (
+    ConflictError,
     GoneError,
     InputError,
+    IobridgeError,
     NotFoundError,
     PayloadTooLarge,
     ServiceUnavailable,
@@ -44,13 +46,21 @@ from iobridge.errors import (
 )
 from iobridge.protocol.options import ToolResultMode, parse_run_options
 from iobridge.protocol.run_input import OFF_LOOP_BYTES, RunInput, parse_run_input
+from iobridge.runtime.cluster import Cluster, Command, LocalCluster, RemoteRun
 from iobridge.runtime.engine import Runtime, RuntimeSettings
 from iobridge.runtime.run import Run
 from iobridge.runtime.thread_memory import StoreMemory
 from iobridge.store.base import StoredMessage, Thread, ThreadStore, validate_id
 from iobridge.store.migrate import open_store
 
-__all__ = ["Backend", "build_catalog"]
+__all__ = ["Backend", "FollowedRun", "build_catalog"]
+
+#: What ``resume`` hands a transport: a run of this process, or one another replica drives.
+FollowedRun = Run | RemoteRun
+#: Errors a forwarded command may answer with, by HTTP status (the same classes re-raised).
+_FORWARDED_ERRORS: dict[int, type[IobridgeError]] = {
+    400: InputError, 404: NotFoundError, 409: ConflictError, 410: GoneError
+}
 
 logger = logging.getLogger("iobridge")
 
@@ -144,6 +154,8 @@ class Backend:
                 max_state_bytes=self.settings.max_state_bytes,
             )
         )
+        #: Runs of other replicas and shared busy marks (``redis_url``); else one process.
+        self.cluster: Cluster = LocalCluster()
         #: False once shutdown began: new runs answer 503.
         self.admitting = True
         self._given_store = store
@@ -160,6 +172,13 @@ class Backend:
                 self._store = await open_store(self.settings.database_url)
                 stack.push_async_callback(self._store.close)
             self.runtime.memory = StoreMemory(self.store)
+            if self.settings.redis_url is not None:
+                from iobridge.cluster.redis import RedisCluster
+
+                self.cluster = RedisCluster(self.settings)
+                stack.push_async_callback(self._close_cluster)
+                await self.cluster.open(self._command)
+                self.runtime.cluster = self.cluster
             # Runs stop (and store what they produced) before the store closes.
             stack.push_async_callback(self.runtime.aclose)
             janitor = asyncio.create_task(self._expire_retained(), name="iobridge-retention")
@@ -179,6 +198,11 @@ class Backend:
         self.runtime.memory = None
         self._store = self._given_store
 
+    async def _close_cluster(self) -> None:
+        cluster, self.cluster = self.cluster, LocalCluster()
+        self.runtime.cluster = self.cluster
+        await cluster.aclose()
+
     async def shutdown(self) -> None:
         """Stop admitting runs, let live ones finish for ``drain_seconds``, then end the rest
         with RUN_ERROR ``SERVER_SHUTDOWN`` (each stores what it produced)."""
@@ -195,7 +219,7 @@ class Backend:
         except Exception:
             logger.warning("readiness: the store does not answer", exc_info=True)
             return "the store does not answer"
-        return None
+        return await self.cluster.problem()
 
     async def _expire_retained(self) -> None:
         """Drop expired retained runs on a timer, not only when another run ends."""
@@ -260,7 +284,7 @@ class Backend:
 
     async def follow(
         self,
-        run: Run,
+        run: FollowedRun,
         after: int = 0,
         *,
         idle: float | None = None,
@@ -272,7 +296,13 @@ class Backend:
         and no follower is left, the run is cancelled after ``detach_grace`` seconds (default
         ``settings.detach_grace_seconds``). With ``idle`` set, an empty batch is yielded after
         that many quiet seconds (a keep-alive). Close it with ``contextlib.aclosing``.
+        A run another replica drives is followed through the shared log; its owner counts
+        the follower the same way.
         """
+        if isinstance(run, RemoteRun):
+            async for batch in self._follow_remote(run, after, idle, detach_grace):
+                yield batch
+            return
         self.runtime.attach(run)
         try:
             async for batch in run.log.follow(after, idle=idle):
@@ -280,17 +310,52 @@ class Backend:
         finally:
             self.runtime.detach(run, grace=detach_grace)
 
+    async def _follow_remote(
+        self, run: RemoteRun, after: int, idle: float | None, detach_grace: float | None
+    ) -> AsyncGenerator[list[tuple[int, bytes]]]:
+        await self._tell(run, {"op": "attach"})
+        try:
+            async for batch in self.cluster.follow(run, after, idle=idle):
+                yield batch
+        finally:
+            await asyncio.shield(self._tell(run, {"op": "detach", "grace": detach_grace}))
+
+    async def _tell(self, run: RemoteRun, command: Command) -> None:
+        """Fire-and-forget: a lost attach/detach only changes when an orphan is cancelled."""
+        try:
+            await self.cluster.forward(run, self._addressed(run, command), reply=False)
+        except Exception:
+            logger.warning("could not tell replica %s about a follower", run.replica)
+
+    @staticmethod
+    def _addressed(run: RemoteRun, command: Command) -> Command:
+        return {**command, "owner": run.owner, "run": run.run_id}
+
     def get_run(self, principal: Principal, run_id: str) -> Run:
-        """A live or retained run the caller started.
+        """A live or retained run the caller started, in this process.
 
         Raises:
             NotFoundError: unknown, expired, or someone else's (404, alike).
         """
         return self.runtime.get_run(principal.id, run_id)
 
-    def resume(
+    async def find_run(self, principal: Principal, run_id: str) -> FollowedRun:
+        """The caller's run here, or on another replica (through the shared record).
+
+        Raises:
+            NotFoundError: unknown, expired, or someone else's (404, alike).
+        """
+        try:
+            return self.runtime.get_run(principal.id, run_id)
+        except NotFoundError:
+            remote = await self.cluster.find(principal.id, run_id)
+            if remote is None:
+                raise
+            return remote
+
+    async def resume(
         self, principal: Principal, run_id: str, cursor: str | int | None
-    ) -> tuple[Run, int]:
+    ) -> tuple[FollowedRun, int]:
         """The run to resume and the sequence number to continue after.
 
         ``cursor`` is the last event id the client has (``Last-Event-ID``, ``?after=`` or an
@@ -302,41 +367,87 @@ class Backend:
             GoneError: events after the cursor are no longer retained (``EVENTS_NOT_RETAINED``).
             TooManyRequests: the run has as many followers as it may (``TOO_MANY_FOLLOWERS``).
         """
-        run = self.get_run(principal, run_id)
+        run = await self.find_run(principal, run_id)
         if isinstance(cursor, str):
             if not cursor.isascii() or not cursor.isdigit() or len(cursor) > MAX_CURSOR_DIGITS:
                 raise _bad_cursor()
             cursor = int(cursor)
         after = cursor or 0
-        if not 0 <= after <= run.log.last_seq:
-            raise _bad_cursor()
-        if after < run.log.first_seq - 1:
+        if isinstance(run, RemoteRun):
+            first, last = run.first_seq, run.last_seq
+            # The mirror may lag what the client saw on the owner: a live run waits for it.
+            if after < 0 or (after > last and run.ended):
+                raise _bad_cursor()
+        else:
+            first, last = run.log.first_seq, run.log.last_seq
+            if not 0 <= after <= last:
+                raise _bad_cursor()
+            if run.subscribers >= self.settings.max_followers_per_run:
+                raise TooManyRequests(
+                    "this run has too many followers", code="TOO_MANY_FOLLOWERS"
+                )
+        if after < first - 1:
             raise GoneError(
-                f"events before {run.log.first_seq} are no longer retained",
-                code="EVENTS_NOT_RETAINED",
+                f"events before {first} are no longer retained", code="EVENTS_NOT_RETAINED"
             )
-        if run.subscribers >= self.settings.max_followers_per_run:
-            raise TooManyRequests("this run has too many followers", code="TOO_MANY_FOLLOWERS")
         return run, after
 
-    def cancel_run(self, principal: Principal, run_id: str) -> bool:
-        """Stop the caller's run; ``False`` if it had already ended.
+    async def cancel_run(self, principal: Principal, run_id: str) -> bool:
+        """Stop the caller's run (wherever it runs); ``False`` if it had already ended.
 
         Raises:
             NotFoundError: no such run for this caller.
         """
-        return self.runtime.cancel(self.get_run(principal, run_id))
+        run = await self.find_run(principal, run_id)
+        if isinstance(run, RemoteRun):
+            answer = await self.cluster.forward(run, self._addressed(run, {"op": "cancel"}))
+            return bool(_answer(answer))
+        return self.runtime.cancel(run)
 
-    def submit_tool_result(
+    async def submit_tool_result(
         self, principal: Principal, run_id: str, tool_call_id: str, result: ToolResult
     ) -> None:
-        """Deliver a frontend tool's result to the caller's live run.
+        """Deliver a frontend tool's result to the caller's live run (wherever it runs).
 
         Raises:
             NotFoundError: unknown run or call, or a server tool's call.
             ConflictError: the call already has a result.
         """
-        self.runtime.submit_tool_result(self.get_run(principal, run_id), tool_call_id, result)
+        run = await self.find_run(principal, run_id)
+        if isinstance(run, RemoteRun):
+            command = {"op": "result", "call": tool_call_id, "content": result.content,
+                       "value": result.value, "isError": result.is_error}
+            _answer(await self.cluster.forward(run, self._addressed(run, command)))
+            return
+        self.runtime.submit_tool_result(run, tool_call_id, result)
+
+    async def remember_stream(self, principal: Principal, key: bytes, run: Run) -> None:
+        """Share an N-PAMP stream's id with the other replicas (no-op on one process)."""
+        await self.cluster.remember_stream(principal.id, key, run.run_id)
+
+    async def recall_stream(self, principal: Principal, key: bytes) -> str | None:
+        """The runId behind a stream another replica started (``None``: not shared)."""
+        return await self.cluster.recall_stream(principal.id, key)
+
+    async def _command(self, command: Command) -> Command:
+        """Act for another replica on one of this process's runs; errors become answers."""
+        try:
+            run = self.runtime.get_run(str(command["owner"]), str(command["run"]))
+            op = command["op"]
+            if op == "cancel":
+                return {"value": self.runtime.cancel(run)}
+            if op == "result":
+                result = ToolResult(content=str(command["content"]), value=command["value"],
+                                    is_error=bool(command["isError"]))
+                self.runtime.submit_tool_result(run, str(command["call"]), result)
+            elif op == "attach":
+                self.runtime.attach(run)
+            elif op == "detach":
+                grace = command.get("grace")
+                self.runtime.detach(run, grace=None if grace is None else float(grace))
+            return {"value": None}
+        except IobridgeError as exc:
+            return {"error": {"status": exc.status, "code": exc.code, "message": exc.message}}
 
     # -- agents -------------------------------------------------------------------------
 
@@ -475,6 +586,15 @@ class Backend:
         first = rows[0].message["id"]
         more = await store.list_stored_messages(thread_id, limit=1, before=first)
         return thread, rows, first if more else None
+
+
+def _answer(answer: Command) -> Any:
+    """The value of a forwarded command's answer, or its error raised as it was raised."""
+    error = answer.get("error")
+    if error is None:
+        return answer.get("value")
+    cls = _FORWARDED_ERRORS.get(int(error["status"]), IobridgeError)
+    raise cls(str(error["message"]), code=str(error["code"]))
 
 
 def _bad_cursor() -> InputError:

@@ -107,8 +107,13 @@ def serve(
     http: Annotated[
         bool, typer.Option("--http/--no-http", help="Serve HTTP (--no-http: N-PAMP only)")
     ] = True,
+    workers: Annotated[
+        int,
+        typer.Option(min=1, max=64, help="HTTP worker processes on one port (N > 1 needs "
+                     "redis_url; see docs/deployment.md)"),
+    ] = 1,
 ) -> None:
-    """Serve the backend over HTTP and/or N-PAMP (one process, one loop, one Backend)."""
+    """Serve the backend over HTTP and/or N-PAMP (one loop and one Backend per process)."""
     import asyncio
 
     npamp: dict[str, Any] = {}
@@ -128,16 +133,41 @@ def serve(
     if settings.npamp.identity_key is not None and not settings.npamp.identity_key.is_file():
         _fail(f"npamp.identity_key: no key file at {settings.npamp.identity_key} "
               "(make one with: iobridge npamp keygen PATH)")
+    if workers > 1:
+        _check_workers(settings, http=http)
     from iobridge.startup import check_settings, explain
 
     try:
         check_settings(settings, http=http)
+        if workers > 1:
+            from iobridge.workers import serve_workers
+
+            raise typer.Exit(serve_workers(settings, workers, _serve_worker))
         asyncio.run(_serve(settings, http=http))
     except Exception as exc:  # database drivers raise their own classes: explain() knows them
         message = explain(exc, settings)
         if message is None:
             raise
         _fail(message)
+
+
+def _check_workers(settings: Settings, *, http: bool) -> None:
+    """Workers are replicas on one machine: they need what replicas need."""
+    if settings.redis_url is None:
+        _fail("--workers N (N > 1) needs redis_url (IOBRIDGE_REDIS_URL): workers share "
+              "runs through Redis")
+    if settings.database_url.startswith("memory"):
+        _fail("--workers N (N > 1) needs a shared database_url (SQLite file or PostgreSQL), "
+              "not memory://")
+    if not http or settings.npamp.port is not None:
+        _fail("--workers serves HTTP only: run N-PAMP in a process of its own")
+
+
+def _serve_worker(settings: Settings, sock: Any) -> None:
+    """One worker process: one Backend, HTTP on the socket the parent bound."""
+    import asyncio
+
+    asyncio.run(_serve(settings, http=True, sock=sock))
 
 
 def _fail(message: str) -> None:
@@ -156,7 +186,7 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-async def _serve(settings: Settings, *, http: bool) -> None:
+async def _serve(settings: Settings, *, http: bool, sock: Any = None) -> None:
     """Open one Backend and serve it until SIGINT/SIGTERM, then exit cleanly (status 0)."""
     import asyncio
     import contextlib
@@ -177,14 +207,14 @@ async def _serve(settings: Settings, *, http: bool) -> None:
             typer.echo(
                 f"iobridge: N-PAMP on {npamp.address}, identity {npamp.identity.fingerprint}"
             )
-        if http:
+        if http and sock is None:
             base = f"http://{settings.host}:{settings.port}"
             typer.echo(f"iobridge: HTTP on {base}{settings.prefix}, docs {base}/docs"
                        + (f", playground {base}/playground" if settings.playground else ""))
         if http:
             from iobridge.http.server import serve_http
 
-            await serve_http(backend, stop, before_exit=backend.shutdown)
+            await serve_http(backend, stop, before_exit=backend.shutdown, sock=sock)
         else:
             await stop.wait()
             await backend.shutdown()

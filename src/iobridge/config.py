@@ -215,6 +215,15 @@ class Settings(BaseSettings):
     detach_grace_seconds: float = Field(default=0.0, ge=0)
     #: Thread store. ``memory`` keeps nothing across restarts.
     database_url: str = "sqlite+aiosqlite:///./iobridge.db"
+    #: Redis shared by replicas and workers (``redis://host:6379/0``); unset: one process.
+    redis_url: str | None = None
+    #: Prefix of every Redis key, so deployments can share one Redis.
+    redis_prefix: str = Field(default="iobridge", min_length=1, max_length=64)
+    #: Seconds between a replica's heartbeats (and renewals of its run and thread locks).
+    heartbeat_seconds: float = Field(default=1.0, gt=0, le=10)
+    #: Seconds without a heartbeat before a replica's runs are lost (``RUN_LOST``) and its
+    #: thread locks expire.
+    owner_lost_seconds: float = Field(default=5.0, gt=0, le=60)
     #: Largest request head (request line and headers), in bytes (431 beyond).
     max_header_bytes: int = Field(default=16 * 1024, ge=1024)
     #: Most header lines in one request (431 ``TOO_MANY_HEADERS`` beyond).
@@ -247,6 +256,22 @@ class Settings(BaseSettings):
     npamp: NpampSettings = Field(default_factory=NpampSettings)
     #: Agent definitions (``[[agents]]`` tables of the TOML file).
     agents: list[dict[str, Any]] = Field(default_factory=list)
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("redis_url must be a redis://, rediss:// or unix:// URL")
+        return value
+
+    @model_validator(mode="after")
+    def _heartbeat_in_bound(self) -> Settings:
+        if self.owner_lost_seconds < 2 * self.heartbeat_seconds:
+            raise ValueError(
+                "owner_lost_seconds must be at least twice heartbeat_seconds "
+                "(one late heartbeat must not lose a replica's runs)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _hosts_known(self) -> Settings:

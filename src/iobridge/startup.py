@@ -111,6 +111,9 @@ def explain(exc: BaseException, settings: Settings) -> str | None:
     where = safe_url(settings.database_url)
     if isinstance(exc, StartupError):
         return text
+    if type(exc).__module__.startswith("redis.") and settings.redis_url is not None:
+        return (f"redis_url: cannot connect to Redis ({safe_url(settings.redis_url)}): "
+                "is it running?")
     if type(exc).__name__ == "InvalidPasswordError" or "password authentication failed" in text:
         return f"database_url: the database refused the user or password ({where})"
     if type(exc).__name__ == "InvalidCatalogNameError":

@@ -16,9 +16,8 @@ from contextlib import aclosing
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from iobridge.app import Backend
+from iobridge.app import Backend, FollowedRun
 from iobridge.protocol.sse import PING, sse_frames
-from iobridge.runtime.run import Run
 from iobridge.runtime.runlog import LogTrimmed
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -34,7 +33,7 @@ class RunEventStream(Response):
 
     media_type = "text/event-stream"
 
-    def __init__(self, backend: Backend, run: Run, after: int = 0) -> None:
+    def __init__(self, backend: Backend, run: FollowedRun, after: int = 0) -> None:
         # No ``body`` attribute: ``init_headers`` then adds no Content-Length.
         self.status_code = 200
         self.background = None

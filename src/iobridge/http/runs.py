@@ -52,7 +52,7 @@ async def submit_tool_result(
 ) -> JSONResponse:
     """200 accepted; 404 unknown run/call (or a server tool's call); 409 already answered."""
     data = await read_json_object(request, backend.settings.max_body_bytes)
-    backend.submit_tool_result(principal, run_id, tool_call_id, parse_tool_result(data))
+    await backend.submit_tool_result(principal, run_id, tool_call_id, parse_tool_result(data))
     return JSONResponse({"status": "accepted"})
 
 
@@ -65,7 +65,7 @@ async def resume_run(
     An extension over the io protocol: a client that lost its stream reconnects here.
     """
     cursor = request.headers.get("last-event-id") or request.query_params.get("after")
-    run, after = backend.resume(principal, run_id, cursor)
+    run, after = await backend.resume(principal, run_id, cursor)
     return RunEventStream(backend, run, after)
 
 
@@ -77,7 +77,7 @@ async def cancel_run(
 
     202 when the run was stopped, 200 when it had already ended.
     """
-    stopped = backend.cancel_run(principal, run_id)
+    stopped = await backend.cancel_run(principal, run_id)
     return JSONResponse(
         {"status": "cancelling" if stopped else "ended"}, status_code=202 if stopped else 200
     )

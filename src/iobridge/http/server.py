@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import Awaitable, Callable, Iterator
 
 import uvicorn
@@ -28,8 +29,12 @@ async def serve_http(
     stop: asyncio.Event,
     *,
     before_exit: Callable[[], Awaitable[None]] | None = None,
+    sock: socket.socket | None = None,
 ) -> None:
     """Serve ``backend`` (already open) over HTTP until ``stop`` is set.
+
+    ``sock`` is an already bound listening socket (``--workers``: every worker accepts on
+    the one its parent bound); default: bind ``settings.host``/``settings.port``.
 
     ``before_exit`` runs once ``stop`` is set, while connections are still served (so live
     streams receive their last events), before uvicorn shuts down.
@@ -56,6 +61,6 @@ async def serve_http(
 
     watcher = asyncio.create_task(stop_when_asked())
     try:
-        await server.serve()
+        await server.serve(sockets=None if sock is None else [sock])
     finally:
         watcher.cancel()

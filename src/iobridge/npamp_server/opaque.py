@@ -151,7 +151,7 @@ class OpaqueCarrier:
     async def _call(self, principal: Principal, route: Route, body: bytes) -> dict[str, Any]:
         """The answer of a route that is not a run (io protocol errors raise)."""
         if route.kind == "cancel":
-            stopped = self.backend.cancel_run(principal, route.run_id)
+            stopped = await self.backend.cancel_run(principal, route.run_id)
             return {"status": "cancelling" if stopped else "ended"}
         try:
             data = json.loads(body)
@@ -160,7 +160,7 @@ class OpaqueCarrier:
         if not isinstance(data, dict):
             raise InputError("the body must be a JSON object")
         result = parse_tool_result(data)
-        self.backend.submit_tool_result(principal, route.run_id, route.tool_call_id, result)
+        await self.backend.submit_tool_result(principal, route.run_id, route.tool_call_id, result)
         return {"status": "accepted"}
 
     async def _stream(self, channel: int, session: OpaqueSession, corr: bytes, run: Any) -> None:

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from iobridge.auth import Principal
-from iobridge.errors import InputError, IobridgeError, NotFoundError
+from iobridge.errors import InputError, IobridgeError, NotFoundError, ServiceUnavailable
 from iobridge.npamp.aio import (
     Association,
     NpampServer,
@@ -80,7 +80,7 @@ from iobridge.npamp_server.principals import PeerDirectory, Refusal
 from iobridge.runtime.runlog import LogTrimmed
 
 if TYPE_CHECKING:
-    from iobridge.app import Backend
+    from iobridge.app import Backend, FollowedRun
     from iobridge.config import NpampSettings
     from iobridge.runtime.run import Run
 
@@ -170,7 +170,7 @@ class _Forwarding:
     """One stream this association produces: its task and, once started, its run."""
 
     task: asyncio.Task[None]
-    run: Run | None = None
+    run: FollowedRun | None = None
 
 
 class _Peer:
@@ -198,6 +198,8 @@ class _Peer:
                 flush=self._flush_opaque,
                 peer=assoc.peer_identity.hex()[:16],
             )
+        #: Cancels in flight (a run on another replica is cancelled through its owner).
+        self.cancels: set[asyncio.Task[None]] = set()
         # Queries get the AG-UI record only under agreement (MAP-AGUI §7), else an empty result.
         self.discovery = DiscoveryResponder([self._record()] if self.agreed else [])
 
@@ -269,11 +271,13 @@ class _Peer:
             return
         self.server.streams.pop((principal.id, key[1]), None)
         if forwarding is not None and forwarding.run is not None:
-            self._cancel(principal, forwarding.run)
+            task = asyncio.create_task(self._cancel(principal, forwarding.run))
+            self.cancels.add(task)
+            task.add_done_callback(self.cancels.discard)
 
-    def _cancel(self, principal: Principal, run: Run) -> None:
-        with contextlib.suppress(NotFoundError):
-            self.server.backend.cancel_run(principal, run.run_id)
+    async def _cancel(self, principal: Principal, run: FollowedRun) -> None:
+        with contextlib.suppress(NotFoundError, ServiceUnavailable):
+            await self.server.backend.cancel_run(principal, run.run_id)
 
     # -- runs ---------------------------------------------------------------------------
 
@@ -295,25 +299,33 @@ class _Peer:
             await self._fail(channel, corr, TransportErrorCode.NOT_DELIVERED, reason)
             return
         self.server.remember(principal, corr, run)
+        if self.server.resumable:
+            await self.server.backend.remember_stream(principal, corr, run)
         await self._forward(channel, corr, principal, run, 0)
 
     async def _resume(self, channel: int, event: ResumeRequested) -> None:
         corr = event.correlation_id
         try:
             principal = self._authorize(event.safety_label)
-            run, after = self._resumable_run(principal, corr, event.cursor)
+            run, after = await self._resumable_run(principal, corr, event.cursor)
         except Refusal as exc:
             await self._fail(channel, corr, exc.code, exc.message)
             return
         await self._forward(channel, corr, principal, run, after)
 
-    def _resumable_run(self, principal: Principal, corr: bytes, cursor: int) -> tuple[Run, int]:
-        """The retained run behind (principal, correlation_id), re-authorized (CC-STREAM §12)."""
+    async def _resumable_run(
+        self, principal: Principal, corr: bytes, cursor: int
+    ) -> tuple[FollowedRun, int]:
+        """The retained run behind (principal, correlation_id), re-authorized (CC-STREAM §12);
+        a stream another replica started is found through the shared entry."""
         entry = self.server.streams.get((principal.id, corr))
-        if entry is None:
+        run_id = entry[1] if entry is not None else None
+        if run_id is None:
+            run_id = await self.server.backend.recall_stream(principal, corr)
+        if run_id is None:
             raise Refusal(TransportErrorCode.NOT_RESUMABLE, "no resumable stream with this id")
         try:
-            return self.server.backend.resume(principal, entry[1], cursor)
+            return await self.server.backend.resume(principal, run_id, cursor)
         except NotFoundError:
             self.server.streams.pop((principal.id, corr), None)
             raise Refusal(
@@ -327,7 +339,7 @@ class _Peer:
             raise Refusal(TransportErrorCode.NOT_RESUMABLE, exc.message) from None
 
     async def _forward(
-        self, channel: int, corr: bytes, principal: Principal, run: Run, after: int
+        self, channel: int, corr: bytes, principal: Principal, run: FollowedRun, after: int
     ) -> None:
         """Carry the run log after ``after`` as the stream, then its single END."""
         session = self.sessions[channel]
@@ -351,7 +363,7 @@ class _Peer:
                         session.end_stream(corr)
                         await self._flush_locked(channel)
                 if session.state_of(Role.PRODUCER, corr) is StreamState.CANCELLED:
-                    self._cancel(principal, run)  # cancelled while the run was being started
+                    await self._cancel(principal, run)  # cancelled while being started
         except LogTrimmed as exc:  # this consumer fell behind the run's replay window
             await self._fail(channel, corr, TransportErrorCode.NOT_RESUMABLE, str(exc))
         except _GONE:

@@ -24,6 +24,7 @@ from iobridge.errors import AgentError, ConflictError, NotFoundError, TooManyReq
 from iobridge.protocol import events as ev
 from iobridge.protocol.guard import DEFAULT_MAX_STATE_BYTES
 from iobridge.protocol.messages import model_view
+from iobridge.runtime.cluster import Coordinator, LocalCluster
 from iobridge.runtime.pending import PendingRegistry
 from iobridge.runtime.run import Run, RunKey
 from iobridge.runtime.runlog import RunLog
@@ -81,13 +82,20 @@ class Runtime:
         settings: The engine's knobs.
         memory: Thread persistence; ``None`` makes the engine stateless (the model sees
             exactly the request's messages).
+        cluster: Claims runIds and threads across replicas and shares run logs
+            (default: one process, nothing shared).
     """
 
     def __init__(
-        self, *, settings: RuntimeSettings | None = None, memory: ThreadMemory | None = None
+        self,
+        *,
+        settings: RuntimeSettings | None = None,
+        memory: ThreadMemory | None = None,
+        cluster: Coordinator | None = None,
     ) -> None:
         self.settings = settings or RuntimeSettings()
         self.memory = memory
+        self.cluster: Coordinator = cluster or LocalCluster()
         self.pending = PendingRegistry()
         self._runs: dict[RunKey, Run] = {}
         self._retained: OrderedDict[RunKey, float] = OrderedDict()
@@ -140,7 +148,10 @@ class Runtime:
         self._busy_threads.add(thread)
         self._starting.add(key)
         self._count(owner, +1)
+        claimed = False
         try:
+            await self.cluster.claim(owner, run_input.run_id, resource_id, run_input.thread_id)
+            claimed = True
             memory = (
                 await self.memory.begin(run_input, options, resource_id, agent)
                 if self.memory is not None
@@ -149,6 +160,10 @@ class Runtime:
         except BaseException:
             self._busy_threads.discard(thread)
             self._count(owner, -1)
+            if claimed:
+                await self.cluster.abandon(
+                    owner, run_input.run_id, resource_id, run_input.thread_id
+                )
             raise
         finally:
             self._starting.discard(key)
@@ -205,6 +220,7 @@ class Runtime:
         )
         self._runs[key] = run
         session.start()
+        self.cluster.started(run)
         # RUN_STARTED is in the log: the new messages are written while the agent works.
         saved = asyncio.ensure_future(memory.save_start()) if memory is not None else None
         run.task = asyncio.create_task(
@@ -329,6 +345,10 @@ class Runtime:
         finally:
             self._busy_threads.discard((run.resource_id, run.thread_id))
             self._count(run.owner, -1)
+            if self.cluster.distributed:  # the shared busy mark goes before the terminal
+                cancelled = await _settle(asyncio.ensure_future(self.cluster.release(run))) or (
+                    cancelled
+                )
             session.release_terminal()
             self._retain(run)
         if cancelled:
@@ -373,8 +393,10 @@ class Runtime:
             run = self._runs.get(key)
             if run is not None:
                 self._retained_bytes -= run.log.nbytes
-        self._runs.pop(key, None)
+        run = self._runs.pop(key, None)
         self.pending.forget_run(key)
+        if run is not None:
+            self.cluster.forgotten(run)
 
     # -- lookups and actions -------------------------------------------------------------
 

@@ -1,0 +1,1 @@
+"""Implementations of :class:`iobridge.runtime.cluster.Cluster` (imported only when used)."""

@@ -1,0 +1,531 @@
+"""Replicas as one backend, coordinated through Redis (``redis_url``).
+
+What lives where (``P`` is ``redis_prefix``; owner and resource ids are length-prefixed so
+no two (owner, runId) pairs share a key):
+
+* ``P:run:<owner>:<runId>`` (hash): the run record — owning replica, thread, the claim token,
+  first retained / last mirrored sequence number, mirrored bytes, and ``end`` once the
+  terminal event is mirrored. A replica that does not own a run finds it here; another
+  principal's lookup names another key, so a foreign run answers exactly like a missing one.
+* ``P:log:<owner>:<runId>`` (stream): the run's encoded events, entry id ``<seq>-0`` and
+  field ``d`` (the bytes SSE and N-PAMP carry), ``e`` on the terminal entry. The owner
+  appends them in batches with one script call (skipping entries already there, trimming to
+  ``max_run_log_bytes``); records and logs expire ``retention_seconds`` (plus the lost bound)
+  after their last write, and are deleted when the owner stops retaining the run.
+* ``P:live:<owner>:<runId>`` and ``P:thread:<resource>:<threadId>``: the runId claim and the
+  thread lock, ``SET NX PX owner_lost_seconds`` in one script, renewed by the owner's
+  heartbeat, released by compare-and-delete once the run's messages are stored.
+* ``P:hb:<replica>``: the heartbeat. A follower that sees it expire appends ``RUN_ERROR``
+  ``RUN_LOST`` — atomically, only if the log has no terminal event yet.
+* ``P:cmd:<replica>`` and ``P:answer:<replica>`` (pub/sub): commands for a run's owner (tool
+  result, cancel, follower attach/detach) and the answers to the replica that asked.
+
+Claims, mirror batches, releases and publishes of all runs ready at once go to Redis in one
+pipeline (one round trip, one connection), so the cost per run stays a few script calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator, Callable
+from itertools import count
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from iobridge.config import Settings
+from iobridge.errors import ConflictError, ServiceUnavailable
+from iobridge.protocol.events import encode_event, run_error
+from iobridge.runtime.cluster import Command, CommandHandler, RemoteRun
+from iobridge.runtime.run import Run, RunKey
+from iobridge.runtime.runlog import LogTrimmed
+
+__all__ = ["RedisCluster"]
+
+logger = logging.getLogger("iobridge.cluster")
+
+#: Connections to Redis at most (each follower of a remote run holds one while it waits).
+MAX_CONNECTIONS = 1024
+#: Seconds a forwarded command waits for its owner's answer.
+FORWARD_TIMEOUT = 5.0
+#: Entries one follower read returns at most.
+FOLLOW_COUNT = 512
+#: Seconds the readiness check and the claim release wait for Redis.
+REDIS_TIMEOUT = 2.0
+RUN_LOST = encode_event(run_error("The replica running this run stopped.", "RUN_LOST"))
+
+_CLAIM = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 1 end
+if not redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return 2 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('DEL', KEYS[3], KEYS[4])
+redis.call('HSET', KEYS[3], 'replica', ARGV[3], 'thread', ARGV[4], 'token', ARGV[1],
+           'first', 1, 'last', 0, 'bytes', 0)
+redis.call('PEXPIRE', KEYS[3], ARGV[5])
+return 0
+"""
+#: KEYS live, thread[, rec, log]; ARGV token. Frees the claim; with the record, drops the run.
+_RELEASE = """
+for i = 1, 2 do
+  if redis.call('GET', KEYS[i]) == ARGV[1] then redis.call('DEL', KEYS[i]) end
+end
+if #KEYS == 4 and redis.call('HGET', KEYS[3], 'token') == ARGV[1] then
+  redis.call('DEL', KEYS[3], KEYS[4])
+end
+return 0
+"""
+_FORGET = """
+if redis.call('HGET', KEYS[1], 'token') == ARGV[1] then redis.call('DEL', KEYS[1], KEYS[2]) end
+return 0
+"""
+#: KEYS rec, log; ARGV token, ttl, max bytes, final, then seq/data pairs.
+_APPEND = """
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return -1 end
+if redis.call('HEXISTS', KEYS[1], 'end') == 1 then return -1 end
+local last = tonumber(redis.call('HGET', KEYS[1], 'last'))
+local bytes = tonumber(redis.call('HGET', KEYS[1], 'bytes'))
+local first = tonumber(redis.call('HGET', KEYS[1], 'first'))
+local n = #ARGV
+for i = 5, n, 2 do
+  local seq = tonumber(ARGV[i])
+  if seq > last then
+    if ARGV[4] == '1' and i == n - 1 then
+      redis.call('XADD', KEYS[2], ARGV[i] .. '-0', 'd', ARGV[i + 1], 'e', '1')
+      redis.call('HSET', KEYS[1], 'end', seq)
+    else
+      redis.call('XADD', KEYS[2], ARGV[i] .. '-0', 'd', ARGV[i + 1])
+    end
+    last = seq
+    bytes = bytes + #ARGV[i + 1]
+  end
+end
+local limit = tonumber(ARGV[3])
+while bytes > limit and first < last do
+  local old = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', 1)
+  bytes = bytes - #old[1][2][2]
+  redis.call('XDEL', KEYS[2], old[1][1])
+  first = first + 1
+end
+redis.call('HSET', KEYS[1], 'last', last, 'bytes', bytes, 'first', first)
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return last
+"""
+#: KEYS rec, log, the owner's heartbeat; ARGV the RUN_LOST event.
+_LOST = """
+if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if redis.call('HEXISTS', KEYS[1], 'end') == 1 then return 0 end
+local seq = tonumber(redis.call('HGET', KEYS[1], 'last')) + 1
+redis.call('XADD', KEYS[2], seq .. '-0', 'd', ARGV[1], 'e', '1')
+redis.call('HSET', KEYS[1], 'last', seq, 'end', seq)
+return seq
+"""
+#: KEYS groups of (live, thread, rec, log); ARGV lock px, record ttl, then one token a group.
+_RENEW = """
+for g = 0, #KEYS / 4 - 1 do
+  local token = ARGV[g + 3]
+  for i = 1, 2 do
+    local key = KEYS[g * 4 + i]
+    if redis.call('GET', key) == token then redis.call('PEXPIRE', key, ARGV[1]) end
+  end
+  redis.call('PEXPIRE', KEYS[g * 4 + 3], ARGV[2])
+  redis.call('PEXPIRE', KEYS[g * 4 + 4], ARGV[2])
+end
+return 0
+"""
+
+
+def _part(value: str) -> str:
+    return f"{len(value)}.{value}"
+
+
+def _unavailable() -> ServiceUnavailable:
+    return ServiceUnavailable(
+        "the shared run state (Redis) does not answer", code="CLUSTER_UNAVAILABLE",
+        retry_after=1.0,
+    )
+
+
+class RedisCluster:
+    """:class:`~iobridge.runtime.cluster.Cluster` over one Redis; see the module docstring."""
+
+    distributed = True
+
+    def __init__(self, settings: Settings) -> None:
+        assert settings.redis_url is not None
+        self.settings = settings
+        #: This process's id in the cluster (fresh per start: a restart owns nothing).
+        self.replica_id = uuid.uuid4().hex
+        self._prefix = settings.redis_prefix
+        self._lock_ms = int(settings.owner_lost_seconds * 1000)
+        self._ttl_ms = int((settings.retention_seconds + settings.owner_lost_seconds) * 1000)
+        pool = aioredis.BlockingConnectionPool.from_url(
+            settings.redis_url, max_connections=MAX_CONNECTIONS, timeout=FORWARD_TIMEOUT
+        )
+        # Any: redis-py types each call as "result or awaitable" (one API for sync and async).
+        self._redis: Any = aioredis.Redis(connection_pool=pool)
+        self._claim = self._redis.register_script(_CLAIM)
+        self._release = self._redis.register_script(_RELEASE)
+        self._forget = self._redis.register_script(_FORGET)
+        self._append = self._redis.register_script(_APPEND)
+        self._lost = self._redis.register_script(_LOST)
+        self._renew = self._redis.register_script(_RENEW)
+        self._tokens = count()
+        #: Claims from admission to release: key -> (token, live, thread, rec, log keys).
+        self._claims: dict[RunKey, tuple[str, str, str, str, str]] = {}
+        #: The claim token of each run whose log is shared, until it is forgotten.
+        self._shared: dict[Run, str] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._handler: CommandHandler | None = None
+        self._pubsub: Any = None
+        #: Calls (claims, mirror batches, releases, publishes) waiting for the next pipeline:
+        #: each adds itself to the pipeline and gets its own result.
+        self._outbox: list[tuple[Callable[[Any], Any], asyncio.Future[Any]]] = []
+        #: Forwarded commands waiting for their answer, by request id.
+        self._waiting: dict[str, asyncio.Future[Command]] = {}
+        self._outbox_ready = asyncio.Event()
+
+    # -- keys ---------------------------------------------------------------------------
+
+    def _key(self, kind: str, *parts: str) -> str:
+        return ":".join((self._prefix, kind, *map(_part, parts)))
+
+    def _heartbeat_key(self, replica: str) -> str:
+        return f"{self._prefix}:hb:{replica}"
+
+    def _channel(self, replica: str) -> str:
+        return f"{self._prefix}:cmd:{replica}"
+
+    def _reply_channel(self, replica: str) -> str:
+        return f"{self._prefix}:answer:{replica}"
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def open(self, handler: CommandHandler) -> None:
+        """Check Redis, announce this replica, subscribe to its commands."""
+        self._handler = handler
+        await self._beat()
+        self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+        await self._pubsub.subscribe(
+            self._channel(self.replica_id), self._reply_channel(self.replica_id)
+        )
+        self._spawn(self._heartbeats(), "iobridge-heartbeat")
+        self._spawn(self._commands(), "iobridge-commands")
+        self._spawn(self._flushes(), "iobridge-flush")
+
+    async def aclose(self) -> None:
+        """Let mirrors flush their last events, then stop and leave the cluster."""
+        mirrors = [t for t in self._tasks if t.get_name().startswith("mirror-")]  # not the flusher
+        if mirrors:
+            await asyncio.wait(mirrors, timeout=REDIS_TIMEOUT)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        try:
+            if self._pubsub is not None:
+                await self._pubsub.aclose()
+            await asyncio.wait_for(
+                self._redis.delete(self._heartbeat_key(self.replica_id)), REDIS_TIMEOUT
+            )
+        except (RedisError, OSError, TimeoutError):
+            logger.warning("could not leave the cluster cleanly")
+        finally:
+            await self._redis.aclose()
+
+    async def problem(self) -> str | None:
+        try:
+            await asyncio.wait_for(self._redis.ping(), REDIS_TIMEOUT)
+        except (RedisError, OSError, TimeoutError):
+            logger.warning("readiness: Redis does not answer", exc_info=True)
+            return "Redis does not answer"
+        return None
+
+    def _spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _beat(self) -> None:
+        await self._redis.set(self._heartbeat_key(self.replica_id), b"1", px=self._lock_ms)
+        claims = list(self._claims.values())
+        if claims:
+            keys = [key for claim in claims for key in claim[1:]]
+            await self._renew(keys=keys, args=[self._lock_ms, self._ttl_ms,
+                                               *(claim[0] for claim in claims)])
+
+    async def _heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.heartbeat_seconds)
+            try:
+                await self._beat()
+            except (RedisError, OSError):
+                logger.warning("heartbeat: Redis does not answer")
+
+    # -- the coordinator: claims and mirrors ----------------------------------------------
+
+    async def claim(self, owner: str, run_id: str, resource_id: str, thread_id: str) -> None:
+        token = f"{self.replica_id}:{next(self._tokens)}"
+        keys = (
+            self._key("live", owner, run_id),
+            self._key("thread", resource_id, thread_id),
+            self._key("run", owner, run_id),
+            self._key("log", owner, run_id),
+        )
+        try:
+            status = await self._batched(
+                self._claim, list(keys),
+                [token, self._lock_ms, self.replica_id, thread_id, self._ttl_ms],
+            )
+        except (RedisError, OSError):
+            logger.warning("claim: Redis does not answer", exc_info=True)
+            raise _unavailable() from None
+        if status == 1:
+            raise ConflictError("a run with this runId is running", code="RUN_ALREADY_RUNNING")
+        if status == 2:
+            raise ConflictError("another run is active on this thread", code="THREAD_BUSY")
+        self._claims[(owner, run_id)] = (token, *keys)
+
+    async def abandon(self, owner: str, run_id: str, resource_id: str, thread_id: str) -> None:
+        claim = self._claims.pop((owner, run_id), None)
+        if claim is not None:
+            await self._settle_release(list(claim[1:]), claim[0])
+
+    def started(self, run: Run) -> None:
+        claim = self._claims.get(run.key)
+        if claim is None:
+            return
+        self._shared[run] = claim[0]
+        self._spawn(self._mirror(run, claim[0], claim[3], claim[4]), f"mirror-{run.run_id}")
+
+    async def release(self, run: Run) -> None:
+        claim = self._claims.pop(run.key, None)
+        if claim is not None:
+            await self._settle_release(list(claim[1:3]), claim[0])
+
+    async def _settle_release(self, keys: list[str], token: str) -> None:
+        """Release within a bound; if Redis is away, the locks expire by themselves."""
+        try:
+            await asyncio.wait_for(self._batched(self._release, keys, [token]), REDIS_TIMEOUT)
+        except (RedisError, OSError, TimeoutError):
+            logger.warning("could not release a run's locks; they expire by themselves")
+
+    def forgotten(self, run: Run) -> None:
+        token = self._shared.pop(run, None)
+        if token is not None:
+            keys = [self._key("run", run.owner, run.run_id), self._key("log", run.owner,
+                                                                       run.run_id)]
+            self._spawn(self._forget_shared(keys, token), f"forget-{run.run_id}")
+
+    async def _forget_shared(self, keys: list[str], token: str) -> None:
+        try:
+            await self._batched(self._forget, keys, [token])
+        except (RedisError, OSError):
+            logger.warning("could not drop a shared run log; it expires by itself")
+
+    async def _mirror(self, run: Run, token: str, record: str, log: str) -> None:
+        """Append the run's log to its stream: each ready batch is one script call, and the
+        batches of all runs ready at once go to Redis in one pipeline (one batch in flight
+        per run, so a slow Redis holds the mirror back, never the run)."""
+        log_bytes = self.settings.max_run_log_bytes
+        position = 0
+        while True:
+            try:
+                async for batch in run.log.follow(position):
+                    final = run.log.closed and batch[-1][0] == run.log.last_seq
+                    args: list[Any] = [token, self._ttl_ms, log_bytes, int(final)]
+                    for seq, data in batch:
+                        args += (seq, data)
+                    await self._batched(self._append, [record, log], args)
+                    position = batch[-1][0]
+                return
+            except LogTrimmed as exc:  # Redis was slower than the run: skip what is gone
+                position = exc.first_retained - 1
+            except (RedisError, OSError):
+                logger.warning("mirror of run %s: Redis does not answer", run.run_id)
+                await asyncio.sleep(self.settings.heartbeat_seconds)
+
+    async def _batched(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+        """Run ``script`` in the next pipeline: what every run asks for at once costs one
+        round trip and one connection, not one each."""
+        return await self._queue(lambda pipe: script(keys=keys, args=args, client=pipe))
+
+    async def _batched_command(self, *command: Any) -> Any:
+        return await self._queue(lambda pipe: pipe.execute_command(*command))
+
+    async def _queue(self, add: Callable[[Any], Any]) -> Any:
+        done = asyncio.get_running_loop().create_future()
+        self._outbox.append((add, done))
+        self._outbox_ready.set()
+        return await done
+
+    async def _flushes(self) -> None:
+        while True:
+            await self._outbox_ready.wait()
+            self._outbox_ready.clear()
+            items, self._outbox = self._outbox, []
+            try:
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for add, _ in items:
+                        added = add(pipe)
+                        if inspect.isawaitable(added):
+                            await added
+                    results = await pipe.execute(raise_on_error=False)
+            except (RedisError, OSError) as exc:
+                results = [exc] * len(items)
+            for (_, done), result in zip(items, results, strict=True):
+                if done.done():
+                    continue
+                if isinstance(result, BaseException):
+                    done.set_exception(result)
+                else:
+                    done.set_result(result)
+
+    # -- runs of other replicas ---------------------------------------------------------
+
+    async def find(self, owner: str, run_id: str) -> RemoteRun | None:
+        try:
+            fields = await self._batched_command(
+                "HMGET", self._key("run", owner, run_id), "replica", "thread", "first", "last",
+                "end",
+            )
+        except (RedisError, OSError):
+            raise _unavailable() from None
+        replica, thread, first, last, end = fields
+        if replica is None or replica.decode() == self.replica_id:
+            return None  # unknown, or ours and no longer retained
+        return RemoteRun(
+            run_id=run_id, thread_id=thread.decode(), owner=owner, replica=replica.decode(),
+            first_seq=int(first), last_seq=int(last), ended=end is not None,
+        )
+
+    async def follow(
+        self, run: RemoteRun, after: int, *, idle: float | None
+    ) -> AsyncIterator[list[tuple[int, bytes]]]:
+        """Read the stream after ``after`` (blocking reads of at most one heartbeat); when
+        quiet, check the owner's heartbeat and declare the run lost once it expired."""
+        log, record = self._key("log", run.owner, run.run_id), self._key(
+            "run", run.owner, run.run_id
+        )
+        block = self.settings.heartbeat_seconds if idle is None else min(
+            idle, self.settings.heartbeat_seconds
+        )
+        position, quiet = after, 0.0
+        while True:
+            reply = await self._redis.xread(
+                {log: f"{position}-0"}, count=FOLLOW_COUNT, block=max(1, int(block * 1000))
+            )
+            if reply:
+                batch: list[tuple[int, bytes]] = []
+                ended = False
+                for entry_id, fields in reply[0][1]:
+                    seq = int(entry_id.split(b"-", 1)[0])
+                    if not batch and seq > position + 1:
+                        raise LogTrimmed(seq)
+                    batch.append((seq, fields[b"d"]))
+                    ended = ended or b"e" in fields
+                position, quiet = batch[-1][0], 0.0
+                yield batch
+                if ended:
+                    return
+                continue
+            state = await self._redis.hmget(record, ["replica", "end"])
+            if state[0] is None:
+                return  # the record expired or was dropped: nothing more will come
+            if state[1] is None:
+                await self._lost(
+                    keys=[record, log, self._heartbeat_key(state[0].decode())], args=[RUN_LOST]
+                )
+            elif int(state[1]) <= position:
+                # The owner died before the events this client saw on it reached the shared
+                # log (so the log ends before the cursor): the client still gets its end.
+                yield [(position + 1, RUN_LOST)]
+                return
+            quiet += block
+            if idle is not None and quiet >= idle:
+                quiet = 0.0
+                yield []
+
+    async def forward(self, run: RemoteRun, command: Command, *, reply: bool = True) -> Command:
+        request = uuid.uuid4().hex if reply else None
+        message = {**command, "from": self.replica_id, "id": request} if reply else command
+        answered: asyncio.Future[Command] | None = None
+        if request is not None:
+            answered = self._waiting[request] = asyncio.get_running_loop().create_future()
+        try:
+            receivers = await self._batched_command(
+                "PUBLISH", self._channel(run.replica), json.dumps(message)
+            )
+            if not receivers:
+                raise ServiceUnavailable(
+                    "the replica running this run does not answer",
+                    code="RUN_OWNER_UNAVAILABLE", retry_after=1.0,
+                )
+            if answered is None:
+                return {}
+            return await asyncio.wait_for(answered, FORWARD_TIMEOUT)
+        except (RedisError, OSError):
+            raise _unavailable() from None
+        except TimeoutError:
+            raise ServiceUnavailable(
+                "the replica running this run did not answer in time",
+                code="RUN_OWNER_UNAVAILABLE", retry_after=1.0,
+            ) from None
+        finally:
+            if request is not None:
+                self._waiting.pop(request, None)
+
+    async def _commands(self) -> None:
+        """Serve commands for this replica's runs, and take the answers to its own."""
+        replies = self._reply_channel(self.replica_id).encode()
+        while True:
+            try:
+                async for message in self._pubsub.listen():
+                    if message["channel"] == replies:
+                        self._answered(message["data"])
+                    else:
+                        self._spawn(self._answer(message["data"]), "iobridge-command")
+            except (RedisError, OSError):
+                logger.warning("commands: Redis does not answer; resubscribing")
+                await asyncio.sleep(self.settings.heartbeat_seconds)
+
+    def _answered(self, data: bytes) -> None:
+        try:
+            answer = json.loads(data)
+            waiting = self._waiting.get(str(answer["id"]))
+        except (ValueError, KeyError, TypeError):
+            logger.warning("ignored a malformed cluster answer")
+            return
+        if waiting is not None and not waiting.done():
+            waiting.set_result(answer["answer"])
+
+    async def _answer(self, data: bytes) -> None:
+        assert self._handler is not None
+        try:
+            command = json.loads(data)
+            answer = await self._handler(command)
+        except (ValueError, KeyError, TypeError):
+            logger.warning("ignored a malformed cluster command")
+            return
+        sender, request = command.get("from"), command.get("id")
+        if isinstance(sender, str) and isinstance(request, str):
+            try:
+                await self._batched_command("PUBLISH", self._reply_channel(sender),
+                                            json.dumps({"id": request, "answer": answer}))
+            except (RedisError, OSError):
+                logger.warning("could not answer a cluster command")
+
+    # -- N-PAMP streams -------------------------------------------------------------------
+
+    async def remember_stream(self, owner: str, key: bytes, run_id: str) -> None:
+        await self._redis.set(self._key("np", owner, key.hex()), run_id, px=self._ttl_ms)
+
+    async def recall_stream(self, owner: str, key: bytes) -> str | None:
+        value = await self._redis.get(self._key("np", owner, key.hex()))
+        return None if value is None else bytes(value).decode()

@@ -1,0 +1,152 @@
+"""The coordination seam between replicas: what one process must ask the others.
+
+A single process needs nobody: :class:`LocalCluster` answers every question at no cost, and
+the engine keeps its runs, logs, pending calls and busy marks in memory as before. With
+``redis_url`` set, :mod:`iobridge.cluster.redis` implements the same :class:`Cluster` so
+that replicas behave as one backend: runIds and thread busy marks are claimed cluster-wide,
+each run's log is mirrored for followers on other replicas, and tool results or cancels that
+land on a replica that does not own the run are forwarded to its owner.
+
+The engine calls only the :class:`Coordinator` part (claim, started, release, forgotten);
+the Backend uses the rest (find a run elsewhere, follow it, forward a command to its owner).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from iobridge.runtime.run import Run
+
+#: A command for the replica that owns a run, and its answer (JSON-shaped dicts).
+Command = dict[str, Any]
+CommandHandler = Callable[[Command], Awaitable[Command]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RemoteRun:
+    """A run another replica owns, as its shared record describes it."""
+
+    run_id: str
+    thread_id: str
+    owner: str
+    #: The replica that drives the run (where commands go).
+    replica: str
+    #: Sequence numbers of the first retained and the last mirrored event.
+    first_seq: int
+    last_seq: int
+    #: True once the terminal event is mirrored (or the run was declared lost).
+    ended: bool
+
+
+class Coordinator(Protocol):
+    """What the engine asks before, while and after it drives a run."""
+
+    #: False when nothing is shared: the engine skips the steps that would cost a task.
+    distributed: bool
+
+    async def claim(self, owner: str, run_id: str, resource_id: str, thread_id: str) -> None:
+        """Claim the runId and the thread for a run about to start.
+
+        Raises:
+            ConflictError: ``RUN_ALREADY_RUNNING`` or ``THREAD_BUSY`` elsewhere.
+        """
+
+    async def abandon(self, owner: str, run_id: str, resource_id: str, thread_id: str) -> None:
+        """Undo a claim whose run did not start (its thread could not be read)."""
+
+    def started(self, run: Run) -> None:
+        """The run's first event is in its log: share the log from here."""
+
+    async def release(self, run: Run) -> None:
+        """The run's messages are stored: free its runId and thread (before the terminal)."""
+
+    def forgotten(self, run: Run) -> None:
+        """The run is no longer retained here: drop its shared copy too."""
+
+
+class Cluster(Coordinator, Protocol):
+    """The coordinator plus what the Backend needs for runs other replicas own."""
+
+    async def open(self, handler: CommandHandler) -> None:
+        """Start serving commands for this replica's runs with ``handler``."""
+
+    async def aclose(self) -> None:
+        """Stop heartbeats and command serving; close connections."""
+
+    async def problem(self) -> str | None:
+        """Why the shared state cannot be reached now (``None``: it can)."""
+
+    async def find(self, owner: str, run_id: str) -> RemoteRun | None:
+        """The record of ``owner``'s run on another replica, if there is one."""
+
+    def follow(
+        self, run: RemoteRun, after: int, *, idle: float | None
+    ) -> AsyncIterator[list[tuple[int, bytes]]]:
+        """The mirrored log after ``after``, in batches, until its terminal event.
+
+        Raises:
+            LogTrimmed: the entries after ``after`` are no longer retained.
+        """
+
+    async def forward(self, run: RemoteRun, command: Command, *, reply: bool = True) -> Command:
+        """Send ``command`` to the run's owner and return its answer (``{}`` without reply).
+
+        Raises:
+            ServiceUnavailable: the owner does not answer.
+        """
+
+    async def remember_stream(self, owner: str, key: bytes, run_id: str) -> None:
+        """Share an N-PAMP stream id → runId entry, so any replica can resume it."""
+
+    async def recall_stream(self, owner: str, key: bytes) -> str | None:
+        """The runId of a stream another replica started, if shared."""
+
+
+class LocalCluster:
+    """One process: nothing to claim, nothing elsewhere; every call is a no-op."""
+
+    distributed = False
+
+    async def claim(self, owner: str, run_id: str, resource_id: str, thread_id: str) -> None:
+        return None
+
+    async def abandon(self, owner: str, run_id: str, resource_id: str, thread_id: str) -> None:
+        return None
+
+    def started(self, run: Run) -> None:
+        return None
+
+    async def release(self, run: Run) -> None:
+        return None
+
+    def forgotten(self, run: Run) -> None:
+        return None
+
+    async def open(self, handler: CommandHandler) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+    async def problem(self) -> str | None:
+        return None
+
+    async def find(self, owner: str, run_id: str) -> RemoteRun | None:
+        return None
+
+    async def follow(
+        self, run: RemoteRun, after: int, *, idle: float | None
+    ) -> AsyncIterator[list[tuple[int, bytes]]]:
+        raise RuntimeError("a single process has no remote runs")
+        yield []  # pragma: no cover  (makes this an async generator)
+
+    async def forward(self, run: RemoteRun, command: Command, *, reply: bool = True) -> Command:
+        raise RuntimeError("a single process has no remote runs")
+
+    async def remember_stream(self, owner: str, key: bytes, run_id: str) -> None:
+        return None
+
+    async def recall_stream(self, owner: str, key: bytes) -> str | None:
+        return None
