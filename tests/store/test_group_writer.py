@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from iobridge.store.sql_executor import GroupWriter, ThreadExecutor
+from iobridge.store.sql_executor import MAX_READ_BATCH, GroupWriter, ThreadExecutor
 
 
 def _executor(path: Path) -> ThreadExecutor:
@@ -72,3 +73,49 @@ async def test_the_queue_is_bounded(tmp_path: Path) -> None:
     await executor.close()
     with pytest.raises(ValueError):
         GroupWriter(executor, max_batch=0)
+
+
+async def test_concurrent_reads_share_hops_and_a_bad_read_fails_alone(tmp_path: Path) -> None:
+    executor = _executor(tmp_path / "r.db")
+    hops: list[str] = []
+    event.listen(executor.engine, "engine_connect", lambda conn: hops.append("connect"))
+    await GroupWriter(executor).submit(insert(5))
+    hops.clear()
+
+    def read(key: int) -> Callable[[Connection], int | None]:
+        def fn(conn: Connection) -> int | None:
+            if key < 0:
+                raise ValueError(f"bad key {key}")
+            found: int | None = conn.execute(
+                text("SELECT k FROM t WHERE k = :k"), {"k": key}
+            ).scalar()
+            return found
+
+        return fn
+
+    keys = [5, 6, -1, *([5] * 200)]
+    answers = await asyncio.gather(*(executor.read(read(k)) for k in keys),
+                                   return_exceptions=True)
+    assert answers[:2] == [5, None]
+    assert isinstance(answers[2], ValueError) and "bad key -1" in str(answers[2])
+    assert answers[3:] == [5] * 200  # the reads after the failing one were answered
+    # 203 reads queued at once: the reader threads took them in batches, not one hop each.
+    batches = -(-len(keys) // MAX_READ_BATCH)
+    assert len(hops) <= batches + 2, hops  # +2: the first reads go out before the rest queue
+    await executor.close()
+
+
+async def test_a_read_batch_is_bounded(tmp_path: Path) -> None:
+    executor = _executor(tmp_path / "b.db")
+    sizes: list[int] = []
+    real = executor._read_batch
+
+    def counting(fns: list[Callable[[Connection], object]]) -> list[tuple[bool, object]]:
+        sizes.append(len(fns))
+        return real(fns)
+
+    executor._read_batch = counting  # type: ignore[method-assign]
+    await asyncio.gather(*(executor.read(lambda conn: 1) for _ in range(3 * MAX_READ_BATCH)))
+    assert max(sizes) == MAX_READ_BATCH
+    assert sum(sizes) == 3 * MAX_READ_BATCH
+    await executor.close()
