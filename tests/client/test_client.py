@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -221,3 +222,13 @@ async def test_an_unreachable_server_is_a_connection_error() -> None:
         with pytest.raises(IoBridgeError) as error:
             await client.list_agents()
     assert (error.value.status, error.value.code) == (0, "CONNECTION_FAILED")
+
+
+def test_the_example_in_docs_client_md_runs(serve: Any, capsys: pytest.CaptureFixture[str]
+                                            ) -> None:
+    server = serve()
+    page = (Path(__file__).parents[2] / "docs" / "client.md").read_text()
+    code = page.split("```python\n", 1)[1].split("```", 1)[0]
+    assert "http://127.0.0.1:8000" in code
+    exec(compile(code.replace("http://127.0.0.1:8000", server.url), "client.md", "exec"), {})
+    assert 'The tool get_weather returned {"sky":"clear"}.' in capsys.readouterr().out
