@@ -143,12 +143,14 @@ async def test_threads_create_list_get_rename_delete_and_messages(serve: Any) ->
     assert (gone.value.status, gone.value.code) == (404, "THREAD_NOT_FOUND")
 
 
-async def test_an_id_with_a_slash_stays_one_path_segment(serve: Any) -> None:
+async def test_an_id_with_a_slash_never_reaches_another_route(serve: Any) -> None:
     server = serve()
     async with IoBridgeClient(server.url) as client:
+        await client.create_thread("x")
         with pytest.raises(IoBridgeError) as error:
-            await client.get_thread("x/messages")
-    assert (error.value.status, error.value.code) == (404, "THREAD_NOT_FOUND")
+            await client.delete_thread("x/messages")  # not DELETE /threads/x/messages
+        assert (await client.get_thread("x")).id == "x"
+    assert (error.value.status, error.value.code) == (404, "NOT_FOUND")
 
 
 async def test_agents_list_and_get(serve: Any) -> None:

@@ -1,5 +1,6 @@
 """Generated requests from the app's own OpenAPI document, on both stores and with auth on:
-no 5xx, ever, and every answer is documented (its status, its content type and, for JSON,
+no 5xx, ever, and every answer is documented (with auth on: with the key, and without it, so
+the 401s are checked too) (its status, its content type and, for JSON,
 its schema).
 
 Bounded (``EXAMPLES`` per operation and server, a few seconds each) so it runs in every CI
@@ -50,7 +51,7 @@ def _api_key_auth() -> AuthSettings:
     return AuthSettings(mode="api-key", api_keys=[ApiKeyEntry(sha256=digest, principal="fuzz")])
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgres", "sqlite-api-key"])
+@pytest.fixture(scope="module", params=["sqlite", "postgres", "sqlite-api-key", "sqlite-api-key-anonymous"])
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
            ) -> Iterator[tuple[str, dict[str, str]]]:
     """A real server on loopback over a real store, shared by one server's examples, and the
@@ -59,8 +60,9 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     if request.param.startswith("sqlite"):
         folder: Path = tmp_path_factory.mktemp("fuzz")
         options: dict[str, Any] = dict(FUZZ)
-        if request.param == "sqlite-api-key":
+        if request.param.startswith("sqlite-api-key"):
             options["auth"] = _api_key_auth()
+        if request.param == "sqlite-api-key":
             headers["x-api-key"] = API_KEY
         app = create_app(Settings(database_url=f"sqlite+aiosqlite:///{folder}/db", **options))
     else:
