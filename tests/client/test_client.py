@@ -234,3 +234,13 @@ def test_the_example_in_docs_client_md_runs(serve: Any, capsys: pytest.CaptureFi
     assert "http://127.0.0.1:8000" in code
     exec(compile(code.replace("http://127.0.0.1:8000", server.url), "client.md", "exec"), {})
     assert 'The tool get_weather returned {"sky":"clear"}.' in capsys.readouterr().out
+
+
+async def test_the_prefix_is_configurable(serve: Any) -> None:
+    server = serve(prefix="/custom")
+    async with IoBridgeClient(server.url, prefix="/custom/") as client:
+        assert [a.id for a in await client.list_agents()] == ["demo"]
+    async with IoBridgeClient(server.url) as client:
+        with pytest.raises(IoBridgeError) as error:
+            await client.list_agents()
+    assert (error.value.status, error.value.code) == (404, "NOT_FOUND")

@@ -51,7 +51,10 @@ def _api_key_auth() -> AuthSettings:
     return AuthSettings(mode="api-key", api_keys=[ApiKeyEntry(sha256=digest, principal="fuzz")])
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgres", "sqlite-api-key", "sqlite-api-key-anonymous"])
+SERVERS = ["sqlite", "postgres", "sqlite-api-key", "sqlite-api-key-anonymous"]
+
+
+@pytest.fixture(scope="module", params=SERVERS)
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
            ) -> Iterator[tuple[str, dict[str, str]]]:
     """A real server on loopback over a real store, shared by one server's examples, and the

@@ -347,7 +347,8 @@ class IoBridgeClient:
     async def cancel(self, run_id: str) -> Literal["cancelling", "ended"]:
         """Stop a run: ``cancelling`` if it was live, ``ended`` if it had already ended."""
         _, data = await self._call("POST", f"/runs/{_segment(run_id)}/cancel")
-        return "cancelling" if data.get("status") == "cancelling" else "ended"
+        status = data.get("status") if isinstance(data, dict) else None
+        return "cancelling" if status == "cancelling" else "ended"
 
     # -- threads ------------------------------------------------------------------------
 
