@@ -1,4 +1,5 @@
-"""Command line: ``iobridge serve``, ``iobridge db upgrade``, ``iobridge npamp ...``."""
+"""Command line: ``iobridge serve``, ``iobridge db upgrade``, ``iobridge npamp ...``,
+``iobridge chat``."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import pydantic
 import typer
 
+from iobridge.client.chat import chat
 from iobridge.conformance.check.cli import check_command
 from iobridge.npamp_server.cli import app as npamp_app
 
@@ -263,6 +265,7 @@ def db_upgrade(
 
 app.add_typer(npamp_app, name="npamp")
 app.command("check")(check_command)
+app.command("chat")(chat)
 
 
 def main() -> None:

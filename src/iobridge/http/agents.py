@@ -6,20 +6,33 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from iobridge.http.openapi import errors
 from iobridge.http.security import CurrentBackend, CurrentPrincipal
+from iobridge.protocol.resources import Agent, AgentList
 
 __all__ = ["router"]
 
 router = APIRouter(tags=["agents"])
 
 
-@router.get("/agents", summary="List available agents")
+@router.get(
+    "/agents",
+    summary="List available agents",
+    responses={200: {"model": AgentList, "description": "The agents"}, **errors(401)},
+)
 async def list_agents(backend: CurrentBackend, principal: CurrentPrincipal) -> dict[str, Any]:
     """``{"agents": [{id, name, description, modelId?, tools}]}`` in registration order."""
     return {"agents": backend.list_agents()}
 
 
-@router.get("/agents/{agentId}", summary="Read one agent")
+@router.get(
+    "/agents/{agentId}",
+    summary="Read one agent",
+    responses={
+        200: {"model": Agent, "description": "The agent"},
+        **errors(400, 401, 404, s404="No such agent (AGENT_NOT_FOUND)"),
+    },
+)
 async def get_agent(
     agentId: str, backend: CurrentBackend, principal: CurrentPrincipal
 ) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from iobridge.http.errors import install_error_handlers
 from iobridge.http.guards import install_guards
 from iobridge.http.health import install_index
 from iobridge.http.health import router as health_router
+from iobridge.http.openapi import document_api
 from iobridge.http.runs import router as runs_router
 from iobridge.http.security import document_security
 from iobridge.http.threads import router as threads_router
@@ -42,6 +43,7 @@ def _install_routes(app: FastAPI, backend: Backend) -> None:
     app.include_router(threads_router, prefix=prefix, tags=["threads"])
     app.include_router(agents_router, prefix=prefix, tags=["agents"])
     document_security(app, prefix)
+    document_api(app)
 
 
 def mount(app: FastAPI, backend: Backend) -> None:

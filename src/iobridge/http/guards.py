@@ -8,7 +8,11 @@
   sends such a request cross-site only after a CORS preflight, which this server refuses
   unless ``cors_origins`` allows the origin; ``text/plain`` or form posts never get in.
 
-Both answer before the application sees the request, so nothing runs and nothing is stored.
+* ``EncodedSlashGuard``: a path with ``%2F`` is 404 ``NOT_FOUND``. The router sees the decoded
+  path, so an id holding a ``/`` would split into two segments and reach another route (a
+  405 or a redirect that no route documents); no route takes such an id.
+
+They answer before the application sees the request, so nothing runs and nothing is stored.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from iobridge.http.server_limits import HeaderGuard
 if TYPE_CHECKING:
     from iobridge.config import Settings
 
-__all__ = ["HostGuard", "JsonBodyGuard", "host_allowed", "install_guards"]
+__all__ = ["EncodedSlashGuard", "HostGuard", "JsonBodyGuard", "host_allowed", "install_guards"]
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
@@ -92,12 +96,29 @@ class JsonBodyGuard:
         await self.app(scope, receive, send)
 
 
+class EncodedSlashGuard:
+    """Refuse paths holding an encoded ``/`` (404 ``NOT_FOUND``)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and b"%2f" in (scope.get("raw_path") or b"").lower():
+            response = error_response(
+                404, "NOT_FOUND", "no route takes an id holding '/' (%2F in the path)"
+            )
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
 def install_guards(app: Starlette, settings: Settings) -> None:
     """Put the guards in front of ``app``'s routes (and of CORS), outermost first: header
-    count and size (``HeaderGuard``), host, JSON body.
+    count and size (``HeaderGuard``), host, JSON body, encoded slashes.
 
     Call it after any other ``add_middleware`` so the guards stay outermost.
     """
+    app.add_middleware(EncodedSlashGuard)
     app.add_middleware(JsonBodyGuard)
     app.add_middleware(HostGuard, allowed_hosts=tuple(settings.trusted_hosts))
     app.add_middleware(

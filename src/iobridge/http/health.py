@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 
 from iobridge import __version__
 from iobridge.http.security import CurrentBackend
+from iobridge.protocol.resources import ErrorEnvelope
 
 __all__ = ["install_index", "router"]
 
@@ -56,7 +57,11 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", summary="Readiness: the store answers and runs are admitted")
+@router.get(
+    "/readyz",
+    summary="Readiness: the store answers and runs are admitted",
+    responses={503: {"model": ErrorEnvelope, "description": "Not ready (NOT_READY)"}},
+)
 async def readyz(backend: CurrentBackend) -> JSONResponse:
     """200 ``{"status": "ready"}``, or 503 with the reason (store down, shutting down)."""
     problem = await backend.readiness_problem()

@@ -18,8 +18,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from iobridge.app import MAX_MESSAGES_PAGE
 from iobridge.errors import InputError
 from iobridge.http.body import parse_json_object, read_body
+from iobridge.http.openapi import errors
 from iobridge.http.security import CurrentBackend, CurrentPrincipal
 from iobridge.protocol.message_formats import to_mastra
+from iobridge.protocol.resources import MessagePage, Thread, ThreadPage
 from iobridge.store.base import format_timestamp, validate_id, validate_metadata, validate_title
 
 __all__ = ["MAX_BODY_BYTES", "ThreadCreate", "ThreadUpdate", "router"]
@@ -29,6 +31,8 @@ DEFAULT_PAGE = 20
 MAX_PAGE = 100
 
 router = APIRouter(tags=["threads"])
+
+_NO_THREAD = "No such thread, or another resource's (THREAD_NOT_FOUND)"
 
 
 class ThreadCreate(BaseModel):
@@ -60,7 +64,7 @@ ResourceQuery = Annotated[
 
 
 def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
-    schema = {"application/json": {"schema": model.model_json_schema()}}
+    schema = {"application/json": {"schema": model.model_json_schema(mode="validation")}}
     return {"requestBody": {"content": schema, "required": False}}
 
 
@@ -94,6 +98,14 @@ def _int_query(value: str | None, name: str, high: int) -> int | None:
     "/threads",
     status_code=201,
     summary="Create a thread",
+    responses={
+        201: {"model": Thread, "description": "The new thread"},
+        **errors(
+            400, 401, 404, 409, 413,
+            s404="Another resource (RESOURCE_NOT_FOUND) or an unknown agent (AGENT_NOT_FOUND)",
+            s409="The id is taken (THREAD_EXISTS)",
+        ),
+    },
     openapi_extra=_body_schema(ThreadCreate),
 )
 async def create_thread(
@@ -115,7 +127,14 @@ async def create_thread(
     return JSONResponse(thread.to_json(), status_code=201)
 
 
-@router.get("/threads", summary="List threads, most recently updated first")
+@router.get(
+    "/threads",
+    summary="List threads, most recently updated first",
+    responses={
+        200: {"model": ThreadPage, "description": "A page of threads"},
+        **errors(400, 401, 404, s404="Another resource (RESOURCE_NOT_FOUND)"),
+    },
+)
 async def list_threads(
     backend: CurrentBackend,
     principal: CurrentPrincipal,
@@ -139,7 +158,14 @@ async def list_threads(
     return body
 
 
-@router.get("/threads/{threadId}", summary="Read one thread")
+@router.get(
+    "/threads/{threadId}",
+    summary="Read one thread",
+    responses={
+        200: {"model": Thread, "description": "The thread"},
+        **errors(400, 401, 404, s404=_NO_THREAD),
+    },
+)
 async def get_thread(
     threadId: str,
     backend: CurrentBackend,
@@ -153,6 +179,10 @@ async def get_thread(
 @router.patch(
     "/threads/{threadId}",
     summary="Update a thread's title and/or metadata",
+    responses={
+        200: {"model": Thread, "description": "The updated thread"},
+        **errors(400, 401, 404, 413, s404=_NO_THREAD),
+    },
     openapi_extra=_body_schema(ThreadUpdate),
 )
 async def update_thread(
@@ -174,7 +204,12 @@ async def update_thread(
     return thread.to_json()
 
 
-@router.delete("/threads/{threadId}", status_code=204, summary="Delete a thread")
+@router.delete(
+    "/threads/{threadId}",
+    status_code=204,
+    summary="Delete a thread",
+    responses={204: {"description": "Deleted"}, **errors(400, 401, 404, s404=_NO_THREAD)},
+)
 async def delete_thread(
     threadId: str,
     backend: CurrentBackend,
@@ -189,7 +224,14 @@ async def delete_thread(
 MESSAGE_FORMATS = ("mastra", "agui")
 
 
-@router.get("/threads/{threadId}/messages", summary="Read a thread's messages, oldest first")
+@router.get(
+    "/threads/{threadId}/messages",
+    summary="Read a thread's messages, oldest first",
+    responses={
+        200: {"model": MessagePage, "description": "A page of messages, in the chosen format"},
+        **errors(400, 401, 404, s404=_NO_THREAD),
+    },
+)
 async def list_messages(
     threadId: str,
     backend: CurrentBackend,
