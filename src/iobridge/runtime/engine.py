@@ -196,6 +196,7 @@ class Runtime:
             log, run_input.thread_id, run_input.run_id, parent_run_id=run_input.parent_run_id,
             state=state, max_state_bytes=self.settings.max_state_bytes,
         )
+        session.usage = run.usage
         dispatch = ToolDispatch(
             session,
             agent,
@@ -217,6 +218,7 @@ class Runtime:
             session=dispatch,
             resume=[Resume.from_wire(e) for e in resume],
             answered=[Resume.from_wire(e) for e in answered],
+            usage=session.usage,
         )
         self._runs[key] = run
         session.start()
