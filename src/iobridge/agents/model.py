@@ -56,7 +56,7 @@ class ModelAgent(PydanticAIAgent):
         title_timeout: Seconds the title request may take before the fallback title.
         tool_result_mode: ``"in-run"`` or ``"next-run"``: how the runtime should collect
             frontend tool results for this agent (``None``: the server default).
-        toolsets: pydantic-ai toolsets of the agent (the MCP servers of ``mcp_servers``).
+        toolsets: pydantic-ai toolsets (the MCP servers of ``mcp_servers``).
     """
 
     def __init__(
@@ -78,12 +78,13 @@ class ModelAgent(PydanticAIAgent):
         toolsets: Sequence[Any] = (),
     ) -> None:
         super().__init__(
-            PydanticAgent(model, instructions=instructions or None, toolsets=toolsets),
+            PydanticAgent(model, instructions=instructions or None),
             id=id,
             aliases=aliases,
             name=name or id,
             description=description,
             tools=tools,
+            toolsets=toolsets,
             model_settings=model_settings,
             model_id=model_id,
             output_retries=output_retries,

@@ -106,6 +106,8 @@ class PydanticAIAgent(Agent):
         name: Display name (default: the agent's name, else ``id``).
         description: For discovery (default: the agent's description).
         tools: Bridge server tools (``@iobridge.tool``) added to the agent's own.
+        toolsets: pydantic-ai toolsets added for every run (the ``mcp_servers`` of a TOML
+            definition); their tools are the agent's own.
         model_settings: Defaults over the agent's, overridden per run by ``modelSettings``.
         model_id: ``provider:model`` for discovery (default: the agent's model).
         output_retries: How often an answer that violates ``structuredOutput`` is sent back.
@@ -124,6 +126,7 @@ class PydanticAIAgent(Agent):
         name: str | None = None,
         description: str | None = None,
         tools: Sequence[ServerTool] = (),
+        toolsets: Sequence[AbstractToolset[Any]] = (),
         model_settings: ModelSettings | None = None,
         model_id: str | None = None,
         output_retries: int = 2,
@@ -141,6 +144,7 @@ class PydanticAIAgent(Agent):
         self.name = name or agent.name or id
         self.description = description if description is not None else agent.description or ""
         self.tools = tuple(tools)
+        self.toolsets = tuple(toolsets)
         self.model_settings = ModelSettings(**(model_settings or {}))
         self.model_id = model_id or _model_id(agent.model)
         self.output_retries = output_retries
@@ -199,6 +203,7 @@ class PydanticAIAgent(Agent):
                 deps=self.deps_factory(ctx) if self.deps_factory is not None else self.deps,
                 output_type=self._output_type(structured),
                 model_settings=settings or None,
+                toolsets=self.toolsets or None,
                 capabilities=[bridge],
                 **extra,
             ) as agent_run:
