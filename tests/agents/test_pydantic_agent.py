@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from typing import Any
 
 import httpx
 import pyai_agents
 import pytest
+from ag_ui.core import RunFinishedEvent
 from fake_openai import FakeOpenAI, FakeSession, calls, drive, make_context, text
 from pyai_agents import streamed
 from pydantic import BaseModel
@@ -278,6 +281,10 @@ async def test_usage_is_on_run_finished_and_kept_with_the_run(
     usage = [{"provider": "openai", "model": "fake-model", "inputTokens": 3, "outputTokens": 5,
               "totalTokens": 8}]
     assert finished["type"] == "RUN_FINISHED" and finished["usage"] == usage
+    # The AG-UI 1.0 SDK reads the field as its TokenUsage.
+    event = RunFinishedEvent.model_validate(finished)
+    assert event.usage is not None
+    assert (event.usage[0].input_tokens, event.usage[0].total_tokens) == (3, 8)
     assert server.run("r1").usage == usage
 
 
@@ -398,3 +405,40 @@ def test_toml_pydantic_ai_errors_are_one_line_and_nothing_is_registered(
     assert catalog.unavailable == {"bad": reason}
     assert "\n" not in reason
     assert [a.id for a in catalog.list()] == ["demo"]
+
+
+async def test_an_agent_tool_shadowing_a_frontend_tool_is_never_a_pending_call(
+    serve: Any,
+) -> None:
+    model = calling(call("lookup", {"city": "Rome"}, "c1"), say("ok"))
+    wrapped = Agent(model)
+    posted = threading.Event()
+    waited: list[bool] = []
+
+    @wrapped.tool_plain
+    async def lookup(city: str) -> str:
+        # Runs until the test, which saw TOOL_CALL_END while the tool ran, tried to answer.
+        waited.append(await asyncio.to_thread(posted.wait, 10))
+        return f"agent's {city}"
+
+    server = serve(agents=[PydanticAIAgent(wrapped, id="w")])
+    shadow = {"name": "lookup", "description": "frontend", "parameters": {"type": "object"}}
+    events: list[dict[str, Any]] = []
+    body = run_body("go", agentId="w", tools=[shadow])
+    async with (
+        httpx.AsyncClient(base_url=server.url, timeout=10) as client,
+        client.stream("POST", "/io-bridge/run", json=body) as response,
+    ):
+        async for line in response.aiter_lines():
+            if line.startswith("data: "):
+                events.append(json.loads(line[6:]))
+                if events[-1]["type"] == "TOOL_CALL_END":
+                    # The call runs on the server: the client cannot answer it.
+                    answer = await client.post(
+                        "/io-bridge/runs/r1/tool-calls/c1/result", json={"result": "x"}
+                    )
+                    posted.set()
+                    assert answer.status_code == 404
+    assert waited == [True]
+    assert [e["content"] for e in events if e["type"] == "TOOL_CALL_RESULT"] == ["agent's Rome"]
+    assert events[-1]["type"] == "RUN_FINISHED"

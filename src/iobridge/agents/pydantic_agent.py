@@ -370,6 +370,7 @@ class BridgeToolset(WrapperToolset[Any]):
             return result.content
         handle = self.run.start_tool_call(name, tool_call_id=ctx.tool_call_id, local=True)
         handle.add_args(to_json(tool_args, fallback=str).decode())
+        handle.end()  # the client sees the call while it runs
         try:
             value = await self.wrapped.call_tool(name, tool_args, ctx, tool)
         except ModelRetry as exc:
