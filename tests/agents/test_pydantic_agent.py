@@ -168,21 +168,61 @@ async def test_a_crashing_agent_tool_reports_a_failed_result_then_fails_the_run(
     )
 
 
-async def test_a_tool_that_needs_approval_fails_clearly() -> None:
-    model = calling(call("delete", {}, "c1"), say("could not"))
-    wrapped = Agent(model)
+def approval_agent(declared: bool) -> tuple[PydanticAIAgent, list[str]]:
+    """An agent whose ``delete`` tool needs approval; ``deleted`` records what ran.
 
-    @wrapped.tool_plain
-    def delete() -> str:
-        raise ApprovalRequired()
+    ``declared``: the tool says so (``requires_approval=True``), else it raises
+    ``ApprovalRequired`` itself.
+    """
+    deleted: list[str] = []
 
-    agent = PydanticAIAgent(wrapped, id="w")
-    session = await drive(agent, make_context(agent))
-    assert ("TOOL_CALL_RESULT", "c1",
-            "tool 'delete' deferred its call, which this server cannot resume") in (
-        session.tool_events()
-    )
-    assert session.text() == "could not"
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if not returns:
+            return call("delete", {"name": "v1"}, "c1")
+        return say(f"delete said: {returns[-1].model_response_str()}")
+
+    wrapped = Agent(streamed(respond))
+
+    @wrapped.tool(requires_approval=declared)
+    def delete(ctx: RunContext[None], name: str) -> str:
+        if not ctx.tool_call_approved:
+            raise ApprovalRequired()
+        deleted.append(name)
+        return f"deleted {name}"
+
+    return PydanticAIAgent(wrapped, id="w"), deleted
+
+
+@pytest.mark.parametrize("declared", [True, False])
+@pytest.mark.parametrize("approved", [True, False])
+async def test_a_tool_that_needs_approval_interrupts_the_run_and_resumes(
+    serve: Any, approved: bool, declared: bool
+) -> None:
+    agent, deleted = approval_agent(declared)
+    server = serve(agents=[agent])
+    async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
+        first = parse_sse((await client.post(
+            "/io-bridge/run", json=run_body("delete v1", agentId="w"))).text)
+        outcome = first[-1]["outcome"]
+        assert first[-1]["type"] == "RUN_FINISHED" and outcome["type"] == "interrupt"
+        (interrupt,) = outcome["interrupts"]
+        assert interrupt["reason"] == "tool_approval" and interrupt["toolCallId"] == "c1"
+        assert interrupt["metadata"] == {"toolName": "delete", "args": {"name": "v1"}}
+        assert deleted == []
+        answer = {"interruptId": interrupt["id"], "status": "resolved",
+                  "payload": {"approved": approved}}
+        second = parse_sse((await client.post("/io-bridge/run", json={
+            "threadId": "t1", "runId": "r2", "messages": [], "resume": [answer],
+            "forwardedProps": {"agentId": "w"}})).text)
+    assert second[-1]["type"] == "RUN_FINISHED" and "outcome" not in second[-1]
+    results = [e["content"] for e in second if e["type"] == "TOOL_CALL_RESULT"]
+    reply = "".join(e["delta"] for e in second if e["type"] == "TEXT_MESSAGE_CONTENT")
+    if approved:
+        assert deleted == ["v1"] and results == ["deleted v1"]
+    else:
+        assert deleted == [] and results == ["the user did not allow the tool 'delete'"]
+    assert reply.startswith("delete said: ") and results[0] in reply
 
 
 class Forecast(BaseModel):

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from pydantic_ai import Agent as PydanticAgent
@@ -34,10 +34,12 @@ from pydantic_ai import (
     ApprovalRequired,
     CallDeferred,
     DeferredToolRequests,
+    DeferredToolResults,
     ModelRetry,
     NativeOutput,
     PromptedOutput,
     StructuredDict,
+    ToolDenied,
     ToolFailed,
 )
 from pydantic_ai import exceptions as pai_errors
@@ -51,6 +53,7 @@ from pydantic_ai.messages import (
     TextPartDelta,
     ThinkingPart,
     ThinkingPartDelta,
+    ToolCallPart,
     ToolReturnPart,
 )
 from pydantic_ai.models import Model
@@ -88,6 +91,10 @@ logger = logging.getLogger(__name__)
 #: Arguments are JSON objects; the tool itself (or the frontend) checks them in detail.
 _ANY_OBJECT = SchemaValidator(core_schema.dict_schema())
 _EMPTY_OBJECT_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
+#: What a ``tool_approval`` interrupt expects back in ``resume[].payload``.
+_APPROVAL_SCHEMA: dict[str, Any] = {
+    "type": "object", "properties": {"approved": {"type": "boolean"}}, "required": ["approved"],
+}
 
 #: What ``deps`` may be: the value itself, or a function of the run's context.
 DepsFactory = Callable[["RunContext"], Any]
@@ -195,62 +202,70 @@ class PydanticAIAgent(Agent):
         if structured is not None:
             extra["retries"] = {"output": self.output_retries}
         step = 0
-        try:
-            async with self.agent.iter(
-                None,
-                message_history=history,
-                instructions=instructions,
-                deps=self.deps_factory(ctx) if self.deps_factory is not None else self.deps,
-                output_type=self._output_type(structured),
-                model_settings=settings or None,
-                toolsets=self.toolsets or None,
-                capabilities=[bridge],
-                **extra,
-            ) as agent_run:
-                async for node in agent_run:
-                    if PydanticAgent.is_call_tools_node(node):
-                        # Before its tools run, so the count is in even if a tool fails.
-                        _add_usage(ctx, node.model_response)
-                        continue
-                    if not PydanticAgent.is_model_request_node(node):
-                        continue
-                    if step:
-                        yield StepFinished(name=f"model-request-{step}")
-                    step += 1
-                    yield StepStarted(name=f"model-request-{step}")
-                    async with node.stream(agent_run.ctx) as events:
-                        async for event in events:
-                            output = _translate(event)
-                            if output is not None:
-                                yield output
-                result = agent_run.result
-        except pai_errors.ModelAPIError as exc:
-            raise map_model_error(exc) from None
-        except pai_errors.UnexpectedModelBehavior as exc:
-            # pydantic-ai signals spent output retries only by this message.
-            if structured is not None and "output retries" in str(exc):
+        deferred: DeferredToolResults | None = None
+        while True:
+            try:
+                async with self.agent.iter(
+                    None,
+                    message_history=history,
+                    deferred_tool_results=deferred,
+                    instructions=instructions,
+                    deps=self.deps_factory(ctx) if self.deps_factory is not None else self.deps,
+                    output_type=self._output_type(structured),
+                    model_settings=settings or None,
+                    toolsets=self.toolsets or None,
+                    capabilities=[bridge],
+                    **extra,
+                ) as agent_run:
+                    async for node in agent_run:
+                        if PydanticAgent.is_call_tools_node(node):
+                            # Before its tools run, so the count is in even if a tool fails.
+                            _add_usage(ctx, node.model_response)
+                            continue
+                        if not PydanticAgent.is_model_request_node(node):
+                            continue
+                        if step:
+                            yield StepFinished(name=f"model-request-{step}")
+                        step += 1
+                        yield StepStarted(name=f"model-request-{step}")
+                        async with node.stream(agent_run.ctx) as events:
+                            async for event in events:
+                                output = _translate(event)
+                                if output is not None:
+                                    yield output
+                    result = agent_run.result
+            except pai_errors.ModelAPIError as exc:
+                raise map_model_error(exc) from None
+            except pai_errors.UnexpectedModelBehavior as exc:
+                # pydantic-ai signals spent output retries only by this message.
+                if structured is not None and "output retries" in str(exc):
+                    raise AgentError(
+                        "the model's answer did not match the requested schema",
+                        code="STRUCTURED_OUTPUT_INVALID",
+                    ) from None
+                logger.warning("unexpected model behaviour: %s", exc)
                 raise AgentError(
-                    "the model's answer did not match the requested schema",
-                    code="STRUCTURED_OUTPUT_INVALID",
+                    "the model returned an unusable response", code="MODEL_ERROR"
                 ) from None
-            logger.warning("unexpected model behaviour: %s", exc)
-            raise AgentError(
-                "the model returned an unusable response", code="MODEL_ERROR"
-            ) from None
-        except pai_errors.UsageLimitExceeded as exc:
-            logger.warning("model usage limit: %s", exc)
-            raise AgentError("the run exceeded its model usage limit", code="MODEL_ERROR") from None
-        if step:
-            yield StepFinished(name=f"model-request-{step}")
-        value = result.output if result is not None else None
-        if isinstance(value, DeferredToolRequests):
-            if value.approvals:
+            except pai_errors.UsageLimitExceeded as exc:
+                logger.warning("model usage limit: %s", exc)
                 raise AgentError(
-                    "a tool call needs approval, which this server does not support yet",
-                    code="APPROVAL_NOT_SUPPORTED",
+                    "the run exceeded its model usage limit", code="MODEL_ERROR"
+                ) from None
+            value = result.output if result is not None else None
+            if result is not None and isinstance(value, DeferredToolRequests) and value.approvals:
+                # Tools that require approval: one interrupt each; the resumed run gets here
+                # again with the answers and continues the same pydantic-ai run with them.
+                deferred = DeferredToolResults(
+                    approvals={p.tool_call_id: await _approval(ctx, p) for p in value.approvals}
                 )
-        elif value is not None and not isinstance(value, str):
-            yield FinalResult(value=to_jsonable_python(value))
+                history = result.all_messages()
+                continue
+            if step:
+                yield StepFinished(name=f"model-request-{step}")
+            if value is not None and not isinstance(value, str | DeferredToolRequests):
+                yield FinalResult(value=to_jsonable_python(value))
+            return
 
     def _output_type(self, structured: StructuredOutput | None) -> Any:
         """The agent's output type plus deferred calls, or the run's requested JSON schema."""
@@ -379,7 +394,23 @@ class BridgeToolset(WrapperToolset[Any]):
         except (ToolFailed, pai_errors.ToolRetryError, pai_errors.ToolFailedError) as exc:
             handle.complete(ToolResult(content=str(exc) or f"tool {name!r} failed", is_error=True))
             raise
-        except (CallDeferred, ApprovalRequired):
+        except ApprovalRequired:
+            # Ask through an interrupt; the resumed run calls the tool again and gets here
+            # with the answer (the n-th interrupt of the run).
+            answer = await self.run.interrupt(
+                "tool_approval",
+                message=f"Allow the tool {name!r}?",
+                tool_call_id=ctx.tool_call_id,
+                response_schema=_APPROVAL_SCHEMA,
+                metadata={"toolName": name, "args": to_jsonable_python(tool_args, fallback=str)},
+            )
+            payload = answer.payload if isinstance(answer.payload, Mapping) else {}
+            if answer.cancelled or payload.get("approved") is not True:
+                message = f"the user did not allow the tool {name!r}"
+                handle.complete(ToolResult(content=message, is_error=True))
+                raise ToolFailed(message) from None
+            return await self._approved(name, tool_args, ctx, tool, handle)
+        except CallDeferred:
             message = f"tool {name!r} deferred its call, which this server cannot resume"
             handle.complete(ToolResult(content=message, is_error=True))
             raise ToolFailed(message) from None
@@ -389,6 +420,46 @@ class BridgeToolset(WrapperToolset[Any]):
         text = ToolReturnPart(tool_name=name, content=value).model_response_str()
         handle.complete(ToolResult(content=text, value=value))
         return value
+
+    async def _approved(
+        self,
+        name: str,
+        tool_args: dict[str, Any],
+        ctx: PydanticRunContext[Any],
+        tool: ToolsetTool[Any],
+        handle: Any,
+    ) -> Any:
+        """Run a call the user approved (``ctx.tool_call_approved``) and report it."""
+        try:
+            value = await self.wrapped.call_tool(
+                name, tool_args, replace(ctx, tool_call_approved=True), tool
+            )
+        except Exception:
+            handle.complete(ToolResult(content=f"tool {name!r} failed", is_error=True))
+            raise
+        text = ToolReturnPart(tool_name=name, content=value).model_response_str()
+        handle.complete(ToolResult(content=text, value=value))
+        return value
+
+
+async def _approval(ctx: RunContext, call: ToolCallPart) -> bool | ToolDenied:
+    """Ask whether ``call`` may run (a ``tool_approval`` interrupt) and return the answer."""
+    answer = await ctx.interrupt(
+        "tool_approval",
+        message=f"Allow the tool {call.tool_name!r}?",
+        tool_call_id=call.tool_call_id,
+        response_schema=_APPROVAL_SCHEMA,
+        metadata={"toolName": call.tool_name, "args": to_jsonable_python(call.args_as_dict())},
+    )
+    payload = answer.payload if isinstance(answer.payload, Mapping) else {}
+    if answer.cancelled or payload.get("approved") is not True:
+        # pydantic-ai never runs a denied call: report it here, as the wrapper would.
+        message = f"the user did not allow the tool {call.tool_name!r}"
+        handle = ctx.start_tool_call(call.tool_name, tool_call_id=call.tool_call_id, local=True)
+        handle.add_args(to_json(call.args_as_dict(), fallback=str).decode())
+        handle.complete(ToolResult(content=message, is_error=True))
+        return ToolDenied(message)
+    return True
 
 
 def _add_usage(ctx: RunContext, response: ModelResponse) -> None:
