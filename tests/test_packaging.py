@@ -55,9 +55,9 @@ def test_sdist_is_complete(dist: Path) -> None:
     assert leaked == []
     assert info["License-Expression"] == "Apache-2.0"
     assert info.get_all("License-File") == ["LICENSE"]
-    assert {"openai", "anthropic", "google", "all"} <= set(info.get_all("Provides-Extra"))
+    assert {"openai", "anthropic", "google", "all", "mcp"} <= set(info.get_all("Provides-Extra"))
     base = [r for r in info.get_all("Requires-Dist") if "extra ==" not in r]
-    assert "pydantic-ai-slim[openai]>=1.0" in base
+    assert "pydantic-ai-slim[openai]>=2.68" in base
     assert not [r for r in base if "anthropic" in r or "google]" in r or "google," in r]
 
 

@@ -211,6 +211,10 @@ class FakeHandle:
             self.session.log.append(("TOOL_CALL_RESULT", self.tool_call_id, result.content))
         return result
 
+    def complete(self, result: ToolResult) -> None:
+        self.end()
+        self.session.log.append(("TOOL_CALL_RESULT", self.tool_call_id, result.content))
+
 
 @dataclass
 class FakeSession:
@@ -233,7 +237,9 @@ class FakeSession:
     def is_frontend_tool(self, name: str) -> bool:
         return name in self.frontend
 
-    def start_tool_call(self, name: str, *, tool_call_id: str | None = None) -> FakeHandle:
+    def start_tool_call(
+        self, name: str, *, tool_call_id: str | None = None, local: bool = False
+    ) -> FakeHandle:
         if tool_call_id is None:
             self._next_id += 1
             tool_call_id = f"generated-{self._next_id}"

@@ -26,7 +26,8 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, DeltaThinkingPart, FunctionModel
 
 from iobridge.agents.definitions import load_agents
-from iobridge.agents.model import ModelAgent, to_model_messages
+from iobridge.agents.history import to_model_messages
+from iobridge.agents.model import ModelAgent
 from iobridge.agents.outputs import (
     FinalResult,
     ReasoningDelta,

@@ -29,6 +29,19 @@ if TYPE_CHECKING:
     from iobridge.agents.outputs import AgentOutput
 
 
+#: The count fields of an AG-UI 1.0 ``TokenUsage`` (labels are ``provider`` and ``model``).
+USAGE_COUNTS = frozenset({
+    "inputTokens", "outputTokens", "totalTokens", "reasoningTokens", "cachedInputTokens",
+    "cacheWriteInputTokens",
+})
+#: The largest count a JSON reader keeps exactly (the protocol's bound).
+MAX_SAFE_INTEGER = 2**53 - 1
+
+
+def _labels(entry: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: entry[k] for k in ("provider", "model") if k in entry}
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolResult:
     """The outcome of one tool call as the agent (and the model) sees it."""
@@ -118,9 +131,13 @@ class RunSession(Protocol):
         """Send an output into the run (same as yielding it from ``Agent.run``)."""
 
     def start_tool_call(
-        self, name: str, *, tool_call_id: str | None = None
+        self, name: str, *, tool_call_id: str | None = None, local: bool = False
     ) -> ToolCallHandle:
-        """Announce a tool call (TOOL_CALL_START) and return its handle."""
+        """Announce a tool call (TOOL_CALL_START) and return its handle.
+
+        ``local``: the agent runs the call itself (a pydantic-ai tool, an MCP tool) and
+        reports its outcome with ``complete``; the runtime never dispatches it.
+        """
         ...
 
     def is_frontend_tool(self, name: str) -> bool:
@@ -150,6 +167,9 @@ class RunContext:
     #: The resource the run acts for (thread owner).
     resource_id: str = "default"
     session: RunSession
+    #: Token usage of the run's model requests, as AG-UI ``TokenUsage`` objects (one per
+    #: provider and model), reported on the terminal event; add to it with ``add_usage``.
+    usage: list[dict[str, Any]] = field(default_factory=list)
     #: This run's answers to the interrupts the previous run ended with (``resume``),
     #: validated against the thread: each open interrupt answered exactly once.
     resume: list[Resume] = field(default_factory=list)
@@ -235,9 +255,28 @@ class RunContext:
         """Send an output into the run stream."""
         self.session.emit(output)
 
-    def start_tool_call(self, name: str, *, tool_call_id: str | None = None) -> ToolCallHandle:
-        """Announce a tool call whose arguments the agent will stream."""
+    def start_tool_call(
+        self, name: str, *, tool_call_id: str | None = None, local: bool = False
+    ) -> ToolCallHandle:
+        """Announce a tool call whose arguments the agent will stream (see ``RunSession``)."""
+        if local:
+            return self.session.start_tool_call(name, tool_call_id=tool_call_id, local=True)
         return self.session.start_tool_call(name, tool_call_id=tool_call_id)
+
+    def add_usage(self, provider: str | None, model: str | None, counts: Mapping[str, int]) -> None:
+        """Add one model request's token counts (``TokenUsage`` keys such as ``inputTokens``).
+
+        Counts of the same provider and model are summed, so the terminal event carries the
+        run's total per model; counts that are not non-negative integers are ignored.
+        """
+        labels = {k: v for k, v in (("provider", provider), ("model", model)) if v}
+        entry = next((e for e in self.usage if _labels(e) == labels), None)
+        if entry is None:
+            entry = dict(labels)
+            self.usage.append(entry)
+        for key, value in counts.items():
+            if key in USAGE_COUNTS and type(value) is int and value >= 0:
+                entry[key] = min(entry.get(key, 0) + value, MAX_SAFE_INTEGER)
 
     async def call_tool(
         self, name: str, args: Mapping[str, Any] | None = None, *, tool_call_id: str | None = None

@@ -1,7 +1,9 @@
 """Agent definitions: ``[[agents]]`` tables of ``iobridge.toml``, dicts, or Python.
 
-A definition names a model and its tools; ``build_agent`` turns it into a ``ModelAgent``. A
-table with ``agui_url`` instead fronts another AG-UI server (``build_upstream_agent``).
+A definition names a model and its tools (``build_agent`` makes a ``ModelAgent``), or the
+import path of an existing pydantic-ai ``Agent`` (``pydantic_ai = "package.module:agent"``,
+served as a ``PydanticAIAgent``); either may add ``mcp_servers``. A table with ``agui_url``
+instead fronts another AG-UI server (``build_upstream_agent``).
 ``load_agents`` builds a whole list and never raises: an agent whose key is missing or whose
 tool cannot be imported is reported (and logged) on its own, and the other agents still
 start, so one bad entry never takes the server down.
@@ -20,11 +22,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai.settings import ModelSettings
 
 from iobridge.agents.base import Agent
+from iobridge.agents.mcp import build_mcp_toolsets
 from iobridge.agents.model import ModelAgent
 from iobridge.agents.providers import AgentConfigError, build_model, check_base_url
+from iobridge.agents.pydantic_agent import PydanticAIAgent
 from iobridge.agents.tools import ServerTool, tool
 from iobridge.agents.upstream import (
     DEFAULT_MAX_EVENT_BYTES,
@@ -47,7 +52,8 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SECRET_KEYS = frozenset({"api_key", "apiKey", "key", "token", "secret", "password"})
 _KEYS = frozenset({
     "id", "aliases", "name", "description", "instructions", "model", "base_url", "api_key_env",
-    "tools", "model_settings", "tool_result_mode", "output_retries", "timeout",
+    "tools", "model_settings", "tool_result_mode", "output_retries", "timeout", "pydantic_ai",
+    "mcp_servers",
 })
 _UPSTREAM_KEYS = frozenset({
     "id", "aliases", "name", "description", "agui_url", "headers", "headers_env", "timeout",
@@ -55,6 +61,8 @@ _UPSTREAM_KEYS = frozenset({
 })
 #: Header names whose values are secrets: they come from ``headers_env``, never the file.
 _SECRET_HEADER = re.compile(r"auth|token|key|secret|cookie|session|password", re.IGNORECASE)
+#: Keys that describe a model built here; a wrapped pydantic-ai agent has its own.
+_MODEL_ONLY = ("model", "base_url", "api_key_env", "instructions", "timeout")
 
 #: What a tool entry may be: ``"package.module:function"``, a ``ServerTool``, or a function.
 ToolSpec = str | ServerTool | Callable[..., Any]
@@ -69,7 +77,12 @@ class AgentDefinition:
     """
 
     id: str
-    model: str
+    #: ``provider:model``; empty when ``pydantic_ai`` names the agent instead.
+    model: str = ""
+    #: ``"package.module:attribute"`` of a pydantic-ai ``Agent`` to serve as it is.
+    pydantic_ai: str | None = None
+    #: MCP servers whose tools the agent gets (see ``iobridge.agents.mcp``).
+    mcp_servers: Sequence[Mapping[str, Any]] = ()
     #: Other ids the agent answers to (io.Assist's Angular template lists threads by its
     #: Mastra registry key, ``ioAgent``, while matching ``io-agent`` against ``id``).
     aliases: Sequence[str] = ()
@@ -133,9 +146,21 @@ def definition_from_dict(data: Mapping[str, Any]) -> AgentDefinition:
     timeout = data.get("timeout")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)):
         raise AgentConfigError("'timeout' must be a number of seconds")
+    mcp_servers = data.get("mcp_servers", [])
+    if not isinstance(mcp_servers, list):
+        raise AgentConfigError("'mcp_servers' must be a list of tables ([[agents.mcp_servers]])")
+    wrapped = _check_str(data, "pydantic_ai")
+    if wrapped is not None:
+        own = [k for k in _MODEL_ONLY if k in data]
+        if own:
+            raise AgentConfigError(
+                f"'{own[0]}' cannot be used with 'pydantic_ai': set it on the pydantic-ai Agent"
+            )
     return AgentDefinition(
         id=_check_str(data, "id", required=True) or "",
-        model=_check_str(data, "model", required=True) or "",
+        model=_check_str(data, "model", required=wrapped is None) or "",
+        pydantic_ai=wrapped,
+        mcp_servers=tuple(mcp_servers),
         aliases=tuple(aliases),
         name=_check_str(data, "name"),
         description=_check_str(data, "description") or "",
@@ -161,20 +186,7 @@ def resolve_tool(spec: ToolSpec) -> ServerTool:
         return spec
     if callable(spec):
         return tool(spec)
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise AgentConfigError(f"tool {spec!r} must look like 'package.module:function'")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # any import-time failure of user code is a config error
-        raise AgentConfigError(
-            f"tool {spec!r}: cannot import {module_name!r} ({type(exc).__name__}: {exc})"
-        ) from None
-    target: Any = module
-    for part in attr.split("."):
-        if not hasattr(target, part):
-            raise AgentConfigError(f"tool {spec!r}: {module_name!r} has no attribute {attr!r}")
-        target = getattr(target, part)
+    target = import_target(spec, "tool", "function")
     if isinstance(target, ServerTool):
         return target
     if not callable(target):
@@ -185,9 +197,34 @@ def resolve_tool(spec: ToolSpec) -> ServerTool:
         raise AgentConfigError(f"tool {spec!r}: cannot derive its schema ({exc})") from None
 
 
+def import_target(spec: str, what: str, kind: str) -> Any:
+    """The object ``"package.module:attribute"`` names.
+
+    Raises:
+        AgentConfigError: a malformed path, a module that fails to import, or a missing
+            attribute (one line naming which).
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise AgentConfigError(f"{what} {spec!r} must look like 'package.module:{kind}'")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # any import-time failure of user code is a config error
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise AgentConfigError(
+            f"{what} {spec!r}: cannot import {module_name!r} ({type(exc).__name__}: {first})"
+        ) from None
+    target: Any = module
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            raise AgentConfigError(f"{what} {spec!r}: {module_name!r} has no attribute {attr!r}")
+        target = getattr(target, part)
+    return target
+
+
 def build_agent(
     definition: AgentDefinition, *, environ: Mapping[str, str] | None = None
-) -> ModelAgent:
+) -> Agent:
     """Build the agent a definition describes.
 
     Args:
@@ -205,6 +242,7 @@ def build_agent(
             raise AgentConfigError(
                 f"alias {alias!r} must be 1-64 letters, digits, '.', '_' or '-', not the id"
             )
+    env = os.environ if environ is None else environ
     if d.api_key_env is not None and not _ENV_NAME.match(d.api_key_env):
         # Never echo the value: it may well be a pasted key.
         raise AgentConfigError(
@@ -233,12 +271,27 @@ def build_agent(
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise AgentConfigError(f"duplicate tool name(s): {', '.join(duplicates)}")
-    model = build_model(
-        d.model,
-        base_url=d.base_url,
-        api_key_env=d.api_key_env,
-        environ=os.environ if environ is None else environ,
-    )
+    toolsets = build_mcp_toolsets(d.mcp_servers, environ=env)
+    if d.pydantic_ai is not None:
+        wrapped = import_target(d.pydantic_ai, "pydantic_ai", "agent")
+        if not isinstance(wrapped, PydanticAgent):
+            raise AgentConfigError(
+                f"pydantic_ai {d.pydantic_ai!r} is a {type(wrapped).__name__}, "
+                "not a pydantic_ai.Agent"
+            )
+        return PydanticAIAgent(
+            wrapped,
+            id=d.id,
+            aliases=d.aliases,
+            name=d.name,
+            description=d.description or None,
+            tools=tools,
+            toolsets=toolsets,
+            model_settings=cast(ModelSettings, settings),
+            output_retries=d.output_retries,
+            tool_result_mode=mode,
+        )
+    model = build_model(d.model, base_url=d.base_url, api_key_env=d.api_key_env, environ=env)
     return ModelAgent(
         id=d.id,
         aliases=d.aliases,
@@ -251,6 +304,7 @@ def build_agent(
         model_id=d.model,
         output_retries=d.output_retries,
         tool_result_mode=mode,
+        toolsets=toolsets,
     )
 
 

@@ -51,22 +51,33 @@ def run_started(thread_id: str, run_id: str, parent_run_id: str | None = None) -
 
 
 def run_finished(
-    thread_id: str, run_id: str, *, result: Any = None, outcome: dict[str, Any] | None = None
+    thread_id: str,
+    run_id: str,
+    *,
+    result: Any = None,
+    outcome: dict[str, Any] | None = None,
+    usage: list[dict[str, Any]] | None = None,
 ) -> Event:
-    """RUN_FINISHED; ``result``/``outcome`` only when there is one."""
+    """RUN_FINISHED; ``result``/``outcome``/``usage`` (``TokenUsage[]``) only when there is one."""
     event: Event = {"type": RUN_FINISHED, "threadId": thread_id, "runId": run_id}
     if result is not None:
         event["result"] = result
     if outcome is not None:
         event["outcome"] = outcome
+    if usage:
+        event["usage"] = usage
     return event
 
 
-def run_error(message: str, code: str | None = None) -> Event:
-    """RUN_ERROR with a safe message and a stable code."""
+def run_error(
+    message: str, code: str | None = None, *, usage: list[dict[str, Any]] | None = None
+) -> Event:
+    """RUN_ERROR with a safe message and a stable code (and ``usage`` when there is some)."""
     event: Event = {"type": RUN_ERROR, "message": message}
     if code is not None:
         event["code"] = code
+    if usage:
+        event["usage"] = usage
     return event
 
 

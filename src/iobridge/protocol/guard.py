@@ -184,21 +184,29 @@ class LifecycleGuard:
             return [{"type": ev.TEXT_MESSAGE_CONTENT, "messageId": message_id, "delta": delta}]
         return self.feed(ev.text_content(message_id, delta))
 
-    def finish(self, *, result: Any = None, outcome: dict[str, Any] | None = None) -> list[Event]:
-        """Close everything open and emit RUN_FINISHED."""
+    def finish(
+        self,
+        *,
+        result: Any = None,
+        outcome: dict[str, Any] | None = None,
+        usage: list[dict[str, Any]] | None = None,
+    ) -> list[Event]:
+        """Close everything open and emit RUN_FINISHED (with ``usage`` when there is some)."""
         if self.ended:
             return []
         self._ensure_started()
-        self._finish(result, outcome)
+        self._finish(result, outcome, usage)
         return self._drain()
 
-    def fail(self, message: str, code: str | None = None) -> list[Event]:
-        """Close everything open and emit RUN_ERROR."""
+    def fail(
+        self, message: str, code: str | None = None, *, usage: list[dict[str, Any]] | None = None
+    ) -> list[Event]:
+        """Close everything open and emit RUN_ERROR (with ``usage`` when there is some)."""
         if self.ended:
             return []
         self._ensure_started()
         self._close_all()
-        self._terminate(ev.run_error(message, code))
+        self._terminate(ev.run_error(message, code, usage=usage))
         return self._drain()
 
     # -- machinery -------------------------------------------------------------------
@@ -268,7 +276,9 @@ class LifecycleGuard:
     def _on_run_finished(self, event: Event) -> None:
         self._finish(event.get("result"), event.get("outcome"))
 
-    def _finish(self, result: Any, outcome: Any) -> None:
+    def _finish(
+        self, result: Any, outcome: Any, usage: list[dict[str, Any]] | None = None
+    ) -> None:
         self._close_all()
         valid = _valid_outcome(outcome)
         if valid is None and isinstance(outcome, dict) and outcome.get("type") == "interrupt":
@@ -278,10 +288,13 @@ class LifecycleGuard:
                     "The agent interrupted the run with malformed interrupts (1 to "
                     f"{MAX_INTERRUPTS}, each with a unique id and a reason).",
                     INVALID_INTERRUPT,
+                    usage=usage,
                 )
             )
             return
-        self._terminate(ev.run_finished(self.thread_id, self.run_id, result=result, outcome=valid))
+        self._terminate(
+            ev.run_finished(self.thread_id, self.run_id, result=result, outcome=valid, usage=usage)
+        )
 
     def _on_run_error(self, event: Event) -> None:
         message = event.get("message")

@@ -196,6 +196,7 @@ class Runtime:
             log, run_input.thread_id, run_input.run_id, parent_run_id=run_input.parent_run_id,
             state=state, max_state_bytes=self.settings.max_state_bytes,
         )
+        session.usage = run.usage
         dispatch = ToolDispatch(
             session,
             agent,
@@ -217,6 +218,7 @@ class Runtime:
             session=dispatch,
             resume=[Resume.from_wire(e) for e in resume],
             answered=[Resume.from_wire(e) for e in answered],
+            usage=session.usage,
         )
         self._runs[key] = run
         session.start()
@@ -291,6 +293,10 @@ class Runtime:
         except RunEnded:
             pass
         except Interrupted as exc:
+            call_id = exc.interrupt.get("toolCallId")
+            if isinstance(call_id, str):
+                # The call the interrupt asks about is answered by the resumed run, not here.
+                session.deferred_calls.append(call_id)
             session.finish(outcome={"type": "interrupt", "interrupts": [exc.interrupt]})
         except asyncio.CancelledError:
             if run.stop_reason == "cancelled":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Any
 
 from iobridge.protocol.options import RunOptions
 from iobridge.runtime.runlog import RunLog
@@ -35,6 +36,9 @@ class Run:
     subscribers: int = 0
     #: When set, the run has been asked to stop and why ("cancelled", "disconnected").
     stop_reason: str | None = None
+    #: Token usage of the run's model requests (AG-UI ``TokenUsage`` entries, as on the
+    #: terminal event), filled while the run goes.
+    usage: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def key(self) -> RunKey:

@@ -62,6 +62,8 @@ class Session:
         self.transcript = Transcript()
         #: Value for RUN_FINISHED.result.
         self.result: Any = None
+        #: AG-UI ``TokenUsage`` entries for the terminal event (the agent's ``ctx.usage``).
+        self.usage: list[dict[str, Any]] = []
         #: Frontend tool calls handed to the client for a later run (next-run mode).
         self.deferred_calls: list[str] = []
         self._text_id: str | None = None
@@ -118,11 +120,13 @@ class Session:
         """Close what is open and emit RUN_FINISHED."""
         if outcome is None and self.deferred_calls:
             outcome = {"type": "success", "pendingToolCallIds": list(self.deferred_calls)}
-        self._append(self.guard.finish(result=self.result, outcome=outcome))
+        self._append(
+            self.guard.finish(result=self.result, outcome=outcome, usage=self.usage or None)
+        )
 
     def fail(self, message: str, code: str) -> None:
         """Close what is open and emit RUN_ERROR (cut-short messages are not persisted)."""
-        self._append(self.guard.fail(message, code))
+        self._append(self.guard.fail(message, code, usage=self.usage or None))
 
     # -- agent outputs ---------------------------------------------------------------
 

@@ -75,18 +75,27 @@ class ToolDispatch:
         """Whether ``name`` was declared by the client (and is not a server tool)."""
         return name in self._frontend and self.agent.server_tool(name) is None
 
-    def start_tool_call(self, name: str, *, tool_call_id: str | None = None) -> ToolCallHandle:
-        """Announce a tool call (its events are released by the guard at TOOL_CALL_END)."""
-        return _Handle(self, name, self.session.open_tool_call(name, tool_call_id))
+    def start_tool_call(
+        self, name: str, *, tool_call_id: str | None = None, local: bool = False
+    ) -> ToolCallHandle:
+        """Announce a tool call (its events are released by the guard at TOOL_CALL_END).
+
+        A ``local`` call is run by the agent itself: it is never registered as pending, even
+        when a frontend tool has the same name.
+        """
+        return _Handle(self, name, self.session.open_tool_call(name, tool_call_id), local=local)
 
 
 class _Handle:
     """A tool call announced by an agent; see ``ToolCallHandle``."""
 
-    def __init__(self, dispatch: ToolDispatch, name: str, tool_call_id: str) -> None:
+    def __init__(
+        self, dispatch: ToolDispatch, name: str, tool_call_id: str, *, local: bool = False
+    ) -> None:
         self._dispatch = dispatch
         self.name = name
         self.tool_call_id = tool_call_id
+        self._local = local
         self._fragments: list[str] = []
         self._ended = False
         self._pending: PendingToolCall | None = None
@@ -101,7 +110,7 @@ class _Handle:
             return
         self._ended = True
         dispatch = self._dispatch
-        if dispatch.is_frontend_tool(self.name) and not dispatch.defer_frontend:
+        if not self._local and dispatch.is_frontend_tool(self.name) and not dispatch.defer_frontend:
             # Register before TOOL_CALL_END is visible: a fast client cannot post too early.
             self._pending = dispatch.pending.register(dispatch.run, self.tool_call_id, self.name)
         dispatch.session.push(ev.tool_call_end(self.tool_call_id))
