@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 from ag_ui_validate.pytest_plugin import assert_valid_agui
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -66,6 +66,8 @@ async def _run(events: list[dict[str, Any]], cut: int) -> tuple[httpx.Response, 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(events=st.lists(decorated_events(), max_size=30), cut=st.integers(0, 100_000))
+# Found by this test: a non-string toolCallId on TOOL_CALL_ARGS crashed the event reader.
+@example(events=[{"type": "TOOL_CALL_ARGS", "toolCallId": ["x"], "delta": "{}"}], cut=100_000)
 def test_any_upstream_stream_yields_a_valid_run(events: list[dict[str, Any]], cut: int) -> None:
     response, stored = asyncio.run(_run(events, cut))
     assert response.status_code == 200

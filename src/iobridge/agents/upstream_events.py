@@ -228,7 +228,8 @@ class UpstreamRound:
         return None if upstream_id in self.used_ids else upstream_id
 
     def _on_tool_args(self, event: dict[str, Any]) -> None:
-        call = self._calls.get(event.get("toolCallId"))  # type: ignore[arg-type]
+        upstream_id = event.get("toolCallId")
+        call = self._calls.get(upstream_id) if isinstance(upstream_id, str) else None
         delta = event.get("delta")
         if call is not None and not call.ended and isinstance(delta, str) and delta:
             call.fragments.append(delta)
