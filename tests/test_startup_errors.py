@@ -92,7 +92,7 @@ def test_an_unset_api_key_variable(tmp_path: Path) -> None:
 
 def test_non_json_cors_origins() -> None:
     code, output = _serve(env={"IOBRIDGE_CORS_ORIGINS": "http://a.example"})
-    _one_line(code, output, "invalid environment variable", "cors_origins")
+    _one_line(code, output, "IOBRIDGE_CORS_ORIGINS: not valid JSON", "take JSON, e.g.")
 
 
 def test_config_typos_are_refused_with_the_valid_keys(tmp_path: Path) -> None:

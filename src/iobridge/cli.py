@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -35,8 +36,7 @@ def load_settings(config: Path | None, **overrides: Any) -> Settings:
     except UnknownSettings as exc:
         message = str(exc)
     except SettingsError as exc:
-        cause = exc.__cause__
-        message = f"invalid environment variable: {exc}" + (f" ({cause})" if cause else "")
+        message = _env_problem(exc)
     except pydantic.ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
@@ -171,6 +171,18 @@ def _serve_worker(settings: Settings, sock: Any) -> None:
 
     asyncio.run(_serve(settings, http=True, sock=sock))
 
+
+def _env_problem(exc: Exception) -> str:
+    """A setting from the environment that did not parse, named as the variable to fix."""
+    field = re.search(r'field "(\w+)"', str(exc))
+    if field is None:
+        return f"invalid environment variable: {exc}"
+    name = f"IOBRIDGE_{field.group(1).upper()}"
+    cause = f" ({exc.__cause__})" if exc.__cause__ else ""
+    return (
+        f"{name}: not valid JSON{cause}; list and table settings take JSON, "
+        f"e.g. {name}='[\"https://app.example\"]'"
+    )
 
 def _fail(message: str) -> None:
     typer.echo(f"iobridge: {message}", err=True)
