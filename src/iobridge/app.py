@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import AsyncExitStack
 from typing import Any
@@ -44,6 +45,7 @@ from iobridge.errors import (
     ServiceUnavailable,
     TooManyRequests,
 )
+from iobridge.observability.metrics import Metrics
 from iobridge.protocol.options import ToolResultMode, parse_run_options
 from iobridge.protocol.run_input import OFF_LOOP_BYTES, RunInput, parse_run_input
 from iobridge.runtime.cluster import Cluster, Command, LocalCluster, RemoteRun
@@ -126,6 +128,8 @@ class Backend:
         store: An open thread store (the caller closes it); default: opened from
             ``settings.database_url`` on entry and closed on exit.
         authenticator: A ready authenticator instead of one built from ``settings.auth``.
+        tracer_provider: An OpenTelemetry ``TracerProvider`` to trace runs with (turns
+            tracing on; default: ``settings.tracing``, see ``docs/observability.md``).
     """
 
     def __init__(
@@ -136,8 +140,11 @@ class Backend:
         catalog: AgentCatalog | None = None,
         store: ThreadStore | None = None,
         authenticator: Authenticator | None = None,
+        tracer_provider: Any = None,
     ) -> None:
         self.settings = settings or Settings.load()
+        #: This backend's Prometheus metrics (``metrics.registry`` is what ``/metrics`` serves).
+        self.metrics = Metrics()
         self.catalog = catalog or build_catalog(self.settings, agents)
         self.authenticator = authenticator or Authenticator(self.settings.auth)
         self.runtime = Runtime(
@@ -152,10 +159,12 @@ class Backend:
                 max_active_runs=self.settings.max_active_runs,
                 max_active_runs_per_owner=self.settings.max_active_runs_per_principal,
                 max_state_bytes=self.settings.max_state_bytes,
-            )
+            ),
+            metrics=self.metrics,
         )
         #: Runs of other replicas and shared busy marks (``redis_url``); else one process.
         self.cluster: Cluster = LocalCluster()
+        self._tracer_provider = tracer_provider
         #: False once shutdown began: new runs answer 503.
         self.admitting = True
         self._given_store = store
@@ -171,7 +180,7 @@ class Backend:
             if self._given_store is None:
                 self._store = await open_store(self.settings.database_url)
                 stack.push_async_callback(self._store.close)
-            self.runtime.memory = StoreMemory(self.store)
+            self.runtime.memory = StoreMemory(self.store, self.metrics)
             if self.settings.redis_url is not None:
                 from iobridge.cluster.redis import RedisCluster
 
@@ -179,6 +188,12 @@ class Backend:
                 stack.push_async_callback(self._close_cluster)
                 await self.cluster.open(self._command)
                 self.runtime.cluster = self.cluster
+            if self.settings.tracing.enabled or self._tracer_provider is not None:
+                from iobridge.observability.tracing import open_tracer
+
+                self.runtime.tracer = await stack.enter_async_context(
+                    open_tracer(self.settings.tracing, self._tracer_provider)
+                )
             # Runs stop (and store what they produced) before the store closes.
             stack.push_async_callback(self.runtime.aclose)
             janitor = asyncio.create_task(self._expire_retained(), name="iobridge-retention")
@@ -196,6 +211,7 @@ class Backend:
         if stack is not None:
             await stack.aclose()
         self.runtime.memory = None
+        self.runtime.tracer = None
         self._store = self._given_store
 
     async def _close_cluster(self) -> None:
@@ -214,11 +230,13 @@ class Backend:
         """Why the backend cannot serve now (``None``: it can)."""
         if not self.admitting:
             return "shutting down"
+        begun = time.perf_counter()
         try:
             await asyncio.wait_for(self.store.get_thread("readyz"), READY_TIMEOUT)
-        except Exception:
-            logger.warning("readiness: the store does not answer", exc_info=True)
+        except Exception as exc:
+            logger.warning("readiness: the store does not answer (%s)", type(exc).__name__)
             return "the store does not answer"
+        self.metrics.store_operation("readiness", time.perf_counter() - begun)
         return await self.cluster.problem()
 
     async def _expire_retained(self) -> None:

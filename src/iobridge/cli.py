@@ -86,6 +86,13 @@ def serve(
         str | None,
         typer.Option(help="debug, info, warning or error (default info; env IOBRIDGE_LOG_LEVEL)"),
     ] = None,
+    log_format: Annotated[
+        str | None,
+        typer.Option(
+            help="text, or json: one object per line with runId/threadId "
+            "(default text; env IOBRIDGE_LOG_FORMAT)"
+        ),
+    ] = None,
     npamp_port: Annotated[
         int | None,
         typer.Option(
@@ -126,7 +133,13 @@ def serve(
     if npamp_agree:
         npamp.update(trusted_peers="*", agui_peers="*")
     settings = load_settings(
-        config, host=host, port=port, prefix=prefix, log_level=log_level, npamp=npamp or None
+        config,
+        host=host,
+        port=port,
+        prefix=prefix,
+        log_level=log_level,
+        log_format=log_format,
+        npamp=npamp or None,
     )
     if not http and settings.npamp.port is None:
         _fail("--no-http needs an N-PAMP port (--npamp-port)")
@@ -207,8 +220,9 @@ async def _serve(settings: Settings, *, http: bool, sock: Any = None) -> None:
     import signal
 
     from iobridge.app import Backend
+    from iobridge.observability.logs import configure_logging
 
-    _show_logs(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -232,18 +246,6 @@ async def _serve(settings: Settings, *, http: bool, sock: Any = None) -> None:
         else:
             await stop.wait()
             await backend.shutdown()
-
-
-def _show_logs(level: str) -> None:
-    """Print iobridge's own log records (uvicorn configures only its own loggers)."""
-    import logging
-
-    logger = logging.getLogger("iobridge")
-    if not logger.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s: %(message)s"))
-        logger.addHandler(handler)
-    logger.setLevel(level.upper())
 
 
 db_app = typer.Typer(help="Thread store maintenance.", no_args_is_help=True)

@@ -165,6 +165,35 @@ class NpampSettings(BaseModel):
         return sorted(set(value))
 
 
+# --- observability (docs/observability.md) ---------------------------------------------
+
+
+class MetricsSettings(BaseModel):
+    """Prometheus ``GET /metrics`` on the HTTP port (the ``[metrics]`` table)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    #: Name of an environment variable holding a token scrapers must send as
+    #: ``Authorization: Bearer <token>``; ``None``: no credentials (like ``/healthz``).
+    token_env: str | None = None
+
+
+class TracingSettings(BaseModel):
+    """OpenTelemetry traces (the ``[tracing]`` table; needs the ``otel`` extra)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = False
+    #: OTLP/HTTP traces endpoint (``http://collector:4318/v1/traces``). ``None``: the global
+    #: tracer provider if the process set one, else the ``OTEL_EXPORTER_OTLP_*`` environment.
+    otlp_endpoint: str | None = None
+    #: ``service.name`` of the spans when iobridge makes the provider.
+    service_name: str = "iobridge"
+    #: Put prompts, completions and tool arguments in pydantic-ai's model spans.
+    include_content: bool = False
+
+
 # --- all settings ----------------------------------------------------------------------
 
 
@@ -251,6 +280,10 @@ class Settings(BaseSettings):
     #: Agent id run when a request names none (default: the first agent).
     default_agent: str | None = None
     log_level: str = "info"
+    #: ``text``, or ``json``: one JSON object per line, with ``runId``/``threadId`` in a run.
+    log_format: Literal["text", "json"] = "text"
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+    tracing: TracingSettings = Field(default_factory=TracingSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     #: AG-UI over N-PAMP (the ``[npamp]`` table); off unless ``npamp.port`` is set.
     npamp: NpampSettings = Field(default_factory=NpampSettings)

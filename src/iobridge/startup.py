@@ -9,6 +9,7 @@ set. Passwords in database URLs are never printed.
 from __future__ import annotations
 
 import errno
+import os
 import socket
 from pathlib import Path
 
@@ -103,13 +104,19 @@ def check_settings(settings: Settings, *, http: bool) -> None:
     npamp = settings.npamp
     if npamp.port:
         check_port(npamp.host or settings.host, npamp.port, "npamp.port")
+    token_env = settings.metrics.token_env
+    if http and settings.metrics.enabled and token_env and not os.environ.get(token_env):
+        raise StartupError(
+            f"metrics.token_env: the environment variable {token_env} is not set "
+            "(set it to the scrape token, or remove metrics.token_env)"
+        )
 
 
 def explain(exc: BaseException, settings: Settings) -> str | None:
     """The one-line explanation of a failure while starting, or ``None`` if it is a bug."""
     text = str(exc)
     where = safe_url(settings.database_url)
-    if isinstance(exc, StartupError):
+    if isinstance(exc, StartupError) or type(exc).__name__ == "TracingUnavailable":
         return text
     if type(exc).__module__.startswith("redis.") and settings.redis_url is not None:
         return (f"redis_url: cannot connect to Redis ({safe_url(settings.redis_url)}): "

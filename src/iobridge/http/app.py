@@ -24,6 +24,7 @@ from iobridge.http.errors import install_error_handlers
 from iobridge.http.guards import install_guards
 from iobridge.http.health import install_index
 from iobridge.http.health import router as health_router
+from iobridge.http.metrics import install_metrics
 from iobridge.http.openapi import document_api
 from iobridge.http.runs import router as runs_router
 from iobridge.http.security import document_security
@@ -107,6 +108,7 @@ def create_app(
     install_guards(app, backend.settings)
     _install_routes(app, backend)
     app.include_router(health_router)
+    install_metrics(app, backend)
     install_index(app, backend.settings.prefix)
     if backend.settings.playground:
         catalog = backend.catalog

@@ -46,6 +46,8 @@ async def serve_http(
             host=settings.host,
             port=settings.port,
             log_level=settings.log_level,
+            # JSON logs: uvicorn's loggers already write through iobridge's JSON handler.
+            log_config=None if settings.log_format == "json" else uvicorn.config.LOGGING_CONFIG,
             timeout_graceful_shutdown=5,
             **uvicorn_options(settings),
         )

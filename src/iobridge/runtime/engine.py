@@ -13,6 +13,7 @@ total and per owner), and so is what finished runs keep for resume (count, age a
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from collections import OrderedDict
@@ -21,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from iobridge.agents.context import Interrupted, Resume, RunContext, ToolResult
 from iobridge.errors import AgentError, ConflictError, NotFoundError, TooManyRequests
+from iobridge.observability.logs import current_run
+from iobridge.observability.metrics import EngineSample, Metrics
 from iobridge.protocol import events as ev
 from iobridge.protocol.guard import DEFAULT_MAX_STATE_BYTES
 from iobridge.protocol.messages import model_view
@@ -33,6 +36,7 @@ from iobridge.runtime.tools import ToolDispatch
 
 if TYPE_CHECKING:
     from iobridge.agents.base import Agent
+    from iobridge.observability.tracing import RunTracer
     from iobridge.protocol.options import RunOptions, ToolResultMode
     from iobridge.protocol.run_input import RunInput
     from iobridge.runtime.thread_memory import RunMemory, ThreadMemory
@@ -84,6 +88,8 @@ class Runtime:
             exactly the request's messages).
         cluster: Claims runIds and threads across replicas and shares run logs
             (default: one process, nothing shared).
+        metrics: Where runs, tool calls and live figures are counted (default: its own).
+        tracer: Makes run and tool-call spans (``None``: no tracing).
     """
 
     def __init__(
@@ -92,10 +98,14 @@ class Runtime:
         settings: RuntimeSettings | None = None,
         memory: ThreadMemory | None = None,
         cluster: Coordinator | None = None,
+        metrics: Metrics | None = None,
+        tracer: RunTracer | None = None,
     ) -> None:
         self.settings = settings or RuntimeSettings()
         self.memory = memory
         self.cluster: Coordinator = cluster or LocalCluster()
+        self.metrics = metrics or Metrics()
+        self.tracer = tracer
         self.pending = PendingRegistry()
         self._runs: dict[RunKey, Run] = {}
         self._retained: OrderedDict[RunKey, float] = OrderedDict()
@@ -107,6 +117,9 @@ class Runtime:
         self._active_total = 0
         #: Runs between admission and their first event (their thread is being read).
         self._starting: set[RunKey] = set()
+        #: Events of concluded runs per agent (live runs' are read from their logs).
+        self._events: dict[str, int] = {}
+        self.metrics.watch(self._sample)
 
     # -- starting ----------------------------------------------------------------------
 
@@ -131,6 +144,7 @@ class Runtime:
             ConflictError: the runId is already running, or the thread is busy.
         """
         self._admit(owner)
+        admitted = time.perf_counter()
         key: RunKey = (owner, run_input.run_id)
         mode = (
             options.tool_result_mode
@@ -205,6 +219,8 @@ class Runtime:
             run=key,
             tool_timeout=self.settings.tool_timeout,
             defer_frontend=mode == "next-run",
+            metrics=self.metrics,
+            tracer=self.tracer,
         )
         ctx = RunContext(
             thread_id=run.thread_id,
@@ -223,11 +239,19 @@ class Runtime:
         self._runs[key] = run
         session.start()
         self.cluster.started(run)
+        started = time.perf_counter()
+        self.metrics.run_started(agent.id, started - admitted)
         # RUN_STARTED is in the log: the new messages are written while the agent works.
-        saved = asyncio.ensure_future(memory.save_start()) if memory is not None else None
-        run.task = asyncio.create_task(
-            self._drive(run, agent, session, ctx, memory, saved, state_from_thread),
+        loop = asyncio.get_running_loop()
+        saved = (
+            loop.create_task(memory.save_start(), context=_run_context(run))
+            if memory is not None
+            else None
+        )
+        run.task = loop.create_task(
+            self._drive(run, agent, session, ctx, memory, saved, started, state_from_thread),
             name=f"run-{run.run_id}",
+            context=_run_context(run),
         )
         return run
 
@@ -256,7 +280,38 @@ class Runtime:
         ctx: RunContext,
         memory: RunMemory | None,
         saved: asyncio.Future[None] | None,
+        started: float,
         state_from_thread: bool = False,
+    ) -> None:
+        tracer = self.tracer
+        if tracer is None:
+            await self._drive_run(
+                run, agent, session, ctx, memory, saved, started, state_from_thread
+            )
+            return
+        with tracer.run(
+            thread_id=run.thread_id,
+            run_id=run.run_id,
+            agent_id=run.agent_id,
+            resource_id=run.resource_id,
+        ) as finish:
+            try:
+                await self._drive_run(
+                    run, agent, session, ctx, memory, saved, started, state_from_thread
+                )
+            finally:
+                finish(session.outcome)
+
+    async def _drive_run(
+        self,
+        run: Run,
+        agent: Agent,
+        session: Session,
+        ctx: RunContext,
+        memory: RunMemory | None,
+        saved: asyncio.Future[None] | None,
+        started: float,
+        state_from_thread: bool,
     ) -> None:
         try:
             # ``messagesSnapshot`` (thread memory reads the thread; stateless: no thread).
@@ -271,7 +326,7 @@ class Runtime:
             else:
                 await self._produce(run, agent, session, ctx)
         finally:
-            await self._conclude(run, session, memory, saved)
+            await self._conclude(run, session, memory, saved, started)
 
     async def _produce(self, run: Run, agent: Agent, session: Session, ctx: RunContext) -> None:
         try:
@@ -317,6 +372,7 @@ class Runtime:
         session: Session,
         memory: RunMemory | None,
         saved: asyncio.Future[None] | None,
+        started: float,
     ) -> None:
         """Store what the run produced, free the thread, then release the terminal event.
 
@@ -357,6 +413,10 @@ class Runtime:
                 )
             session.release_terminal()
             self._retain(run)
+            self._events[run.agent_id] = self._events.get(run.agent_id, 0) + run.log.last_seq
+            self.metrics.run_finished(
+                run.agent_id, session.outcome, session.error_code, time.perf_counter() - started
+            )
         if cancelled:
             raise asyncio.CancelledError()
 
@@ -483,6 +543,18 @@ class Runtime:
     def _live_tasks(self) -> list[asyncio.Task[None]]:
         return [r.task for r in self._runs.values() if r.task is not None and not r.task.done()]
 
+    def _sample(self) -> EngineSample:
+        events = dict(self._events)
+        for run in self._runs.values():
+            if not run.done:
+                events[run.agent_id] = events.get(run.agent_id, 0) + run.log.last_seq
+        return EngineSample(
+            active_runs=self._active_total,
+            retained_runs=len(self._retained),
+            pending_tool_calls=len(self.pending),
+            events=events,
+        )
+
     @property
     def active_runs(self) -> int:
         """Admitted runs not yet concluded (starting or producing events)."""
@@ -492,6 +564,13 @@ class Runtime:
     def retained_runs(self) -> int:
         """Finished runs kept for resume."""
         return len(self._retained)
+
+
+def _run_context(run: Run) -> contextvars.Context:
+    """A context for one of the run's tasks: its log records carry the run's ids."""
+    context = contextvars.copy_context()
+    context.run(current_run.set, (run.thread_id, run.run_id))
+    return context
 
 
 def _log_failure(write: asyncio.Future[None], run: Run) -> None:

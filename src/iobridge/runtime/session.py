@@ -78,6 +78,10 @@ class Session:
         self.failed = False
         #: The interrupts the run finished with (``outcome.interrupts``), if it did.
         self.interrupts: list[dict[str, Any]] = []
+        #: How the run ended: RUN_FINISHED's ``outcome.type`` (``success`` when it has none,
+        #: ``cancelled``, ``interrupt``), or ``error`` with RUN_ERROR's ``code``.
+        self.outcome = "success"
+        self.error_code: str | None = None
 
     # -- plumbing --------------------------------------------------------------------
 
@@ -102,6 +106,10 @@ class Session:
                 self.failed = event["type"] == ev.RUN_ERROR
                 if kind == "interrupt" and isinstance(outcome, dict):
                     self.interrupts = list(outcome["interrupts"])
+                if self.failed:
+                    self.outcome, self.error_code = "error", str(event.get("code"))
+                elif isinstance(kind, str):
+                    self.outcome = kind
             else:
                 log.append(encode_event(event))
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -41,6 +42,7 @@ from iobridge.store.base import Carryover, normalize_messages
 
 if TYPE_CHECKING:
     from iobridge.agents.base import Agent
+    from iobridge.observability.metrics import Metrics
     from iobridge.protocol.options import RunOptions
     from iobridge.protocol.run_input import RunInput
     from iobridge.store.base import ThreadStore
@@ -138,6 +140,7 @@ class _StoreRun:
     #: The agent's ``title`` hook, and what it is shown besides what the run produces.
     titler: Callable[[Sequence[dict[str, Any]]], Awaitable[str | None]]
     context: list[dict[str, Any]]
+    metrics: Metrics | None = None
     snapshot: list[dict[str, Any]] | None = None
     hydrate_only: bool = False
     state: Any = None
@@ -204,6 +207,7 @@ class _StoreRun:
         title: str | None,
         carryover: Carryover | None = None,
     ) -> None:
+        begun = time.perf_counter()
         await self.store.write_for_run(
             self.thread_id,
             resource_id=self.resource_id,
@@ -212,13 +216,19 @@ class _StoreRun:
             title=title,
             carryover=carryover,
         )
+        if self.metrics is not None:
+            self.metrics.store_operation("write_for_run", time.perf_counter() - begun)
 
 
 class StoreMemory:
-    """``ThreadMemory`` over a ``ThreadStore``; a threadId is never a credential."""
+    """``ThreadMemory`` over a ``ThreadStore``; a threadId is never a credential.
 
-    def __init__(self, store: ThreadStore) -> None:
+    With ``metrics``, the run's reads and writes are timed (``iobridge_store_operation_seconds``).
+    """
+
+    def __init__(self, store: ThreadStore, metrics: Metrics | None = None) -> None:
         self.store = store
+        self.metrics = metrics
 
     async def begin(
         self, run_input: RunInput, options: RunOptions, resource_id: str, agent: Agent
@@ -232,6 +242,7 @@ class StoreMemory:
         """
         memory = options.memory
         messages = run_input.messages
+        begun = time.perf_counter()
         read = await self.store.read_for_run(
             run_input.thread_id,
             message_ids=[m["id"] for m in messages if isinstance(m.get("id"), str)],
@@ -239,6 +250,8 @@ class StoreMemory:
             last_n=memory.last_messages,
             first_user=memory.generate_title,
         )
+        if self.metrics is not None:
+            self.metrics.store_operation("read_for_run", time.perf_counter() - begun)
         thread = read.thread
         if thread is not None and thread.resource_id != resource_id:
             raise NotFoundError("thread not found", code="THREAD_NOT_FOUND")
@@ -267,6 +280,7 @@ class StoreMemory:
             history=[dict(m) for m in model_view(visible)],
             titler=agent.title,
             context=[*first, *(m for m in read.window if m.get("id") not in first_ids)],
+            metrics=self.metrics,
             snapshot=snapshot,
             hydrate_only=snapshot is not None
             and thread is not None

@@ -24,6 +24,8 @@ from iobridge.runtime.session import RunEnded, Session
 if TYPE_CHECKING:
     from iobridge.agents.base import Agent
     from iobridge.agents.tools import ServerTool
+    from iobridge.observability.metrics import Metrics
+    from iobridge.observability.tracing import RunTracer
     from iobridge.runtime.pending import PendingRegistry, PendingToolCall
     from iobridge.runtime.run import RunKey
 
@@ -46,6 +48,8 @@ class ToolDispatch:
         run: The run's key in ``pending``.
         tool_timeout: Seconds a frontend call waits before the agent sees an error.
         defer_frontend: Next-run mode: frontend calls end the run instead of waiting.
+        metrics: Counts awaited tool calls by kind.
+        tracer: Makes a span per awaited tool call (``None``: no tracing).
     """
 
     def __init__(
@@ -58,6 +62,8 @@ class ToolDispatch:
         run: RunKey,
         tool_timeout: float,
         defer_frontend: bool,
+        metrics: Metrics | None = None,
+        tracer: RunTracer | None = None,
     ) -> None:
         self.session = session
         self.agent = agent
@@ -65,6 +71,8 @@ class ToolDispatch:
         self.run = run
         self.tool_timeout = tool_timeout
         self.defer_frontend = defer_frontend
+        self.metrics = metrics
+        self.tracer = tracer
         self._frontend = frozenset(frontend_tools)
 
     def emit(self, output: out.AgentOutput) -> None:
@@ -125,9 +133,28 @@ class _Handle:
     async def result(self, args: Mapping[str, Any] | None = None) -> ToolResult:
         self.end()
         dispatch = self._dispatch
-        session = dispatch.session
-        if session.guard.ended:
+        if dispatch.session.guard.ended:
             raise RunEnded()
+        tracer = dispatch.tracer
+        if tracer is None:
+            result, kind = await self._result(args)
+        else:
+            with tracer.tool_call(self.name, self.tool_call_id) as finish:
+                result, kind = await self._result(args)
+                finish(kind, result.is_error)
+        if dispatch.metrics is not None:
+            dispatch.metrics.tool_call(dispatch.agent.id, kind)
+        if result.deferred:
+            return result
+        if dispatch.session.guard.ended:
+            raise RunEnded()
+        dispatch.session.tool_result(self.tool_call_id, result)
+        return result
+
+    async def _result(self, args: Mapping[str, Any] | None) -> tuple[ToolResult, str]:
+        """The call's result and its kind: server, frontend, deferred or unknown."""
+        dispatch = self._dispatch
+        session = dispatch.session
         if args is None:
             try:
                 parsed = json.loads("".join(self._fragments) or "{}")
@@ -136,18 +163,13 @@ class _Handle:
             args = parsed if isinstance(parsed, dict) else {}
         server_tool = dispatch.agent.server_tool(self.name)
         if server_tool is not None:
-            result = await self._run_server_tool(server_tool, args)
-        elif dispatch.is_frontend_tool(self.name):
+            return await self._run_server_tool(server_tool, args), "server"
+        if dispatch.is_frontend_tool(self.name):
             if dispatch.defer_frontend:
                 session.deferred_calls.append(self.tool_call_id)
-                return ToolResult(content="", deferred=True)
-            result = await self._await_frontend()
-        else:
-            result = error_result(f"unknown tool {self.name!r}")
-        if session.guard.ended:
-            raise RunEnded()
-        session.tool_result(self.tool_call_id, result)
-        return result
+                return ToolResult(content="", deferred=True), "deferred"
+            return await self._await_frontend(), "frontend"
+        return error_result(f"unknown tool {self.name!r}"), "unknown"
 
     async def _run_server_tool(self, tool: ServerTool, args: Mapping[str, Any]) -> ToolResult:
         try:

@@ -1,0 +1,2 @@
+"""Observability: Prometheus metrics, OpenTelemetry traces (the ``otel`` extra), run-scoped
+logs. See ``docs/observability.md``."""

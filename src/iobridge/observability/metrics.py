@@ -1,0 +1,123 @@
+"""Prometheus metrics of one Backend, in a registry of its own (never the global one).
+
+Counters and histograms move once per run, tool call or store operation, never per event:
+the per-event figures (events emitted, runs active, frontend calls pending) are read from the
+engine when the registry is scraped, so the streaming path pays nothing for them. The names
+and labels are listed in ``docs/observability.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+__all__ = ["EngineSample", "Metrics"]
+
+#: Seconds: from a request's admission to RUN_STARTED, and whole runs (chat turns to tool waits).
+FIRST_EVENT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+RUN_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
+STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSample:
+    """What the engine reports at scrape time."""
+
+    active_runs: int
+    retained_runs: int
+    pending_tool_calls: int
+    #: Events appended to run logs so far, per agent id.
+    events: Mapping[str, int]
+
+
+class _EngineCollector(Collector):
+    def __init__(self, sample: Callable[[], EngineSample]) -> None:
+        self._sample = sample
+
+    def collect(self) -> Iterable[Metric]:
+        sample = self._sample()
+        yield GaugeMetricFamily(
+            "iobridge_active_runs", "Runs admitted and not yet concluded.", sample.active_runs
+        )
+        yield GaugeMetricFamily(
+            "iobridge_retained_runs", "Finished runs kept for resume.", sample.retained_runs
+        )
+        yield GaugeMetricFamily(
+            "iobridge_pending_frontend_tool_calls",
+            "In-run frontend tool calls waiting for the client's result.",
+            sample.pending_tool_calls,
+        )
+        events = CounterMetricFamily(
+            "iobridge_events", "AG-UI events appended to run logs.", labels=["agent"]
+        )
+        for agent, count in sorted(sample.events.items()):
+            events.add_metric([agent], count)
+        yield events
+
+    def describe(self) -> Iterable[Metric]:
+        return ()
+
+
+class Metrics:
+    """The Backend's metrics; ``registry`` is what ``GET /metrics`` serves."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        registry = self.registry
+        self.runs_started = Counter(
+            "iobridge_runs_started", "Runs that emitted RUN_STARTED.", ["agent"],
+            registry=registry,
+        )
+        self.runs_finished = Counter(
+            "iobridge_runs_finished",
+            "Runs concluded, by outcome (success, interrupt, cancelled, error).",
+            ["agent", "outcome"], registry=registry,
+        )
+        self.run_errors = Counter(
+            "iobridge_run_errors", "Runs that ended with RUN_ERROR, by its code.",
+            ["agent", "code"], registry=registry,
+        )
+        self.first_event = Histogram(
+            "iobridge_run_first_event_seconds",
+            "Seconds from a run's admission to RUN_STARTED in its log (the thread read).",
+            ["agent"], buckets=FIRST_EVENT_BUCKETS, registry=registry,
+        )
+        self.run_duration = Histogram(
+            "iobridge_run_duration_seconds",
+            "Seconds from RUN_STARTED to the terminal event (messages stored).",
+            ["agent", "outcome"], buckets=RUN_BUCKETS, registry=registry,
+        )
+        self.tool_calls = Counter(
+            "iobridge_tool_calls",
+            "Tool calls an agent awaited, by kind (server, frontend, deferred, unknown).",
+            ["agent", "kind"], registry=registry,
+        )
+        self.store_seconds = Histogram(
+            "iobridge_store_operation_seconds",
+            "Seconds of thread-store operations (run reads and writes, readiness probes).",
+            ["operation"], buckets=STORE_BUCKETS, registry=registry,
+        )
+
+    def watch(self, sample: Callable[[], EngineSample]) -> None:
+        """Report the engine's live figures (read at scrape time) from ``sample``."""
+        self.registry.register(_EngineCollector(sample))
+
+    def run_started(self, agent: str, seconds_to_start: float) -> None:
+        self.runs_started.labels(agent).inc()
+        self.first_event.labels(agent).observe(seconds_to_start)
+
+    def run_finished(self, agent: str, outcome: str, code: str | None, seconds: float) -> None:
+        self.runs_finished.labels(agent, outcome).inc()
+        self.run_duration.labels(agent, outcome).observe(seconds)
+        if code is not None:
+            self.run_errors.labels(agent, code).inc()
+
+    def tool_call(self, agent: str, kind: str) -> None:
+        self.tool_calls.labels(agent, kind).inc()
+
+    def store_operation(self, operation: str, seconds: float) -> None:
+        self.store_seconds.labels(operation).observe(seconds)
