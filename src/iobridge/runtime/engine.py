@@ -21,7 +21,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from iobridge.agents.context import Interrupted, Resume, RunContext, ToolResult
-from iobridge.errors import AgentError, ConflictError, NotFoundError, TooManyRequests
+from iobridge.errors import (
+    AgentError,
+    ConflictError,
+    NotFoundError,
+    ServiceUnavailable,
+    TooManyRequests,
+)
 from iobridge.observability.logs import current_run
 from iobridge.observability.metrics import EngineSample, Metrics
 from iobridge.protocol import events as ev
@@ -33,6 +39,7 @@ from iobridge.runtime.run import Run, RunKey
 from iobridge.runtime.runlog import RunLog
 from iobridge.runtime.session import RunEnded, Session
 from iobridge.runtime.tools import ToolDispatch
+from iobridge.store.base import is_outage
 
 if TYPE_CHECKING:
     from iobridge.agents.base import Agent
@@ -45,6 +52,8 @@ logger = logging.getLogger("iobridge.runtime")
 
 #: Outputs an agent may produce before the engine yields to the event loop.
 YIELD_EVERY = 32
+#: Seconds a client is asked to wait (``Retry-After``) when the store does not answer.
+STORE_RETRY_AFTER = 5.0
 
 
 @dataclass(kw_only=True)
@@ -140,6 +149,7 @@ class Runtime:
 
         Raises:
             TooManyRequests: an admission limit is reached (``TOO_MANY_RUNS``).
+            ServiceUnavailable: the thread store does not answer (``STORE_UNAVAILABLE``).
             NotFoundError: a thread of another resource.
             ConflictError: the runId is already running, or the thread is busy.
         """
@@ -171,13 +181,20 @@ class Runtime:
                 if self.memory is not None
                 else None
             )
-        except BaseException:
+        except BaseException as exc:
             self._busy_threads.discard(thread)
             self._count(owner, -1)
             if claimed:
                 await self.cluster.abandon(
                     owner, run_input.run_id, resource_id, run_input.thread_id
                 )
+            if isinstance(exc, Exception) and is_outage(exc):
+                logger.error("run %s: the thread store does not answer (%s: %s)",
+                             run_input.run_id, type(exc).__name__, exc)
+                raise ServiceUnavailable(
+                    "the thread store does not answer", code="STORE_UNAVAILABLE",
+                    retry_after=STORE_RETRY_AFTER,
+                ) from exc
             raise
         finally:
             self._starting.discard(key)

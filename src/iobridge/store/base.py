@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
+from sqlalchemy import exc as sa_exc
 
 from iobridge.errors import ConflictError, InputError, NotFoundError
 from iobridge.protocol.messages import answered_call, window
@@ -41,6 +42,7 @@ __all__ = [
     "decode_cursor",
     "encode_cursor",
     "format_timestamp",
+    "is_outage",
     "normalize_messages",
     "utc_now",
     "validate_id",
@@ -444,6 +446,25 @@ class ThreadStore(ABC):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+#: What a database that is down, unreachable or too slow raises (through SQLAlchemy or the
+#: driver's socket): answered 503, not a bug's 500.
+_OUTAGES = (
+    OSError,
+    TimeoutError,
+    sa_exc.OperationalError,
+    sa_exc.InterfaceError,
+    sa_exc.DisconnectionError,
+    sa_exc.TimeoutError,
+)
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Whether ``exc`` says the store cannot be reached (rather than a bug or bad input)."""
+    return isinstance(exc, _OUTAGES) or (
+        isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated
+    )
 
 
 def check_thread_ids(thread_id: str, resource_id: str, agent_id: str | None) -> None:
