@@ -51,23 +51,24 @@ class JsonFormatter(logging.Formatter):
 
 
 def configure_logging(level: str, log_format: str) -> logging.Handler:
-    """Log iobridge's records to stderr (in JSON, uvicorn's too); returns the handler.
+    """Log to stderr; returns the handler.
 
-    In text mode uvicorn keeps its own format (it configures only its own loggers).
+    Text: iobridge's own records (uvicorn keeps its format; it configures only its loggers).
+    JSON: every logger's records, through the root logger (uvicorn's, the agents' and their
+    libraries' too), so every line of a run carries its ids; ``serve_http`` then gives
+    uvicorn no log configuration of its own.
     """
     handler = logging.StreamHandler()
     handler.addFilter(RunFilter())
-    logger = logging.getLogger("iobridge")
-    logger.handlers = [handler]
-    logger.setLevel(level.upper())
+    ours = logging.getLogger("iobridge")
+    ours.setLevel(level.upper())
     if log_format == "json":
         handler.setFormatter(JsonFormatter())
-        # uvicorn.error and uvicorn.access propagate to "uvicorn" (serve_http then passes
-        # uvicorn no log_config of its own).
-        server = logging.getLogger("uvicorn")
-        server.handlers = [handler]
-        server.setLevel(level.upper())
-        server.propagate = False
+        ours.handlers = []
+        root = logging.getLogger()
+        root.handlers = [handler]
+        root.setLevel(level.upper())
     else:
         handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s: %(message)s"))
+        ours.handlers = [handler]
     return handler
