@@ -228,6 +228,13 @@ async def _serve(settings: Settings, *, http: bool, sock: Any = None) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     async with Backend(settings) as backend, contextlib.AsyncExitStack() as stack:
+        metrics = settings.metrics
+        if metrics.enabled and metrics.port is not None:
+            listener = backend.metrics.serve(metrics.host or settings.host, metrics.port)
+            stack.callback(listener.server_close)
+            stack.callback(listener.shutdown)
+            typer.echo(f"iobridge: metrics on http://{metrics.host or settings.host}:"
+                       f"{listener.server_port}/metrics")
         if settings.npamp.port is not None:
             from iobridge.npamp_server.server import serving
 

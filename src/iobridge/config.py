@@ -177,6 +177,20 @@ class MetricsSettings(BaseModel):
     #: Name of an environment variable holding a token scrapers must send as
     #: ``Authorization: Bearer <token>``; ``None``: no credentials (like ``/healthz``).
     token_env: str | None = None
+    #: Serve ``/metrics`` on this port of its own instead of the HTTP port (also with
+    #: ``--no-http``); that listener takes no credentials: bind it to a private address.
+    port: int | None = Field(default=None, ge=0, le=65535)
+    #: Bind address of ``port`` (default: the HTTP ``host``).
+    host: str | None = None
+
+    @model_validator(mode="after")
+    def _one_protection(self) -> MetricsSettings:
+        if self.port is not None and self.token_env is not None:
+            raise ValueError(
+                "metrics.token_env protects /metrics on the HTTP port; the metrics.port "
+                "listener takes no token (bind metrics.host to a private address instead)"
+            )
+        return self
 
 
 class TracingSettings(BaseModel):

@@ -104,6 +104,9 @@ def check_settings(settings: Settings, *, http: bool) -> None:
     npamp = settings.npamp
     if npamp.port:
         check_port(npamp.host or settings.host, npamp.port, "npamp.port")
+    metrics = settings.metrics
+    if metrics.enabled and metrics.port:
+        check_port(metrics.host or settings.host, metrics.port, "metrics.port")
     token_env = settings.metrics.token_env
     if http and settings.metrics.enabled and token_env and not os.environ.get(token_env):
         raise StartupError(

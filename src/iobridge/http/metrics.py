@@ -2,7 +2,8 @@
 
 On by default, without credentials like ``/healthz``; with ``metrics.token_env`` set, a
 scraper must send ``Authorization: Bearer <token>`` (401 otherwise). Off with
-``metrics.enabled = false`` (then 404, like any unknown route).
+``metrics.enabled = false``, or moved to a port of its own with ``metrics.port`` (then 404
+here, like any unknown route).
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ def metrics_token(backend: Backend) -> bytes | None:
 
 
 def install_metrics(app: FastAPI, backend: Backend) -> None:
-    """Add ``GET /metrics`` to ``app`` when ``metrics.enabled``."""
-    if not backend.settings.metrics.enabled:
+    """Add ``GET /metrics`` to ``app`` when ``metrics.enabled`` (and no ``metrics.port``)."""
+    if not backend.settings.metrics.enabled or backend.settings.metrics.port is not None:
         return
     token = metrics_token(backend)
     expected = b"Bearer " + token if token is not None else None

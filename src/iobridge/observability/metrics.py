@@ -8,10 +8,12 @@ and labels are listed in ``docs/observability.md``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -21,6 +23,8 @@ __all__ = ["EngineSample", "Metrics"]
 FIRST_EVENT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 RUN_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+#: Seconds a scrape on the ``metrics.port`` listener waits for the event loop's figures.
+SAMPLE_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,11 +39,29 @@ class EngineSample:
 
 
 class _EngineCollector(Collector):
+    """The live figures; read on the event loop's thread even when scraped from another."""
+
     def __init__(self, sample: Callable[[], EngineSample]) -> None:
         self._sample = sample
+        #: Set while a listener thread scrapes: the engine's state belongs to this loop.
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def _read(self) -> EngineSample:
+        loop = self.loop
+        try:
+            on_loop = loop is None or asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop or loop is None:
+            return self._sample()
+
+        async def read() -> EngineSample:
+            return self._sample()
+
+        return asyncio.run_coroutine_threadsafe(read(), loop).result(SAMPLE_TIMEOUT)
 
     def collect(self) -> Iterable[Metric]:
-        sample = self._sample()
+        sample = self._read()
         yield GaugeMetricFamily(
             "iobridge_active_runs", "Runs admitted and not yet concluded.", sample.active_runs
         )
@@ -104,7 +126,16 @@ class Metrics:
 
     def watch(self, sample: Callable[[], EngineSample]) -> None:
         """Report the engine's live figures (read at scrape time) from ``sample``."""
-        self.registry.register(_EngineCollector(sample))
+        self._engine = _EngineCollector(sample)
+        self.registry.register(self._engine)
+
+    def serve(self, host: str, port: int) -> Any:
+        """Serve the registry on its own port (``metrics.port``) with prometheus_client's
+        standard-library server, in a thread; call from the event loop. Returns the server
+        (``shutdown()`` and ``server_close()`` it)."""
+        self._engine.loop = asyncio.get_running_loop()
+        server, _thread = start_http_server(port, host, registry=self.registry)
+        return server
 
     def run_started(self, agent: str, seconds_to_start: float) -> None:
         self.runs_started.labels(agent).inc()
