@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from tests.helpers import LiveServer, parse_sse, run_body
+from tests.helpers import LiveServer, free_port, parse_sse, run_body
 
 from iobridge.agents.context import RunContext
 from iobridge.agents.function import FunctionAgent
@@ -209,3 +209,19 @@ def test_a_token_variable_that_is_not_set_is_refused_at_startup(
     settings = Settings(database_url="memory://", metrics={"token_env": "TEST_METRICS_TOKEN"})
     with pytest.raises(ValueError, match="TEST_METRICS_TOKEN is not set"):
         create_app(settings)
+
+
+def test_serve_refuses_to_start_without_the_token_variable(tmp_path: Any) -> None:
+    from typer.testing import CliRunner
+
+    from iobridge.cli import app
+
+    result = CliRunner().invoke(
+        app, ["serve", "--port", str(free_port())],
+        env={"IOBRIDGE_METRICS__TOKEN_ENV": "UNSET_SCRAPE_TOKEN", "UNSET_SCRAPE_TOKEN": "",
+             "IOBRIDGE_DATABASE_URL": "memory://"},
+    )
+    assert result.exit_code == 2
+    assert "metrics.token_env: the environment variable UNSET_SCRAPE_TOKEN is not set" in (
+        result.output
+    )
