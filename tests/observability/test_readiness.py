@@ -130,6 +130,10 @@ async def test_readyz_is_503_while_postgresql_is_unreachable(relayed_store: Any)
             assert refused.headers["retry-after"] == "5"
             assert refused.json() == {"error": {
                 "code": "STORE_UNAVAILABLE", "message": "the thread store does not answer"}}
+            # The refused run holds no admission slot and never counted as started.
+            metrics = (await client.get("/metrics")).text
+            assert "iobridge_active_runs 0.0" in metrics.splitlines()
+            assert 'iobridge_runs_started_total{agent="demo"} 1.0' in metrics.splitlines()
 
             relay.restore()
             await _until_ready(client)
