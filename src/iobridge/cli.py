@@ -176,6 +176,9 @@ def _check_workers(settings: Settings, *, http: bool) -> None:
               "not memory://")
     if not http or settings.npamp.port is not None:
         _fail("--workers serves HTTP only: run N-PAMP in a process of its own")
+    if settings.metrics.enabled and settings.metrics.port is not None:
+        _fail("--workers N (N > 1) cannot share metrics.port: each worker has its own "
+              "registry; remove metrics.port (each worker then answers /metrics on the HTTP port)")
 
 
 def _serve_worker(settings: Settings, sock: Any) -> None:

@@ -120,3 +120,14 @@ def test_with_a_metrics_port_the_http_port_does_not_serve_them() -> None:
 def test_a_token_with_a_metrics_port_is_refused() -> None:
     with pytest.raises(ValidationError, match="takes no token"):
         MetricsSettings(port=9100, token_env="SCRAPE_TOKEN")
+
+
+def test_workers_refuse_a_shared_metrics_port(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["serve", "--workers", "2", "--port", str(free_port())],
+        env={"IOBRIDGE_REDIS_URL": "redis://127.0.0.1:1/0",
+             "IOBRIDGE_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path}/w.db",
+             "IOBRIDGE_METRICS__PORT": str(free_port())},
+    )
+    assert result.exit_code == 2
+    assert "cannot share metrics.port" in result.output
