@@ -54,7 +54,11 @@ def install_metrics(app: FastAPI, backend: Backend) -> None:
         encoder, content_type = choose_encoder(request.headers.get("accept", ""))
         return Response(encoder(registry), media_type=content_type)
 
+    text = {"schema": {"type": "string"}}
     app.add_api_route(
         "/metrics", metrics, methods=["GET"], tags=["health"],
         summary="Prometheus metrics (runs, tool calls, events, store latency)",
+        response_class=Response,
+        responses={200: {"description": "The Prometheus text format (OpenMetrics by Accept)",
+                         "content": {"text/plain": text, "application/openmetrics-text": text}}},
     )
