@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from iobridge.npamp.bridge.envelope import BridgeProtocolError, SafetyLabel, TransportErrorCode
+from iobridge.npamp.bridge.envelope import (
+    BridgeFrameType,
+    BridgeMessage,
+    BridgeProtocolError,
+    SafetyLabel,
+    TransportErrorCode,
+    error_reply,
+)
 from iobridge.npamp.bridge.state import Role
 
 __all__ = [
@@ -126,6 +133,23 @@ class BridgeFrameRejected:
     error: BridgeProtocolError
     #: Whether a BRIDGE_ERROR answer is waiting in :meth:`BridgeSession.data_to_send`.
     replied: bool
+
+
+def reject_frame(
+    exc: BridgeProtocolError, msg: BridgeMessage | None, *, protocol_id: int | None
+) -> tuple[tuple[BridgeFrameType, bytes] | None, BridgeFrameRejected]:
+    """The BRIDGE_ERROR (if any) a refused frame gets, and the event that reports it.
+
+    ``msg`` is the frame as far as it was read: a rule that failed after the envelope
+    parsed names that envelope, so the answer echoes its correlation_id.
+    """
+    if msg is not None and exc.envelope is None:
+        exc.frame_type, exc.envelope = msg.frame_type, msg.envelope
+        exc.recovered = msg.envelope
+    reply = error_reply(exc, protocol_id=protocol_id)
+    known = exc.envelope if exc.envelope is not None else exc.recovered
+    corr = None if known is None else known.correlation_id
+    return reply, BridgeFrameRejected(correlation_id=corr, error=exc, replied=reply is not None)
 
 
 Event = (

@@ -42,13 +42,12 @@ from iobridge.npamp.bridge.envelope import (
     ProtocolUnsupported,
     SafetyLabel,
     TransportErrorCode,
-    error_reply,
     pull_bridge_error_body,
     pull_bridge_message,
     push_bridge_error_body,
     push_bridge_message,
 )
-from iobridge.npamp.bridge.events import BridgeFrameRejected
+from iobridge.npamp.bridge.events import BridgeFrameRejected, reject_frame
 from iobridge.npamp.bridge.safety import effective_effect
 from iobridge.npamp.bridge.state import CorrelationIdInUse, Role, UnknownStream
 from iobridge.npamp.errors import InvalidState
@@ -288,15 +287,10 @@ class OpaqueSession:
             return self._dispatch(msg)
         except BridgeProtocolError as exc:
             self._drop_failed()
-            if msg is not None and exc.envelope is None:
-                exc.frame_type, exc.envelope = msg.frame_type, msg.envelope
-                exc.recovered = msg.envelope
-            reply = error_reply(exc, protocol_id=self.protocol_id)
+            reply, rejected = reject_frame(exc, msg, protocol_id=self.protocol_id)
             if reply is not None:
                 self._outbox.append(reply)
-            known = exc.envelope if exc.envelope is not None else exc.recovered
-            corr = None if known is None else known.correlation_id
-            return [BridgeFrameRejected(correlation_id=corr, error=exc, replied=reply is not None)]
+            return [rejected]
 
     # -- requester API ----------------------------------------------------------------------
 

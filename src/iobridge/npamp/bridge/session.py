@@ -43,7 +43,6 @@ from iobridge.npamp.bridge.envelope import (
     StreamControl,
     StreamControlMissing,
     TransportErrorCode,
-    error_reply,
     peek_data_stream_control,
     pull_bridge_error_body,
     pull_bridge_message,
@@ -53,7 +52,6 @@ from iobridge.npamp.bridge.envelope import (
 )
 from iobridge.npamp.bridge.events import (
     BridgeErrorReceived,
-    BridgeFrameRejected,
     CancelAcked,
     CancelRequested,
     Event,
@@ -61,6 +59,7 @@ from iobridge.npamp.bridge.events import (
     RunRequested,
     StreamDataReceived,
     StreamEnded,
+    reject_frame,
 )
 from iobridge.npamp.bridge.safety import DEFAULT_RUN_LABEL, effective_effect
 from iobridge.npamp.bridge.state import (
@@ -208,15 +207,10 @@ class BridgeSession:
                 self._learn_envelope(msg.envelope.correlation_id, payload)
             return events
         except BridgeProtocolError as exc:
-            if msg is not None and exc.envelope is None:
-                exc.frame_type, exc.envelope = msg.frame_type, msg.envelope
-                exc.recovered = msg.envelope
-            reply = error_reply(exc, protocol_id=self.protocol_id)
+            reply, rejected = reject_frame(exc, msg, protocol_id=self.protocol_id)
             if reply is not None:
                 self._outbox.append(reply)
-            known = exc.envelope if exc.envelope is not None else exc.recovered
-            corr = None if known is None else known.correlation_id
-            return [BridgeFrameRejected(correlation_id=corr, error=exc, replied=reply is not None)]
+            return [rejected]
 
     def _learn_envelope(self, corr: bytes, payload: bytes) -> None:
         """Remember the envelope TLV of a data frame that passed every check (fast path)."""
