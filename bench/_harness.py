@@ -40,6 +40,20 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    """Return once something accepts on ``port``; raise if ``process`` exits or time runs out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"server did not listen on {port} within {timeout:.0f} s")
+
+
 def raise_fd_limit() -> int:
     """Raise this process's open-file limit to its hard limit; returns the limit."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -84,17 +98,12 @@ class ServerProcess:
     def __enter__(self) -> ServerProcess:
         self.log = self._files.enter_context(tempfile.TemporaryFile())
         self.process = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"server exited with {self.process.returncode}")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return self
-            except OSError:
-                time.sleep(0.05)
-        self.__exit__()
-        raise RuntimeError("server did not start within 30 s")
+        try:
+            wait_for_port(self.port, self.process)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
 
     def __exit__(self, *exc: object) -> None:
         if self.process is None:

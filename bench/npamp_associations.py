@@ -17,7 +17,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import socket
 import ssl
 import statistics
 import subprocess
@@ -26,6 +25,8 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from _harness import free_port, wait_for_port
 
 from iobridge.npamp.aio import self_signed_certificate
 from iobridge.npamp.handshake import IdentityKey, SignatureScheme, keygen, load_identity
@@ -50,21 +51,6 @@ asyncio.run(main())
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"nothing listens on {port}")
 
 
 @contextlib.contextmanager
@@ -72,10 +58,10 @@ def _servers(tmp: Path) -> Iterator[tuple[int, int, str]]:
     """Start both server processes; yield (N-PAMP port, bare TLS port, server fingerprint)."""
     key_path = keygen(tmp / "server.key")
     cert, key = self_signed_certificate(tmp)
-    npamp_port, tls_port = _free_port(), _free_port()
+    npamp_port, tls_port = free_port(), free_port()
     config = tmp / "iobridge.toml"
     config.write_text(
-        f'database_url = "memory://"\nlog_level = "warning"\nport = {_free_port()}\n'
+        f'database_url = "memory://"\nlog_level = "warning"\nport = {free_port()}\n'
         f'[npamp]\nport = {npamp_port}\nidentity_key = "{key_path}"\n'
         f'tls_cert = "{cert}"\ntls_key = "{key}"\n'
         'agui_peers = "*"\ntrusted_peers = "*"\n'
@@ -88,8 +74,8 @@ def _servers(tmp: Path) -> Iterator[tuple[int, int, str]]:
         [sys.executable, "-c", BARE_TLS_SERVER, str(cert), str(key), str(tls_port)]
     )
     try:
-        _wait_for_port(npamp_port, npamp)
-        _wait_for_port(tls_port, tls)
+        wait_for_port(npamp_port, npamp)
+        wait_for_port(tls_port, tls)
         yield npamp_port, tls_port, load_identity(key_path).fingerprint
     finally:
         for proc in (npamp, tls):

@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,7 @@ from typing import Any
 
 import httpx
 import uvicorn
+from _harness import free_port, wait_for_port
 
 from iobridge.agents.context import RunContext
 from iobridge.agents.function import FunctionAgent
@@ -47,11 +47,6 @@ from iobridge.npamp_server.server import AgUiServer
 
 FRAME_OVERHEAD = 36 + 16  # frame header + AES-256-GCM tag
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _agent(deltas: int) -> FunctionAgent:
@@ -175,7 +170,7 @@ async def _client(
 
 async def main(deltas: int) -> None:
     server_key = IdentityKey.generate(SignatureScheme.ED25519)
-    http_port = _free_port()
+    http_port = free_port()
     async with _server(deltas, server_key, http_port) as npamp_port:
         await _client(deltas, http_port, npamp_port, server_key.fingerprint, None)
 
@@ -186,20 +181,10 @@ async def serve_forever(deltas: int, key_path: str, http_port: int, npamp_port: 
         await asyncio.Event().wait()
 
 
-def _wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"server did not listen on {port}")
-
 
 def processes(deltas: int) -> None:
     """Server in a child process, client here."""
-    http_port, npamp_port = _free_port(), _free_port()
+    http_port, npamp_port = free_port(), free_port()
     with tempfile.TemporaryDirectory() as tmp:
         key_path = keygen(os.path.join(tmp, "server.key"))
         fingerprint = load_identity(key_path).fingerprint
@@ -207,8 +192,8 @@ def processes(deltas: int) -> None:
                str(key_path), "--http-port", str(http_port), "--npamp-port", str(npamp_port)]
         proc = subprocess.Popen(cmd)
         try:
-            _wait_for_port(http_port, proc)
-            _wait_for_port(npamp_port, proc)
+            wait_for_port(http_port, proc)
+            wait_for_port(npamp_port, proc)
             asyncio.run(_client(deltas, http_port, npamp_port, fingerprint, proc.pid))
         finally:
             proc.terminate()

@@ -29,6 +29,7 @@ from typing import Any
 
 import orjson
 import uvicorn
+from _harness import free_port
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
@@ -41,17 +42,12 @@ from iobridge.http.app import create_app
 TIMEOUT = 30.0
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
 
 class Server:
     """uvicorn in a background thread (so the client's CPU is not on the server's loop)."""
 
     def __init__(self, app: Any, *, profile: bool = False) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.profile = cProfile.Profile() if profile else None
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning",
                                 lifespan="off", access_log=False)
