@@ -4,14 +4,16 @@ Workloads (issue 10): ``short`` = 200 concurrent runs x 5 text deltas (a chat tu
 = 200 x 500. Each variant gets a fresh server in its own process: ``bare`` (pre-encoded
 events, one chunk per event), iobridge on ``memory://``, on the default SQLite store (a fresh
 temp file), and on PostgreSQL (a fresh database) when ``IOBRIDGE_TEST_POSTGRES_URL`` is set.
-Every iobridge run is a chat turn on its own threadId with one user message. The clients are
-raw asyncio sockets in this process. Per variant: events/s, median and p99 time to first
-``data:`` frame, and server CPU per event (from /proc, including work that continues after the
-streams end; /proc counts 10 ms ticks, so small ``--quick`` loads read coarse), each with
-its ratio to ``bare``.
+All servers run side by side and the variants' bursts are interleaved, ``--rounds`` times
+(default 3); each figure is the median over the rounds, so load from elsewhere on the machine
+hits every variant alike. Every iobridge run is a chat turn on its own threadId with one user
+message. The clients are raw asyncio sockets in this process. Per variant: events/s, median
+and p99 time to first ``data:`` frame, and server CPU per event (from /proc, including work
+that continues after the streams end; /proc counts 10 ms ticks, so small ``--quick`` loads
+read coarse), each with its ratio to ``bare``.
 
     .venv/bin/python bench/load_runs.py [--workload short long] [--runs N --deltas D]
-        [--stores memory sqlite postgres] [--quick]
+        [--stores memory sqlite postgres] [--quick] [--rounds R]
 """
 
 from __future__ import annotations
@@ -63,8 +65,6 @@ async def _burst(port: int, runs: int, tag: str, timeout: float) -> tuple[float,
 
 
 def measure(server: ServerProcess, runs: int, tag: str, timeout: float) -> Figures:
-    _, warm = asyncio.run(_burst(server.port, WARMUP_RUNS, f"{tag}-warm", timeout))
-    check(warm, f"{tag} warm-up")
     before = server.settle_cpu()
     elapsed, results = asyncio.run(_burst(server.port, runs, tag, timeout))
     check(results, tag)
@@ -75,28 +75,48 @@ def measure(server: ServerProcess, runs: int, tag: str, timeout: float) -> Figur
                    cpu / events)
 
 
+def median_figures(rounds: list[Figures]) -> Figures:
+    """Each figure's median over the rounds (the rounds of all variants are interleaved, so a
+    burst of load from elsewhere on the machine hits every variant alike)."""
+    return Figures(*(statistics.median(getattr(f, name) for f in rounds)
+                     for name in ("rate", "ttfe_median", "ttfe_p99", "cpu_per_event")))
+
+
 def run_workload(name: str, runs: int, deltas: int, stores: list[str], timeout: float,
-                 extra: dict[str, Any]) -> None:
+                 extra: dict[str, Any], rounds: int) -> None:
     print(f"\n{name}: {runs} concurrent runs x {deltas} deltas "
-          f"({deltas + 4} events per run), each server in its own process")
-    print(f"{'variant':>9} {'events/s':>10} {'x bare':>7} {'TTFE p50':>10} {'p99':>10} "
-          f"{'p99 x bare':>10} {'CPU/event':>10} {'x bare':>7}")
-    base: Figures | None = None
-    for variant in ["bare", *stores]:
-        with contextlib.ExitStack() as stack:
+          f"({deltas + 4} events per run), each server in its own process, "
+          f"median of {rounds} interleaved rounds")
+    variants = ["bare", *stores]
+    with contextlib.ExitStack() as stack:
+        servers: dict[str, ServerProcess] = {}
+        for variant in variants:
             if variant == "bare":
-                server = stack.enter_context(ServerProcess("bare", deltas=deltas))
+                servers[variant] = stack.enter_context(ServerProcess("bare", deltas=deltas))
             else:
                 url = stack.enter_context(database(variant))
-                server = stack.enter_context(ServerProcess(
+                servers[variant] = stack.enter_context(ServerProcess(
                     "bridge", deltas=deltas, settings={"database_url": url, **extra}))
-            figures = measure(server, runs, f"{name}-{variant}", timeout)
-            base = base or figures
-            print(f"{variant:>9} {figures.rate:>10,.0f} {ratio(figures.rate, base.rate)} "
-                  f"{figures.ttfe_median * 1e3:>8.1f}ms {figures.ttfe_p99 * 1e3:>8.1f}ms "
-                  f"{ratio(figures.ttfe_p99, base.ttfe_p99, 9)} "
-                  f"{figures.cpu_per_event * 1e6:>8.0f}µs "
-                  f"{ratio(figures.cpu_per_event, base.cpu_per_event)}")
+            _, warm = asyncio.run(_burst(servers[variant].port, WARMUP_RUNS,
+                                         f"{name}-{variant}-warm", timeout))
+            check(warm, f"{variant} warm-up")
+        measured: dict[str, list[Figures]] = {variant: [] for variant in variants}
+        for round_ in range(rounds):
+            for variant in variants:
+                measured[variant].append(measure(servers[variant], runs,
+                                                 f"{name}-{variant}-{round_}", timeout))
+    print(f"{'variant':>9} {'events/s':>10} {'x bare':>7} {'TTFE p50':>10} {'p99':>10} "
+          f"{'p99 x bare':>10} {'CPU/event':>10} {'x bare':>7}  events/s x bare per round")
+    base = median_figures(measured["bare"])
+    for variant in variants:
+        figures = median_figures(measured[variant])
+        spread = " ".join(f"{f.rate / b.rate:.2f}"
+                          for f, b in zip(measured[variant], measured["bare"], strict=True))
+        print(f"{variant:>9} {figures.rate:>10,.0f} {ratio(figures.rate, base.rate)} "
+              f"{figures.ttfe_median * 1e3:>8.1f}ms {figures.ttfe_p99 * 1e3:>8.1f}ms "
+              f"{ratio(figures.ttfe_p99, base.ttfe_p99, 9)} "
+              f"{figures.cpu_per_event * 1e6:>8.0f}µs "
+              f"{ratio(figures.cpu_per_event, base.cpu_per_event)}  {spread}")
 
 
 def main() -> None:
@@ -110,6 +130,8 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="seconds allowed for each burst of runs")
     parser.add_argument("--quick", action="store_true", help="20 runs, 5 and 50 deltas")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="interleaved bursts per variant (the median is printed)")
     add_setting_option(parser)
     args = parser.parse_args()
     extra = extra_settings(args)
@@ -117,11 +139,13 @@ def main() -> None:
     stores = store_kinds(args.stores)
     started = time.monotonic()
     if args.runs or args.deltas:
-        run_workload("custom", args.runs or 200, args.deltas or 5, stores, args.timeout, extra)
+        run_workload("custom", args.runs or 200, args.deltas or 5, stores, args.timeout, extra,
+                     args.rounds)
     else:
         table = QUICK if args.quick else WORKLOADS
         for name in args.workload:
-            run_workload(name, *table[name], stores, args.timeout, extra)
+            run_workload(name, *table[name], stores, args.timeout, extra,
+                     args.rounds)
     print(f"\ntotal {time.monotonic() - started:.0f} s")
 
 
