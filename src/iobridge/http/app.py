@@ -26,6 +26,7 @@ from iobridge.http.health import install_index
 from iobridge.http.health import router as health_router
 from iobridge.http.metrics import install_metrics
 from iobridge.http.openapi import document_api
+from iobridge.http.run_route import RunRoute
 from iobridge.http.runs import router as runs_router
 from iobridge.http.security import document_security
 from iobridge.http.threads import router as threads_router
@@ -98,6 +99,7 @@ def create_app(
         redoc_url=None,
     )
     install_docs(app)
+    app.add_middleware(RunRoute, backend=backend)  # innermost: inside CORS and the guards
     if backend.settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,

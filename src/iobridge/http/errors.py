@@ -54,8 +54,9 @@ def error_response(
     return JSONResponse({"error": error}, status_code=status, headers=headers)
 
 
-async def _iobridge_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, IobridgeError)
+def iobridge_error_response(exc: IobridgeError) -> JSONResponse:
+    """The envelope of one of our errors, with ``WWW-Authenticate`` on 401 and
+    ``Retry-After`` where the error names a delay."""
     headers: dict[str, str] = {}
     if isinstance(exc, AuthenticationError):
         logger.info("authentication refused: %s", exc.reason)
@@ -63,6 +64,11 @@ async def _iobridge_error(request: Request, exc: Exception) -> JSONResponse:
     if isinstance(exc, TooManyRequests | ServiceUnavailable) and exc.retry_after is not None:
         headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
     return error_response(exc.status, exc.code, exc.message, exc.details, headers or None)
+
+
+async def _iobridge_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, IobridgeError)
+    return iobridge_error_response(exc)
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:

@@ -8,6 +8,8 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from iobridge.agents.tool_result import parse_tool_result
+from iobridge.app import Backend
+from iobridge.auth import Principal
 from iobridge.http.body import read_body, read_json_object
 from iobridge.http.event_stream import RunEventStream
 from iobridge.http.openapi import errors
@@ -87,6 +89,15 @@ async def start_run(
     404 unknown agent or foreign thread, 409 runId running or thread busy, 413 body too
     large or too many messages.
     """
+    return await open_run_stream(backend, principal, request)
+
+
+async def open_run_stream(
+    backend: Backend, principal: Principal, request: Request
+) -> RunEventStream:
+    """Read the run request's body, start the run, and answer with its event stream (the
+    route above and :class:`~iobridge.http.run_route.RunRoute` both serve ``POST /run``
+    with it)."""
     body = await read_body(request, backend.settings.max_body_bytes)
     return RunEventStream(backend, await backend.start_run(principal, body))
 
