@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from dataclasses import dataclass, field
 
 from iobridge.agents.context import ToolResult
@@ -70,12 +71,23 @@ class PendingRegistry:
         Raises:
             TimeoutError: no result within ``timeout`` seconds.
         """
+        timer = asyncio.get_running_loop().call_later(
+            timeout, self._expire, call, context=_NO_CONTEXT
+        )
         try:
-            return await asyncio.wait_for(asyncio.shield(call.future), timeout)
+            return await call.future
         finally:
+            timer.cancel()
             self._discard(call)
             if not call.future.done():
                 call.future.cancel()
+
+    def _expire(self, call: PendingToolCall) -> None:
+        """The deadline passed: unregister the call first, so a late result is refused as
+        unknown, then fail the wait."""
+        self._discard(call)
+        if not call.future.done():
+            call.future.set_exception(TimeoutError())
 
     def _discard(self, call: PendingToolCall) -> None:
         calls = self._calls.get(call.run)
@@ -94,3 +106,9 @@ class PendingRegistry:
         """Drop every trace of a run that is no longer retained."""
         self.cancel_run(run)
         self._answered.pop(run, None)
+
+
+#: The context of the result deadlines: they only fail a future, so they need no copy of the
+#: caller's (``call_later`` copies the current context for each timer otherwise).
+_NO_CONTEXT = contextvars.Context()
+

@@ -14,6 +14,7 @@ a replay of a long log is sent in bounded chunks under the transport's backpress
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import sys
 from collections.abc import AsyncIterator
 
@@ -51,7 +52,10 @@ class RunLog:
         self._max_bytes = max_bytes
         self._batch_bytes = batch_bytes
         self._closed = False
-        self._changed: asyncio.Future[None] | None = None
+        #: One future per waiting follower (its own, so a follower's timeout or cancel
+        #: touches no other follower; a shared one would need ``shield``, which costs each
+        #: idle follower two more futures and their callbacks).
+        self._waiters: list[asyncio.Future[bool]] = []
 
     def __len__(self) -> int:
         return len(self._entries) - self._head
@@ -88,9 +92,8 @@ class RunLog:
         if self._bytes > self._max_bytes:
             self._trim()
         self._last += 1
-        changed = self._changed  # wake followers (inlined: this is the hot path)
-        if changed is not None and not changed.done():
-            changed.set_result(None)
+        if self._waiters:
+            self._wake()
         return self._last
 
     def _trim(self) -> None:
@@ -152,17 +155,41 @@ class RunLog:
                 continue
             if self._closed:
                 return
-            waiter = self._waiter()
+            loop = asyncio.get_running_loop()
+            waiter: asyncio.Future[bool] = loop.create_future()
+            self._waiters.append(waiter)
+            timer = None if idle is None else loop.call_later(
+                idle, _time_out, waiter, context=_NO_CONTEXT
+            )
             try:
-                await asyncio.wait_for(asyncio.shield(waiter), idle)
-            except TimeoutError:
+                woken = await waiter
+            except BaseException:
+                self._unlist(waiter)
+                raise
+            finally:
+                if timer is not None:
+                    timer.cancel()
+            if not woken:
+                self._unlist(waiter)
                 yield []
 
-    def _waiter(self) -> asyncio.Future[None]:
-        if self._changed is None or self._changed.done():
-            self._changed = asyncio.get_running_loop().create_future()
-        return self._changed
+    def _unlist(self, waiter: asyncio.Future[bool]) -> None:
+        """Drop a waiter that was not woken (unless a wake swapped the list meanwhile)."""
+        if waiter in self._waiters:
+            self._waiters.remove(waiter)
 
     def _wake(self) -> None:
-        if self._changed is not None and not self._changed.done():
-            self._changed.set_result(None)
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(True)
+
+
+#: The context of the idle timers: they only resolve a future, so they need no copy of the
+#: caller's (``call_later`` copies the current context for each timer otherwise).
+_NO_CONTEXT = contextvars.Context()
+
+
+def _time_out(waiter: asyncio.Future[bool]) -> None:
+    if not waiter.done():
+        waiter.set_result(False)
