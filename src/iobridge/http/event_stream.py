@@ -21,6 +21,13 @@ from iobridge.protocol.sse import PING, sse_frames
 from iobridge.runtime.runlog import LogTrimmed
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+#: The response head, encoded once (each response gets its own copy of the list: middleware
+#: such as CORS appends to it).
+_RAW_HEADERS = [
+    *((name.lower().encode("latin-1"), value.encode("latin-1"))
+      for name, value in SSE_HEADERS.items()),
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+]
 
 
 class RunEventStream(Response):
@@ -34,10 +41,9 @@ class RunEventStream(Response):
     media_type = "text/event-stream"
 
     def __init__(self, backend: Backend, run: FollowedRun, after: int = 0) -> None:
-        # No ``body`` attribute: ``init_headers`` then adds no Content-Length.
         self.status_code = 200
         self.background = None
-        self.init_headers(SSE_HEADERS)
+        self.raw_headers = list(_RAW_HEADERS)  # no Content-Length: the body is a stream
         self._backend, self._run, self._after = backend, run, after
         self._gone = False
 

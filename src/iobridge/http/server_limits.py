@@ -13,8 +13,8 @@
   where uvicorn answers a bare 400;
 * at most ``keep_alive_max_requests`` requests per connection.
 
-The header count, and the size of a head read in one piece, are checked by ``HeaderGuard``
-(ASGI), so they hold under any server.
+The header count, and the size of a head read in one piece, are checked by
+:class:`~iobridge.http.guards.RequestGuard` (ASGI), so they hold under any server.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 import h11
-from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from iobridge.http.errors import error_response
@@ -31,7 +30,7 @@ from iobridge.http.errors import error_response
 if TYPE_CHECKING:
     from iobridge.config import Settings
 
-__all__ = ["HeaderGuard", "LimitedH11Protocol", "uvicorn_options"]
+__all__ = ["LimitedH11Protocol", "uvicorn_options"]
 
 #: Seconds a refused connection stays half-open, dropping what the client still sends.
 LINGER_SECONDS = 2.0
@@ -149,36 +148,6 @@ class LimitedH11Protocol(H11Protocol):
         super().on_response_complete()
         if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
             self._arm(self.header_timeout, self._head_too_slow)
-
-
-class HeaderGuard:
-    """Refuse requests with more than ``max_headers`` header lines, or headers (and target)
-    over ``max_header_bytes`` in all (431).
-
-    h11 enforces the size only on a head that arrives in pieces; a head read in one chunk
-    is measured here, as is any head under another server.
-    """
-
-    def __init__(self, app: ASGIApp, max_headers: int, max_header_bytes: int) -> None:
-        self.app = app
-        self.max_headers = max_headers
-        self.max_header_bytes = max_header_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            headers = scope["headers"]
-            size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
-            size += sum(len(name) + len(value) + 4 for name, value in headers)
-            problem = None
-            if len(headers) > self.max_headers:
-                problem = ("TOO_MANY_HEADERS",
-                           f"a request carries at most {self.max_headers} headers")
-            elif size > self.max_header_bytes:
-                problem = ("HEADERS_TOO_LARGE", "the request headers are too large")
-            if problem is not None:
-                await error_response(431, *problem)(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
 
 
 def uvicorn_options(settings: Settings) -> dict[str, Any]:
