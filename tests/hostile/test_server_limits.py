@@ -19,7 +19,7 @@ from tests.helpers import free_port
 
 from iobridge.config import Settings
 from iobridge.http.app import create_app
-from iobridge.http.server_limits import LimitedH11Protocol, uvicorn_options
+from iobridge.http.server_limits import LimitedHttpProtocol, uvicorn_options
 
 
 class LimitedServer:
@@ -127,6 +127,35 @@ def test_a_32_mib_header_is_cut_off_early(limited: Callable[..., LimitedServer])
     assert json.loads(body)["error"]["code"] == "HEADERS_TOO_LARGE"
 
 
+def test_a_head_in_pieces_is_measured_as_it_arrives(
+    limited: Callable[..., LimitedServer],
+) -> None:
+    server = limited(max_header_bytes=4096)
+    base = len(get("X-Pad: \r\n"))
+    for size, expected in ((4096 - base, 200), (4097 - base, 431)):
+        head = get(f"X-Pad: {'a' * size}\r\n")
+        with server.connect() as sock:
+            for start in range(0, len(head), 512):
+                sock.sendall(head[start:start + 512])
+                time.sleep(0.005)
+            assert read_response(sock)[0] == expected
+
+
+def test_a_body_sent_with_its_head_does_not_count_as_head(
+    limited: Callable[..., LimitedServer],
+) -> None:
+    """A small head and a large body in one write: the body is not part of the head."""
+    server = limited(max_header_bytes=4096)
+    body = json.dumps({"id": "t-big", "title": "x" * 200_000}).encode()
+    request = (b"POST /io-bridge/threads HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+               b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body))
+    with server.connect() as sock:
+        sock.sendall(request + body + get())  # and a pipelined request behind it
+        status, _, answer = read_response(sock)
+        assert status != 431, answer
+        assert read_response(sock)[0] == 200
+
+
 def test_header_count_at_and_over_the_limit(limited: Callable[..., LimitedServer]) -> None:
     server = limited(max_headers=20)
     at = "".join(f"X-{i}: v\r\n" for i in range(19))  # + Host = 20
@@ -193,10 +222,10 @@ def test_options_follow_the_settings() -> None:
                         header_timeout=3, body_timeout=4, keep_alive_max_requests=5)
     options = uvicorn_options(settings)
     protocol = options.pop("http")
-    assert issubclass(protocol, LimitedH11Protocol)
-    assert (protocol.header_timeout, protocol.body_timeout, protocol.max_requests) == (3, 4, 5)
-    assert options == {"h11_max_incomplete_event_size": 2048, "timeout_keep_alive": 2,
-                       "limit_concurrency": 7}
+    assert issubclass(protocol, LimitedHttpProtocol)
+    assert (protocol.header_timeout, protocol.body_timeout, protocol.max_requests,
+            protocol.max_head_bytes) == (3, 4, 5, 2048)
+    assert options == {"timeout_keep_alive": 2, "limit_concurrency": 7}
 
 
 def test_the_serve_command_passes_the_options(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -217,6 +246,6 @@ def test_the_serve_command_passes_the_options(monkeypatch: pytest.MonkeyPatch) -
     result = CliRunner().invoke(app, ["serve", "--port", "0"])
     assert result.exit_code == 0, result.output
     (config,) = seen
-    assert config.h11_max_incomplete_event_size == 3000
-    assert issubclass(config.http, LimitedH11Protocol)  # type: ignore[arg-type]
+    assert config.http.max_head_bytes == 3000  # type: ignore[union-attr]
+    assert issubclass(config.http, LimitedHttpProtocol)  # type: ignore[arg-type]
     assert config.http.header_timeout == 7  # type: ignore[union-attr]
