@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -77,3 +78,29 @@ def test_serve_documents_its_flags() -> None:
     assert result.exit_code == 0
     for flag in ("--host", "--port", "--prefix", "--config", "--npamp-port"):
         assert flag in result.output
+
+
+@pytest.mark.parametrize(("choice", "loop_module"), [("auto", "uvloop"), ("asyncio", "asyncio")])
+def test_serve_runs_on_the_chosen_event_loop(
+    monkeypatch: pytest.MonkeyPatch, choice: str, loop_module: str
+) -> None:
+    """``auto`` picks uvloop (installed with uvicorn[standard]), as uvicorn itself would."""
+    import asyncio
+
+    import uvicorn
+    from typer.testing import CliRunner
+
+    from iobridge.cli import app as cli_app
+    from iobridge.http import server as http_server
+
+    seen: list[str] = []
+
+    async def record(self: uvicorn.Server, sockets: Any = None) -> None:
+        seen.append(type(asyncio.get_running_loop()).__module__.split(".")[0])
+
+    monkeypatch.setattr(http_server._Server, "serve", record)
+    monkeypatch.setenv("IOBRIDGE_DATABASE_URL", "memory://")
+    monkeypatch.setenv("IOBRIDGE_EVENT_LOOP", choice)
+    result = CliRunner().invoke(cli_app, ["serve", "--port", "0"])
+    assert result.exit_code == 0, result.output
+    assert seen == [loop_module]

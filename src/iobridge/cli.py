@@ -16,6 +16,8 @@ from iobridge.conformance.check.cli import check_command
 from iobridge.npamp_server.cli import app as npamp_app
 
 if TYPE_CHECKING:
+    from collections.abc import Coroutine
+
     from iobridge.config import Settings
 
 app = typer.Typer(help="iobridge: io.Intelligence Agent Protocol backend.", no_args_is_help=True)
@@ -123,8 +125,6 @@ def serve(
     ] = 1,
 ) -> None:
     """Serve the backend over HTTP and/or N-PAMP (one loop and one Backend per process)."""
-    import asyncio
-
     npamp: dict[str, Any] = {}
     if npamp_port is not None:
         npamp["port"] = npamp_port
@@ -158,7 +158,7 @@ def serve(
             from iobridge.workers import serve_workers
 
             raise typer.Exit(serve_workers(settings, workers, _serve_worker))
-        asyncio.run(_serve(settings, http=http))
+        run_loop(_serve(settings, http=http), settings.event_loop)
     except Exception as exc:  # database drivers raise their own classes: explain() knows them
         message = explain(exc, settings)
         if message is None:
@@ -183,9 +183,24 @@ def _check_workers(settings: Settings, *, http: bool) -> None:
 
 def _serve_worker(settings: Settings, sock: Any) -> None:
     """One worker process: one Backend, HTTP on the socket the parent bound."""
+    run_loop(_serve(settings, http=True, sock=sock), settings.event_loop)
+
+
+def run_loop(main: Coroutine[Any, Any, None], kind: str) -> None:
+    """Run the server's coroutine on the chosen loop (``auto``: uvloop when installed)."""
     import asyncio
 
-    asyncio.run(_serve(settings, http=True, sock=sock))
+    if kind != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            if kind == "uvloop":
+                main.close()
+                _fail("event_loop: uvloop is not installed (pip install uvloop, or use auto)")
+        else:
+            uvloop.run(main)
+            return
+    asyncio.run(main)
 
 
 def _env_problem(exc: Exception) -> str:

@@ -281,6 +281,9 @@ class Settings(BaseSettings):
     keep_alive_max_requests: int = Field(default=1000, ge=1)
     #: Open connections (and requests in progress) before new requests get 503.
     max_connections: int = Field(default=1024, ge=1)
+    #: The event loop of ``iobridge serve``: ``auto`` is uvloop when it is installed (as
+    #: uvicorn picks), else asyncio's own.
+    event_loop: Literal["auto", "asyncio", "uvloop"] = "auto"
     #: Browser origins allowed to call the bridge (CORS); empty disables CORS.
     cors_origins: list[str] = Field(default_factory=list)
     #: ``Host`` header values served (names, ``*.domain``, ``*``); required unless ``host`` is
