@@ -3,7 +3,8 @@
     python bench/_server.py --port P --app bare|bridge [--agent deltas|tool|echo]
         [--deltas D] [--settings JSON]
 
-``bridge`` serves ``create_app(Settings(...), agents=[one FunctionAgent "bench"])``; the
+``bridge`` serves ``create_app(Settings(...), agents=[one FunctionAgent "bench"])`` under the
+uvicorn options ``iobridge serve`` uses (``uvicorn_options``: its limits and protocol); the
 ``--settings`` keys that this version's ``Settings`` lacks are dropped (and named on stderr),
 so the benches run against older and newer cores alike. ``bare`` is the baseline: a plain
 Starlette ``StreamingResponse`` of pre-encoded AG-UI-like events, one chunk per event.
@@ -85,13 +86,14 @@ def bench_agent(kind: str, n: int) -> Any:
 def bridge_app(kind: str, n: int, values: dict[str, Any]) -> Any:
     from iobridge.config import Settings
     from iobridge.http.app import create_app
+    from iobridge.http.server_limits import uvicorn_options
 
     known = {k: v for k, v in values.items() if k in Settings.model_fields}
     dropped = sorted(set(values) - set(known))
     if dropped:
         print(f"[server] Settings has no {', '.join(dropped)}: not set", file=sys.stderr)
     settings = Settings(playground=False, log_level="warning", **known)
-    return create_app(settings, agents=[bench_agent(kind, n)])
+    return create_app(settings, agents=[bench_agent(kind, n)]), uvicorn_options(settings)
 
 
 def raise_fd_limit() -> int:
@@ -112,12 +114,13 @@ def main() -> None:
     parser.add_argument("--settings", default="{}")
     args = parser.parse_args()
     raise_fd_limit()
+    options: dict[str, Any] = {}
     if args.app == "bare":
         app: Any = bare_app(args.deltas)
     else:
-        app = bridge_app(args.agent, args.deltas, json.loads(args.settings))
+        app, options = bridge_app(args.agent, args.deltas, json.loads(args.settings))
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False,
-                backlog=4096, lifespan="auto")
+                backlog=4096, lifespan="auto", **options)
 
 
 if __name__ == "__main__":

@@ -134,6 +134,7 @@ def main() -> None:
     settings: dict[str, Any] = {"tool_timeout": 3600.0, "ping_interval": 600.0,
                                 "max_active_runs": n + 100,
                                 "max_active_runs_per_principal": n + 100,
+                                "max_connections": n + 100,
                                 **extra_settings(args)}
     with database(args.store) as url:
         settings["database_url"] = url
