@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import logging
 import time
 from collections import OrderedDict
@@ -117,6 +118,8 @@ class Runtime:
         self.tracer = tracer
         self.pending = PendingRegistry()
         self._runs: dict[RunKey, Run] = {}
+        #: The start writes in flight (held here, so a task is never collected mid-write).
+        self._writing: set[asyncio.Task[None]] = set()
         self._retained: OrderedDict[RunKey, float] = OrderedDict()
         self._retained_bytes = 0
         self._busy_threads: set[tuple[str, str]] = set()
@@ -260,17 +263,30 @@ class Runtime:
         self.metrics.run_started(agent.id, started - admitted)
         # RUN_STARTED is in the log: the new messages are written while the agent works.
         loop = asyncio.get_running_loop()
-        saved = (
-            loop.create_task(memory.save_start(), context=_run_context(run))
-            if memory is not None
-            else None
-        )
+        saved: asyncio.Future[None] | None = None
+        if memory is not None:
+            saved = loop.create_future()
+            writing = loop.create_task(memory.save_start(), context=_run_context(run))
+            self._writing.add(writing)
+            writing.add_done_callback(functools.partial(self._started_write_done, saved))
         run.task = loop.create_task(
             self._drive(run, agent, session, ctx, memory, saved, started, state_from_thread),
             name=f"run-{run.run_id}",
             context=_run_context(run),
         )
         return run
+
+    def _started_write_done(self, saved: asyncio.Future[None], writing: asyncio.Task[None]) -> None:
+        """Hand the start write's outcome to the run and let its task go: a finished task
+        (and its context) kept for the life of a run waiting on a frontend tool would be
+        a tenth of what such a run costs."""
+        self._writing.discard(writing)
+        if writing.cancelled():
+            saved.cancel()
+        elif (error := writing.exception()) is not None:
+            saved.set_exception(error)
+        else:
+            saved.set_result(None)
 
     def _count(self, owner: str, delta: int) -> None:
         active = self._active.get(owner, 0) + delta
