@@ -225,3 +225,25 @@ def test_serve_refuses_to_start_without_the_token_variable(tmp_path: Any) -> Non
     assert "metrics.token_env: the environment variable UNSET_SCRAPE_TOKEN is not set" in (
         result.output
     )
+
+
+def test_labelled_children_are_cached_up_to_the_bound_and_count_past_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from prometheus_client import generate_latest
+
+    from iobridge.observability import metrics as metrics_module
+
+    monkeypatch.setattr(metrics_module, "MAX_CACHED_CHILDREN", 3)
+    metrics = metrics_module.Metrics()
+    for code in ("A", "B", "C", "D", "E", "A", "E"):
+        metrics.run_finished("bench", "error", code, 0.01)
+    assert len(metrics._run_errors._cache) == 3  # bounded: D and E are looked up each time
+    families = {f.name: f for f in text_string_to_metric_families(
+        generate_latest(metrics.registry).decode())}
+    errors = {s.labels["code"]: s.value for s in families["iobridge_run_errors"].samples
+              if s.name.endswith("_total")}
+    assert errors == {"A": 2.0, "B": 1.0, "C": 1.0, "D": 1.0, "E": 2.0}
+    finished = [s.value for s in families["iobridge_runs_finished"].samples
+                if s.name.endswith("_total")]
+    assert finished == [7.0]

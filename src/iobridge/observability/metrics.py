@@ -84,6 +84,29 @@ class _EngineCollector(Collector):
         return ()
 
 
+#: Label combinations whose child a metric keeps at hand; past it ``labels()`` is called as is.
+MAX_CACHED_CHILDREN = 1024
+
+
+class _Children:
+    """A labelled metric's children by label values, each looked up once: ``labels()``
+    validates its arguments and takes a lock on every call, several times per run."""
+
+    __slots__ = ("_cache", "_metric")
+
+    def __init__(self, metric: Counter | Histogram) -> None:
+        self._metric = metric
+        self._cache: dict[tuple[str, ...], Any] = {}
+
+    def __call__(self, *values: str) -> Any:
+        child = self._cache.get(values)
+        if child is None:
+            child = self._metric.labels(*values)
+            if len(self._cache) < MAX_CACHED_CHILDREN:
+                self._cache[values] = child
+        return child
+
+
 class Metrics:
     """The Backend's metrics; ``registry`` is what ``GET /metrics`` serves."""
 
@@ -123,6 +146,13 @@ class Metrics:
             "Seconds of thread-store operations (run reads and writes, readiness probes).",
             ["operation"], buckets=STORE_BUCKETS, registry=registry,
         )
+        self._runs_started = _Children(self.runs_started)
+        self._runs_finished = _Children(self.runs_finished)
+        self._run_errors = _Children(self.run_errors)
+        self._first_event = _Children(self.first_event)
+        self._run_duration = _Children(self.run_duration)
+        self._tool_calls = _Children(self.tool_calls)
+        self._store_seconds = _Children(self.store_seconds)
 
     def watch(self, sample: Callable[[], EngineSample]) -> None:
         """Report the engine's live figures (read at scrape time) from ``sample``."""
@@ -138,17 +168,17 @@ class Metrics:
         return server
 
     def run_started(self, agent: str, seconds_to_start: float) -> None:
-        self.runs_started.labels(agent).inc()
-        self.first_event.labels(agent).observe(seconds_to_start)
+        self._runs_started(agent).inc()
+        self._first_event(agent).observe(seconds_to_start)
 
     def run_finished(self, agent: str, outcome: str, code: str | None, seconds: float) -> None:
-        self.runs_finished.labels(agent, outcome).inc()
-        self.run_duration.labels(agent, outcome).observe(seconds)
+        self._runs_finished(agent, outcome).inc()
+        self._run_duration(agent, outcome).observe(seconds)
         if code is not None:
-            self.run_errors.labels(agent, code).inc()
+            self._run_errors(agent, code).inc()
 
     def tool_call(self, agent: str, kind: str) -> None:
-        self.tool_calls.labels(agent, kind).inc()
+        self._tool_calls(agent, kind).inc()
 
     def store_operation(self, operation: str, seconds: float) -> None:
-        self.store_seconds.labels(operation).observe(seconds)
+        self._store_seconds(operation).observe(seconds)
