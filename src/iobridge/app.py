@@ -345,6 +345,13 @@ class Backend:
         except Exception:
             logger.warning("could not tell replica %s about a follower", run.replica)
 
+    async def _elsewhere(
+        self, principal: Principal, run_id: str, command: Command
+    ) -> Command | None:
+        """The answer of the replica running the caller's run (``None``: none has it)."""
+        return await self.cluster.command(
+            principal.id, run_id, {**command, "owner": principal.id, "run": run_id})
+
     @staticmethod
     def _addressed(run: RemoteRun, command: Command) -> Command:
         return {**command, "owner": run.owner, "run": run.run_id}
@@ -416,9 +423,12 @@ class Backend:
         Raises:
             NotFoundError: no such run for this caller.
         """
-        run = await self.find_run(principal, run_id)
-        if isinstance(run, RemoteRun):
-            answer = await self.cluster.forward(run, self._addressed(run, {"op": "cancel"}))
+        try:
+            run = self.runtime.get_run(principal.id, run_id)
+        except NotFoundError:
+            answer = await self._elsewhere(principal, run_id, {"op": "cancel"})
+            if answer is None:
+                raise
             return bool(_answer(answer))
         return self.runtime.cancel(run)
 
@@ -431,11 +441,15 @@ class Backend:
             NotFoundError: unknown run or call, or a server tool's call.
             ConflictError: the call already has a result.
         """
-        run = await self.find_run(principal, run_id)
-        if isinstance(run, RemoteRun):
+        try:
+            run = self.runtime.get_run(principal.id, run_id)
+        except NotFoundError:
             command = {"op": "result", "call": tool_call_id, "content": result.content,
                        "value": result.value, "isError": result.is_error}
-            _answer(await self.cluster.forward(run, self._addressed(run, command)))
+            answer = await self._elsewhere(principal, run_id, command)
+            if answer is None:
+                raise
+            _answer(answer)
             return
         self.runtime.submit_tool_result(run, tool_call_id, result)
 

@@ -20,8 +20,11 @@ no two (owner, runId) pairs share a key):
 * ``P:cmd:<replica>`` and ``P:answer:<replica>`` (pub/sub): commands for a run's owner (tool
   result, cancel, follower attach/detach) and the answers to the replica that asked.
 
-Claims, mirror batches, releases and publishes of all runs ready at once go to Redis in one
-pipeline (one round trip, one connection), so the cost per run stays a few script calls.
+Claims, mirror batches and releases of all runs ready at once go to Redis in one pipeline
+(one round trip, one connection), so the cost per run stays a few script calls. What someone
+waits on never queues behind a big mirror batch: a tool result or cancel for another replica
+is one script call of its own (find the run's replica and publish to it), lookups go straight
+to Redis, and answers and followers' notices have a pipeline of their own.
 """
 
 from __future__ import annotations
@@ -116,6 +119,15 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return last
 """
+#: What :data:`_SEND` answers when no other replica has the run.
+NOT_ELSEWHERE = -1
+#: KEYS rec; ARGV this replica, the command channel prefix, the message. Publishes the
+#: message to the run's replica: how many got it, or -1 (unknown, or ours).
+_SEND = """
+local replica = redis.call('HGET', KEYS[1], 'replica')
+if not replica or replica == ARGV[1] then return -1 end
+return redis.call('PUBLISH', ARGV[2] .. replica, ARGV[3])
+"""
 #: KEYS rec, log, the owner's heartbeat; ARGV the RUN_LOST event.
 _LOST = """
 if redis.call('EXISTS', KEYS[3]) == 1 then return 0 end
@@ -141,8 +153,56 @@ return 0
 """
 
 
+class _Outbox:
+    """Calls waiting for the next pipeline on one connection: each adds itself to the
+    pipeline and gets its own result; one pipeline is in flight at a time, so what every run
+    asks for at once costs one round trip, not one each."""
+
+    def __init__(self, redis: Any) -> None:
+        self._redis = redis
+        self._items: list[tuple[Callable[[Any], Any], asyncio.Future[Any]]] = []
+        self._ready = asyncio.Event()
+
+    def send(self, add: Callable[[Any], Any]) -> asyncio.Future[Any]:
+        done = asyncio.get_running_loop().create_future()
+        self._items.append((add, done))
+        self._ready.set()
+        return done
+
+    async def flushes(self) -> None:
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            items, self._items = self._items, []
+            try:
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for add, _ in items:
+                        added = add(pipe)
+                        if inspect.isawaitable(added):
+                            await added
+                    results = await pipe.execute(raise_on_error=False)
+            except (RedisError, OSError) as exc:
+                results = [exc] * len(items)
+            for (_, done), result in zip(items, results, strict=True):
+                if done.done():
+                    continue
+                if isinstance(result, BaseException):
+                    done.set_exception(result)
+                else:
+                    done.set_result(result)
+
+
+def _log_failure(done: asyncio.Future[Any]) -> None:
+    if not done.cancelled() and done.exception() is not None:
+        logger.warning("could not answer a cluster command")
+
+
 def _part(value: str) -> str:
     return f"{len(value)}.{value}"
+
+
+class _NotElsewhere(Exception):
+    """No other replica has the run (unknown, or this replica's and no longer retained)."""
 
 
 def _unavailable() -> ServiceUnavailable:
@@ -176,6 +236,7 @@ class RedisCluster:
         self._append = self._redis.register_script(_APPEND)
         self._lost = self._redis.register_script(_LOST)
         self._renew = self._redis.register_script(_RENEW)
+        self._send = self._redis.register_script(_SEND)
         self._tokens = count()
         #: Claims from admission to release: key -> (token, live, thread, rec, log keys).
         self._claims: dict[RunKey, tuple[str, str, str, str, str]] = {}
@@ -184,12 +245,12 @@ class RedisCluster:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._handler: CommandHandler | None = None
         self._pubsub: Any = None
-        #: Calls (claims, mirror batches, releases, publishes) waiting for the next pipeline:
-        #: each adds itself to the pipeline and gets its own result.
-        self._outbox: list[tuple[Callable[[Any], Any], asyncio.Future[Any]]] = []
+        #: Claims, mirror batches, releases: the bulk of the traffic.
+        self._bulk = _Outbox(self._redis)
+        #: Answers to other replicas and followers' notices: small, never behind the bulk.
+        self._control = _Outbox(self._redis)
         #: Forwarded commands waiting for their answer, by request id.
         self._waiting: dict[str, asyncio.Future[Command]] = {}
-        self._outbox_ready = asyncio.Event()
 
     # -- keys ---------------------------------------------------------------------------
 
@@ -217,7 +278,8 @@ class RedisCluster:
         )
         self._spawn(self._heartbeats(), "iobridge-heartbeat")
         self._spawn(self._commands(), "iobridge-commands")
-        self._spawn(self._flushes(), "iobridge-flush")
+        self._spawn(self._bulk.flushes(), "iobridge-flush")
+        self._spawn(self._control.flushes(), "iobridge-flush-control")
 
     async def aclose(self) -> None:
         """Let mirrors flush their last events, then stop and leave the cluster."""
@@ -352,48 +414,19 @@ class RedisCluster:
                 await asyncio.sleep(self.settings.heartbeat_seconds)
 
     async def _batched(self, script: Any, keys: list[str], args: list[Any]) -> Any:
-        """Run ``script`` in the next pipeline: what every run asks for at once costs one
-        round trip and one connection, not one each."""
-        return await self._queue(lambda pipe: script(keys=keys, args=args, client=pipe))
+        """Run ``script`` in the next bulk pipeline."""
+        return await self._bulk.send(lambda pipe: script(keys=keys, args=args, client=pipe))
 
-    async def _batched_command(self, *command: Any) -> Any:
-        return await self._queue(lambda pipe: pipe.execute_command(*command))
-
-    async def _queue(self, add: Callable[[Any], Any]) -> Any:
-        done = asyncio.get_running_loop().create_future()
-        self._outbox.append((add, done))
-        self._outbox_ready.set()
-        return await done
-
-    async def _flushes(self) -> None:
-        while True:
-            await self._outbox_ready.wait()
-            self._outbox_ready.clear()
-            items, self._outbox = self._outbox, []
-            try:
-                async with self._redis.pipeline(transaction=False) as pipe:
-                    for add, _ in items:
-                        added = add(pipe)
-                        if inspect.isawaitable(added):
-                            await added
-                    results = await pipe.execute(raise_on_error=False)
-            except (RedisError, OSError) as exc:
-                results = [exc] * len(items)
-            for (_, done), result in zip(items, results, strict=True):
-                if done.done():
-                    continue
-                if isinstance(result, BaseException):
-                    done.set_exception(result)
-                else:
-                    done.set_result(result)
+    def _controlled(self, *command: Any) -> asyncio.Future[Any]:
+        """Send ``command`` in the next control pipeline."""
+        return self._control.send(lambda pipe: pipe.execute_command(*command))
 
     # -- runs of other replicas ---------------------------------------------------------
 
     async def find(self, owner: str, run_id: str) -> RemoteRun | None:
         try:
-            fields = await self._batched_command(
-                "HMGET", self._key("run", owner, run_id), "replica", "thread", "first", "last",
-                "end",
+            fields = await self._redis.hmget(
+                self._key("run", owner, run_id), ["replica", "thread", "first", "last", "end"]
             )
         except (RedisError, OSError):
             raise _unavailable() from None
@@ -453,36 +486,63 @@ class RedisCluster:
                 yield []
 
     async def forward(self, run: RemoteRun, command: Command, *, reply: bool = True) -> Command:
-        request = uuid.uuid4().hex if reply else None
-        message = {**command, "from": self.replica_id, "id": request} if reply else command
-        answered: asyncio.Future[Command] | None = None
-        if request is not None:
-            answered = self._waiting[request] = asyncio.get_running_loop().create_future()
+        if not reply:
+            await self._published(self._controlled(
+                "PUBLISH", self._channel(run.replica), json.dumps(command)))
+            return {}
+        return await self._ask(command, lambda message: self._controlled(
+            "PUBLISH", self._channel(run.replica), message))
+
+    async def command(self, owner: str, run_id: str, command: Command) -> Command | None:
+        """Find the run's replica and publish ``command`` to it in one script call (one
+        round trip, no pipeline to wait for: someone waits on this)."""
+        keys = [self._key("run", owner, run_id)]
+
+        def send(message: str) -> Any:
+            return self._send(keys=keys, args=[self.replica_id, self._channel(""),
+                                               message])
+
         try:
-            receivers = await self._batched_command(
-                "PUBLISH", self._channel(run.replica), json.dumps(message)
-            )
-            if not receivers:
-                raise ServiceUnavailable(
-                    "the replica running this run does not answer",
-                    code="RUN_OWNER_UNAVAILABLE", retry_after=1.0,
-                )
-            if answered is None:
-                return {}
+            return await self._ask(command, send)
+        except _NotElsewhere:
+            return None
+
+    async def _ask(self, command: Command, send: Callable[[str], Any]) -> Command:
+        """Send ``command`` with a request id and wait for the owner's answer to it."""
+        request = uuid.uuid4().hex
+        answered = self._waiting[request] = asyncio.get_running_loop().create_future()
+        try:
+            await self._published(send(json.dumps({**command, "from": self.replica_id,
+                                                   "id": request})))
             return await asyncio.wait_for(answered, FORWARD_TIMEOUT)
-        except (RedisError, OSError):
-            raise _unavailable() from None
         except TimeoutError:
             raise ServiceUnavailable(
                 "the replica running this run did not answer in time",
                 code="RUN_OWNER_UNAVAILABLE", retry_after=1.0,
             ) from None
         finally:
-            if request is not None:
-                self._waiting.pop(request, None)
+            self._waiting.pop(request, None)
+
+    @staticmethod
+    async def _published(sent: Any) -> None:
+        """Wait for a PUBLISH (or the command script): check someone got it."""
+        try:
+            receivers = await sent
+        except (RedisError, OSError):
+            raise _unavailable() from None
+        if receivers == NOT_ELSEWHERE:
+            raise _NotElsewhere
+        if not receivers:
+            raise ServiceUnavailable(
+                "the replica running this run does not answer",
+                code="RUN_OWNER_UNAVAILABLE", retry_after=1.0,
+            )
 
     async def _commands(self) -> None:
-        """Serve commands for this replica's runs, and take the answers to its own."""
+        """Serve commands for this replica's runs, and take the answers to its own.
+
+        Each command is handled right here, not in a task of its own (the handler does not
+        wait: it hands a result to a run or cancels it), so a busy loop does not delay it."""
         replies = self._reply_channel(self.replica_id).encode()
         while True:
             try:
@@ -490,7 +550,7 @@ class RedisCluster:
                     if message["channel"] == replies:
                         self._answered(message["data"])
                     else:
-                        self._spawn(self._answer(message["data"]), "iobridge-command")
+                        await self._answer(message["data"])
             except (RedisError, OSError):
                 logger.warning("commands: Redis does not answer; resubscribing")
                 await asyncio.sleep(self.settings.heartbeat_seconds)
@@ -515,11 +575,11 @@ class RedisCluster:
             return
         sender, request = command.get("from"), command.get("id")
         if isinstance(sender, str) and isinstance(request, str):
-            try:
-                await self._batched_command("PUBLISH", self._reply_channel(sender),
-                                            json.dumps({"id": request, "answer": answer}))
-            except (RedisError, OSError):
-                logger.warning("could not answer a cluster command")
+            # Not awaited: the next command need not wait for this answer's round trip.
+            self._controlled(
+                "PUBLISH", self._reply_channel(sender),
+                json.dumps({"id": request, "answer": answer}),
+            ).add_done_callback(_log_failure)
 
     # -- N-PAMP streams -------------------------------------------------------------------
 

@@ -70,7 +70,8 @@ class Cluster(Coordinator, Protocol):
     """The coordinator plus what the Backend needs for runs other replicas own."""
 
     async def open(self, handler: CommandHandler) -> None:
-        """Start serving commands for this replica's runs with ``handler``."""
+        """Start serving commands for this replica's runs with ``handler`` (called for one
+        command at a time as they arrive: it must not wait on anything slow)."""
 
     async def aclose(self) -> None:
         """Stop heartbeats and command serving; close connections."""
@@ -92,6 +93,15 @@ class Cluster(Coordinator, Protocol):
 
     async def forward(self, run: RemoteRun, command: Command, *, reply: bool = True) -> Command:
         """Send ``command`` to the run's owner and return its answer (``{}`` without reply).
+
+        Raises:
+            ServiceUnavailable: the owner does not answer.
+        """
+
+    async def command(self, owner: str, run_id: str, command: Command) -> Command | None:
+        """Send ``command`` to the replica that runs ``owner``'s run and return its answer;
+        ``None`` if no other replica has the run. (:meth:`find` and :meth:`forward` in one
+        step: a tool result crosses replicas in one round trip each way.)
 
         Raises:
             ServiceUnavailable: the owner does not answer.
@@ -144,6 +154,9 @@ class LocalCluster:
 
     async def forward(self, run: RemoteRun, command: Command, *, reply: bool = True) -> Command:
         raise RuntimeError("a single process has no remote runs")
+
+    async def command(self, owner: str, run_id: str, command: Command) -> Command | None:
+        return None
 
     async def remember_stream(self, owner: str, key: bytes, run_id: str) -> None:
         return None
