@@ -9,12 +9,17 @@ run's owner. ``one + Redis``: one server with ``redis_url`` (the Redis hop alone
 log mirror, releases; results POSTed to it). All variants use the same store kind (a fresh
 PostgreSQL database when ``IOBRIDGE_TEST_POSTGRES_URL`` is set, else one SQLite file).
 
-Per variant: events/s, p99 time to first event, the tool-result round trip (POST sent →
-``TOOL_CALL_RESULT`` read on the stream; median and p99), server CPU per event (both replicas
-summed) and Redis CPU per event (from /proc; 10 ms ticks), then the replicas' ratios to one
-node.
+All runs of a load start at once; once every one waits on its tool, the results are POSTed
+one every ``--pace`` seconds (each in its own task while the stream is read on, as a browser
+does), so the round trip measures the path, not a queue of 200 POSTs that the bench itself
+made. Per variant: events/s while the runs start (all started → all waiting), p99 time to
+first event, the tool-result round trip (POST sent → ``TOOL_CALL_RESULT`` read on the stream;
+median and p99), server CPU per event (both replicas summed) and Redis CPU per event (from
+/proc; 10 ms ticks), then the replicas' ratios to one node. The servers of all variants stay
+up and the variants take turns, ``--rounds`` times (medians), so that the machine's changing
+load hits each alike.
 
-    .venv/bin/python bench/scale_out.py [--runs 200] [--quick]
+    .venv/bin/python bench/scale_out.py [--runs 200] [--rounds 3] [--pace 0.005] [--quick]
 """
 
 from __future__ import annotations
@@ -51,6 +56,8 @@ from _server import TOOL_NAME
 
 TOOLS = [{"name": TOOL_NAME, "description": "Pick one option.",
           "parameters": {"type": "object", "properties": {"choice": {"type": "string"}}}}]
+#: Run id prefixes (run and thread ids differ across variants: they share one store).
+TAGS = {"one node": "one", "one + Redis": "hop", "two replicas": "pair"}
 _CALL_END = re.compile(rb'"type":"TOOL_CALL_END","toolCallId":"([^"]+)"')
 _TICK = 100  # /proc clock ticks per second on Linux
 
@@ -107,11 +114,42 @@ async def _post_result(port: int, run_id: str, call_id: str) -> int:
         writer.close()
 
 
-async def one_run(start_port: int, result_port: int, run_id: str) -> Outcome:
+class Round:
+    """One load: every run starts at once; once all of them wait on their tool, the results
+    are POSTed one every ``pace`` seconds (in run order, so replicas alternate)."""
+
+    def __init__(self, runs: int, pace: float) -> None:
+        self.runs, self.pace = runs, pace
+        self.turns = [asyncio.get_running_loop().create_future() for _ in range(runs)]
+        self.pending = 0
+        self.all_pending = asyncio.Event()
+        self.events_pending = 0
+
+    def waiting(self, events: int) -> None:
+        self.pending += 1
+        self.events_pending += events
+        if self.pending == self.runs:
+            self.all_pending.set()
+
+    async def pace_results(self) -> float:
+        """Release the POSTs; returns when all runs waited (the start phase's end)."""
+        await self.all_pending.wait()
+        pending_at = time.perf_counter()
+        for turn in self.turns:
+            turn.set_result(None)
+            await asyncio.sleep(self.pace)
+        return pending_at
+
+
+async def one_run(start_port: int, result_port: int, run_id: str, order: Round,
+                  turn: asyncio.Future[None]) -> Outcome:
+    """Read the stream; POST the result at this run's turn, in its own task (the stream is
+    read on meanwhile, as a browser does), and time POST sent -> TOOL_CALL_RESULT read."""
     started = time.perf_counter()
     reader, writer = await asyncio.open_connection("127.0.0.1", start_port)
     counter, first, posted, round_trip = SseCounter(), 0.0, 0.0, 0.0
     seen = b""
+    post: asyncio.Task[int] | None = None
     try:
         writer.write(request_bytes("POST", "/io-bridge/run",
                                    run_body(f"t-{run_id}", run_id, tools=TOOLS)))
@@ -119,17 +157,22 @@ async def one_run(start_port: int, result_port: int, run_id: str) -> Outcome:
             if counter.feed(chunk) and not first:
                 first = time.perf_counter() - started
             seen += chunk
-            if not posted:
+            if post is None:
                 match = _CALL_END.search(seen)
                 if match:
+                    order.waiting(counter.events)
+                    await turn
                     posted = time.perf_counter()
-                    status = await _post_result(result_port, run_id, match.group(1).decode())
-                    if status != 200:
-                        raise RuntimeError(f"result POST answered {status}")
+                    post = asyncio.create_task(
+                        _post_result(result_port, run_id, match.group(1).decode()))
             elif not round_trip and b'"TOOL_CALL_RESULT"' in seen:
                 round_trip = time.perf_counter() - posted
     finally:
         writer.close()
+        if post is None:
+            order.waiting(0)  # never got to the tool: the others must not wait for it
+    if post is None or await post != 200:
+        raise RuntimeError(f"{run_id}: no tool call, or its result POST failed")
     return Outcome(first, round_trip, counter.events, counter.terminal())
 
 
@@ -143,23 +186,27 @@ class Figures:
     redis_cpu_per_event: float
 
 
-async def load(ports: list[int], runs: int, tag: str) -> tuple[list[Outcome], float]:
+async def load(ports: list[int], runs: int, tag: str, pace: float) -> tuple[list[Outcome], float,
+                                                                             int]:
+    """Outcomes, the start phase's seconds (all runs started -> all wait on their tool) and
+    the events read in it."""
+    order = Round(runs, pace)
     jobs = []
     for i in range(runs):
         start = ports[i % len(ports)]
         other = ports[(i + 1) % len(ports)]
-        jobs.append(one_run(start, other, f"{tag}-{i}"))
+        jobs.append(one_run(start, other, f"{tag}-{i}", order, order.turns[i]))
     began = time.perf_counter()
-    outcomes = await asyncio.gather(*jobs)
-    return list(outcomes), time.perf_counter() - began
+    outcomes, pending_at = await asyncio.gather(asyncio.gather(*jobs), order.pace_results())
+    return list(outcomes), pending_at - began, order.events_pending
 
 
-def measure(servers: list[ServerProcess], runs: int, tag: str, redis_pid: int | None) -> Figures:
+def measure(servers: list[ServerProcess], runs: int, tag: str, redis_pid: int | None,
+            pace: float) -> Figures:
     ports = [s.port for s in servers]
-    asyncio.run(load(ports, min(20, runs), f"{tag}-warm"))  # warm up (imports, pools)
     cpu0 = sum(s.settle_cpu() for s in servers)
     redis0 = _cpu(redis_pid) if redis_pid else 0.0
-    outcomes, wall = asyncio.run(load(ports, runs, tag))
+    outcomes, start_phase, start_events = asyncio.run(load(ports, runs, tag, pace))
     cpu = sum(s.settle_cpu() for s in servers) - cpu0
     redis_cpu = (_cpu(redis_pid) - redis0) if redis_pid else 0.0
     bad = [o for o in outcomes if o.terminal != "RUN_FINISHED" or not o.round_trip]
@@ -167,13 +214,21 @@ def measure(servers: list[ServerProcess], runs: int, tag: str, redis_pid: int | 
         raise RuntimeError(f"{tag}: {len(bad)} of {runs} runs failed ({bad[0]})")
     events = sum(o.events for o in outcomes)
     trips = [o.round_trip for o in outcomes]
-    return Figures(events / wall, percentile([o.first_event for o in outcomes], 0.99),
+    return Figures(start_events / start_phase,
+                   percentile([o.first_event for o in outcomes], 0.99),
                    statistics.median(trips), percentile(trips, 0.99), cpu / events,
                    redis_cpu / events)
 
 
+def middle(rounds: list[Figures]) -> Figures:
+    """Each figure's median over the rounds."""
+    fields = Figures.__dataclass_fields__
+    return Figures(**{name: statistics.median(getattr(f, name) for f in rounds)
+                      for name in fields})
+
+
 def show(name: str, f: Figures) -> None:
-    print(f"{name:>13}: {f.events_per_s:>8,.0f} events/s  p99 first event "
+    print(f"{name:>13}: {f.events_per_s:>8,.0f} events/s (start)  p99 first event "
           f"{f.p99_first * 1000:6.1f} ms  tool round trip median {f.median_trip * 1000:5.1f} ms "
           f"p99 {f.p99_trip * 1000:6.1f} ms  server CPU {f.server_cpu_per_event * 1e6:6.1f} "
           f"µs/event  Redis CPU {f.redis_cpu_per_event * 1e6:5.1f} µs/event")
@@ -182,37 +237,54 @@ def show(name: str, f: Figures) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=200)
-    parser.add_argument("--quick", action="store_true", help="50 runs")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--pace", type=float, default=0.005,
+                        help="seconds between two tool result POSTs")
+    parser.add_argument("--quick", action="store_true", help="50 runs, one round")
     args = parser.parse_args()
-    runs = 50 if args.quick else args.runs
+    runs, rounds = (50, 1) if args.quick else (args.runs, args.rounds)
     raise_fd_limit()
     kind = "postgres" if postgres_url() else "sqlite"
     base = {"tool_timeout": 60.0, "max_active_runs_per_principal": 10_000}
-    print(f"{runs} concurrent runs, each with a frontend tool; store {kind}")
-    with database(kind) as url:
-        with ServerProcess("bridge", agent="tool", settings={**base, "database_url": url}) as one:
-            single = measure([one], runs, "one", None)
-        show("one node", single)
-        with redis_server() as (redis_url, redis_pid):
-            shared = {**base, "database_url": url, "redis_url": redis_url,
-                      "redis_prefix": f"bench{uuid.uuid4().hex[:6]}"}
-            with ServerProcess("bridge", agent="tool", settings=shared) as alone:
-                hop = measure([alone], runs, "hop", redis_pid)
-            show("one + Redis", hop)
-            with ServerProcess("bridge", agent="tool", settings=shared) as a, ServerProcess(
-                "bridge", agent="tool", settings=shared
-            ) as b:
-                pair = measure([a, b], runs, "pair", redis_pid)
-        show("two replicas", pair)
-    for name, figures in (("one + Redis", hop), ("two replicas", pair)):
+    print(f"{runs} concurrent runs, each with a frontend tool; results POSTed one every "
+          f"{args.pace * 1000:g} ms once all runs wait; store {kind}; {rounds} rounds "
+          "(medians)")
+    variants = tuple(TAGS)
+    results: dict[str, list[Figures]] = {name: [] for name in variants}
+    with database(kind) as url, redis_server() as (redis_url, redis_pid), \
+            contextlib.ExitStack() as stack:
+        def server(prefix: str | None) -> ServerProcess:
+            extra = {} if prefix is None else {"redis_url": redis_url, "redis_prefix": prefix}
+            return stack.enter_context(ServerProcess(
+                "bridge", agent="tool", settings={**base, "database_url": url, **extra}))
+
+        tag = uuid.uuid4().hex[:6]
+        pair = f"bench{tag}p"
+        groups = {"one node": ([server(None)], None),
+                  "one + Redis": ([server(f"bench{tag}h")], redis_pid),
+                  "two replicas": ([server(pair), server(pair)], redis_pid)}
+        for name, (servers, pid) in groups.items():  # warm up (imports, pools)
+            measure(servers, min(20, runs), f"{TAGS[name]}-warm", pid, args.pace)
+        for r in range(rounds):  # interleaved, so that a change in the machine's load
+            for name, (servers, pid) in groups.items():  # hits every variant alike
+                results[name].append(
+                    measure(servers, runs, f"{TAGS[name]}-{r}", pid, args.pace))
+    for name in variants:
+        show(name, middle(results[name]))
+    single = middle(results["one node"])
+    for name in variants[1:]:
+        figures = middle(results[name])
         print(f"{name:>13}: events/s {ratio(figures.events_per_s, single.events_per_s)}  "
               f"p99 first event {ratio(figures.p99_first, single.p99_first)}  "
               f"server CPU/event "
               f"{ratio(figures.server_cpu_per_event, single.server_cpu_per_event)}  "
               "(vs one node; replicas: both processes summed)")
-    extra = (pair.median_trip - single.median_trip) * 1000
-    print(f"{'':>13}  cross-replica tool result adds {extra:+.1f} ms median "
-          f"({single.median_trip * 1000:.1f} → {pair.median_trip * 1000:.1f} ms)")
+    extra = [(p.median_trip - o.median_trip) * 1000
+             for p, o in zip(results["two replicas"], results["one node"], strict=True)]
+    pair_trip = middle(results["two replicas"]).median_trip
+    print(f"{'':>13}  cross-replica tool result adds {statistics.median(extra):+.1f} ms median "
+          f"({single.median_trip * 1000:.1f} → {pair_trip * 1000:.1f} ms; rounds "
+          f"{', '.join(f'{e:+.1f}' for e in extra)})")
 
 
 if __name__ == "__main__":
