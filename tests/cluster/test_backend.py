@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import subprocess
 import sys
 from pathlib import Path
 
+import redis.asyncio as aioredis
 from tests.cluster.replicas import redis_server
 
 from iobridge.app import Backend
+from iobridge.auth import ANONYMOUS
 from iobridge.config import Settings
 from iobridge.runtime.cluster import LocalCluster
 
@@ -56,3 +59,29 @@ async def test_readiness_reports_redis_going_away(tmp_path: Path) -> None:
     finally:
         stack.close()
     assert isinstance(backend.cluster, LocalCluster)  # closed: back to one process
+
+
+async def test_runs_are_shared_after_redis_lost_its_scripts(tmp_path: Path) -> None:
+    """The scripts are loaded once; after a restart or SCRIPT FLUSH they are loaded again."""
+    settings = Settings(database_url="memory://", redis_url=None, redis_prefix="noscript")
+    with redis_server(tmp_path) as url:
+        redis = aioredis.from_url(url)
+        try:
+            async with Backend(settings.model_copy(update={"redis_url": url})) as backend:
+                for n in range(2):
+                    assert await redis.script_flush()
+                    body = {"threadId": f"t{n}", "runId": f"r{n}", "messages": [
+                        {"id": "u", "role": "user", "content": "hello there"}]}
+                    run = await backend.start_run(ANONYMOUS, body)
+                    await run.task
+                    [log] = await redis.keys(f"noscript:log:*r{n}")
+                    for _ in range(200):
+                        mirrored = await redis.xrange(log)
+                        if len(mirrored) == run.log.last_seq:
+                            break
+                        await asyncio.sleep(0.01)
+                    assert [(int(i.split(b"-")[0]), f[b"d"]) for i, f in mirrored] == (
+                        run.log.entries())
+                    assert b"e" in mirrored[-1][1]
+        finally:
+            await redis.aclose()

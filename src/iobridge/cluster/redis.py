@@ -30,16 +30,15 @@ to Redis, and answers and followers' notices have a pipeline of their own.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from itertools import count
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from iobridge.config import Settings
 from iobridge.errors import ConflictError, ServiceUnavailable
@@ -156,10 +155,16 @@ return 0
 class _Outbox:
     """Calls waiting for the next pipeline on one connection: each adds itself to the
     pipeline and gets its own result; one pipeline is in flight at a time, so what every run
-    asks for at once costs one round trip, not one each."""
+    asks for at once costs one round trip, not one each.
 
-    def __init__(self, redis: Any) -> None:
+    Scripts go in by sha (``EVALSHA``), loaded once: redis-py's own script objects would
+    check them with ``SCRIPT EXISTS`` before every pipeline, a second round trip each time.
+    If Redis lost them (a restart, ``SCRIPT FLUSH``), ``reload`` loads them again and the
+    calls that found none go in the next pipeline."""
+
+    def __init__(self, redis: Any, reload: Callable[[], Awaitable[None]]) -> None:
         self._redis = redis
+        self._reload = reload
         self._items: list[tuple[Callable[[Any], Any], asyncio.Future[Any]]] = []
         self._ready = asyncio.Event()
 
@@ -177,19 +182,29 @@ class _Outbox:
             try:
                 async with self._redis.pipeline(transaction=False) as pipe:
                     for add, _ in items:
-                        added = add(pipe)
-                        if inspect.isawaitable(added):
-                            await added
+                        add(pipe)
                     results = await pipe.execute(raise_on_error=False)
             except (RedisError, OSError) as exc:
                 results = [exc] * len(items)
-            for (_, done), result in zip(items, results, strict=True):
+            if any(isinstance(result, NoScriptError) for result in results):
+                try:
+                    await self._reload()
+                except (RedisError, OSError) as exc:
+                    results = [exc if isinstance(r, NoScriptError) else r for r in results]
+            again = []
+            for item, result in zip(items, results, strict=True):
+                done = item[1]
                 if done.done():
                     continue
-                if isinstance(result, BaseException):
+                if isinstance(result, NoScriptError):
+                    again.append(item)
+                elif isinstance(result, BaseException):
                     done.set_exception(result)
                 else:
                     done.set_result(result)
+            if again:
+                self._items[:0] = again
+                self._ready.set()
 
 
 def _log_failure(done: asyncio.Future[Any]) -> None:
@@ -246,9 +261,9 @@ class RedisCluster:
         self._handler: CommandHandler | None = None
         self._pubsub: Any = None
         #: Claims, mirror batches, releases: the bulk of the traffic.
-        self._bulk = _Outbox(self._redis)
+        self._bulk = _Outbox(self._redis, self._load_scripts)
         #: Answers to other replicas and followers' notices: small, never behind the bulk.
-        self._control = _Outbox(self._redis)
+        self._control = _Outbox(self._redis, self._load_scripts)
         #: Forwarded commands waiting for their answer, by request id.
         self._waiting: dict[str, asyncio.Future[Command]] = {}
 
@@ -271,6 +286,7 @@ class RedisCluster:
     async def open(self, handler: CommandHandler) -> None:
         """Check Redis, announce this replica, subscribe to its commands."""
         self._handler = handler
+        await self._load_scripts()
         await self._beat()
         self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
         await self._pubsub.subscribe(
@@ -280,6 +296,12 @@ class RedisCluster:
         self._spawn(self._commands(), "iobridge-commands")
         self._spawn(self._bulk.flushes(), "iobridge-flush")
         self._spawn(self._control.flushes(), "iobridge-flush-control")
+
+    async def _load_scripts(self) -> None:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for script in (self._claim, self._release, self._forget, self._append):
+                pipe.script_load(script.script)
+            await pipe.execute()
 
     async def aclose(self) -> None:
         """Let mirrors flush their last events, then stop and leave the cluster."""
@@ -414,8 +436,9 @@ class RedisCluster:
                 await asyncio.sleep(self.settings.heartbeat_seconds)
 
     async def _batched(self, script: Any, keys: list[str], args: list[Any]) -> Any:
-        """Run ``script`` in the next bulk pipeline."""
-        return await self._bulk.send(lambda pipe: script(keys=keys, args=args, client=pipe))
+        """Run ``script`` (one the outboxes load) in the next bulk pipeline."""
+        return await self._bulk.send(
+            lambda pipe: pipe.evalsha(script.sha, len(keys), *keys, *args))
 
     def _controlled(self, *command: Any) -> asyncio.Future[Any]:
         """Send ``command`` in the next control pipeline."""
