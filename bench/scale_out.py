@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import re
 import shutil
 import socket
@@ -56,8 +57,11 @@ from _server import TOOL_NAME
 
 TOOLS = [{"name": TOOL_NAME, "description": "Pick one option.",
           "parameters": {"type": "object", "properties": {"choice": {"type": "string"}}}}]
-#: Run id prefixes (run and thread ids differ across variants: they share one store).
-TAGS = {"one node": "one", "one + Redis": "hop", "two replicas": "pair"}
+#: Per variant: its run id prefix (ids differ across variants: they share one store) and
+#: where the results go.
+VARIANTS = {"one node": ("one", "owner"), "two nodes": ("two", "owner"),
+            "one + Redis": ("hop", "owner"), "two replicas": ("pair", "other"),
+            "half crossed": ("half", "mixed")}
 _CALL_END = re.compile(rb'"type":"TOOL_CALL_END","toolCallId":"([^"]+)"')
 _TICK = 100  # /proc clock ticks per second on Linux
 
@@ -68,6 +72,8 @@ class Outcome:
     round_trip: float
     events: int
     terminal: str
+    #: The result was POSTed to a replica that does not own the run.
+    crossed: bool
 
 
 def _cpu(pid: int) -> float:
@@ -173,50 +179,60 @@ async def one_run(start_port: int, result_port: int, run_id: str, order: Round,
             order.waiting(0)  # never got to the tool: the others must not wait for it
     if post is None or await post != 200:
         raise RuntimeError(f"{run_id}: no tool call, or its result POST failed")
-    return Outcome(first, round_trip, counter.events, counter.terminal())
+    return Outcome(first, round_trip, counter.events, counter.terminal(),
+                   result_port != start_port)
 
 
 @dataclass(slots=True)
 class Figures:
     events_per_s: float
     p99_first: float
+    #: Round trips of results POSTed to the run's owner (all of them on one node).
     median_trip: float
     p99_trip: float
+    #: Round trips of results POSTed to the other replica, in the same load (``nan``: none).
+    median_crossed: float
+    p99_crossed: float
     server_cpu_per_event: float
     redis_cpu_per_event: float
 
 
-async def load(ports: list[int], runs: int, tag: str, pace: float) -> tuple[list[Outcome], float,
-                                                                             int]:
+async def load(ports: list[int], runs: int, tag: str, pace: float,
+               routing: str) -> tuple[list[Outcome], float, int]:
     """Outcomes, the start phase's seconds (all runs started -> all wait on their tool) and
-    the events read in it."""
+    the events read in it. Runs alternate between the servers; results go to the run's
+    ``owner``, the ``other`` server, or (``mixed``) two by two in POST order to the other
+    replica and then to the owner."""
     order = Round(runs, pace)
     jobs = []
     for i in range(runs):
         start = ports[i % len(ports)]
-        other = ports[(i + 1) % len(ports)]
-        jobs.append(one_run(start, other, f"{tag}-{i}", order, order.turns[i]))
+        crossed = routing == "other" or (routing == "mixed" and i // 2 % 2 == 0)
+        result = ports[(i + 1) % len(ports)] if crossed else start
+        jobs.append(one_run(start, result, f"{tag}-{i}", order, order.turns[i]))
     began = time.perf_counter()
     outcomes, pending_at = await asyncio.gather(asyncio.gather(*jobs), order.pace_results())
     return list(outcomes), pending_at - began, order.events_pending
 
 
 def measure(servers: list[ServerProcess], runs: int, tag: str, redis_pid: int | None,
-            pace: float) -> Figures:
+            pace: float, routing: str) -> Figures:
     ports = [s.port for s in servers]
     cpu0 = sum(s.settle_cpu() for s in servers)
     redis0 = _cpu(redis_pid) if redis_pid else 0.0
-    outcomes, start_phase, start_events = asyncio.run(load(ports, runs, tag, pace))
+    outcomes, start_phase, start_events = asyncio.run(load(ports, runs, tag, pace, routing))
     cpu = sum(s.settle_cpu() for s in servers) - cpu0
     redis_cpu = (_cpu(redis_pid) - redis0) if redis_pid else 0.0
     bad = [o for o in outcomes if o.terminal != "RUN_FINISHED" or not o.round_trip]
     if bad:
         raise RuntimeError(f"{tag}: {len(bad)} of {runs} runs failed ({bad[0]})")
     events = sum(o.events for o in outcomes)
-    trips = [o.round_trip for o in outcomes]
+    trips = [o.round_trip for o in outcomes if not o.crossed] or [math.nan]
+    crossed = [o.round_trip for o in outcomes if o.crossed] or [math.nan]
     return Figures(start_events / start_phase,
                    percentile([o.first_event for o in outcomes], 0.99),
-                   statistics.median(trips), percentile(trips, 0.99), cpu / events,
+                   statistics.median(trips), percentile(trips, 0.99),
+                   statistics.median(crossed), percentile(crossed, 0.99), cpu / events,
                    redis_cpu / events)
 
 
@@ -228,10 +244,14 @@ def middle(rounds: list[Figures]) -> Figures:
 
 
 def show(name: str, f: Figures) -> None:
-    print(f"{name:>13}: {f.events_per_s:>8,.0f} events/s (start)  p99 first event "
-          f"{f.p99_first * 1000:6.1f} ms  tool round trip median {f.median_trip * 1000:5.1f} ms "
-          f"p99 {f.p99_trip * 1000:6.1f} ms  server CPU {f.server_cpu_per_event * 1e6:6.1f} "
-          f"µs/event  Redis CPU {f.redis_cpu_per_event * 1e6:5.1f} µs/event")
+    trips = [(f"to the owner {f.median_trip * 1000:.1f} ms, p99 {f.p99_trip * 1000:.1f}",
+              f.median_trip),
+             (f"to the other replica {f.median_crossed * 1000:.1f} ms, p99 "
+              f"{f.p99_crossed * 1000:.1f}", f.median_crossed)]
+    print(f"{name:>13}: {f.events_per_s:>7,.0f} events/s (start)  p99 first event "
+          f"{f.p99_first * 1000:6.1f} ms  server CPU {f.server_cpu_per_event * 1e6:6.1f} "
+          f"µs/event  Redis CPU {f.redis_cpu_per_event * 1e6:5.1f} µs/event\n{'':>15}tool "
+          f"round trip median {'; '.join(t for t, v in trips if not math.isnan(v))}")
 
 
 def main() -> None:
@@ -249,42 +269,52 @@ def main() -> None:
     print(f"{runs} concurrent runs, each with a frontend tool; results POSTed one every "
           f"{args.pace * 1000:g} ms once all runs wait; store {kind}; {rounds} rounds "
           "(medians)")
-    variants = tuple(TAGS)
-    results: dict[str, list[Figures]] = {name: [] for name in variants}
+    results: dict[str, list[Figures]] = {name: [] for name in VARIANTS}
     with database(kind) as url, redis_server() as (redis_url, redis_pid), \
             contextlib.ExitStack() as stack:
-        def server(prefix: str | None) -> ServerProcess:
-            extra = {} if prefix is None else {"redis_url": redis_url, "redis_prefix": prefix}
+        tag = uuid.uuid4().hex[:6]
+
+        def started(cluster: str | None) -> ServerProcess:
+            extra = {} if cluster is None else {"redis_url": redis_url,
+                                                "redis_prefix": f"bench{tag}{cluster}"}
             return stack.enter_context(ServerProcess(
                 "bridge", agent="tool", settings={**base, "database_url": url, **extra}))
 
-        tag = uuid.uuid4().hex[:6]
-        pair = f"bench{tag}p"
-        groups = {"one node": ([server(None)], None),
-                  "one + Redis": ([server(f"bench{tag}h")], redis_pid),
-                  "two replicas": ([server(pair), server(pair)], redis_pid)}
-        for name, (servers, pid) in groups.items():  # warm up (imports, pools)
-            measure(servers, min(20, runs), f"{TAGS[name]}-warm", pid, args.pace)
+        pair = [started("p"), started("p")]
+        groups = {"one node": ([started(None)], None),
+                  "two nodes": ([started(None), started(None)], None),  # what splitting costs
+                  "one + Redis": ([started("h")], redis_pid),
+                  "two replicas": (pair, redis_pid), "half crossed": (pair, redis_pid)}
+        for name, (group, pid) in groups.items():  # warm up (imports, pools)
+            prefix, routing = VARIANTS[name]
+            measure(group, min(20, runs), f"{prefix}-warm", pid, args.pace, routing)
         for r in range(rounds):  # interleaved, so that a change in the machine's load
-            for name, (servers, pid) in groups.items():  # hits every variant alike
-                results[name].append(
-                    measure(servers, runs, f"{TAGS[name]}-{r}", pid, args.pace))
-    for name in variants:
-        show(name, middle(results[name]))
-    single = middle(results["one node"])
-    for name in variants[1:]:
-        figures = middle(results[name])
-        print(f"{name:>13}: events/s {ratio(figures.events_per_s, single.events_per_s)}  "
-              f"p99 first event {ratio(figures.p99_first, single.p99_first)}  "
-              f"server CPU/event "
-              f"{ratio(figures.server_cpu_per_event, single.server_cpu_per_event)}  "
-              "(vs one node; replicas: both processes summed)")
-    extra = [(p.median_trip - o.median_trip) * 1000
-             for p, o in zip(results["two replicas"], results["one node"], strict=True)]
-    pair_trip = middle(results["two replicas"]).median_trip
-    print(f"{'':>13}  cross-replica tool result adds {statistics.median(extra):+.1f} ms median "
-          f"({single.median_trip * 1000:.1f} → {pair_trip * 1000:.1f} ms; rounds "
-          f"{', '.join(f'{e:+.1f}' for e in extra)})")
+            for name, (group, pid) in groups.items():  # hits every variant alike
+                prefix, routing = VARIANTS[name]
+                results[name].append(measure(group, runs, f"{prefix}-{r}", pid, args.pace,
+                                             routing))
+    figures = {name: middle(rounds) for name, rounds in results.items()}
+    for name in ("one node", "two nodes", "one + Redis", "two replicas"):
+        show(name, figures[name])
+    base_of = {"one + Redis": "one node", "two replicas": "two nodes"}
+    for name, against in base_of.items():
+        f, b = figures[name], figures[against]
+        print(f"{name:>13}: events/s {ratio(f.events_per_s, b.events_per_s)}  p99 first event "
+              f"{ratio(f.p99_first, b.p99_first)}  server CPU/event "
+              f"{ratio(f.server_cpu_per_event, b.server_cpu_per_event)} (vs {against})")
+    same_load = [(h.median_crossed - h.median_trip) * 1000 for h in results["half crossed"]]
+    vs = {against: [(p.median_crossed - o.median_trip) * 1000
+                    for p, o in zip(results["two replicas"], results[against], strict=True)]
+          for against in ("one node", "two nodes")}
+    half = figures["half crossed"]
+    print(f"{'':>13}  a cross-replica tool result adds {statistics.median(same_load):+.1f} ms "
+          f"median (rounds {', '.join(f'{e:+.1f}' for e in same_load)}) over one POSTed to "
+          f"its owner in the same load ({half.median_trip * 1000:.1f} → "
+          f"{half.median_crossed * 1000:.1f} ms; half the results cross)")
+    for against, extra in vs.items():
+        print(f"{'':>15}two replicas (all crossed) over {against}: "
+              f"{statistics.median(extra):+.1f} ms (rounds "
+              f"{', '.join(f'{e:+.1f}' for e in extra)})")
 
 
 if __name__ == "__main__":
