@@ -393,21 +393,127 @@ def test_safety_label_pull_push() -> None:
 
 
 @pytest.mark.parametrize(
-    "build",
+    ("build", "message"),
     [
-        lambda: b.BridgeEnvelope(protocol_id=256, message_kind=1, content_type=1),
-        lambda: env(corr=b"x" * 256),
-        lambda: env(method="m" * 256),
-        lambda: env(method="\ud800"),
-        lambda: b.StreamControl(event_id=2**64),
-        lambda: b.StreamControl(control=-1),
-        lambda: b.SafetyLabel(effect=b.Effect.READ_ONLY, scope="s" * 256),
-        lambda: b.BridgeErrorBody(code=b.TransportErrorCode.NOT_DELIVERED, message="m" * 256),
+        (
+            lambda: b.BridgeEnvelope(protocol_id=256, message_kind=1, content_type=1),
+            "protocol_id 256 does not fit in u8",
+        ),
+        (
+            lambda: b.BridgeEnvelope(protocol_id=1, message_kind=256, content_type=1),
+            "message_kind 256 does not fit in u8",
+        ),
+        (
+            lambda: b.BridgeEnvelope(protocol_id=1, message_kind=1, content_type=-1),
+            "content_type -1 does not fit in u8",
+        ),
+        (lambda: env(flags=256), "flags 256 does not fit in u8"),
+        (lambda: env(corr=b"x" * 256), "correlation_id is longer than 255 octets"),
+        (lambda: env(method="m" * 256), "method is longer than 255 octets"),
+        (lambda: env(method="é" * 128), "method is longer than 255 octets"),  # 256 octets
+        (lambda: env(method="\ud800"), "method is not encodable as UTF-8"),
+        (lambda: b.StreamControl(event_id=2**64), f"event_id {2**64} does not fit in u64"),
+        (lambda: b.StreamControl(event_id=-1), "event_id -1 does not fit in u64"),
+        (lambda: b.StreamControl(control=-1), "control -1 does not fit in u8"),
+        (lambda: b.StreamControl(version=256), "version 256 does not fit in u8"),
+        (
+            lambda: b.SafetyLabel(effect=b.Effect.READ_ONLY, scope="s" * 256),
+            "SafetyLabel scope is longer than 255 octets",
+        ),
+        (
+            lambda: b.SafetyLabel(effect=b.Effect.READ_ONLY, scope="\udfff"),
+            "SafetyLabel scope is not encodable as UTF-8",
+        ),
+        (
+            lambda: b.BridgeErrorBody(code=b.TransportErrorCode.NOT_DELIVERED, message="m" * 256),
+            "transport error message is longer than 255 octets",
+        ),
     ],
 )
-def test_local_values_out_of_range_raise_local_errors(build: Any) -> None:
-    with pytest.raises(LocalProtocolError):
+def test_local_values_out_of_range_raise_local_errors(build: Any, message: str) -> None:
+    with pytest.raises(LocalProtocolError) as info:
         build()
+    assert str(info.value) == message
+
+
+def test_local_values_at_their_limits_are_accepted() -> None:
+    envelope = b.BridgeEnvelope(
+        protocol_id=255,
+        message_kind=255,
+        content_type=0,
+        flags=255,
+        correlation_id=b"x" * 255,
+        method="é" * 127 + "m",  # 255 octets
+    )
+    assert b.pull_envelope(b.push_envelope(envelope)[4:]) == envelope
+    sc = b.StreamControl(control=255, event_id=0, version=0)
+    assert b.push_stream_control(sc)[4:] == bytes((0, 255, 0)) + bytes(8)
+    assert b.StreamControl(event_id=2**64 - 1).event_id == 2**64 - 1
+    label = b.SafetyLabel(effect=b.Effect.READ_ONLY, scope="s" * 255)
+    assert b.pull_safety_label(b.push_safety_label(label)[4:]) == label
+    err = b.BridgeErrorBody(code=b.TransportErrorCode.NOT_DELIVERED, message="m" * 255)
+    assert b.pull_bridge_error_body(b.push_bridge_error_body(err)) == err
+
+
+def test_stream_control_tlv_defaults_to_no_flags_version_1() -> None:
+    assert b.stream_control_tlv(b.Control.DATA, 7) == b.push_stream_control(
+        b.StreamControl(event_id=7)
+    )
+    assert b.stream_control_tlv(b.Control.DATA, 7).hex() == "0011000b" + "010000" + "07".zfill(16)
+
+
+def sc_data(event_id: int = 9, *, flags: int = 0, version: int = 1, control: int = 0) -> bytes:
+    return (
+        bytes.fromhex("0011000b") + bytes((version, control, flags)) + event_id.to_bytes(8, "big")
+    )
+
+
+@pytest.mark.parametrize("pos", [0, 3])
+def test_peek_reads_a_plain_data_stream_control(pos: int) -> None:
+    lead = b"\xee" * pos
+    assert b.peek_data_stream_control(lead + sc_data(9), pos) == (9, False, pos + 15)
+    assert b.peek_data_stream_control(lead + sc_data(9, flags=1) + b"{}", pos) == (
+        9,
+        True,
+        pos + 15,
+    )
+    assert b.peek_data_stream_control(lead + sc_data(9, flags=0x80), pos) == (9, False, pos + 15)
+    # the foreign message may start with octets that are no Bridge TLV type
+    assert b.peek_data_stream_control(lead + sc_data(9) + b"\x00\x12ab", pos) == (
+        9,
+        False,
+        pos + 15,
+    )
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        sc_data()[:-1],  # one octet short
+        b"\x00\x13" + sc_data()[2:],  # another TLV type
+        sc_data()[:2] + b"\x00\x0c" + sc_data()[4:] + b"\x00",  # Length 12
+        sc_data(version=2),
+        sc_data(control=b.Control.CANCEL),
+        sc_data(flags=2),  # cancel_ack
+        sc_data(flags=3),
+        sc_data() + b"\x00\x11\x00\x00",  # a second StreamControl follows
+        sc_data() + b"\x00\x13\x00\x02",  # a SafetyLabel follows
+    ],
+    ids=[
+        "short",
+        "type",
+        "length",
+        "version",
+        "control",
+        "cancel-ack",
+        "ack-resumable",
+        "then-stream-control",
+        "then-safety-label",
+    ],
+)
+def test_peek_leaves_everything_else_to_the_checked_decoder(payload: bytes) -> None:
+    assert b.peek_data_stream_control(payload, 0) is None
+    assert b.peek_data_stream_control(b"\xee\xee" + payload, 2) is None
 
 
 def test_encoder_refuses_what_a_receiver_would_reject() -> None:
