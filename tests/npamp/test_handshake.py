@@ -298,7 +298,7 @@ def test_client_rejects_unpinned_server_and_sends_nothing() -> None:
     pair = Pair(config("client", peer_verifier=PinnedPeers()), config("server"))
     sh, sa = pair.hello()
     pair.client.receive_frame(sh)
-    with pytest.raises(UntrustedPeer, match="^peer identity key is not trusted$"):
+    with pytest.raises(UntrustedPeer, match=r"^peer identity key is not trusted$"):
         pair.client.receive_frame(sa)
     assert_dead(pair.client, sa)
 
@@ -311,7 +311,7 @@ def test_server_rejects_unpinned_client() -> None:
     pair.client.receive_frame(sh)
     pair.client.receive_frame(sa)
     (ca,) = frames(pair.client.data_to_send())
-    with pytest.raises(UntrustedPeer, match="^peer identity key is not trusted$"):
+    with pytest.raises(UntrustedPeer, match=r"^peer identity key is not trusted$"):
         pair.server.receive_frame(ca)
     assert not pair.server.established
     assert_dead(pair.server, ca)
@@ -368,7 +368,7 @@ def test_server_rejects_malformed_client_hello(mutation: str) -> None:
 
 
 def test_a_client_hello_offering_several_code_points_is_read_whole() -> None:
-    """SigOffer and AEADOffer are u16 lists: unknown code points first, the known ones still match."""
+    """SigOffer and AEADOffer are u16 lists: unknown code points first, known ones still match."""
     ch, server = client_hello()
     tlvs = pull_tlvs(ch.payload)
     sig, aead = tlvs[2].value, tlvs[3].value
@@ -431,7 +431,7 @@ def test_hello_must_be_cleartext_on_control_at_seq_zero() -> None:
     with pytest.raises(UnexpectedHandshakeFrame):
         server.receive_frame(moved)
     ch, server = client_hello()
-    with pytest.raises(HandshakeDecodeError, match="^handshake frames carry sequence number 0$"):
+    with pytest.raises(HandshakeDecodeError, match=r"^handshake frames carry sequence number 0$"):
         server.receive_frame(pull_frame(push_frame(ch.frame_type, 0, 1, ch.payload)))
 
 
@@ -575,14 +575,14 @@ def test_auth_frame_must_be_encrypted_and_authentic() -> None:
     server = kat_server_awaiting_client_auth()
     plain = pull_frame(push_frame(0x0103, 0, 0, push_tlvs(kat_client_auth_tlvs())))
     with pytest.raises(
-        HandshakeDecodeError, match="^AUTH frames must set ENC and not COMP or FRAG$"
+        HandshakeDecodeError, match=r"^AUTH frames must set ENC and not COMP or FRAG$"
     ):
         server.receive_frame(plain)
     for extra in (Flags.COMP, Flags.FRAG):
         server = kat_server_awaiting_client_auth()
         good = sealed_client_auth(kat_client_auth_tlvs())
         flagged = pull_frame(push_frame(0x0103, 0, 0, good.payload, Flags.ENC | extra))
-        with pytest.raises(HandshakeDecodeError, match="^AUTH frames must set ENC and not COMP"):
+        with pytest.raises(HandshakeDecodeError, match=r"^AUTH frames must set ENC and not COMP"):
             server.receive_frame(flagged)
     server = kat_server_awaiting_client_auth()
     good = sealed_client_auth(kat_client_auth_tlvs())
