@@ -559,3 +559,276 @@ def test_fuzz_value_decoders(value: bytes) -> None:
         with contextlib.suppress(NpampError):
             decoder(value)
     b.pull_bridge_error_body(value)  # total: never raises
+
+
+# Every rule's reason, as the peer reads it in the BRIDGE_ERROR transport error (or, for the
+# frames never answered, only in our own rejection).
+REASONS = [
+    (
+        "not-bridge",
+        0x0106,
+        lambda: b.push_envelope(env()),
+        {},
+        b.NotABridgeFrame,
+        "frame type 0x0106 is not a Bridge frame",
+        True,
+    ),
+    (
+        "missing",
+        FT.BRIDGE_REQUEST,
+        lambda: b"\x00\x10",
+        {},
+        b.EnvelopeMissing,
+        "payload too short to hold the BridgeEnvelope TLV",
+        True,
+    ),
+    (
+        "not-first",
+        FT.BRIDGE_REQUEST,
+        lambda: (
+            b.push_safety_label(b.SafetyLabel(effect=b.Effect.READ_ONLY)) + b.push_envelope(env())
+        ),
+        {},
+        b.EnvelopeNotFirst,
+        "the first TLV is not the BridgeEnvelope (0x0010)",
+        True,
+    ),
+    (
+        "overrun",
+        FT.BRIDGE_REQUEST,
+        lambda: b.push_envelope(env())[:-1],
+        {},
+        b.EnvelopeTlvOverrun,
+        "TLV 0x0010 Length 11 runs past the payload end",
+        True,
+    ),
+    (
+        "companion-overrun",
+        FT.BRIDGE_STREAM_DATA,
+        lambda: data_envelope() + b"\x00\x11\x00\x0b\x01",
+        {},
+        b.EnvelopeTlvOverrun,
+        "TLV 0x0011 Length 11 runs past the payload end",
+        True,
+    ),
+    (
+        "value-short",
+        FT.BRIDGE_REQUEST,
+        lambda: b"\x00\x10\x00\x05\x35\x01\x01\x00\x00",
+        {},
+        b.EnvelopeValueTruncated,
+        "envelope value of 5 octets, need at least 6",
+        True,
+    ),
+    (
+        "corr-past",
+        FT.BRIDGE_REQUEST,
+        lambda: b"\x00\x10\x00\x07\x35\x01\x01\x00\x02r1",
+        {},
+        b.EnvelopeValueTruncated,
+        "corr_len 2 runs past the envelope value",
+        True,
+    ),
+    (
+        "method-past",
+        FT.BRIDGE_REQUEST,
+        lambda: b"\x00\x10\x00\x09\x35\x01\x01\x00\x02r1\x04run",
+        {},
+        b.EnvelopeValueTruncated,
+        "method_len 4 runs past the envelope value",
+        True,
+    ),
+    (
+        "trailing",
+        FT.BRIDGE_REQUEST,
+        lambda: b"\x00\x10\x00\x0c\x35\x01\x01\x00\x02r1\x03runxx",
+        {},
+        b.EnvelopeTrailingOctets,
+        "1 trailing octets in the envelope",
+        True,
+    ),
+    (
+        "method-utf8",
+        FT.BRIDGE_REQUEST,
+        lambda: b"\x00\x10\x00\x09\x35\x01\x01\x00\x02r1\x01\xff",
+        {},
+        b.MethodNotUtf8,
+        "envelope method is not UTF-8",
+        True,
+    ),
+    (
+        "null-protocol",
+        FT.BRIDGE_REQUEST,
+        lambda: b.push_envelope(env(protocol_id=0)),
+        {},
+        b.NullProtocolId,
+        "protocol_id 0x00 is the null identifier",
+        True,
+    ),
+    (
+        "kind",
+        FT.BRIDGE_REQUEST,
+        lambda: b.push_envelope(env(kind=b.MessageKind.RESPONSE)),
+        {},
+        b.MessageKindMismatch,
+        "message_kind 0x02 contradicts frame type BRIDGE_REQUEST",
+        True,
+    ),
+    (
+        "notify-corr",
+        FT.BRIDGE_NOTIFY,
+        lambda: b.push_envelope(env(kind=b.MessageKind.NOTIFICATION)),
+        {},
+        b.NotifyCorrelationId,
+        "BRIDGE_NOTIFY must set corr_len = 0",
+        False,
+    ),
+    (
+        "corr-missing",
+        FT.BRIDGE_RESPONSE,
+        lambda: b.push_envelope(env(kind=b.MessageKind.RESPONSE, corr=b"")),
+        {},
+        b.CorrelationIdMissing,
+        "BRIDGE_RESPONSE needs a non-empty correlation_id",
+        False,
+    ),
+    (
+        "duplicate",
+        FT.BRIDGE_STREAM_DATA,
+        lambda: data_envelope() + b.push_stream_control(b.StreamControl()) * 2,
+        {},
+        b.DuplicateBridgeTlv,
+        "TLV 0x0011 appears twice",
+        True,
+    ),
+    (
+        "sc-missing",
+        FT.BRIDGE_STREAM_END,
+        lambda: b.push_envelope(env(kind=b.MessageKind.STREAM_END, method="")),
+        {"stream_control_required": True},
+        b.StreamControlMissing,
+        "BRIDGE_STREAM_END of a CC-STREAM stream lacks StreamControl",
+        True,
+    ),
+    (
+        "sc-misplaced",
+        FT.BRIDGE_STREAM_DATA,
+        lambda: data_envelope() + b.push_stream_control(b.StreamControl(control=b.Control.CANCEL)),
+        {},
+        b.StreamControlMisplaced,
+        "StreamControl control 2 on BRIDGE_STREAM_DATA",
+        True,
+    ),
+    (
+        "sc-on-request",
+        FT.BRIDGE_REQUEST,
+        lambda: b.push_envelope(env()) + b.push_stream_control(b.StreamControl()),
+        {},
+        b.StreamControlMisplaced,
+        "StreamControl control 0 on BRIDGE_REQUEST",
+        True,
+    ),
+    (
+        "ack-misplaced",
+        FT.BRIDGE_STREAM_DATA,
+        lambda: data_envelope() + b.push_stream_control(b.StreamControl(cancel_ack=True)),
+        {},
+        b.StreamControlMisplaced,
+        "cancel_ack is only valid on a downstream BRIDGE_STREAM_END",
+        True,
+    ),
+    (
+        "sc-length",
+        FT.BRIDGE_STREAM_DATA,
+        lambda: data_envelope() + sc_tlv(bytes(10)),
+        {},
+        b.StreamControlLength,
+        "StreamControl Length 10, must be 11",
+        True,
+    ),
+    (
+        "sc-version",
+        FT.BRIDGE_STREAM_DATA,
+        lambda: data_envelope() + sc_tlv(bytes((2, 0, 0)) + bytes(8)),
+        {},
+        b.StreamControlVersion,
+        "StreamControl version 2 is not implemented",
+        True,
+    ),
+    (
+        "sc-control",
+        FT.BRIDGE_STREAM_DATA,
+        lambda: data_envelope() + sc_tlv(bytes((1, 3, 0)) + bytes(8)),
+        {},
+        b.StreamControlUndefined,
+        "StreamControl control 0x03 is reserved",
+        True,
+    ),
+    (
+        "label-short",
+        FT.BRIDGE_REQUEST,
+        lambda: b.push_envelope(env()) + b"\x00\x13\x00\x01\x02",
+        {},
+        b.SafetyLabelMalformed,
+        "SafetyLabel value of 1 octets, need 2",
+        True,
+    ),
+    (
+        "label-length",
+        FT.BRIDGE_REQUEST,
+        lambda: b.push_envelope(env()) + b"\x00\x13\x00\x03\x02\x05f",
+        {},
+        b.SafetyLabelMalformed,
+        "scope_len 5 disagrees with 1",
+        True,
+    ),
+    (
+        "label-effect",
+        FT.BRIDGE_REQUEST,
+        lambda: b.push_envelope(env()) + b"\x00\x13\x00\x02\x04\x00",
+        {},
+        b.SafetyLabelMalformed,
+        "SafetyLabel effect 0x04 is undefined",
+        True,
+    ),
+    (
+        "label-utf8",
+        FT.BRIDGE_REQUEST,
+        lambda: b.push_envelope(env()) + b"\x00\x13\x00\x03\x02\x01\xff",
+        {},
+        b.SafetyLabelMalformed,
+        "SafetyLabel scope is not UTF-8",
+        True,
+    ),
+]
+
+
+def reply_reason(err: b.BridgeProtocolError) -> str | None:
+    """The transport error message of the BRIDGE_ERROR ``err`` is answered with, if any."""
+    reply = b.error_reply(err, protocol_id=0x35)
+    if reply is None:
+        return None
+    frame_type, payload = reply
+    assert frame_type is FT.BRIDGE_ERROR
+    end = 4 + int.from_bytes(payload[2:4], "big")
+    body = b.pull_bridge_error_body(payload[end:])
+    assert body is not None and body.code is err.transport_code
+    return body.message
+
+
+@pytest.mark.parametrize(
+    ("frame_type", "build", "kw", "error", "reason", "answered"),
+    [case[1:] for case in REASONS],
+    ids=[case[0] for case in REASONS],
+)
+def test_each_rejection_names_its_rule(
+    frame_type: int,
+    build: Any,
+    kw: dict[str, bool],
+    error: type[b.BridgeProtocolError],
+    reason: str,
+    answered: bool,
+) -> None:
+    err = reject(frame_type, build(), **kw)
+    assert type(err) is error and str(err) == reason
+    assert reply_reason(err) == (reason if answered else None)
