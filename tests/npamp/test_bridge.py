@@ -832,3 +832,87 @@ def test_each_rejection_names_its_rule(
     err = reject(frame_type, build(), **kw)
     assert type(err) is error and str(err) == reason
     assert reply_reason(err) == (reason if answered else None)
+
+
+# --- answering what cannot be parsed -------------------------------------------------------
+
+
+def test_recover_envelope_reads_what_a_malformed_payload_still_holds() -> None:
+    whole = b.push_envelope(env(flags=1))
+    label = b.push_safety_label(b.SafetyLabel(effect=b.Effect.READ_ONLY, scope="s"))
+    sc = b.push_stream_control(b.StreamControl())
+    fixed = {"protocol_id": 0x35, "message_kind": 1, "content_type": 1, "flags": 1}
+    assert b.recover_envelope(whole + b"{}") == b.BridgeEnvelope(**fixed, correlation_id=b"r1")
+    # after companion TLVs in any order (the method is never recovered)
+    assert b.recover_envelope(label + sc + whole) == b.BridgeEnvelope(**fixed, correlation_id=b"r1")
+    # corr_len promises more than the value holds: the fixed fields only
+    short = b"\x00\x10\x00\x07\x35\x01\x01\x01\x05r1"
+    assert b.recover_envelope(short) == b.BridgeEnvelope(**fixed)
+    # the correlation_id is exact: corr_len 1 of "r1" is "r"
+    assert b.recover_envelope(b"\x00\x10\x00\x08\x35\x01\x01\x01\x01r1") == b.BridgeEnvelope(
+        **fixed, correlation_id=b"r"
+    )
+    # a value cut inside the fixed fields: the missing ones read as zero
+    assert b.recover_envelope(b"\x00\x10\x00\x02\x36\x02") == b.BridgeEnvelope(
+        protocol_id=0x36, message_kind=2, content_type=0, flags=0
+    )
+    assert b.recover_envelope(b"\x00\x10\x00\x04\x36\x02\x03\x04") == b.BridgeEnvelope(
+        protocol_id=0x36, message_kind=2, content_type=3, flags=4
+    )
+    assert b.recover_envelope(b"\x00\x10\x00\x05\x36\x02\x03\x04\x00") == b.BridgeEnvelope(
+        protocol_id=0x36, message_kind=2, content_type=3, flags=4
+    )
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b"", b"\x00\x10\x00", b'{"a":1}', b"\x00\x12\x00\x00" + b"\x00\x10\x00\x00", b"\x00\x11"],
+    ids=["empty", "short", "json", "other-tlv-first", "short-companion"],
+)
+def test_recover_envelope_finds_none_where_no_envelope_starts(payload: bytes) -> None:
+    assert b.recover_envelope(payload) is None
+    sc = b.push_stream_control(b.StreamControl())
+    assert b.recover_envelope(sc + payload) is None  # nor after a companion TLV
+
+
+def test_a_reply_echoes_the_recovered_correlation_and_content_type() -> None:
+    cbor = b.BridgeEnvelope(protocol_id=0x35, message_kind=1, content_type=2, correlation_id=b"q")
+    payload = b.push_envelope(cbor)[:-1] + b"\x09"  # method_len 9 runs past the value
+    err = reject(FT.BRIDGE_REQUEST, payload)
+    reply = b.error_reply(err)
+    assert reply is not None
+    msg = b.pull_bridge_message(*reply)
+    assert (msg.envelope.correlation_id, msg.envelope.content_type) == (b"q", 2)
+    missing = reject(FT.BRIDGE_REQUEST, b"")
+    reply = b.error_reply(missing, protocol_id=0x35)
+    assert reply is not None
+    answer = b.pull_envelope(reply[1][4 : 4 + int.from_bytes(reply[1][2:4], "big")])
+    assert (answer.protocol_id, answer.correlation_id, answer.content_type) == (0x35, b"", 1)
+
+
+def test_a_reply_to_an_exception_built_with_its_envelope() -> None:
+    """error_reply is public: an error raised with ``envelope=`` (no recovery) is answered."""
+    err = b.MethodUnsupported("é" * 200, frame_type=FT.BRIDGE_REQUEST, envelope=env())
+    reply = b.error_reply(err)
+    assert reply is not None
+    msg = b.pull_bridge_message(*reply)
+    assert msg.envelope.correlation_id == b"r1"
+    body = b.pull_bridge_error_body(msg.body)
+    # cut to 255 octets, never inside a character: 127 two-octet characters
+    assert body == b.BridgeErrorBody(
+        code=b.TransportErrorCode.METHOD_UNSUPPORTED, message="é" * 127
+    )
+
+
+@pytest.mark.parametrize("frame_type", [0x0001, 0x00FF])
+def test_core_frame_types_are_never_answered(frame_type: int) -> None:
+    err = reject(frame_type, b.push_envelope(env()))
+    assert isinstance(err, b.NotABridgeFrame) and err.recovered is not None
+    assert b.error_reply(err, protocol_id=0x35) is None
+
+
+def test_an_undefined_bridge_type_is_answered_only_with_an_envelope() -> None:
+    answered = reject(0x0106, b.push_envelope(env()))
+    assert b.error_reply(answered) is not None
+    silent = reject(0x0106, b'{"a":1}')
+    assert b.error_reply(silent, protocol_id=0x35) is None

@@ -761,6 +761,7 @@ def test_a_second_cancel_and_a_late_error_are_refused_not_raised(
     (rejected,) = agent.receive_frame(*cancel)  # the stream is CANCELLED now
     assert isinstance(rejected, BridgeFrameRejected)
     assert isinstance(rejected.error, StreamStateViolation)
+    assert str(rejected.error) == "RECV_CANCEL is not allowed in state CANCELLED"
     started(client, agent, b"c2")
     agent.end_stream(b"c2")
     agent.data_to_send()
