@@ -321,3 +321,13 @@ def test_a_whole_frame_names_the_length_mismatch() -> None:
 def test_a_pushed_header_carries_its_version() -> None:
     header = FrameHeader(frame_type=1, channel=0, seq=0, payload_length=0, version=3)
     assert push_frame_header(header)[4] == 0x30
+
+
+def test_iterating_a_reader_yields_the_complete_frames_then_stops() -> None:
+    reader = FrameReader()
+    wire = push_frame(1, 0, 0, b"a") + push_frame(1, 0, 1, b"bc")
+    reader.receive_data(wire + wire[:10])
+    assert [(f.seq, f.payload) for f in reader] == [(0, b"a"), (1, b"bc")]
+    assert list(reader) == []  # the partial third frame waits for more octets
+    reader.receive_data(wire[10:37])
+    assert [f.payload for f in reader] == [b"a"]

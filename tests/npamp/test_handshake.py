@@ -705,3 +705,15 @@ def test_config_validation(kwargs: dict[str, Any], match: str) -> None:
     base: dict[str, Any] = {"identities": [KEYS[("client", ED)]], "peer_verifier": pinned("server")}
     with pytest.raises(ValueError, match=match):
         HandshakeConfig(**{**base, **kwargs})
+
+
+def test_the_peer_verifier_is_asked_with_the_negotiated_scheme() -> None:
+    asked: list[tuple[int, bytes]] = []
+
+    def verifier(scheme: SignatureScheme, key: bytes) -> bool:
+        asked.append((scheme, key))
+        return True
+
+    pair = Pair(config("client", peer_verifier=verifier), config("server"))
+    pair.run()
+    assert asked == [(ED, KEYS[("server", ED)].public_key)]

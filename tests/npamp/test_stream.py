@@ -874,3 +874,29 @@ def test_the_fast_path_starts_after_the_producer_last_checked_event(agent: Bridg
     assert [agent.send_event(b"c1", b"{}") for _ in range(2)] == [2**64 - 2, 2**64 - 1]
     with pytest.raises(InvalidState, match=r"^the stream's u64 event_id space is exhausted$"):
         agent.send_event(b"c1", b"{}")
+
+
+def test_a_cancel_and_its_ack_carry_no_body(client: BridgeSession, agent: BridgeSession) -> None:
+    started(client, agent)
+    assert not client.wants_to_send()
+    client.cancel_run(b"c1")
+    assert client.wants_to_send()
+    (cancel,) = client.data_to_send()
+    assert decode([cancel])[0].body == b""
+    agent.receive_frame(*cancel)
+    (ack,) = decode(agent.data_to_send())
+    assert ack.body == b"" and ack.stream_control is not None and ack.stream_control.cancel_ack
+
+
+def test_a_255_octet_correlation_id_streams_on_both_paths() -> None:
+    """The envelope TLV is then longer than 255 octets: its Length needs both octets."""
+    corr = b"c" * 255
+    client = BridgeSession(protocol_id=AGUI_PROTOCOL_ID)
+    agent = BridgeSession(protocol_id=AGUI_PROTOCOL_ID)
+    client.start_run(corr, RUN_INPUT)
+    pump(client, agent)
+    ids = [agent.send_event(corr, e) for e in EVENTS * 2]
+    agent.end_stream(corr)
+    events = pump(agent, client)
+    assert [e.event_id for e in events if isinstance(e, StreamDataReceived)] == ids
+    assert isinstance(events[-1], StreamEnded) and events[-1].correlation_id == corr
