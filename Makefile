@@ -55,8 +55,9 @@ DESELECT_protocol := tests/protocol/test_guard_properties.py::test_any_agent_beh
 MUTATE_auth := src/iobridge/auth.py
 TESTS_auth := tests/http/test_ownership.py tests/npamp_server/test_settings.py
 NPAMP := src/iobridge/npamp
+# "stream" of the issue is CC-STREAM: the session (bridge/session.py) and its state machine.
 MUTATE_npamp := $(NPAMP)/wire/frame.py $(NPAMP)/record/cipher.py $(NPAMP)/handshake/machine.py \
-	$(NPAMP)/bridge/envelope.py $(NPAMP)/bridge/session.py
+	$(NPAMP)/bridge/envelope.py $(NPAMP)/bridge/session.py $(NPAMP)/bridge/state.py
 TESTS_npamp := tests/npamp/test_frame.py tests/npamp/test_record.py tests/npamp/test_handshake.py \
 	tests/npamp/test_handshake_kat.py tests/npamp/test_bridge.py tests/npamp/test_stream.py
 MUTATE_runtime := src/iobridge/runtime/*.py

@@ -340,9 +340,7 @@ async def test_tampered_frame_over_tls_rejected_nothing_delivered(
 async def test_profile_downgrade_refused_over_tls(certs: tuple[Path, Path]) -> None:
     """A server whose minimum is High refuses a client that offers only Standard."""
     client_cfg, server_cfg = _configs(Profile.STANDARD)
-    high_only = replace(
-        server_cfg.handshake, profiles=(Profile.HIGH,), min_profile=Profile.HIGH
-    )
+    high_only = replace(server_cfg.handshake, profiles=(Profile.HIGH,), min_profile=Profile.HIGH)
     server_cfg = replace(server_cfg, handshake=high_only)
     called = False
 

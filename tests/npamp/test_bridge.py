@@ -393,21 +393,127 @@ def test_safety_label_pull_push() -> None:
 
 
 @pytest.mark.parametrize(
-    "build",
+    ("build", "message"),
     [
-        lambda: b.BridgeEnvelope(protocol_id=256, message_kind=1, content_type=1),
-        lambda: env(corr=b"x" * 256),
-        lambda: env(method="m" * 256),
-        lambda: env(method="\ud800"),
-        lambda: b.StreamControl(event_id=2**64),
-        lambda: b.StreamControl(control=-1),
-        lambda: b.SafetyLabel(effect=b.Effect.READ_ONLY, scope="s" * 256),
-        lambda: b.BridgeErrorBody(code=b.TransportErrorCode.NOT_DELIVERED, message="m" * 256),
+        (
+            lambda: b.BridgeEnvelope(protocol_id=256, message_kind=1, content_type=1),
+            "protocol_id 256 does not fit in u8",
+        ),
+        (
+            lambda: b.BridgeEnvelope(protocol_id=1, message_kind=256, content_type=1),
+            "message_kind 256 does not fit in u8",
+        ),
+        (
+            lambda: b.BridgeEnvelope(protocol_id=1, message_kind=1, content_type=-1),
+            "content_type -1 does not fit in u8",
+        ),
+        (lambda: env(flags=256), "flags 256 does not fit in u8"),
+        (lambda: env(corr=b"x" * 256), "correlation_id is longer than 255 octets"),
+        (lambda: env(method="m" * 256), "method is longer than 255 octets"),
+        (lambda: env(method="é" * 128), "method is longer than 255 octets"),  # 256 octets
+        (lambda: env(method="\ud800"), "method is not encodable as UTF-8"),
+        (lambda: b.StreamControl(event_id=2**64), f"event_id {2**64} does not fit in u64"),
+        (lambda: b.StreamControl(event_id=-1), "event_id -1 does not fit in u64"),
+        (lambda: b.StreamControl(control=-1), "control -1 does not fit in u8"),
+        (lambda: b.StreamControl(version=256), "version 256 does not fit in u8"),
+        (
+            lambda: b.SafetyLabel(effect=b.Effect.READ_ONLY, scope="s" * 256),
+            "SafetyLabel scope is longer than 255 octets",
+        ),
+        (
+            lambda: b.SafetyLabel(effect=b.Effect.READ_ONLY, scope="\udfff"),
+            "SafetyLabel scope is not encodable as UTF-8",
+        ),
+        (
+            lambda: b.BridgeErrorBody(code=b.TransportErrorCode.NOT_DELIVERED, message="m" * 256),
+            "transport error message is longer than 255 octets",
+        ),
     ],
 )
-def test_local_values_out_of_range_raise_local_errors(build: Any) -> None:
-    with pytest.raises(LocalProtocolError):
+def test_local_values_out_of_range_raise_local_errors(build: Any, message: str) -> None:
+    with pytest.raises(LocalProtocolError) as info:
         build()
+    assert str(info.value) == message
+
+
+def test_local_values_at_their_limits_are_accepted() -> None:
+    envelope = b.BridgeEnvelope(
+        protocol_id=255,
+        message_kind=255,
+        content_type=0,
+        flags=255,
+        correlation_id=b"x" * 255,
+        method="é" * 127 + "m",  # 255 octets
+    )
+    assert b.pull_envelope(b.push_envelope(envelope)[4:]) == envelope
+    sc = b.StreamControl(control=255, event_id=0, version=0)
+    assert b.push_stream_control(sc)[4:] == bytes((0, 255, 0)) + bytes(8)
+    assert b.StreamControl(event_id=2**64 - 1).event_id == 2**64 - 1
+    label = b.SafetyLabel(effect=b.Effect.READ_ONLY, scope="s" * 255)
+    assert b.pull_safety_label(b.push_safety_label(label)[4:]) == label
+    err = b.BridgeErrorBody(code=b.TransportErrorCode.NOT_DELIVERED, message="m" * 255)
+    assert b.pull_bridge_error_body(b.push_bridge_error_body(err)) == err
+
+
+def test_stream_control_tlv_defaults_to_no_flags_version_1() -> None:
+    assert b.stream_control_tlv(b.Control.DATA, 7) == b.push_stream_control(
+        b.StreamControl(event_id=7)
+    )
+    assert b.stream_control_tlv(b.Control.DATA, 7).hex() == "0011000b" + "010000" + "07".zfill(16)
+
+
+def sc_data(event_id: int = 9, *, flags: int = 0, version: int = 1, control: int = 0) -> bytes:
+    return (
+        bytes.fromhex("0011000b") + bytes((version, control, flags)) + event_id.to_bytes(8, "big")
+    )
+
+
+@pytest.mark.parametrize("pos", [0, 3])
+def test_peek_reads_a_plain_data_stream_control(pos: int) -> None:
+    lead = b"\xee" * pos
+    assert b.peek_data_stream_control(lead + sc_data(9), pos) == (9, False, pos + 15)
+    assert b.peek_data_stream_control(lead + sc_data(9, flags=1) + b"{}", pos) == (
+        9,
+        True,
+        pos + 15,
+    )
+    assert b.peek_data_stream_control(lead + sc_data(9, flags=0x80), pos) == (9, False, pos + 15)
+    # the foreign message may start with octets that are no Bridge TLV type
+    assert b.peek_data_stream_control(lead + sc_data(9) + b"\x00\x12ab", pos) == (
+        9,
+        False,
+        pos + 15,
+    )
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        sc_data()[:-1],  # one octet short
+        b"\x00\x13" + sc_data()[2:],  # another TLV type
+        sc_data()[:2] + b"\x00\x0c" + sc_data()[4:] + b"\x00",  # Length 12
+        sc_data(version=2),
+        sc_data(control=b.Control.CANCEL),
+        sc_data(flags=2),  # cancel_ack
+        sc_data(flags=3),
+        sc_data() + b"\x00\x11\x00\x00",  # a second StreamControl follows
+        sc_data() + b"\x00\x13\x00\x02",  # a SafetyLabel follows
+    ],
+    ids=[
+        "short",
+        "type",
+        "length",
+        "version",
+        "control",
+        "cancel-ack",
+        "ack-resumable",
+        "then-stream-control",
+        "then-safety-label",
+    ],
+)
+def test_peek_leaves_everything_else_to_the_checked_decoder(payload: bytes) -> None:
+    assert b.peek_data_stream_control(payload, 0) is None
+    assert b.peek_data_stream_control(b"\xee\xee" + payload, 2) is None
 
 
 def test_encoder_refuses_what_a_receiver_would_reject() -> None:
@@ -453,3 +559,360 @@ def test_fuzz_value_decoders(value: bytes) -> None:
         with contextlib.suppress(NpampError):
             decoder(value)
     b.pull_bridge_error_body(value)  # total: never raises
+
+
+# Every rule's reason, as the peer reads it in the BRIDGE_ERROR transport error (or, for the
+# frames never answered, only in our own rejection).
+REASONS = [
+    (
+        "not-bridge",
+        0x0106,
+        lambda: b.push_envelope(env()),
+        {},
+        b.NotABridgeFrame,
+        "frame type 0x0106 is not a Bridge frame",
+        True,
+    ),
+    (
+        "missing",
+        FT.BRIDGE_REQUEST,
+        lambda: b"\x00\x10",
+        {},
+        b.EnvelopeMissing,
+        "payload too short to hold the BridgeEnvelope TLV",
+        True,
+    ),
+    (
+        "not-first",
+        FT.BRIDGE_REQUEST,
+        lambda: (
+            b.push_safety_label(b.SafetyLabel(effect=b.Effect.READ_ONLY)) + b.push_envelope(env())
+        ),
+        {},
+        b.EnvelopeNotFirst,
+        "the first TLV is not the BridgeEnvelope (0x0010)",
+        True,
+    ),
+    (
+        "overrun",
+        FT.BRIDGE_REQUEST,
+        lambda: b.push_envelope(env())[:-1],
+        {},
+        b.EnvelopeTlvOverrun,
+        "TLV 0x0010 Length 11 runs past the payload end",
+        True,
+    ),
+    (
+        "companion-overrun",
+        FT.BRIDGE_STREAM_DATA,
+        lambda: data_envelope() + b"\x00\x11\x00\x0b\x01",
+        {},
+        b.EnvelopeTlvOverrun,
+        "TLV 0x0011 Length 11 runs past the payload end",
+        True,
+    ),
+    (
+        "value-short",
+        FT.BRIDGE_REQUEST,
+        lambda: b"\x00\x10\x00\x05\x35\x01\x01\x00\x00",
+        {},
+        b.EnvelopeValueTruncated,
+        "envelope value of 5 octets, need at least 6",
+        True,
+    ),
+    (
+        "corr-past",
+        FT.BRIDGE_REQUEST,
+        lambda: b"\x00\x10\x00\x07\x35\x01\x01\x00\x02r1",
+        {},
+        b.EnvelopeValueTruncated,
+        "corr_len 2 runs past the envelope value",
+        True,
+    ),
+    (
+        "method-past",
+        FT.BRIDGE_REQUEST,
+        lambda: b"\x00\x10\x00\x09\x35\x01\x01\x00\x02r1\x04run",
+        {},
+        b.EnvelopeValueTruncated,
+        "method_len 4 runs past the envelope value",
+        True,
+    ),
+    (
+        "trailing",
+        FT.BRIDGE_REQUEST,
+        lambda: b"\x00\x10\x00\x0c\x35\x01\x01\x00\x02r1\x03runxx",
+        {},
+        b.EnvelopeTrailingOctets,
+        "1 trailing octets in the envelope",
+        True,
+    ),
+    (
+        "method-utf8",
+        FT.BRIDGE_REQUEST,
+        lambda: b"\x00\x10\x00\x09\x35\x01\x01\x00\x02r1\x01\xff",
+        {},
+        b.MethodNotUtf8,
+        "envelope method is not UTF-8",
+        True,
+    ),
+    (
+        "null-protocol",
+        FT.BRIDGE_REQUEST,
+        lambda: b.push_envelope(env(protocol_id=0)),
+        {},
+        b.NullProtocolId,
+        "protocol_id 0x00 is the null identifier",
+        True,
+    ),
+    (
+        "kind",
+        FT.BRIDGE_REQUEST,
+        lambda: b.push_envelope(env(kind=b.MessageKind.RESPONSE)),
+        {},
+        b.MessageKindMismatch,
+        "message_kind 0x02 contradicts frame type BRIDGE_REQUEST",
+        True,
+    ),
+    (
+        "notify-corr",
+        FT.BRIDGE_NOTIFY,
+        lambda: b.push_envelope(env(kind=b.MessageKind.NOTIFICATION)),
+        {},
+        b.NotifyCorrelationId,
+        "BRIDGE_NOTIFY must set corr_len = 0",
+        False,
+    ),
+    (
+        "corr-missing",
+        FT.BRIDGE_RESPONSE,
+        lambda: b.push_envelope(env(kind=b.MessageKind.RESPONSE, corr=b"")),
+        {},
+        b.CorrelationIdMissing,
+        "BRIDGE_RESPONSE needs a non-empty correlation_id",
+        False,
+    ),
+    (
+        "duplicate",
+        FT.BRIDGE_STREAM_DATA,
+        lambda: data_envelope() + b.push_stream_control(b.StreamControl()) * 2,
+        {},
+        b.DuplicateBridgeTlv,
+        "TLV 0x0011 appears twice",
+        True,
+    ),
+    (
+        "sc-missing",
+        FT.BRIDGE_STREAM_END,
+        lambda: b.push_envelope(env(kind=b.MessageKind.STREAM_END, method="")),
+        {"stream_control_required": True},
+        b.StreamControlMissing,
+        "BRIDGE_STREAM_END of a CC-STREAM stream lacks StreamControl",
+        True,
+    ),
+    (
+        "sc-misplaced",
+        FT.BRIDGE_STREAM_DATA,
+        lambda: data_envelope() + b.push_stream_control(b.StreamControl(control=b.Control.CANCEL)),
+        {},
+        b.StreamControlMisplaced,
+        "StreamControl control 2 on BRIDGE_STREAM_DATA",
+        True,
+    ),
+    (
+        "sc-on-request",
+        FT.BRIDGE_REQUEST,
+        lambda: b.push_envelope(env()) + b.push_stream_control(b.StreamControl()),
+        {},
+        b.StreamControlMisplaced,
+        "StreamControl control 0 on BRIDGE_REQUEST",
+        True,
+    ),
+    (
+        "ack-misplaced",
+        FT.BRIDGE_STREAM_DATA,
+        lambda: data_envelope() + b.push_stream_control(b.StreamControl(cancel_ack=True)),
+        {},
+        b.StreamControlMisplaced,
+        "cancel_ack is only valid on a downstream BRIDGE_STREAM_END",
+        True,
+    ),
+    (
+        "sc-length",
+        FT.BRIDGE_STREAM_DATA,
+        lambda: data_envelope() + sc_tlv(bytes(10)),
+        {},
+        b.StreamControlLength,
+        "StreamControl Length 10, must be 11",
+        True,
+    ),
+    (
+        "sc-version",
+        FT.BRIDGE_STREAM_DATA,
+        lambda: data_envelope() + sc_tlv(bytes((2, 0, 0)) + bytes(8)),
+        {},
+        b.StreamControlVersion,
+        "StreamControl version 2 is not implemented",
+        True,
+    ),
+    (
+        "sc-control",
+        FT.BRIDGE_STREAM_DATA,
+        lambda: data_envelope() + sc_tlv(bytes((1, 3, 0)) + bytes(8)),
+        {},
+        b.StreamControlUndefined,
+        "StreamControl control 0x03 is reserved",
+        True,
+    ),
+    (
+        "label-short",
+        FT.BRIDGE_REQUEST,
+        lambda: b.push_envelope(env()) + b"\x00\x13\x00\x01\x02",
+        {},
+        b.SafetyLabelMalformed,
+        "SafetyLabel value of 1 octets, need 2",
+        True,
+    ),
+    (
+        "label-length",
+        FT.BRIDGE_REQUEST,
+        lambda: b.push_envelope(env()) + b"\x00\x13\x00\x03\x02\x05f",
+        {},
+        b.SafetyLabelMalformed,
+        "scope_len 5 disagrees with 1",
+        True,
+    ),
+    (
+        "label-effect",
+        FT.BRIDGE_REQUEST,
+        lambda: b.push_envelope(env()) + b"\x00\x13\x00\x02\x04\x00",
+        {},
+        b.SafetyLabelMalformed,
+        "SafetyLabel effect 0x04 is undefined",
+        True,
+    ),
+    (
+        "label-utf8",
+        FT.BRIDGE_REQUEST,
+        lambda: b.push_envelope(env()) + b"\x00\x13\x00\x03\x02\x01\xff",
+        {},
+        b.SafetyLabelMalformed,
+        "SafetyLabel scope is not UTF-8",
+        True,
+    ),
+]
+
+
+def reply_reason(err: b.BridgeProtocolError) -> str | None:
+    """The transport error message of the BRIDGE_ERROR ``err`` is answered with, if any."""
+    reply = b.error_reply(err, protocol_id=0x35)
+    if reply is None:
+        return None
+    frame_type, payload = reply
+    assert frame_type is FT.BRIDGE_ERROR
+    end = 4 + int.from_bytes(payload[2:4], "big")
+    body = b.pull_bridge_error_body(payload[end:])
+    assert body is not None and body.code is err.transport_code
+    return body.message
+
+
+@pytest.mark.parametrize(
+    ("frame_type", "build", "kw", "error", "reason", "answered"),
+    [case[1:] for case in REASONS],
+    ids=[case[0] for case in REASONS],
+)
+def test_each_rejection_names_its_rule(
+    frame_type: int,
+    build: Any,
+    kw: dict[str, bool],
+    error: type[b.BridgeProtocolError],
+    reason: str,
+    answered: bool,
+) -> None:
+    err = reject(frame_type, build(), **kw)
+    assert type(err) is error and str(err) == reason
+    assert reply_reason(err) == (reason if answered else None)
+
+
+# --- answering what cannot be parsed -------------------------------------------------------
+
+
+def test_recover_envelope_reads_what_a_malformed_payload_still_holds() -> None:
+    whole = b.push_envelope(env(flags=1))
+    label = b.push_safety_label(b.SafetyLabel(effect=b.Effect.READ_ONLY, scope="s"))
+    sc = b.push_stream_control(b.StreamControl())
+    fixed = {"protocol_id": 0x35, "message_kind": 1, "content_type": 1, "flags": 1}
+    assert b.recover_envelope(whole + b"{}") == b.BridgeEnvelope(**fixed, correlation_id=b"r1")
+    # after companion TLVs in any order (the method is never recovered)
+    assert b.recover_envelope(label + sc + whole) == b.BridgeEnvelope(**fixed, correlation_id=b"r1")
+    # corr_len promises more than the value holds: the fixed fields only
+    short = b"\x00\x10\x00\x07\x35\x01\x01\x01\x05r1"
+    assert b.recover_envelope(short) == b.BridgeEnvelope(**fixed)
+    # the correlation_id is exact: corr_len 1 of "r1" is "r"
+    assert b.recover_envelope(b"\x00\x10\x00\x08\x35\x01\x01\x01\x01r1") == b.BridgeEnvelope(
+        **fixed, correlation_id=b"r"
+    )
+    # a value cut inside the fixed fields: the missing ones read as zero
+    assert b.recover_envelope(b"\x00\x10\x00\x02\x36\x02") == b.BridgeEnvelope(
+        protocol_id=0x36, message_kind=2, content_type=0, flags=0
+    )
+    assert b.recover_envelope(b"\x00\x10\x00\x04\x36\x02\x03\x04") == b.BridgeEnvelope(
+        protocol_id=0x36, message_kind=2, content_type=3, flags=4
+    )
+    assert b.recover_envelope(b"\x00\x10\x00\x05\x36\x02\x03\x04\x00") == b.BridgeEnvelope(
+        protocol_id=0x36, message_kind=2, content_type=3, flags=4
+    )
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b"", b"\x00\x10\x00", b'{"a":1}', b"\x00\x12\x00\x00" + b"\x00\x10\x00\x00", b"\x00\x11"],
+    ids=["empty", "short", "json", "other-tlv-first", "short-companion"],
+)
+def test_recover_envelope_finds_none_where_no_envelope_starts(payload: bytes) -> None:
+    assert b.recover_envelope(payload) is None
+    sc = b.push_stream_control(b.StreamControl())
+    assert b.recover_envelope(sc + payload) is None  # nor after a companion TLV
+
+
+def test_a_reply_echoes_the_recovered_correlation_and_content_type() -> None:
+    cbor = b.BridgeEnvelope(protocol_id=0x35, message_kind=1, content_type=2, correlation_id=b"q")
+    payload = b.push_envelope(cbor)[:-1] + b"\x09"  # method_len 9 runs past the value
+    err = reject(FT.BRIDGE_REQUEST, payload)
+    reply = b.error_reply(err)
+    assert reply is not None
+    msg = b.pull_bridge_message(*reply)
+    assert (msg.envelope.correlation_id, msg.envelope.content_type) == (b"q", 2)
+    missing = reject(FT.BRIDGE_REQUEST, b"")
+    reply = b.error_reply(missing, protocol_id=0x35)
+    assert reply is not None
+    answer = b.pull_envelope(reply[1][4 : 4 + int.from_bytes(reply[1][2:4], "big")])
+    assert (answer.protocol_id, answer.correlation_id, answer.content_type) == (0x35, b"", 1)
+
+
+def test_a_reply_to_an_exception_built_with_its_envelope() -> None:
+    """error_reply is public: an error raised with ``envelope=`` (no recovery) is answered."""
+    err = b.MethodUnsupported("é" * 200, frame_type=FT.BRIDGE_REQUEST, envelope=env())
+    reply = b.error_reply(err)
+    assert reply is not None
+    msg = b.pull_bridge_message(*reply)
+    assert msg.envelope.correlation_id == b"r1"
+    body = b.pull_bridge_error_body(msg.body)
+    # cut to 255 octets, never inside a character: 127 two-octet characters
+    assert body == b.BridgeErrorBody(
+        code=b.TransportErrorCode.METHOD_UNSUPPORTED, message="é" * 127
+    )
+
+
+@pytest.mark.parametrize("frame_type", [0x0001, 0x00FF])
+def test_core_frame_types_are_never_answered(frame_type: int) -> None:
+    err = reject(frame_type, b.push_envelope(env()))
+    assert isinstance(err, b.NotABridgeFrame) and err.recovered is not None
+    assert b.error_reply(err, protocol_id=0x35) is None
+
+
+def test_an_undefined_bridge_type_is_answered_only_with_an_envelope() -> None:
+    answered = reject(0x0106, b.push_envelope(env()))
+    assert b.error_reply(answered) is not None
+    silent = reject(0x0106, b'{"a":1}')
+    assert b.error_reply(silent, protocol_id=0x35) is None

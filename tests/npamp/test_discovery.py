@@ -86,12 +86,11 @@ def test_fuzz_pull_protocol_record(raw: bytes) -> None:
         d.pull_protocol_record(raw)
 
 
-
 # --- queries answered (NPAMP-DISC §6), payloads written by hand from the spec's tables -----
 
 AGUI_RECORD = bytes.fromhex(AGUI_RECORD_HEX)
 # §4.2 common fields: frame_kind (0) = 0x0100 DISCO_QUERY, corr (1) = h'7131' ("q1").
-QUERY_HEAD = "00190100" "01427131"
+QUERY_HEAD = "0019010001427131"
 
 
 def query(entries: int, filters: str = "") -> bytes:
@@ -150,8 +149,12 @@ def test_a_peer_without_agreement_gets_an_empty_result() -> None:
 @pytest.mark.parametrize(
     ("name", "payload", "code", "reason"),
     [
-        ("frame_kind contradicts the frame type", bytes.fromhex("a2 00190101 01427131"
-                                                                .replace(" ", "")), 2, None),
+        (
+            "frame_kind contradicts the frame type",
+            bytes.fromhex("a2 00190101 01427131".replace(" ", "")),
+            2,
+            None,
+        ),
         ("negative key", query(3, "20 00"), 1, None),
         ("name_prefix of the wrong type", query(3, "04 01"), 1, None),
         ("trailing octet", query(2) + b"\x00", 1, None),

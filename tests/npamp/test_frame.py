@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -230,3 +231,103 @@ def test_compiled_header_decoder_agrees_with_the_reference(raw: bytes, cap: int)
         else:
             assert _speedups.pull_header(FrameHeader, buf, 0, cap) == expected
             assert pull_frame_header(buf, max_payload_length=cap) == expected
+
+
+# --- the reasons (they reach the peer as the ERROR frame's text) -----------------------------
+
+
+def _with(offset: int, value: int) -> bytes:
+    bad = bytearray(GOLDEN_PING)
+    bad[offset] = value
+    return bytes(bad)
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "reason"),
+    [
+        (lambda: GOLDEN_PING[:35], FrameDecodeError, "header truncated: 35 of 36 octets"),
+        (
+            lambda: GOLDEN_PING[:21] + bytes(4) + GOLDEN_PING[25:],
+            CrcMismatch,
+            "header CRC32C 0x00000000 != computed 0x0d880c25",
+        ),
+        (lambda: _recrc(b"NPAX" + GOLDEN_PING[4:]), BadMagic, "bad magic b'NPAX'"),
+        (lambda: _recrc(_with(4, 0x30)), UnsupportedVersion, "unsupported wire version 3"),
+        (lambda: _recrc(_with(4, 0xF2)), UnsupportedVersion, "unsupported wire version 15"),
+        (
+            lambda: _with(35, 1),
+            ReservedNotZero,
+            "reserved header octets 25-35 are not all zero",
+        ),
+        (
+            lambda: push_frame(0, 0, 0, b""),
+            ForbiddenFrameType,
+            "frame type 0x0000 must not be used",
+        ),
+        (
+            lambda: push_frame(1, 0xFFFF, 0, b""),
+            ForbiddenChannel,
+            "channel 0xFFFF must not appear on the wire",
+        ),
+        (
+            lambda: push_frame(1, 0, 0, bytes(100))[:36],
+            FrameTooLarge,
+            "payload length 100 exceeds cap 99",
+        ),
+    ],
+    ids=[
+        "truncated",
+        "crc",
+        "magic",
+        "version-3",
+        "version-15",
+        "reserved",
+        "type-0",
+        "channel-ffff",
+        "too-large",
+    ],
+)
+def test_each_header_rule_names_what_it_saw(build: Any, error: type, reason: str) -> None:
+    for decode in (pull_frame_header, pull_frame_header_reference):
+        with pytest.raises(error) as info:
+            decode(build(), max_payload_length=99)
+        assert type(info.value) is error and str(info.value) == reason
+        with pytest.raises(error) as at:  # the same header further into a buffer
+            decode(b"\xee" * 5 + build(), 5, max_payload_length=99)
+        assert str(at.value) == reason
+
+
+def test_the_reference_decoder_reads_a_header_at_an_offset_in_any_buffer() -> None:
+    wire = push_frame(0x0101, 0x000D, 7, b"abc", flags=Flags.ENC)
+    expected = FrameHeader(
+        frame_type=0x0101, channel=0x000D, seq=7, payload_length=3, flags=Flags.ENC
+    )
+    for buf in (b"\x00" * 3 + wire, bytearray(b"\x00" * 3 + wire), memoryview(b"\x00" * 3 + wire)):
+        assert pull_frame_header_reference(buf, 3) == expected
+        assert pull_frame_header(buf, 3) == expected
+    with pytest.raises(FrameDecodeError, match=r"^header truncated: 35 of 36 octets$"):
+        pull_frame_header_reference(b"\x00" * 3 + wire[:35], 3)
+
+
+def test_a_whole_frame_names_the_length_mismatch() -> None:
+    wire = push_frame(1, 0, 0, b"abcd")
+    with pytest.raises(FrameDecodeError, match=r"^payload length 4 != 3 octets present$"):
+        pull_frame(wire[:-1])
+    with pytest.raises(FrameTooLarge, match=r"^payload length 4 exceeds cap 3$"):
+        pull_frame(wire, max_payload_length=3)
+    assert pull_frame(wire, max_payload_length=4).payload == b"abcd"
+
+
+def test_a_pushed_header_carries_its_version() -> None:
+    header = FrameHeader(frame_type=1, channel=0, seq=0, payload_length=0, version=3)
+    assert push_frame_header(header)[4] == 0x30
+
+
+def test_iterating_a_reader_yields_the_complete_frames_then_stops() -> None:
+    reader = FrameReader()
+    wire = push_frame(1, 0, 0, b"a") + push_frame(1, 0, 1, b"bc")
+    reader.receive_data(wire + wire[:10])
+    assert [(f.seq, f.payload) for f in reader] == [(0, b"a"), (1, b"bc")]
+    assert list(reader) == []  # the partial third frame waits for more octets
+    reader.receive_data(wire[10:37])
+    assert [f.payload for f in reader] == [b"a"]

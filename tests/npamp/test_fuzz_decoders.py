@@ -187,8 +187,14 @@ def rule_headers(draw: st.DrawFn) -> bytes:
     seq = draw(st.integers(0, 2**64 - 1))
     payload = draw(st.binary(max_size=40))
     length = draw(st.sampled_from([len(payload)] * 4 + [len(payload) + 1, 2**32 - 1, 0]))
-    prefix = (magic + bytes([(version << 4) | flags]) + frame_type.to_bytes(2, "big")
-              + channel.to_bytes(2, "big") + seq.to_bytes(8, "big") + length.to_bytes(4, "big"))
+    prefix = (
+        magic
+        + bytes([(version << 4) | flags])
+        + frame_type.to_bytes(2, "big")
+        + channel.to_bytes(2, "big")
+        + seq.to_bytes(8, "big")
+        + length.to_bytes(4, "big")
+    )
     crc = crc32c_oracle(prefix) if draw(st.integers(0, 7)) else draw(st.integers(0, 2**32 - 1))
     reserved = bytes(11) if draw(st.integers(0, 6)) else draw(st.binary(min_size=11, max_size=11))
     data = prefix + crc.to_bytes(4, "big") + reserved + payload
@@ -202,15 +208,21 @@ oracle_inputs = st.one_of(rule_headers(), rule_headers(), rule_headers(), wire)
 @given(oracle_inputs, st.sampled_from([0, 16, 40, 2**24, 2**32 - 1]))
 def test_frame_decoders_agree_with_the_rule_table(data: bytes, cap: int) -> None:
     assert _header_fields(_exact(pull_frame_header, data, max_payload_length=cap)) == (
-        header_oracle(data, cap))
+        header_oracle(data, cap)
+    )
     frame = _exact(pull_frame, data, max_payload_length=cap)
     got = frame if isinstance(frame, type) else (_header_fields(frame.header), frame.payload)
     assert got == frame_oracle(data, cap)
 
 
 @FUZZ
-@given(st.integers(1, 0xFFFF), st.integers(0, 0xFFFE), st.integers(0, 2**64 - 1),
-       st.binary(max_size=64), st.integers(0, 15))
+@given(
+    st.integers(1, 0xFFFF),
+    st.integers(0, 0xFFFE),
+    st.integers(0, 2**64 - 1),
+    st.binary(max_size=64),
+    st.integers(0, 15),
+)
 def test_frame_encode_then_decode_round_trips(
     frame_type: int, channel: int, seq: int, payload: bytes, flags: int
 ) -> None:

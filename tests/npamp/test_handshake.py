@@ -298,7 +298,7 @@ def test_client_rejects_unpinned_server_and_sends_nothing() -> None:
     pair = Pair(config("client", peer_verifier=PinnedPeers()), config("server"))
     sh, sa = pair.hello()
     pair.client.receive_frame(sh)
-    with pytest.raises(UntrustedPeer):
+    with pytest.raises(UntrustedPeer, match=r"^peer identity key is not trusted$"):
         pair.client.receive_frame(sa)
     assert_dead(pair.client, sa)
 
@@ -311,7 +311,7 @@ def test_server_rejects_unpinned_client() -> None:
     pair.client.receive_frame(sh)
     pair.client.receive_frame(sa)
     (ca,) = frames(pair.client.data_to_send())
-    with pytest.raises(UntrustedPeer):
+    with pytest.raises(UntrustedPeer, match=r"^peer identity key is not trusted$"):
         pair.server.receive_frame(ca)
     assert not pair.server.established
     assert_dead(pair.server, ca)
@@ -326,24 +326,79 @@ def client_hello() -> tuple[Frame, ServerHandshake]:
     return pull_frame(client.data_to_send()), ServerHandshake(config("server"))
 
 
-CH_MUTATIONS: dict[str, Callable[[list[Tlv]], list[Tlv]]] = {
-    "reordered": lambda t: [t[1], t[0], *t[2:]],
-    "missing": lambda t: t[:-1],
-    "extra": lambda t: [*t, Tlv(0x0012, bytes(32))],
-    "duplicate": lambda t: [t[0], *t],
-    "short share": replace(4, bytes(1215)),
-    "long share": replace(4, bytes(1217)),
-    "odd KEM offer": replace(1, b"\x11"),
-    "empty profile offer": replace(0, b""),
+# Each edit, and the reason the server gives (it reaches the peer in the ERROR frame's text).
+# TLV codes: ProfileOffer 0x01, KEMOffer 0x03, SigOffer 0x05, KEMShare 0x07, AEADOffer 0x0c.
+CH_MUTATIONS: dict[str, tuple[Callable[[list[Tlv]], list[Tlv]], str]] = {
+    "reordered": (
+        lambda t: [t[1], t[0], *t[2:]],
+        "TLVs 0x03,0x01,0x05,0x0c,0x07 != required 0x01,0x03,0x05,0x0c,0x07",
+    ),
+    "missing": (lambda t: t[:-1], "TLVs 0x01,0x03,0x05,0x0c != required 0x01,0x03,0x05,0x0c,0x07"),
+    "extra": (
+        lambda t: [*t, Tlv(0x0012, bytes(32))],
+        "TLVs 0x01,0x03,0x05,0x0c,0x07,0x12 != required 0x01,0x03,0x05,0x0c,0x07",
+    ),
+    "duplicate": (
+        lambda t: [t[0], *t],
+        "TLVs 0x01,0x01,0x03,0x05,0x0c,0x07 != required 0x01,0x03,0x05,0x0c,0x07",
+    ),
+    "short share": (replace(4, bytes(1215)), "KEMShare must be 1216 octets, got 1215"),
+    "long share": (replace(4, bytes(1217)), "KEMShare must be 1216 octets, got 1217"),
+    "odd KEM offer": (
+        replace(1, b"\x11"),
+        "KEMOffer must be a non-empty list of u16 code points",
+    ),
+    "odd signature offer": (
+        replace(2, b"\x08\x07\x09"),
+        "SigOffer must be a non-empty list of u16 code points",
+    ),
+    "empty AEAD offer": (replace(3, b""), "AEADOffer must be a non-empty list of u16 code points"),
+    "empty profile offer": (replace(0, b""), "ProfileOffer must not be empty"),
 }
 
 
 @pytest.mark.parametrize("mutation", sorted(CH_MUTATIONS))
 def test_server_rejects_malformed_client_hello(mutation: str) -> None:
+    edit, reason = CH_MUTATIONS[mutation]
     ch, server = client_hello()
-    with pytest.raises(HandshakeDecodeError):
-        server.receive_frame(retlv(ch, CH_MUTATIONS[mutation]))
+    with pytest.raises(HandshakeDecodeError) as info:
+        server.receive_frame(retlv(ch, edit))
+    assert str(info.value) == reason
     assert_dead(server, ch)
+
+
+def test_a_client_hello_offering_several_code_points_is_read_whole() -> None:
+    """SigOffer and AEADOffer are u16 lists: unknown code points first, known ones still match."""
+    ch, server = client_hello()
+    tlvs = pull_tlvs(ch.payload)
+    sig, aead = tlvs[2].value, tlvs[3].value
+    edit = replace(2, b"\xfb\xfb" + sig)
+    offers = retlv(retlv(ch, edit), replace(3, b"\xfa\xfa" + aead))
+    assert server.receive_frame(offers) == []
+    (sh, _) = frames(server.data_to_send())
+    selected = pull_tlvs(sh.payload)
+    assert (selected[2].value, selected[3].value) == (sig, aead[:2])
+
+
+# SERVER_HELLO TLVs: ProfileSelect 0x02, KEMSelect 0x04, SigSelect 0x06, AEADSelect 0x0d, ...
+SH_MUTATIONS: dict[str, tuple[Callable[[list[Tlv]], list[Tlv]], str]] = {
+    "profile select": (replace(0, b"\x01\x00"), "ProfileSelect must be exactly 1 octet"),
+    "KEM select": (replace(1, b"\x11"), "KEMSelect must be exactly 2 octets, got 1"),
+    "signature select": (replace(2, b"\x08\x07\x00"), "SigSelect must be exactly 2 octets, got 3"),
+    "AEAD select": (replace(3, b""), "AEADSelect must be exactly 2 octets, got 0"),
+}
+
+
+@pytest.mark.parametrize("mutation", sorted(SH_MUTATIONS))
+def test_client_rejects_malformed_server_hello(mutation: str) -> None:
+    edit, reason = SH_MUTATIONS[mutation]
+    pair = Pair(config("client"), config("server"))
+    sh, _ = pair.hello()
+    assert [t.type for t in pull_tlvs(sh.payload)][:4] == [0x02, 0x04, 0x06, 0x0D]
+    with pytest.raises(HandshakeDecodeError) as info:
+        pair.client.receive_frame(retlv(sh, edit))
+    assert str(info.value) == reason
+    assert_dead(pair.client, sh)
 
 
 def test_server_rejects_all_zero_x25519() -> None:
@@ -376,7 +431,7 @@ def test_hello_must_be_cleartext_on_control_at_seq_zero() -> None:
     with pytest.raises(UnexpectedHandshakeFrame):
         server.receive_frame(moved)
     ch, server = client_hello()
-    with pytest.raises(HandshakeDecodeError, match="sequence"):
+    with pytest.raises(HandshakeDecodeError, match=r"^handshake frames carry sequence number 0$"):
         server.receive_frame(pull_frame(push_frame(ch.frame_type, 0, 1, ch.payload)))
 
 
@@ -424,31 +479,65 @@ def flip_last(value: bytes) -> bytes:
     return value[:-1] + bytes([value[-1] ^ 0x01])
 
 
-AUTH_MUTATIONS: dict[str, tuple[Callable[[list[Tlv]], list[Tlv]], type[NpampError]]] = {
-    "reordered": (lambda t: [t[1], t[0], t[2]], HandshakeDecodeError),
-    "missing finished": (lambda t: t[:2], HandshakeDecodeError),
-    "extra tlv": (lambda t: [*t, Tlv(0x0012, bytes(32))], HandshakeDecodeError),
-    "short identity": (lambda t: [Tlv(9, t[0].value[:31]), *t[1:]], HandshakeDecodeError),
+# Each edit of CLIENT_AUTH (IdentityKey 0x09, CertVerify 0x0a, Finished 0x0b), the error and
+# the reason the server gives.
+AUTH_MUTATIONS: dict[str, tuple[Callable[[list[Tlv]], list[Tlv]], type[NpampError], str]] = {
+    "reordered": (
+        lambda t: [t[1], t[0], t[2]],
+        HandshakeDecodeError,
+        "TLVs 0x0a,0x09,0x0b != required 0x09,0x0a,0x0b",
+    ),
+    "missing finished": (
+        lambda t: t[:2],
+        HandshakeDecodeError,
+        "TLVs 0x09,0x0a != required 0x09,0x0a,0x0b",
+    ),
+    "extra tlv": (
+        lambda t: [*t, Tlv(0x0012, bytes(32))],
+        HandshakeDecodeError,
+        "TLVs 0x09,0x0a,0x0b,0x12 != required 0x09,0x0a,0x0b",
+    ),
+    "short identity": (
+        lambda t: [Tlv(9, t[0].value[:31]), *t[1:]],
+        HandshakeDecodeError,
+        "IdentityKey must be 32 octets for ED25519",
+    ),
     "bad signature": (
         lambda t: [t[0], Tlv(10, flip_last(t[1].value)), t[2]],
         AuthenticationFailure,
+        "CertVerify signature does not verify",
     ),
     "wrong scheme": (
         lambda t: [t[0], Tlv(10, b"\x09\x05" + t[1].value[2:]), t[2]],
         AuthenticationFailure,
+        "CertVerify is not a ED25519 signature",
     ),
-    "bad finished": (lambda t: [t[0], t[1], Tlv(11, flip_last(t[2].value))], AuthenticationFailure),
-    "short finished": (lambda t: [t[0], t[1], Tlv(11, t[2].value[:16])], AuthenticationFailure),
+    "short signature": (
+        lambda t: [t[0], Tlv(10, t[1].value[:-1]), t[2]],
+        AuthenticationFailure,
+        "CertVerify is not a ED25519 signature",
+    ),
+    "bad finished": (
+        lambda t: [t[0], t[1], Tlv(11, flip_last(t[2].value))],
+        AuthenticationFailure,
+        "Finished MAC does not verify",
+    ),
+    "short finished": (
+        lambda t: [t[0], t[1], Tlv(11, t[2].value[:16])],
+        AuthenticationFailure,
+        "Finished MAC does not verify",
+    ),
 }
 
 
 @pytest.mark.parametrize("mutation", sorted(AUTH_MUTATIONS))
 def test_server_rejects_bad_client_auth(mutation: str) -> None:
-    edit, error = AUTH_MUTATIONS[mutation]
+    edit, error, reason = AUTH_MUTATIONS[mutation]
     server = kat_server_awaiting_client_auth()
     bad = sealed_client_auth(edit(kat_client_auth_tlvs()))
-    with pytest.raises(error):
+    with pytest.raises(error) as info:
         server.receive_frame(bad)
+    assert str(info.value) == reason
     assert not server.established
     assert_dead(server, bad)
 
@@ -485,8 +574,16 @@ def test_role_reflection_server_context_used_by_client_is_rejected() -> None:
 def test_auth_frame_must_be_encrypted_and_authentic() -> None:
     server = kat_server_awaiting_client_auth()
     plain = pull_frame(push_frame(0x0103, 0, 0, push_tlvs(kat_client_auth_tlvs())))
-    with pytest.raises(HandshakeDecodeError, match="ENC"):
+    with pytest.raises(
+        HandshakeDecodeError, match=r"^AUTH frames must set ENC and not COMP or FRAG$"
+    ):
         server.receive_frame(plain)
+    for extra in (Flags.COMP, Flags.FRAG):
+        server = kat_server_awaiting_client_auth()
+        good = sealed_client_auth(kat_client_auth_tlvs())
+        flagged = pull_frame(push_frame(0x0103, 0, 0, good.payload, Flags.ENC | extra))
+        with pytest.raises(HandshakeDecodeError, match=r"^AUTH frames must set ENC and not COMP"):
+            server.receive_frame(flagged)
     server = kat_server_awaiting_client_auth()
     good = sealed_client_auth(kat_client_auth_tlvs())
     tampered = pull_frame(push_frame(0x0103, 0, 0, flip_last(good.payload), Flags.ENC))
@@ -594,13 +691,29 @@ def test_reserved_profile_codes_in_offer_are_ignored() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"identities": []}, "identity"),
-        ({"identities": [KEYS[("client", ED)], KEYS[("server", ED)]]}, "one identity key"),
-        ({"profiles": ()}, "profile"),
-        ({"aead_suites": ()}, "aead_suites"),
+        ({"identities": []}, "^at least one identity key is required$"),
+        (
+            {"identities": [KEYS[("client", ED)], KEYS[("server", ED)]]},
+            "^at most one identity key per signature scheme$",
+        ),
+        ({"profiles": ()}, "^at least one profile is required$"),
+        ({"aead_suites": ()}, "^aead_suites must be a non-empty subset of the supported suites$"),
+        ({"aead_suites": (0x0001, 0x7777)}, "^aead_suites must be a non-empty subset"),
     ],
 )
 def test_config_validation(kwargs: dict[str, Any], match: str) -> None:
     base: dict[str, Any] = {"identities": [KEYS[("client", ED)]], "peer_verifier": pinned("server")}
     with pytest.raises(ValueError, match=match):
         HandshakeConfig(**{**base, **kwargs})
+
+
+def test_the_peer_verifier_is_asked_with_the_negotiated_scheme() -> None:
+    asked: list[tuple[int, bytes]] = []
+
+    def verifier(scheme: SignatureScheme, key: bytes) -> bool:
+        asked.append((scheme, key))
+        return True
+
+    pair = Pair(config("client", peer_verifier=verifier), config("server"))
+    pair.run()
+    assert asked == [(ED, KEYS[("server", ED)].public_key)]

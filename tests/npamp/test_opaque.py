@@ -122,8 +122,11 @@ def _frame(ft: BridgeFrameType, corr: bytes, *, content_type: int = 1, pid: int 
         BridgeFrameType.BRIDGE_NOTIFY: MessageKind.NOTIFICATION,
     }
     env = BridgeEnvelope(
-        protocol_id=pid, message_kind=kinds[ft], content_type=content_type,
-        flags=1 if ft is BridgeFrameType.BRIDGE_STREAM_END else 0, correlation_id=corr,
+        protocol_id=pid,
+        message_kind=kinds[ft],
+        content_type=content_type,
+        flags=1 if ft is BridgeFrameType.BRIDGE_STREAM_END else 0,
+        correlation_id=corr,
     )
     return push_bridge_message(BridgeMessage(frame_type=ft, envelope=env, body=b"x"))
 
@@ -228,7 +231,7 @@ def test_reader_returns_exact_octets_for_every_split() -> None:
             got += reader.feed(whole[cut2:])
             assert got == EVENTS and reader.closed, cut
     spaced = EventArrayReader()
-    assert spaced.feed(b' [ \n' + EVENTS[0] + b' , ' + EVENTS[3] + b' ] ') == [EVENTS[0], EVENTS[3]]
+    assert spaced.feed(b" [ \n" + EVENTS[0] + b" , " + EVENTS[3] + b" ] ") == [EVENTS[0], EVENTS[3]]
     empty = EventArrayReader()
     assert empty.feed(b"[]") == [] and empty.closed
 

@@ -106,9 +106,9 @@ def test_nonce_is_iv_xor_seq() -> None:
     assert make_nonce(iv, 1).hex() == "000102030405060708090a0a"
     assert make_nonce(iv, MAX_SEQUENCE).hex() == "00010203fbfaf9f8f7f6f5f4"
     assert RecordCipher(1, KEY, iv).nonce(5) == make_nonce(iv, 5)
-    with pytest.raises(LocalProtocolError):
+    with pytest.raises(LocalProtocolError, match=r"^IV must be 12 octets, got 11$"):
         make_nonce(iv[:11], 0)
-    with pytest.raises(LocalProtocolError):
+    with pytest.raises(LocalProtocolError, match=r"^sequence number 18446744073709551616 does not"):
         make_nonce(iv, 2**64)
 
 
@@ -125,9 +125,15 @@ def test_chacha_suite_roundtrip_and_bad_parameters() -> None:
     cipher = RecordCipher(SUITE_CHACHA20_POLY1305, KEY, IV)
     wire = seal_frame(cipher, frame_type=1, channel=0, seq=0, plaintext=b"x")
     assert open_frame(cipher, pull_frame(wire)) == b"x"
-    for args in ((3, KEY, IV), (1, KEY[:16], IV), (1, KEY, IV[:8])):
-        with pytest.raises(LocalProtocolError):
+    bad_sizes = r"^need a 32-octet key and a 12-octet IV$"
+    for args, reason in (
+        ((3, KEY, IV), r"^unsupported AEAD suite 0x0003$"),
+        ((1, KEY[:16], IV), bad_sizes),
+        ((1, KEY, IV[:8]), bad_sizes),
+    ):
+        with pytest.raises(LocalProtocolError, match=reason):
             RecordCipher(*args)
+    assert RecordCipher(SUITE_CHACHA20_POLY1305, KEY, IV).suite == SUITE_CHACHA20_POLY1305
 
 
 def _flip(wire: bytes, index: int) -> bytes:
@@ -161,9 +167,11 @@ def test_header_field_changed_with_valid_crc_fails_aead() -> None:
 
 def test_cleartext_frame_and_short_region_rejected() -> None:
     cipher = RecordCipher(SUITE_AES_256_GCM, KEY, IV)
-    with pytest.raises(UnencryptedFrame):
+    with pytest.raises(UnencryptedFrame, match=r"^cleartext frame on channel 0x0000$"):
         ReceiveState(0, cipher).open(pull_frame(push_frame(1, 0, 0, bytes(32))))
-    with pytest.raises(AeadFailure):
+    with pytest.raises(UnencryptedFrame, match=r"^frame 0x0001 on channel 0x000d lacks ENC$"):
+        open_frame(cipher, pull_frame(push_frame(1, 0x000D, 0, bytes(32))))
+    with pytest.raises(AeadFailure, match=r"^sealed region of 5 octets is shorter than the tag$"):
         open_frame(cipher, pull_frame(push_frame(1, 0, 0, bytes(5), Flags.ENC)))
 
 
@@ -186,7 +194,7 @@ def test_replayed_sequence_rejected() -> None:
     sender, receiver = _pair()
     first = pull_frame(sender.seal(0x0100, b"a"))
     receiver.open(first)
-    with pytest.raises(ReplayedSequence):
+    with pytest.raises(ReplayedSequence, match=r"^channel 0x000d: seq 0 replayed \(expected 1\)$"):
         receiver.open(first)
     assert receiver.expected_seq == 1
 
@@ -195,7 +203,7 @@ def test_skipped_sequence_rejected() -> None:
     sender, receiver = _pair()
     sender.seal(0x0100, b"lost")
     second = pull_frame(sender.seal(0x0100, b"b"))
-    with pytest.raises(SequenceGap):
+    with pytest.raises(SequenceGap, match=r"^channel 0x000d: seq 1 skips ahead \(expected 0\)$"):
         receiver.open(second)
     assert receiver.expected_seq == 0
 
@@ -207,7 +215,7 @@ def test_wrong_channel_key_rejected() -> None:
     receiver = ReceiveState(0x000D, ch13)
     with pytest.raises(AeadFailure):
         receiver.open(pull_frame(wire))
-    with pytest.raises(FrameDecodeError):
+    with pytest.raises(FrameDecodeError, match=r"^frame for channel 0x000d given to 0x000f$"):
         ReceiveState(0x000F, ch15).open(pull_frame(wire))
 
 
@@ -216,14 +224,17 @@ def test_sequence_never_wraps_last_slot_for_key_update() -> None:
     sender.next_seq = receiver.expected_seq = LAST_DATA_SEQUENCE
     receiver.open(pull_frame(sender.seal(0x0100, b"last data")))
     assert sender.exhausted
-    with pytest.raises(SequenceExhausted):
+    with pytest.raises(
+        SequenceExhausted,
+        match=r"^channel 0x000d epoch 0: sequence space used up, KEY_UPDATE required$",
+    ):
         sender.seal(0x0100, b"one too many")
     final = pull_frame(sender.seal(0x0006, b"ku", last=True))
     assert final.seq == MAX_SEQUENCE
     receiver.open(final)
     with pytest.raises(SequenceExhausted):
         sender.seal(0x0006, b"again", last=True)
-    with pytest.raises(SequenceWrapped):
+    with pytest.raises(SequenceWrapped, match=r"^channel 0x000d: epoch sequence space used$"):
         receiver.open(Frame(header=final.header, payload=final.payload))
 
 
@@ -234,12 +245,14 @@ def test_rekey_restarts_sequence_and_old_key_fails() -> None:
     sender.rekey(new, 1)
     fresh = pull_frame(sender.seal(0x0100, b"e1"))
     assert (fresh.seq, sender.epoch) == (0, 1)
+    assert receiver.epoch == 0
     with pytest.raises(ReplayedSequence):
         receiver.open(fresh)
     receiver.rekey(RecordCipher(SUITE_AES_256_GCM, KEY, IV), 1)
     with pytest.raises(AeadFailure):
         receiver.open(fresh)
     receiver.rekey(new, 1)
+    assert receiver.epoch == 1
     assert receiver.open(fresh) == b"e1"
 
 

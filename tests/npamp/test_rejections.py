@@ -114,7 +114,8 @@ ROWS: dict[str, Row] = {
         (EM, b"r1", 0x35),
     ),
     "StreamControl missing on a stream frame": Row(
-        FT.BRIDGE_STREAM_DATA, envelope_tlv(kind=0x05, corr=b"s1", method="") + b"{}",
+        FT.BRIDGE_STREAM_DATA,
+        envelope_tlv(kind=0x05, corr=b"s1", method="") + b"{}",
         (EM, b"s1", 0x35),
     ),
     "content_type not accepted": Row(FT.BRIDGE_REQUEST, run_request(ct=0x02), (EM, b"r1", 0x35)),

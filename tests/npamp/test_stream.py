@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -529,3 +531,372 @@ def test_consumer_fast_path_matches_the_checked_decoder(
     assert client.state_of(Role.CONSUMER, b"c2") is StreamState.FAILED
     (late,) = client.receive_frame(data, data_frame(b"c2", 6))  # the failed stream: not fast
     assert isinstance(late, BridgeFrameRejected)
+
+
+# --- what the peer and the caller are told (mutation-checked) ------------------------------
+
+
+def reply_error(session: BridgeSession) -> tuple[b.TransportErrorCode, str]:
+    """The transport error code and reason of the one BRIDGE_ERROR ``session`` queued."""
+    ((ft, payload),) = session.data_to_send()
+    assert ft == FT.BRIDGE_ERROR
+    body = b.pull_bridge_error_body(b.pull_bridge_message(ft, payload).body)
+    assert body is not None
+    return body.code, body.message
+
+
+def request_payload(
+    corr: bytes = b"c1", method: str = "run", protocol_id: int = 0x35, content_type: int = 1
+) -> bytes:
+    envelope = b.BridgeEnvelope(
+        protocol_id=protocol_id,
+        message_kind=1,
+        content_type=content_type,
+        correlation_id=corr,
+        method=method,
+    )
+    msg = b.BridgeMessage(frame_type=FT.BRIDGE_REQUEST, envelope=envelope, body=RUN_INPUT)
+    return b.push_bridge_message(msg)
+
+
+def end_frame(
+    corr: bytes, event_id: int, *, cancel_ack: bool = False, resumable: bool = False
+) -> bytes:
+    envelope = b.BridgeEnvelope(
+        protocol_id=0x35, message_kind=6, content_type=1, flags=1, correlation_id=corr
+    )
+    sc = b.StreamControl(event_id=event_id, cancel_ack=cancel_ack, resumable=resumable)
+    msg = b.BridgeMessage(frame_type=FT.BRIDGE_STREAM_END, envelope=envelope, stream_control=sc)
+    return b.push_bridge_message(msg)
+
+
+def test_run_requested_carries_the_request(client: BridgeSession, agent: BridgeSession) -> None:
+    label = b.SafetyLabel(effect=b.Effect.READ_ONLY, scope="t1")
+    client.start_run(b"c1", RUN_INPUT, safety_label=label)
+    assert pump(client, agent) == [
+        RunRequested(correlation_id=b"c1", body=RUN_INPUT, safety_label=label, effect=label.effect)
+    ]
+
+
+@pytest.mark.parametrize("resume", [False, True], ids=["run", "resume"])
+def test_the_stream_answers_in_the_request_content_type(resume: bool) -> None:
+    both = frozenset({b.ContentType.JSON, b.ContentType.CBOR})
+    agent = BridgeSession(protocol_id=AGUI_PROTOCOL_ID, content_types=both)
+    client = BridgeSession(protocol_id=AGUI_PROTOCOL_ID, content_types=both)
+    client.start_run(b"c0", RUN_INPUT)  # a JSON consumer stream, so the client expects c1 next
+    if resume:
+        payload = request_payload(content_type=b.ContentType.CBOR)
+        sc = b.push_stream_control(b.StreamControl(control=b.Control.RESUME, event_id=0))
+        at = len(b.push_envelope(b.pull_bridge_message(FT.BRIDGE_REQUEST, payload).envelope))
+        payload = payload[:at] + sc + payload[at:]
+    else:
+        payload = request_payload(content_type=b.ContentType.CBOR)
+    agent.receive_frame(FT.BRIDGE_REQUEST, payload)
+    agent.send_event(b"c1", b"\xa0")
+    agent.end_stream(b"c1")
+    assert [m.envelope.content_type for m in decode(agent.data_to_send())] == [2, 2]
+
+
+@pytest.mark.parametrize(
+    ("payload", "code", "reason"),
+    [
+        (
+            lambda: request_payload(protocol_id=0x36),
+            b.TransportErrorCode.PROTOCOL_UNSUPPORTED,
+            "protocol_id 0x36 is not carried",
+        ),
+        (
+            lambda: request_payload(content_type=2),
+            b.TransportErrorCode.ENVELOPE_MALFORMED,
+            "content_type 0x02 not accepted",
+        ),
+        (
+            lambda: request_payload(method="stop"),
+            b.TransportErrorCode.METHOD_UNSUPPORTED,
+            "AG-UI carries only 'run', not 'stop'",
+        ),
+    ],
+    ids=["protocol", "content-type", "method"],
+)
+def test_a_refused_request_is_answered_with_its_reason(
+    agent: BridgeSession, payload: Any, code: b.TransportErrorCode, reason: str
+) -> None:
+    (rejected,) = agent.receive_frame(FT.BRIDGE_REQUEST, payload())
+    assert isinstance(rejected, BridgeFrameRejected) and str(rejected.error) == reason
+    assert reply_error(agent) == (code, reason)
+    assert agent.state_of(Role.PRODUCER, b"c1") is None  # nothing was opened
+
+
+def test_no_agreement_refuses_even_our_own_protocol_id() -> None:
+    none = BridgeSession(protocol_id=None)
+    (rejected,) = none.receive_frame(FT.BRIDGE_REQUEST, request_payload())
+    assert str(rejected.error) == "protocol_id 0x35 is not carried"  # type: ignore[union-attr]
+
+
+def test_refused_resumes_are_answered_with_their_reason(
+    client: BridgeSession, agent: BridgeSession
+) -> None:
+    started(client, agent)
+    agent.send_event(b"c1", b"{}")
+    agent.data_to_send()
+    other = BridgeSession(protocol_id=AGUI_PROTOCOL_ID)
+    other.resume_run(b"c1", cursor=1)
+    assert [type(e) for e in pump(other, agent)] == [BridgeFrameRejected]
+    assert reply_error(agent) == (
+        b.TransportErrorCode.NOT_RESUMABLE,
+        "cannot resume a stream that is PRODUCING",
+    )
+    agent.end_stream(b"c1")  # the END is event 2: a cursor of 2 is what was sent, 3 is not
+    agent.data_to_send()
+    late = BridgeSession(protocol_id=AGUI_PROTOCOL_ID)
+    late.resume_run(b"c1", cursor=3)
+    assert [type(e) for e in pump(late, agent)] == [BridgeFrameRejected]
+    assert reply_error(agent) == (
+        b.TransportErrorCode.NOT_RESUMABLE,
+        "cursor 3 is beyond the last event sent",
+    )
+    exact = BridgeSession(protocol_id=AGUI_PROTOCOL_ID)
+    exact.resume_run(b"c1", cursor=2)
+    assert pump(exact, agent) == [
+        ResumeRequested(
+            correlation_id=b"c1",
+            cursor=2,
+            body=b"",
+            safety_label=b.SafetyLabel(effect=b.Effect.DESTRUCTIVE),
+            effect=b.Effect.DESTRUCTIVE,
+        )
+    ]
+
+
+def test_bad_stream_frames_are_answered_with_their_reason(
+    client: BridgeSession, agent: BridgeSession
+) -> None:
+    started(client, agent)
+    client.receive_frame(FT.BRIDGE_STREAM_DATA, data_frame(b"c1", 4))
+    client.receive_frame(FT.BRIDGE_STREAM_DATA, data_frame(b"c1", 4))
+    assert reply_error(client)[1] == "event_id 4 does not exceed 4"
+    client.start_run(b"c2", RUN_INPUT)
+    pump(client, agent)
+    client.receive_frame(FT.BRIDGE_STREAM_DATA, data_frame(b"c2", 4))
+    client.receive_frame(FT.BRIDGE_STREAM_END, end_frame(b"c2", 3))
+    assert reply_error(client)[1] == "END event_id 3 does not exceed data event_id 4"
+    client.start_run(b"c3", RUN_INPUT)
+    pump(client, agent)
+    client.receive_frame(FT.BRIDGE_STREAM_DATA, data_frame(b"c3", 4))
+    client.cancel_run(b"c3")
+    client.data_to_send()
+    client.receive_frame(FT.BRIDGE_STREAM_END, end_frame(b"c3", 3, cancel_ack=True))
+    assert reply_error(client)[1] == "cancel_ack tail 3 is below event 4"
+    assert client.state_of(Role.CONSUMER, b"c3") is StreamState.FAILED
+    client.receive_frame(FT.BRIDGE_STREAM_DATA, data_frame(b"zz", 1))
+    assert reply_error(client)[1] == "no consumer stream with correlation_id b'zz'"
+    bare = b.push_envelope(
+        b.BridgeEnvelope(protocol_id=0x35, message_kind=5, content_type=1, correlation_id=b"c1")
+    )
+    client.data_to_send()
+    client.receive_frame(FT.BRIDGE_STREAM_DATA, bare)
+    assert reply_error(client)[1] == "BRIDGE_STREAM_DATA of an AG-UI run lacks StreamControl"
+
+
+def test_a_cancel_ack_tail_equal_to_the_last_event_is_accepted(
+    client: BridgeSession, agent: BridgeSession
+) -> None:
+    started(client, agent)
+    client.receive_frame(FT.BRIDGE_STREAM_DATA, data_frame(b"c1", 4))
+    client.cancel_run(b"c1")
+    events = client.receive_frame(FT.BRIDGE_STREAM_END, end_frame(b"c1", 4, cancel_ack=True))
+    assert events == [CancelAcked(correlation_id=b"c1", event_id=4)]
+
+
+def test_strict_mode_names_the_method_it_refuses() -> None:
+    strict = BridgeSession(protocol_id=AGUI_PROTOCOL_ID, strict_stream_method=True)
+    strict.start_run(b"c1", RUN_INPUT)
+    strict.data_to_send()
+    envelope = b.BridgeEnvelope(
+        protocol_id=0x35, message_kind=5, content_type=1, correlation_id=b"c1", method="run"
+    )
+    payload = b.push_envelope(envelope) + b.push_stream_control(b.StreamControl(event_id=1))
+    strict.receive_frame(FT.BRIDGE_STREAM_DATA, payload)
+    assert reply_error(strict)[1] == "BRIDGE_STREAM_DATA carries method 'run'"
+    lenient = BridgeSession(protocol_id=AGUI_PROTOCOL_ID)  # the default accepts it (§10.11)
+    lenient.start_run(b"c1", RUN_INPUT)
+    (event,) = lenient.receive_frame(FT.BRIDGE_STREAM_DATA, payload)
+    assert isinstance(event, StreamDataReceived)
+
+
+def test_a_notification_is_dropped_with_its_reason(client: BridgeSession) -> None:
+    notify = b.push_envelope(b.BridgeEnvelope(protocol_id=0x35, message_kind=3, content_type=1))
+    (dropped,) = client.receive_frame(FT.BRIDGE_NOTIFY, notify)
+    assert isinstance(dropped, BridgeFrameRejected)
+    assert str(dropped.error) == "AG-UI defines no notifications; dropped (never answered)"
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        lambda: end_frame(b"c1", 9, cancel_ack=True),  # an ack for a cancel never sent
+        lambda: end_frame(b"c1", 9),  # a second END
+    ],
+    ids=["cancel-ack-after-end", "second-end"],
+)
+def test_stream_frames_the_state_forbids_are_refused_not_raised(
+    client: BridgeSession, agent: BridgeSession, frame: Any
+) -> None:
+    started(client, agent)
+    agent.end_stream(b"c1")
+    pump(agent, client)
+    (rejected,) = client.receive_frame(FT.BRIDGE_STREAM_END, frame())
+    assert isinstance(rejected, BridgeFrameRejected)
+    assert isinstance(rejected.error, StreamStateViolation)
+
+
+def test_a_second_cancel_and_a_late_error_are_refused_not_raised(
+    client: BridgeSession, agent: BridgeSession
+) -> None:
+    started(client, agent)
+    client.cancel_run(b"c1")
+    (cancel,) = client.data_to_send()
+    agent.receive_frame(*cancel)
+    agent.data_to_send()
+    (rejected,) = agent.receive_frame(*cancel)  # the stream is CANCELLED now
+    assert isinstance(rejected, BridgeFrameRejected)
+    assert isinstance(rejected.error, StreamStateViolation)
+    assert str(rejected.error) == "RECV_CANCEL is not allowed in state CANCELLED"
+    started(client, agent, b"c2")
+    agent.end_stream(b"c2")
+    agent.data_to_send()
+    error = b.BridgeEnvelope(protocol_id=0x35, message_kind=4, content_type=1, correlation_id=b"c2")
+    body = b.push_bridge_error_body(b.BridgeErrorBody(code=b.TransportErrorCode.NOT_DELIVERED))
+    msg = b.BridgeMessage(frame_type=FT.BRIDGE_ERROR, envelope=error, body=body)
+    (late,) = agent.receive_frame(FT.BRIDGE_ERROR, b.push_bridge_message(msg))
+    assert isinstance(late, BridgeFrameRejected)
+    assert isinstance(late.error, StreamStateViolation)
+
+
+def test_a_received_error_reports_its_code_message_and_body(
+    client: BridgeSession, agent: BridgeSession
+) -> None:
+    started(client, agent)
+    agent.fail(b"c1", b.TransportErrorCode.NOT_DELIVERED, "agent unavailable")
+    (event,) = pump(agent, client)
+    body = b.push_bridge_error_body(
+        b.BridgeErrorBody(code=b.TransportErrorCode.NOT_DELIVERED, message="agent unavailable")
+    )
+    assert event == BridgeErrorReceived(
+        correlation_id=b"c1",
+        role=Role.CONSUMER,
+        code=b.TransportErrorCode.NOT_DELIVERED,
+        message="agent unavailable",
+        body=body,
+    )
+    started(client, agent, b"c2")
+    agent.fail(b"c2", b.TransportErrorCode.NOT_DELIVERED)
+    (bare,) = pump(agent, client)
+    assert isinstance(bare, BridgeErrorReceived) and bare.message == ""
+    assert bare.body == bytes((b.TransportErrorCode.NOT_DELIVERED, 0))
+    started(client, agent, b"c3")
+    foreign = b'{"code":-32000}'  # a foreign error object, not a transport error
+    error = b.BridgeEnvelope(protocol_id=0x35, message_kind=4, content_type=1, correlation_id=b"c3")
+    msg = b.BridgeMessage(frame_type=FT.BRIDGE_ERROR, envelope=error, body=foreign)
+    (got,) = client.receive_frame(FT.BRIDGE_ERROR, b.push_bridge_message(msg))
+    assert got == BridgeErrorReceived(
+        correlation_id=b"c3", role=Role.CONSUMER, code=None, message="", body=foreign
+    )
+
+
+def test_local_misuse_raises_invalid_state_with_its_reason(
+    client: BridgeSession, agent: BridgeSession
+) -> None:
+    lacks = r"^cursor is required to resume a stream this session lacks$"
+    with pytest.raises(InvalidState, match=lacks):
+        client.resume_run(b"c1")
+    with pytest.raises(InvalidState, match=r"^a request needs a non-empty correlation_id$"):
+        client.resume_run(b"", cursor=0)
+    with pytest.raises(InvalidState, match=r"^no AG-UI protocol_id is agreed with this peer"):
+        BridgeSession(protocol_id=None).resume_run(b"c1", cursor=0)
+    with pytest.raises(InvalidState, match=r"^no consumer stream with correlation_id b'zz'$"):
+        client.cancel_run(b"zz")
+    with pytest.raises(InvalidState, match=r"^no producer stream with correlation_id b'zz'$"):
+        agent.send_event(b"zz", b"{}")
+    started(client, agent)
+    client.receive_frame(FT.BRIDGE_STREAM_DATA, data_frame(b"c1", 1))  # resumable=True
+    with pytest.raises(InvalidState, match=r"^SEND_RESUME is not allowed in state CONSUMING$"):
+        client.resume_run(b"c1")  # the stream is still running
+    started(client, agent, b"c2")
+    client.receive_frame(FT.BRIDGE_STREAM_DATA, data_frame(b"c2", 1))
+    client.receive_frame(FT.BRIDGE_STREAM_END, end_frame(b"c2", 2, resumable=True))
+    with pytest.raises(InvalidState, match=r"^cursor 3 exceeds the last event received$"):
+        client.resume_run(b"c2", cursor=3)
+    with pytest.raises(InvalidState, match=r"^SEND_CANCEL is not allowed in state ENDED$"):
+        client.cancel_run(b"c2")
+    agent.end_stream(b"c2")
+    with pytest.raises(InvalidState, match=r"^SEND_ERROR is not allowed in state ENDED$"):
+        agent.fail(b"c2", b.TransportErrorCode.NOT_DELIVERED)
+    plain = BridgeSession(protocol_id=AGUI_PROTOCOL_ID)  # a producer that retains nothing
+    started(client, plain, b"c3")
+    plain.end_stream(b"c3")
+    pump(plain, client)
+    with pytest.raises(
+        InvalidState, match=r"^the stream was not advertised resumable \(CC-STREAM §6\.1\)$"
+    ):
+        client.resume_run(b"c3")
+
+
+def test_resume_cursor_is_a_u64() -> None:
+    client = BridgeSession(protocol_id=AGUI_PROTOCOL_ID)
+    client.resume_run(b"c1", cursor=2**64 - 1)  # the largest u64 is a valid cursor
+    (req,) = decode(client.data_to_send())
+    assert req.stream_control == b.StreamControl(control=b.Control.RESUME, event_id=2**64 - 1)
+    with pytest.raises(InvalidState, match=rf"^cursor {2**64} is not a u64$"):
+        client.resume_run(b"c2", cursor=2**64)
+    with pytest.raises(InvalidState, match=r"^cursor -1 is not a u64$"):
+        client.resume_run(b"c3", cursor=-1)
+
+
+@pytest.mark.parametrize("cursor", [2**64 - 2, 2**64 - 1])
+def test_a_producer_stops_at_the_last_u64_event_id(agent: BridgeSession, cursor: int) -> None:
+    client = BridgeSession(protocol_id=AGUI_PROTOCOL_ID)
+    client.resume_run(b"c1", cursor=cursor)
+    pump(client, agent)
+    if cursor == 2**64 - 2:
+        assert agent.send_event(b"c1", b"{}") == 2**64 - 1  # through the checked encoder
+    exhausted = r"^the stream's u64 event_id space is exhausted$"
+    with pytest.raises(InvalidState, match=exhausted):
+        agent.send_event(b"c1", b"{}")
+    with pytest.raises(InvalidState, match=exhausted):
+        agent.end_stream(b"c1")
+
+
+def test_the_fast_path_starts_after_the_producer_last_checked_event(agent: BridgeSession) -> None:
+    client = BridgeSession(protocol_id=AGUI_PROTOCOL_ID)
+    client.resume_run(b"c1", cursor=2**64 - 3)
+    pump(client, agent)
+    assert [agent.send_event(b"c1", b"{}") for _ in range(2)] == [2**64 - 2, 2**64 - 1]
+    with pytest.raises(InvalidState, match=r"^the stream's u64 event_id space is exhausted$"):
+        agent.send_event(b"c1", b"{}")
+
+
+def test_a_cancel_and_its_ack_carry_no_body(client: BridgeSession, agent: BridgeSession) -> None:
+    started(client, agent)
+    assert not client.wants_to_send()
+    client.cancel_run(b"c1")
+    assert client.wants_to_send()
+    (cancel,) = client.data_to_send()
+    assert decode([cancel])[0].body == b""
+    agent.receive_frame(*cancel)
+    (ack,) = decode(agent.data_to_send())
+    assert ack.body == b"" and ack.stream_control is not None and ack.stream_control.cancel_ack
+
+
+def test_a_255_octet_correlation_id_streams_on_both_paths() -> None:
+    """The envelope TLV is then longer than 255 octets: its Length needs both octets."""
+    corr = b"c" * 255
+    client = BridgeSession(protocol_id=AGUI_PROTOCOL_ID)
+    agent = BridgeSession(protocol_id=AGUI_PROTOCOL_ID)
+    client.start_run(corr, RUN_INPUT)
+    pump(client, agent)
+    ids = [agent.send_event(corr, e) for e in EVENTS * 2]
+    agent.end_stream(corr)
+    events = pump(agent, client)
+    assert [e.event_id for e in events if isinstance(e, StreamDataReceived)] == ids
+    assert isinstance(events[-1], StreamEnded) and events[-1].correlation_id == corr
