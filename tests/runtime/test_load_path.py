@@ -367,3 +367,38 @@ async def test_the_first_backend_of_a_process_tunes_the_collector_for_serving(
     assert freezes == [1]  # once per process
     assert thresholds == [app.SERVING_GC_THRESHOLDS]
     gc.unfreeze()
+
+
+# -- the store does not answer ------------------------------------------------------------
+
+
+class DownStore(MemoryThreadStore):
+    """A store whose run reads fail while ``failure`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failure: BaseException | None = None
+
+    async def read_for_run(self, thread_id: str, **kwargs: Any) -> RunRead:
+        if self.failure is not None:
+            raise self.failure
+        return await super().read_for_run(thread_id, **kwargs)
+
+
+async def test_a_run_whose_thread_cannot_be_read_is_503_and_holds_nothing() -> None:
+    store = DownStore()
+    with LiveServer(create_app(Settings(max_active_runs=1), store=store)) as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
+            store.failure = ConnectionRefusedError("connection refused")
+            for _ in range(2):  # the refused run released its admission slot: 503 again
+                refused = await client.post("/io-bridge/run", json=run_body("hi"))
+                assert refused.status_code == 503
+                assert refused.headers["retry-after"] == "5"
+                assert refused.json() == {"error": {
+                    "code": "STORE_UNAVAILABLE", "message": "the thread store does not answer"}}
+            store.failure = None
+            # Neither the runId nor the thread stayed claimed.
+            ran = parse_sse((await client.post("/io-bridge/run", json=run_body("hi"))).text)
+            assert ran[-1]["type"] == "RUN_FINISHED"
+            assert server.runtime.active_runs == 0
+

@@ -33,7 +33,7 @@ def test_a_closed_log_refuses_entries() -> None:
     log.append(b"x")
     log.close()
     assert log.closed
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(RuntimeError, match=r"^run log is closed$"):
         log.append(b"y")
     assert log.entries() == [(1, b"x")]
 
@@ -88,7 +88,7 @@ def test_entries_are_batched_by_bytes_but_never_empty() -> None:
 
 async def test_a_follower_gets_what_is_ready_in_batches_then_waits_for_more() -> None:
     log = RunLog(batch_bytes=4)
-    for data in (b"aa", b"bb", b"cc"):
+    for data in (b"aa", b"bb", b"cc", b"dd"):
         log.append(data)
     batches: list[list[tuple[int, bytes]]] = []
 
@@ -99,16 +99,16 @@ async def test_a_follower_gets_what_is_ready_in_batches_then_waits_for_more() ->
     task = asyncio.create_task(follow())
     for _ in range(5):
         await asyncio.sleep(0)
-    assert batches == [[(2, b"bb"), (3, b"cc")]]
-    log.append(b"dd")
+    assert batches == [[(2, b"bb"), (3, b"cc")], [(4, b"dd")]]  # at most 4 bytes a batch
+    log.append(b"ee")
     for _ in range(5):
         await asyncio.sleep(0)
-    assert batches[-1] == [(4, b"dd")]
+    assert batches[-1] == [(5, b"ee")]
     assert not task.done()
-    log.append(b"ee")
+    log.append(b"ff")
     log.close()
     await asyncio.wait_for(task, 1)
-    assert batches == [[(2, b"bb"), (3, b"cc")], [(4, b"dd")], [(5, b"ee")]]
+    assert batches == [[(2, b"bb"), (3, b"cc")], [(4, b"dd")], [(5, b"ee")], [(6, b"ff")]]
 
 
 async def test_followers_of_a_closed_log_get_its_entries_and_end() -> None:
@@ -238,6 +238,15 @@ async def test_ending_a_run_cancels_its_calls_and_leaves_other_runs_alone() -> N
         pending.resolve(RUN, "c1", ToolResult(content="again"))
     pending.forget_run(OTHER)
     assert theirs.future.cancelled()
+    assert len(pending) == 0
+
+
+async def test_waiting_on_a_call_of_an_ended_run_is_cancelled() -> None:
+    pending = PendingRegistry()
+    call = pending.register(RUN, "c1", "t")
+    pending.cancel_run(RUN)
+    with pytest.raises(asyncio.CancelledError):
+        await pending.wait(call, 1)
     assert len(pending) == 0
 
 
