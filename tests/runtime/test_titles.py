@@ -28,7 +28,7 @@ async def _reply(ctx: RunContext) -> AsyncIterator[AgentOutput]:
 class Titler(FunctionAgent):
     """An agent whose title hook records what it was shown and answers ``answer``."""
 
-    def __init__(self, answer: Any = "A generated title", *, fail: bool = False,
+    def __init__(self, answer: str | None = "A generated title", *, fail: bool = False,
                  hang: bool = False) -> None:
         super().__init__(_reply, id="titler")
         self.answer, self.fail, self.hang = answer, fail, hang
@@ -40,7 +40,7 @@ class Titler(FunctionAgent):
             await asyncio.sleep(3600)
         if self.fail:
             raise ValueError("no title today")
-        return self.answer  # type: ignore[no-any-return]
+        return self.answer
 
 
 async def _title(client: httpx.AsyncClient, thread_id: str = "t1") -> Any:
