@@ -42,8 +42,9 @@ bench: $(STAMP)
 	  $(BIN)/python $$script $$flags || exit 1; \
 	done
 
-# Mutation testing (slow, not in CI; docs/testing.md). One group at a time, one mutmut worker,
-# each group with its own tests only. Repoint a group here when its modules move.
+# Mutation testing (slow, not in CI; docs/testing.md). One group at a time, MUTANT_CHILDREN
+# mutmut workers, each group with its own tests only. Repoint a group here when its modules move.
+MUTANT_CHILDREN ?= 2
 MUTANT_GROUPS ?= protocol auth npamp runtime
 MUTANT_TARGETS := $(addprefix mutants-,protocol auth npamp runtime)
 .PHONY: $(MUTANT_TARGETS)
@@ -71,7 +72,7 @@ mutants: $(STAMP)
 	$(BIN)/python scripts/mutants.py report $(MUTANT_GROUPS)
 
 $(MUTANT_TARGETS): mutants-%: $(STAMP)
-	$(BIN)/python scripts/mutants.py run $* --max-children 1 \
+	$(BIN)/python scripts/mutants.py run $* --max-children $(MUTANT_CHILDREN) \
 	  --mutate $(foreach p,$(MUTATE_$*),'$(p)') --tests $(TESTS_$*) \
 	  $(if $(DESELECT_$*),--deselect $(DESELECT_$*))
 
