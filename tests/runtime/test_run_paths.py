@@ -76,21 +76,38 @@ async def test_the_servers_tool_mode_applies_to_agents_without_one(serve: Any) -
 
 async def test_a_finished_runs_id_may_run_again_and_replaces_it(serve: Any) -> None:
     async def echo(ctx: RunContext) -> AsyncIterator[AgentOutput]:
-        yield f"echo {ctx.messages[-1]['content']}"
+        text = ctx.messages[-1]["content"]
+        if text == "one":
+            await ctx.call_tool("get_weather", {"city": "Oslo"}, tool_call_id="c1")
+        yield f"echo {text}"
 
     server = serve(agents=[FunctionAgent(echo, id="echo")])
-    async with httpx.AsyncClient(base_url=server.url) as client:
-        first = parse_sse((await client.post("/io-bridge/run", json=run_body(
-            "one", agentId="echo"))).text)
+    async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
+        async with client.stream("POST", "/io-bridge/run", json=run_body(
+                "one", agentId="echo", tools=[WEATHER])) as response:
+            async for line in response.aiter_lines():
+                if '"TOOL_CALL_END"' in line:
+                    posted = await client.post("/io-bridge/runs/r1/tool-calls/c1/result",
+                                               json={"content": "sunny"})
+                    assert posted.status_code == 200
+        answered = await client.post("/io-bridge/runs/r1/tool-calls/c1/result",
+                                     json={"content": "again"})
         again = {**run_body("two", agentId="echo"),
                  "messages": [{"id": "u-second", "role": "user", "content": "two"}]}
         second = parse_sse((await client.post("/io-bridge/run", json=again)).text)
         replay = parse_sse((await client.get("/io-bridge/runs/r1/events")).text)
+        # The replaced run's answers went with it: its call is unknown to the new run.
+        forgotten = await client.post("/io-bridge/runs/r1/tool-calls/c1/result",
+                                      json={"content": "again"})
         stored = await _stored(client)
-    assert first[-1]["type"] == second[-1]["type"] == "RUN_FINISHED"
+    assert answered.status_code == 409
+    assert second[-1]["type"] == "RUN_FINISHED"
     assert [e.get("delta") for e in replay if e["type"] == "TEXT_MESSAGE_CONTENT"] == ["echo two"]
+    assert forgotten.status_code == 404
+    assert forgotten.json()["error"]["code"] == "TOOL_CALL_NOT_FOUND"
     assert server.runtime.retained_runs == 1
-    assert [m["content"] for m in stored] == ["one", "echo one", "two", "echo two"]
+    assert [m.get("content") for m in stored] == [
+        "one", None, "sunny", "echo one", "two", "echo two"]
 
 
 class Escape(BaseException):
