@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -13,7 +14,7 @@ from tests.helpers import parse_sse, run_body
 
 from iobridge.agents.context import RunContext
 from iobridge.agents.function import FunctionAgent
-from iobridge.agents.outputs import AgentOutput, StateDelta
+from iobridge.agents.outputs import AgentOutput, StateDelta, StateSnapshot
 
 WEATHER = {"name": "get_weather", "description": "Weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}}}
@@ -234,3 +235,26 @@ async def test_an_agent_that_never_awaits_does_not_hold_the_loop_for_its_whole_r
             "x", agentId="busy"))).text)
     assert len(events) == 204
     assert ran_at and 0 < ran_at[0] < 200
+
+
+async def test_a_state_the_store_cannot_hold_is_not_kept_and_the_next_run_has_the_last_good(
+    serve: Any, caplog: Any,
+) -> None:
+    seen: list[Any] = []
+
+    async def stateful(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        seen.append(ctx.state)
+        value = "a\u0000b" if ctx.messages[-1]["content"] == "nul" else "fine"
+        yield StateSnapshot(snapshot={"v": value})
+        yield "ok"
+
+    server = serve(agents=[FunctionAgent(stateful, id="stateful")])
+    with caplog.at_level(logging.WARNING, logger="iobridge.runtime"):
+        async with httpx.AsyncClient(base_url=server.url) as client:
+            for n, text in enumerate(("good", "nul", "next")):
+                events = parse_sse((await client.post("/io-bridge/run", json=run_body(
+                    text, run_id=f"r{n}", agentId="stateful"))).text)
+                assert events[-1]["type"] == "RUN_FINISHED"
+    assert seen == [None, {"v": "fine"}, {"v": "fine"}]
+    assert [r.getMessage() for r in caplog.records if "U+0000" in r.getMessage()] == [
+        "run on thread t1: its state holds U+0000, not stored"]
