@@ -258,3 +258,14 @@ async def test_a_state_the_store_cannot_hold_is_not_kept_and_the_next_run_has_th
     assert seen == [None, {"v": "fine"}, {"v": "fine"}]
     assert [r.getMessage() for r in caplog.records if "U+0000" in r.getMessage()] == [
         "run on thread t1: its state holds U+0000, not stored"]
+
+
+async def test_an_unknown_run_is_not_found(serve: Any) -> None:
+    server = serve()
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        for request in (client.get("/io-bridge/runs/nope/events"),
+                        client.post("/io-bridge/runs/nope/cancel", json={})):
+            response = await request
+            assert response.status_code == 404
+            assert response.json() == {"error": {"code": "RUN_NOT_FOUND",
+                                                 "message": "unknown run"}}
