@@ -57,6 +57,8 @@ async def test_streamed_arguments_reach_the_server_tool(serve: Any) -> None:
             handle = ctx.start_tool_call("lookup")
             for fragment in fragments:
                 handle.add_args(fragment)
+            handle.end()
+            handle.add_args("} late")  # after TOOL_CALL_END: neither sent nor parsed
             got.append(await handle.result())
         yield "done"
 
@@ -187,3 +189,24 @@ async def test_tool_calls_after_the_run_ended_stop_the_agent(serve: Any) -> None
     assert events[-1]["type"] == "RUN_ERROR"
     assert outcomes == ["RunEnded", "RunEnded", "RunEnded"]
     assert "never shown" not in json.dumps(events)
+
+
+async def test_a_result_posted_before_the_agent_awaits_it_is_kept(serve: Any) -> None:
+    async def ends_first(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        handle = ctx.start_tool_call("confirm", tool_call_id="early-1")
+        handle.add_args("{}")
+        handle.end()  # announced: the client may answer from here on
+        async with httpx.AsyncClient(base_url=urls[0]) as client:
+            posted = await client.post("/io-bridge/runs/r1/tool-calls/early-1/result",
+                                       json={"content": "yes"})
+        statuses.append(posted.status_code)
+        result = await handle.result()
+        yield f"answer {result.content}"
+
+    statuses: list[int] = []
+    urls: list[str] = []
+    server = serve(agents=[FunctionAgent(ends_first, id="early")])
+    urls.append(server.url)
+    events = await _run(server, "early", tools=[CONFIRM])
+    assert statuses == [200]
+    assert [e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT"] == ["answer yes"]
