@@ -273,21 +273,23 @@ async def test_an_unknown_run_is_not_found(serve: Any) -> None:
 
 async def test_a_run_keeps_going_while_another_follower_stays(serve: Any) -> None:
     server = serve()  # no grace: the last follower leaving stops the run
-    async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
-        async with client.stream("POST", "/io-bridge/run",
-                                 json=run_body("get_weather", tools=[WEATHER])) as first:
-            async for line in first.aiter_lines():
-                if '"TOOL_CALL_END"' in line:
-                    call_id = json.loads(line[6:])["toolCallId"]
-                    break
-            async with client.stream("GET", "/io-bridge/runs/r1/events",
-                                     headers={"Last-Event-ID": "1"}) as second:
-                await first.aclose()  # one of two followers leaves
-                await asyncio.sleep(0.2)
-                assert server.runtime.active_runs == 1
-                posted = await client.post(f"/io-bridge/runs/r1/tool-calls/{call_id}/result",
-                                           json={"content": "sunny"})
-                assert posted.status_code == 200
-                rest = [json.loads(line[6:]) async for line in second.aiter_lines()
-                        if line.startswith("data: ")]
+    body = run_body("get_weather", tools=[WEATHER])
+    async with (
+        httpx.AsyncClient(base_url=server.url, timeout=10) as client,
+        client.stream("POST", "/io-bridge/run", json=body) as first,
+    ):
+        async for line in first.aiter_lines():
+            if '"TOOL_CALL_END"' in line:
+                call_id = json.loads(line[6:])["toolCallId"]
+                break
+        async with client.stream("GET", "/io-bridge/runs/r1/events",
+                                 headers={"Last-Event-ID": "1"}) as second:
+            await first.aclose()  # one of two followers leaves
+            await asyncio.sleep(0.2)
+            assert server.runtime.active_runs == 1
+            posted = await client.post(f"/io-bridge/runs/r1/tool-calls/{call_id}/result",
+                                       json={"content": "sunny"})
+            assert posted.status_code == 200
+            rest = [json.loads(line[6:]) async for line in second.aiter_lines()
+                    if line.startswith("data: ")]
     assert rest[-1]["type"] == "RUN_FINISHED"
