@@ -191,12 +191,12 @@ class RunInput:
 
 
 def _errors(exc: pydantic.ValidationError, prefix: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
-    # Only each error's loc and msg are read: the parts the flags leave out are never needed
-    # (so the flags' mutants cannot be told apart).
-    errors = exc.errors(  # pragma: no mutate block
-        include_url=False, include_context=False, include_input=False
-    )
-    return [{"loc": [*prefix, *err["loc"]], "message": err["msg"]} for err in errors]
+    # Only each error's loc and msg are read: what the flags leave out is never needed (so
+    # their mutants cannot be told apart).
+    off = dict(include_url=False, include_context=False, include_input=False)  # pragma: no mutate
+    return [
+        {"loc": [*prefix, *err["loc"]], "message": err["msg"]} for err in exc.errors(**off)
+    ]
 
 
 def parse_run_input(
