@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
@@ -257,7 +258,8 @@ async def test_runs_over_the_per_principal_limit_are_429_and_store_nothing(serve
                 "/io-bridge/run", json=run_body("hi", thread_id="tb", run_id="rb"), headers=alice
             )
             assert over.status_code == 429
-            assert over.json()["error"]["code"] == "TOO_MANY_RUNS"
+            assert over.json()["error"] == {"code": "TOO_MANY_RUNS",
+                                            "message": "too many runs at once for this caller"}
             assert int(over.headers["retry-after"]) >= 1
             missing = await client.get("/io-bridge/threads/tb", headers=alice)
             assert missing.status_code == 404  # nothing was stored for the refused run
@@ -288,7 +290,9 @@ async def test_runs_over_the_total_limit_are_429(serve: Any) -> None:
             if event["type"] == "TOOL_CALL_END":
                 break
         over = await client.post("/io-bridge/run", json=run_body("hi", thread_id="tb"))
-        assert over.status_code == 429 and over.json()["error"]["code"] == "TOO_MANY_RUNS"
+        assert over.status_code == 429
+        assert over.json()["error"] == {
+            "code": "TOO_MANY_RUNS", "message": "the server is running as many runs as it may"}
 
 
 async def test_new_runs_during_shutdown_are_503_with_retry_after(serve: Any) -> None:
@@ -404,3 +408,30 @@ async def test_a_run_whose_thread_cannot_be_read_is_503_and_holds_nothing() -> N
             assert ran[-1]["type"] == "RUN_FINISHED"
             assert server.runtime.active_runs == 0
 
+
+
+class WriteFailingStore(MemoryThreadStore):
+    """A store whose run writes fail (a full disk, say)."""
+
+    async def write_for_run(self, thread_id: str, **kwargs: Any) -> None:
+        raise RuntimeError("disk full")
+
+
+async def test_a_run_whose_writes_fail_still_ends_and_the_operator_is_told(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with (
+        caplog.at_level(logging.ERROR, logger="iobridge.runtime"),
+        LiveServer(create_app(Settings(), store=WriteFailingStore())) as server,
+    ):
+        async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
+            events = parse_sse((await client.post("/io-bridge/run", json=run_body("hi"))).text)
+            assert (await client.get("/io-bridge/threads/t1")).status_code == 404
+            again = parse_sse((await client.post("/io-bridge/run", json=run_body(
+                "hi", run_id="r2"))).text)
+    assert events[-1]["type"] == again[-1]["type"] == "RUN_FINISHED"  # the thread was freed
+    failures = [r for r in caplog.records if r.getMessage().startswith("could not store")]
+    # Each run's start write and end write, each with its cause.
+    assert [r.getMessage().rsplit(" ", 1)[-1] for r in failures] == ["r1", "r1", "r2", "r2"]
+    assert failures[0].getMessage() == "could not store the messages of run r1"
+    assert all(r.exc_info is not None and r.exc_info[0] is RuntimeError for r in failures)

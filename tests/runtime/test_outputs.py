@@ -4,10 +4,12 @@ failing run's terminal event carries."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import pytest
 from tests.helpers import parse_sse, run_body
 
 from iobridge.agents import outputs as out
@@ -130,15 +132,22 @@ async def test_a_tool_call_on_a_fresh_turn_gets_its_own_assistant_message(serve:
                      ("assistant", None), ("tool", None)]
 
 
-async def test_something_that_is_not_an_output_fails_the_run(serve: Any) -> None:
+async def test_something_that_is_not_an_output_fails_the_run(
+    serve: Any, caplog: pytest.LogCaptureFixture,
+) -> None:
     async def wrong(ctx: RunContext) -> AsyncIterator[Any]:
         yield "fine so far"
         yield 42
 
     server = serve(agents=[FunctionAgent(wrong, id="wrong")])
-    async with httpx.AsyncClient(base_url=server.url) as client:
-        events = parse_sse((await client.post(
-            "/io-bridge/run", json=run_body("x", agentId="wrong"))).text)
+    with caplog.at_level(logging.ERROR, logger="iobridge.runtime"):
+        async with httpx.AsyncClient(base_url=server.url) as client:
+            events = parse_sse((await client.post(
+                "/io-bridge/run", json=run_body("x", agentId="wrong"))).text)
+    # The operator's log has what the client is not told.
+    (record,) = [r for r in caplog.records if r.name == "iobridge.runtime"]
+    assert record.getMessage() == "agent wrong failed in run r1"
+    assert record.exc_info is not None and record.exc_info[0] is TypeError
     assert events[-1] == {"type": "RUN_ERROR", "message": "The agent failed unexpectedly.",
                           "code": "AGENT_ERROR"}
     # The bad output never reaches the wire.

@@ -147,6 +147,7 @@ async def test_drain_waits_for_live_runs_up_to_its_deadline_then_shutdown_ends_t
     await runtime.aclose()
     assert terminal(slow)["type"] == "RUN_ERROR"
     assert terminal(slow)["code"] == "SERVER_SHUTDOWN"
+    assert terminal(slow)["message"] == "The server is shutting down."
     assert runtime.active_runs == 0
 
 

@@ -69,8 +69,12 @@ async def test_the_agents_title_hook_names_the_thread_from_the_conversation(serv
         ("user", "Plan a trip"), ("assistant", "the reply")]
 
 
+@pytest.mark.parametrize(("last_messages", "shown"), [
+    (2, ["question 1", "question 2", "the reply"]),
+    (4, ["question 1", "the reply", "question 2", "the reply"]),  # the first one not twice
+])
 async def test_the_hook_sees_the_first_message_and_the_window_before_the_new_ones(
-    serve: Any,
+    serve: Any, last_messages: int, shown: list[str],
 ) -> None:
     agent = Titler()
     server = serve(agents=[agent])
@@ -79,12 +83,11 @@ async def test_the_hook_sees_the_first_message_and_the_window_before_the_new_one
             await _run(client, run_body(f"question {n}", run_id=f"r{n}", agentId="titler"))
         assert await _title(client) == ""  # untitled
         body = run_body("question 3", run_id="r3", agentId="titler",
-                        memoryOptions={"generateTitle": True, "lastMessages": 2})
+                        memoryOptions={"generateTitle": True, "lastMessages": last_messages})
         await _run(client, body)
         assert await _title(client) == "A generated title"
     # The first user message, then the stored window (not repeating it), then this run.
-    assert [m["content"] for m in agent.seen[0]] == [
-        "question 1", "question 2", "the reply", "question 3", "the reply"]
+    assert [m["content"] for m in agent.seen[0]] == [*shown, "question 3", "the reply"]
 
 
 async def test_the_hook_is_shown_at_most_title_context_messages(serve: Any) -> None:
