@@ -62,7 +62,7 @@ TESTS_npamp := tests/npamp/test_frame.py tests/npamp/test_record.py tests/npamp/
 	tests/npamp/test_handshake_kat.py tests/npamp/test_bridge.py tests/npamp/test_stream.py
 MUTATE_runtime := src/iobridge/runtime/*.py
 TESTS_runtime := tests/runtime tests/http/test_runs.py tests/http/test_function_agents.py \
-	tests/observability/test_metrics.py
+	tests/observability/test_metrics.py tests/observability/test_tracing.py
 # Server subprocesses (they import the unmutated code) for 29 s and 7 s: they can kill no mutant.
 DESELECT_runtime := tests/runtime/test_memory.py::test_history_survives_a_killed_server_process \
 	tests/runtime/test_shutdown.py::test_sigterm_ends_every_live_run_with_server_shutdown
