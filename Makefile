@@ -42,8 +42,9 @@ bench: $(STAMP)
 	  $(BIN)/python $$script $$flags || exit 1; \
 	done
 
-# Mutation testing (slow, not in CI; docs/testing.md). One group at a time, one mutmut worker,
-# each group with its own tests only. Repoint a group here when its modules move.
+# Mutation testing (slow, not in CI; docs/testing.md). One group at a time, MUTANT_CHILDREN
+# mutmut workers, each group with its own tests only. Repoint a group here when its modules move.
+MUTANT_CHILDREN ?= 2
 MUTANT_GROUPS ?= protocol auth npamp runtime
 MUTANT_TARGETS := $(addprefix mutants-,protocol auth npamp runtime)
 .PHONY: $(MUTANT_TARGETS)
@@ -61,16 +62,18 @@ MUTATE_npamp := $(NPAMP)/wire/frame.py $(NPAMP)/record/cipher.py $(NPAMP)/handsh
 TESTS_npamp := tests/npamp/test_frame.py tests/npamp/test_record.py tests/npamp/test_handshake.py \
 	tests/npamp/test_handshake_kat.py tests/npamp/test_bridge.py tests/npamp/test_stream.py
 MUTATE_runtime := src/iobridge/runtime/*.py
-TESTS_runtime := tests/runtime tests/http/test_runs.py tests/http/test_function_agents.py
-# Runs a server subprocess (unmutated code) for 29 s: it can kill no mutant.
-DESELECT_runtime := tests/runtime/test_memory.py::test_history_survives_a_killed_server_process
+TESTS_runtime := tests/runtime tests/http/test_runs.py tests/http/test_function_agents.py \
+	tests/observability/test_metrics.py tests/observability/test_tracing.py
+# Server subprocesses (they import the unmutated code) for 29 s and 7 s: they can kill no mutant.
+DESELECT_runtime := tests/runtime/test_memory.py::test_history_survives_a_killed_server_process \
+	tests/runtime/test_shutdown.py::test_sigterm_ends_every_live_run_with_server_shutdown
 
 mutants: $(STAMP)
 	$(MAKE) --no-print-directory $(addprefix mutants-,$(MUTANT_GROUPS))
 	$(BIN)/python scripts/mutants.py report $(MUTANT_GROUPS)
 
 $(MUTANT_TARGETS): mutants-%: $(STAMP)
-	$(BIN)/python scripts/mutants.py run $* --max-children 1 \
+	$(BIN)/python scripts/mutants.py run $* --max-children $(MUTANT_CHILDREN) \
 	  --mutate $(foreach p,$(MUTATE_$*),'$(p)') --tests $(TESTS_$*) \
 	  $(if $(DESELECT_$*),--deselect $(DESELECT_$*))
 

@@ -7,6 +7,7 @@ shared settings) plus the group's files to mutate and its tests. Groups stay ind
 one group's test selection never decides another group's results.
 
     python scripts/mutants.py run GROUP --mutate 'src/x/*.py' --tests tests/x [--deselect ID ...]
+        [--mutants NAME ...]   (only these mutants: mutmut names or fnmatch patterns)
     python scripts/mutants.py report GROUP [GROUP ...]
 
 The Makefile (``make mutants``) holds the group list; this script only runs and reads.
@@ -65,7 +66,7 @@ def group_pyproject(mutate: list[str], tests: list[str]) -> str:
 
 
 def run(group: str, mutate: list[str], tests: list[str], deselect: list[str],
-        max_children: int) -> int:
+        max_children: int, mutants: list[str]) -> int:
     for pattern in mutate:
         if not any(fnmatch.fnmatch(str(p.relative_to(ROOT)), pattern)
                    for p in (ROOT / "src").rglob("*.py")):
@@ -85,7 +86,7 @@ def run(group: str, mutate: list[str], tests: list[str], deselect: list[str],
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "IOBRIDGE_TEST_POSTGRES_URL")}
     mutmut = Path(sys.executable).with_name("mutmut")
     started = time.monotonic()
-    code = subprocess.call([str(mutmut), "run", "--max-children", str(max_children)],
+    code = subprocess.call([str(mutmut), "run", "--max-children", str(max_children), *mutants],
                            cwd=work, env=env)
     print(f"mutants: {group}: mutmut exited {code} after {time.monotonic() - started:.0f} s")
     return code
@@ -145,11 +146,14 @@ def main() -> int:
     run_parser.add_argument("--deselect", nargs="*", default=[],
                             help="test node ids left out (too slow for every mutant)")
     run_parser.add_argument("--max-children", type=int, default=1)
+    run_parser.add_argument("--mutants", nargs="*", default=[],
+                            help="only these mutants (names or fnmatch patterns; a sample)")
     report_parser = sub.add_parser("report", help="print the per-module score table")
     report_parser.add_argument("groups", nargs="+")
     args = parser.parse_args()
     if args.command == "run":
-        return run(args.group, args.mutate, args.tests, args.deselect, args.max_children)
+        return run(args.group, args.mutate, args.tests, args.deselect, args.max_children,
+                   args.mutants)
     return report(args.groups)
 
 

@@ -88,6 +88,7 @@ async def test_counters_move_by_exactly_what_the_runs_did(server: LiveServer) ->
         seen: list[dict[str, Any]] = []
         names: dict[str, str] = {}
         waiting: Samples = {}
+        seen_then = 0
         async with client.stream("POST", "/io-bridge/run", json=body) as response:
             async for line in response.aiter_lines():
                 if not line.startswith("data: "):
@@ -98,6 +99,7 @@ async def test_counters_move_by_exactly_what_the_runs_did(server: LiveServer) ->
                     names[event["toolCallId"]] = event["toolCallName"]
                 if event["type"] == "TOOL_CALL_END" and names[event["toolCallId"]] == "confirm":
                     waiting = await scrape(client)
+                    seen_then = len(seen)
                     posted = await client.post(
                         f"/io-bridge/runs/r1/tool-calls/{event['toolCallId']}/result",
                         json={"content": "yes"},
@@ -111,6 +113,8 @@ async def test_counters_move_by_exactly_what_the_runs_did(server: LiveServer) ->
         assert delta(before, waiting, "iobridge_runs_finished_total",
                      agent="ops", outcome="success") == 0
         assert delta(before, waiting, "iobridge_tool_calls_total", agent="ops", kind="server") == 1
+        # A live run's events count as they are appended (the terminal one is not yet).
+        assert delta(before, waiting, "iobridge_events_total", agent="ops") == seen_then
 
         done = await scrape(client)
         assert value(done, "iobridge_active_runs") == 0

@@ -128,6 +128,12 @@ async def test_one_run_span_with_a_child_span_per_tool_call(
     assert run.start_time is not None and run.end_time is not None
     assert all(run.start_time <= s.start_time and s.end_time <= run.end_time  # type: ignore[operator]
                for s in [*lookups, confirm])
+    # Tracing changes nothing the thread keeps: the run's messages are stored as without it.
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        stored = (await client.get("/io-bridge/threads/t1/messages?format=agui",
+                                   headers={"X-Resource-Id": "acme"})).json()
+    assert [m["role"] for m in stored["messages"]][:2] == ["user", "assistant"]
+    assert len([m for m in stored["messages"] if m["role"] == "tool"]) == 3
 
 
 async def test_a_failed_run_span_carries_the_error_outcome(

@@ -53,6 +53,13 @@ CASES: list[tuple[Callable[[], dict[str, Any]], dict[str, Any]]] = [
     (lambda: ev.state_delta([{"op": "remove", "path": "/a"}]),
      {"type": "STATE_DELTA", "delta": [{"op": "remove", "path": "/a"}]}),
     (lambda: ev.custom("n", None), {"type": "CUSTOM", "name": "n", "value": None}),
+    (lambda: ev.run_error("boom", "E", usage=[{"inputTokens": 1}]),
+     {"type": "RUN_ERROR", "message": "boom", "code": "E", "usage": [{"inputTokens": 1}]}),
+    (lambda: ev.run_error("boom", usage=[]), {"type": "RUN_ERROR", "message": "boom"}),
+    (lambda: ev.run_finished("t", "r", usage=[{"outputTokens": 2}]),
+     {"type": "RUN_FINISHED", "threadId": "t", "runId": "r", "usage": [{"outputTokens": 2}]}),
+    (lambda: ev.messages_snapshot([{"id": "u", "role": "user", "content": "hi"}]),
+     {"type": "MESSAGES_SNAPSHOT", "messages": [{"id": "u", "role": "user", "content": "hi"}]}),
 ]
 
 

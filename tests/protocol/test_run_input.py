@@ -30,6 +30,15 @@ def test_minimal_body_gets_defaults() -> None:
     assert (parsed.thread_id, parsed.run_id, parsed.parent_run_id) == ("t", "r", None)
     assert parsed.tools == [] and parsed.context == [] and parsed.forwarded_props == {}
     assert parsed.messages == [{"id": "u1", "role": "user", "content": "hi"}]
+    assert parsed.resume == [] and parsed.state is None
+
+
+def test_resume_entries_keep_their_wire_form_without_empty_fields() -> None:
+    resume = [{"interruptId": "i1", "status": "resolved", "payload": {"ok": True},
+               "metadata": {"by": "me"}},
+              {"interruptId": "i2", "status": "cancelled"}]
+    assert parse_run_input(body(resume=resume)).resume == resume
+    assert parse_run_input(body(resume=None)).resume == []
 
 
 def test_what_the_real_client_sends_is_accepted_and_unknown_keys_are_kept() -> None:
@@ -125,6 +134,7 @@ def test_message_count_is_limited_before_validation() -> None:
     with pytest.raises(PayloadTooLarge) as info:
         parse_run_input(body(messages=messages), max_messages=3)
     assert info.value.status == 413 and info.value.code == "TOO_MANY_MESSAGES"
+    assert info.value.message == "a run request carries at most 3 messages"
     ok = [{"id": f"u{i}", "role": "user", "content": "hi"} for i in range(3)]
     assert len(parse_run_input(body(messages=ok), max_messages=3).messages) == 3
 
@@ -157,7 +167,8 @@ def test_message_ids_and_unknown_roles_must_be_printable(
     with pytest.raises(InputError) as info:
         parse_run_input(body(messages=[message]))
     assert info.value.code == "INVALID_REQUEST"
-    assert loc in [d["loc"] for d in info.value.details]
+    assert {"loc": loc, "message": "must contain only printable characters"} in (
+        info.value.details)
 
 
 @pytest.mark.parametrize(

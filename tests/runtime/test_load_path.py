@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
@@ -196,14 +197,16 @@ async def test_a_resume_before_the_run_log_window_is_410(serve: Any) -> None:
 async def test_retention_is_bounded_by_bytes_oldest_first(serve: Any) -> None:
     server = serve(agents=[_counting(20)], max_retained_bytes=8000)
     async with httpx.AsyncClient(base_url=server.url) as client:
-        for n in (1, 2, 3):
+        for n in (1, 2, 3, 4):
             body = run_body("x", run_id=f"r{n}", thread_id=f"t{n}", agentId="count")
             assert parse_sse((await client.post("/io-bridge/run", json=body)).text)
-        sizes = [server.run(f"r{n}").log.nbytes for n in (2, 3)]
+        sizes = [server.run(f"r{n}").log.nbytes for n in (3, 4)]
         assert sum(sizes) <= 8000 < sum(sizes) + min(sizes)  # room for two logs, not three
-        assert (await client.get("/io-bridge/runs/r1/events")).status_code == 404
-        for n in (2, 3):
+        for n in (1, 2):  # each eviction gave its bytes back: the window keeps moving
+            assert (await client.get(f"/io-bridge/runs/r{n}/events")).status_code == 404
+        for n in (3, 4):
             assert (await client.get(f"/io-bridge/runs/r{n}/events")).status_code == 200
+    assert server.runtime.retained_runs == 2
 
 
 async def test_retained_runs_expire_on_a_timer(serve: Any) -> None:
@@ -255,7 +258,8 @@ async def test_runs_over_the_per_principal_limit_are_429_and_store_nothing(serve
                 "/io-bridge/run", json=run_body("hi", thread_id="tb", run_id="rb"), headers=alice
             )
             assert over.status_code == 429
-            assert over.json()["error"]["code"] == "TOO_MANY_RUNS"
+            assert over.json()["error"] == {"code": "TOO_MANY_RUNS",
+                                            "message": "too many runs at once for this caller"}
             assert int(over.headers["retry-after"]) >= 1
             missing = await client.get("/io-bridge/threads/tb", headers=alice)
             assert missing.status_code == 404  # nothing was stored for the refused run
@@ -286,7 +290,9 @@ async def test_runs_over_the_total_limit_are_429(serve: Any) -> None:
             if event["type"] == "TOOL_CALL_END":
                 break
         over = await client.post("/io-bridge/run", json=run_body("hi", thread_id="tb"))
-        assert over.status_code == 429 and over.json()["error"]["code"] == "TOO_MANY_RUNS"
+        assert over.status_code == 429
+        assert over.json()["error"] == {
+            "code": "TOO_MANY_RUNS", "message": "the server is running as many runs as it may"}
 
 
 async def test_new_runs_during_shutdown_are_503_with_retry_after(serve: Any) -> None:
@@ -367,3 +373,65 @@ async def test_the_first_backend_of_a_process_tunes_the_collector_for_serving(
     assert freezes == [1]  # once per process
     assert thresholds == [app.SERVING_GC_THRESHOLDS]
     gc.unfreeze()
+
+
+# -- the store does not answer ------------------------------------------------------------
+
+
+class DownStore(MemoryThreadStore):
+    """A store whose run reads fail while ``failure`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failure: BaseException | None = None
+
+    async def read_for_run(self, thread_id: str, **kwargs: Any) -> RunRead:
+        if self.failure is not None:
+            raise self.failure
+        return await super().read_for_run(thread_id, **kwargs)
+
+
+async def test_a_run_whose_thread_cannot_be_read_is_503_and_holds_nothing() -> None:
+    store = DownStore()
+    with LiveServer(create_app(Settings(max_active_runs=1), store=store)) as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
+            store.failure = ConnectionRefusedError("connection refused")
+            for _ in range(2):  # the refused run released its admission slot: 503 again
+                refused = await client.post("/io-bridge/run", json=run_body("hi"))
+                assert refused.status_code == 503
+                assert refused.headers["retry-after"] == "5"
+                assert refused.json() == {"error": {
+                    "code": "STORE_UNAVAILABLE", "message": "the thread store does not answer"}}
+            store.failure = None
+            # Neither the runId nor the thread stayed claimed.
+            ran = parse_sse((await client.post("/io-bridge/run", json=run_body("hi"))).text)
+            assert ran[-1]["type"] == "RUN_FINISHED"
+            assert server.runtime.active_runs == 0
+
+
+
+class WriteFailingStore(MemoryThreadStore):
+    """A store whose run writes fail (a full disk, say)."""
+
+    async def write_for_run(self, thread_id: str, **kwargs: Any) -> None:
+        raise RuntimeError("disk full")
+
+
+async def test_a_run_whose_writes_fail_still_ends_and_the_operator_is_told(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with (
+        caplog.at_level(logging.ERROR, logger="iobridge.runtime"),
+        LiveServer(create_app(Settings(), store=WriteFailingStore())) as server,
+    ):
+        async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
+            events = parse_sse((await client.post("/io-bridge/run", json=run_body("hi"))).text)
+            assert (await client.get("/io-bridge/threads/t1")).status_code == 404
+            again = parse_sse((await client.post("/io-bridge/run", json=run_body(
+                "hi", run_id="r2"))).text)
+    assert events[-1]["type"] == again[-1]["type"] == "RUN_FINISHED"  # the thread was freed
+    failures = [r for r in caplog.records if r.getMessage().startswith("could not store")]
+    # Each run's start write and end write, each with its cause.
+    assert [r.getMessage().rsplit(" ", 1)[-1] for r in failures] == ["r1", "r1", "r2", "r2"]
+    assert failures[0].getMessage() == "could not store the messages of run r1"
+    assert all(r.exc_info is not None and r.exc_info[0] is RuntimeError for r in failures)

@@ -1,5 +1,6 @@
 """SIGTERM on a real ``iobridge serve`` process with 100 live runs: each client receives
-RUN_ERROR ``SERVER_SHUTDOWN``, what each run produced is stored, and the process exits 0."""
+RUN_ERROR ``SERVER_SHUTDOWN``, what each run produced is stored, and the process exits 0.
+The engine's drain, which that shutdown drives, is also tested in process."""
 
 from __future__ import annotations
 
@@ -10,12 +11,20 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from tests.helpers import free_port
+from tests.helpers import free_port, run_body, terminal
+
+from iobridge.agents.context import RunContext
+from iobridge.agents.function import FunctionAgent
+from iobridge.agents.outputs import AgentOutput
+from iobridge.protocol.options import parse_run_options
+from iobridge.protocol.run_input import parse_run_input
+from iobridge.runtime.engine import Runtime
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -102,3 +111,54 @@ def test_sigterm_ends_every_live_run_with_server_shutdown(tmp_path: Path) -> Non
         assert json.loads(messages[2][1])["error"] == (
             "the server shut down before the client answered"
         )
+
+
+# -- draining, in process (the engine the server's shutdown drives) -----------------------
+
+
+def _gated_agent(gates: dict[str, asyncio.Event]) -> FunctionAgent:
+    async def wait_for_gate(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        yield "working"
+        await gates[ctx.run_id].wait()
+        yield " done"
+
+    return FunctionAgent(wait_for_gate, id="gated")
+
+
+async def _start(runtime: Runtime, agent: FunctionAgent, run_id: str) -> Any:
+    run_input = parse_run_input(run_body("go", run_id=run_id, thread_id=f"t-{run_id}"))
+    return await runtime.start(run_input, parse_run_options({}), agent,
+                               owner="alice", resource_id="alice")
+
+
+async def test_drain_waits_for_live_runs_up_to_its_deadline_then_shutdown_ends_the_rest() -> None:
+    gates = {"quick": asyncio.Event(), "slow": asyncio.Event()}
+    agent = _gated_agent(gates)
+    runtime = Runtime()
+    quick, slow = [await _start(runtime, agent, run_id) for run_id in ("quick", "slow")]
+    asyncio.get_running_loop().call_later(0.05, gates["quick"].set)
+    started = time.monotonic()
+    await runtime.drain(0.5)
+    waited = time.monotonic() - started
+    # Not before its deadline (the loop may fire a timer a clock tick early).
+    assert waited >= 0.45
+    assert terminal(quick)["type"] == "RUN_FINISHED"
+    assert not slow.done
+    await runtime.aclose()
+    assert terminal(slow)["type"] == "RUN_ERROR"
+    assert terminal(slow)["code"] == "SERVER_SHUTDOWN"
+    assert terminal(slow)["message"] == "The server is shutting down."
+    assert runtime.active_runs == 0
+
+
+async def test_drain_returns_once_every_run_ended_or_at_once_without_runs() -> None:
+    gates = {"r1": asyncio.Event()}
+    runtime = Runtime()
+    started = time.monotonic()
+    await runtime.drain(30)
+    assert time.monotonic() - started < 5
+    run = await _start(runtime, _gated_agent(gates), "r1")
+    asyncio.get_running_loop().call_later(0.05, gates["r1"].set)
+    await asyncio.wait_for(runtime.drain(30), 10)
+    assert terminal(run)["type"] == "RUN_FINISHED"
+    await runtime.drain(0)  # nothing live, nothing to wait for

@@ -91,7 +91,9 @@ class Cluster(Coordinator, Protocol):
             LogTrimmed: the entries after ``after`` are no longer retained.
         """
 
-    async def forward(self, run: RemoteRun, command: Command, *, reply: bool = True) -> Command:
+    async def forward(
+        self, run: RemoteRun, command: Command, *, reply: bool = True  # pragma: no mutate
+    ) -> Command:
         """Send ``command`` to the run's owner and return its answer (``{}`` without reply).
 
         Raises:
@@ -152,7 +154,9 @@ class LocalCluster:
         raise RuntimeError("a single process has no remote runs")
         yield []  # pragma: no cover  (makes this an async generator)
 
-    async def forward(self, run: RemoteRun, command: Command, *, reply: bool = True) -> Command:
+    async def forward(
+        self, run: RemoteRun, command: Command, *, reply: bool = True  # pragma: no mutate
+    ) -> Command:
         raise RuntimeError("a single process has no remote runs")
 
     async def command(self, owner: str, run_id: str, command: Command) -> Command | None:

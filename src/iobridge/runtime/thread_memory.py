@@ -82,7 +82,7 @@ class RunMemory(Protocol):
         produced: Sequence[dict[str, Any]],
         *,
         finished: bool,
-        failed: bool = False,
+        failed: bool = False,  # pragma: no mutate
         raised: Sequence[dict[str, Any]] = (),
         state: Any = None,
     ) -> None:
@@ -159,7 +159,7 @@ class _StoreRun:
         produced: Sequence[dict[str, Any]],
         *,
         finished: bool,
-        failed: bool = False,
+        failed: bool = False,  # pragma: no mutate
         raised: Sequence[dict[str, Any]] = (),
         state: Any = None,
     ) -> None:
