@@ -62,23 +62,38 @@ def limited(tmp_path: Path) -> Iterator[Callable[..., LimitedServer]]:
         server.stop()
 
 
+class ResponseReader:
+    """HTTP/1.1 responses with Content-Length bodies, one after another from one socket
+    (bytes of the next response read with the previous one are kept for it)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buffer = b""
+
+    def _fill(self) -> None:
+        chunk = self.sock.recv(65536)
+        assert chunk, f"connection closed before a response: {self.buffer!r}"
+        self.buffer += chunk
+
+    def read(self) -> tuple[int, dict[str, str], bytes]:
+        while b"\r\n\r\n" not in self.buffer:
+            self._fill()
+        head, _, rest = self.buffer.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        headers = {k.lower(): v.strip()
+                   for k, _, v in (line.partition(":") for line in lines[1:])}
+        length = int(headers.get("content-length", "0"))
+        self.buffer = rest
+        while len(self.buffer) < length:
+            self._fill()
+        body, self.buffer = self.buffer[:length], self.buffer[length:]
+        return status, headers, body
+
+
 def read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
     """One HTTP/1.1 response with a Content-Length body."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        assert chunk, f"connection closed before a response: {data!r}"
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    status = int(lines[0].split()[1])
-    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-    length = int(headers.get("content-length", "0"))
-    while len(body) < length:
-        chunk = sock.recv(65536)
-        assert chunk
-        body += chunk
-    return status, headers, body[:length]
+    return ResponseReader(sock).read()
 
 
 def closed_by_peer(sock: socket.socket, within: float) -> float:
@@ -151,9 +166,11 @@ def test_a_body_sent_with_its_head_does_not_count_as_head(
                b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body))
     with server.connect() as sock:
         sock.sendall(request + body + get())  # and a pipelined request behind it
-        status, _, answer = read_response(sock)
-        assert status != 431, answer
-        assert read_response(sock)[0] == 200
+        responses = ResponseReader(sock)
+        status, _, answer = responses.read()
+        # 400: the title is over its limit, answered once the whole body was read.
+        assert status == 400 and json.loads(answer)["error"]["code"] != "HEADERS_TOO_LARGE"
+        assert responses.read()[0] == 200
 
 
 def test_header_count_at_and_over_the_limit(limited: Callable[..., LimitedServer]) -> None:
