@@ -164,38 +164,130 @@ static PyObject *Cipher_open(Cipher *self, PyObject *args) {
     return out;
 }
 
-/* pull_header(header_type, buf, offset, max_payload) -> header_type instance, or None when any
- * rule fails (the caller then runs the reference decoder, which raises the precise error).
- * Same order as wire.frame.pull_frame_header: CRC first, magic, version, reserved, frame type
- * 0, channel 0xFFFF, payload cap. */
-static PyObject *pull_header(PyObject *module, PyObject *args) {
-    PyTypeObject *cls;
-    Py_buffer view;
-    Py_ssize_t offset;
-    unsigned long long cap;
-    if (!PyArg_ParseTuple(args, "O!y*nK", &PyType_Type, &cls, &view, &offset, &cap)) return NULL;
-    const unsigned char *h = (const unsigned char *)view.buf + offset;
-    int ok = offset >= 0 && view.len - offset >= HEADER;
-    uint64_t seq = 0, len = 0;
-    unsigned ft = 0, ch = 0, flags = 0;
-    if (ok) {
-        uint32_t crc = ((uint32_t)h[21] << 24) | ((uint32_t)h[22] << 16) | ((uint32_t)h[23] << 8) | h[24];
-        ok = crc32c(h, PREFIX) == crc && memcmp(h, "NPAM", 4) == 0 && (h[4] >> 4) == 2;
-        for (int i = 25; ok && i < HEADER; i++) ok = h[i] == 0;
-        ft = ((unsigned)h[5] << 8) | h[6];
-        ch = ((unsigned)h[7] << 8) | h[8];
-        for (int i = 9; i < 17; i++) seq = (seq << 8) | h[i];
-        for (int i = 17; i < 21; i++) len = (len << 8) | h[i];
-        flags = h[4] & 0x0F;
-        ok = ok && ft != 0 && ch != 0xFFFF && len <= cap;
+static PyObject *str_release; /* interned "release" */
+
+/* Release a memoryview (NULL is fine), keeping any pending exception; 0 if it is still
+ * exported (someone kept a view of it). */
+static int release_view(PyObject *view) {
+    if (view == NULL) return 1;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *r = PyObject_CallMethodNoArgs(view, str_release);
+    int ok = r != NULL;
+    Py_XDECREF(r);
+    PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+    return ok;
+}
+
+/* seal_with(encrypt_into, verflags, frame_type, channel, seq, plaintext) -> whole frame bytes.
+ *
+ * For large frames: the AEAD is the caller's (cryptography's AESGCM.encrypt_into, whose bundled
+ * OpenSSL has the faster bulk GCM on this kind of CPU), the rest is done here. One allocation
+ * for the frame: a fresh bytes object, not yet visible to anyone, whose header is written here
+ * (CRC included) and whose payload region the AEAD writes through a writable memoryview that
+ * is released before the object is returned. */
+static PyObject *Cipher_seal_with(Cipher *self, PyObject *args) {
+    PyObject *encrypt_into, *plaintext;
+    unsigned verflags, ft, ch;
+    unsigned long long seq;
+    if (!PyArg_ParseTuple(args, "OIIIKO", &encrypt_into, &verflags, &ft, &ch, &seq, &plaintext))
+        return NULL;
+    Py_ssize_t n = PyObject_Length(plaintext);
+    if (n < 0) return NULL;
+    if (!check_fields(verflags, ft, ch) || n > 0x7FFFFFFF - HEADER - TAG) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_OverflowError, "payload too large");
+        return NULL;
     }
-    PyBuffer_Release(&view);
-    if (!ok) Py_RETURN_NONE;
+    Py_ssize_t sealed = n + TAG;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, HEADER + sealed);
+    if (out == NULL) return NULL;
+    unsigned char *buf = (unsigned char *)PyBytes_AS_STRING(out);
+    put_prefix(buf, verflags, ft, ch, seq, (uint64_t)sealed);
+    put_be(buf + PREFIX, crc32c(buf, PREFIX), 4);
+    memset(buf + 25, 0, HEADER - 25);
+    unsigned char nonce_octets[IVLEN];
+    nonce_for(self, seq, nonce_octets);
+    PyObject *nonce = PyBytes_FromStringAndSize((const char *)nonce_octets, IVLEN);
+    PyObject *aad = PyBytes_FromStringAndSize((const char *)buf, PREFIX);
+    PyObject *region = PyMemoryView_FromMemory((char *)buf + HEADER, sealed, PyBUF_WRITE);
+    PyObject *result = NULL;
+    if (nonce && aad && region) {
+        PyObject *argv[4] = {nonce, plaintext, aad, region};
+        result = PyObject_Vectorcall(encrypt_into, argv, 4, NULL);
+    }
+    int released = release_view(region);
+    Py_XDECREF(nonce);
+    Py_XDECREF(aad);
+    Py_XDECREF(region);
+    if (!released) {
+        /* The callee kept a view: keep the buffer alive (leak it) rather than let the view
+         * point at freed memory, and fail. */
+        Py_XDECREF(result);
+        PyErr_SetString(PyExc_RuntimeError, "encrypt_into kept a view of the frame buffer");
+        return NULL;
+    }
+    if (result == NULL) { Py_DECREF(out); return NULL; }
+    Py_DECREF(result);
+    return out;
+}
+
+/* open_with(decrypt, verflags, frame_type, channel, seq, payload_length, sealed) -> plaintext.
+ *
+ * The large-frame counterpart of open: AAD and nonce built here, the AEAD is the caller's
+ * (cryptography's AESGCM.decrypt, which raises InvalidTag on a forged frame). */
+static PyObject *Cipher_open_with(Cipher *self, PyObject *args) {
+    PyObject *decrypt, *sealed;
+    unsigned verflags, ft, ch;
+    unsigned long long seq, length;
+    if (!PyArg_ParseTuple(args, "OIIIKKO", &decrypt, &verflags, &ft, &ch, &seq, &length, &sealed))
+        return NULL;
+    if (!check_fields(verflags, ft, ch) || length > 0xFFFFFFFFull) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "bad payload length");
+        return NULL;
+    }
+    unsigned char aad_octets[PREFIX], nonce_octets[IVLEN];
+    put_prefix(aad_octets, verflags, ft, ch, seq, length);
+    nonce_for(self, seq, nonce_octets);
+    PyObject *nonce = PyBytes_FromStringAndSize((const char *)nonce_octets, IVLEN);
+    PyObject *aad = PyBytes_FromStringAndSize((const char *)aad_octets, PREFIX);
+    PyObject *result = NULL;
+    if (nonce && aad) {
+        PyObject *argv[3] = {nonce, sealed, aad};
+        result = PyObject_Vectorcall(decrypt, argv, 3, NULL);
+    }
+    Py_XDECREF(nonce);
+    Py_XDECREF(aad);
+    return result;
+}
+
+typedef struct {
+    uint64_t seq, len;
+    unsigned ft, ch, flags;
+} Fields;
+
+/* Same order as wire.frame.pull_frame_header: CRC first, magic, version, reserved, frame type
+ * 0, channel 0xFFFF, payload cap. 1 when every rule holds. */
+static int decode_header(const unsigned char *h, unsigned long long cap, Fields *f) {
+    uint32_t crc = ((uint32_t)h[21] << 24) | ((uint32_t)h[22] << 16) | ((uint32_t)h[23] << 8) | h[24];
+    int ok = crc32c(h, PREFIX) == crc && memcmp(h, "NPAM", 4) == 0 && (h[4] >> 4) == 2;
+    for (int i = 25; ok && i < HEADER; i++) ok = h[i] == 0;
+    f->ft = ((unsigned)h[5] << 8) | h[6];
+    f->ch = ((unsigned)h[7] << 8) | h[8];
+    f->seq = f->len = 0;
+    for (int i = 9; i < 17; i++) f->seq = (f->seq << 8) | h[i];
+    for (int i = 17; i < 21; i++) f->len = (f->len << 8) | h[i];
+    f->flags = h[4] & 0x0F;
+    return ok && f->ft != 0 && f->ch != 0xFFFF && f->len <= cap;
+}
+
+static PyObject *make_header(PyTypeObject *cls, const Fields *f) {
     PyObject *out = cls->tp_alloc(cls, 6);
     if (out == NULL) return NULL;
     PyObject *items[6] = {
-        PyLong_FromUnsignedLong(ft), PyLong_FromUnsignedLong(ch), PyLong_FromUnsignedLongLong(seq),
-        PyLong_FromUnsignedLongLong(len), PyLong_FromUnsignedLong(flags), PyLong_FromLong(2),
+        PyLong_FromUnsignedLong(f->ft), PyLong_FromUnsignedLong(f->ch),
+        PyLong_FromUnsignedLongLong(f->seq), PyLong_FromUnsignedLongLong(f->len),
+        PyLong_FromUnsignedLong(f->flags), PyLong_FromLong(2),
     };
     for (int i = 0; i < 6; i++) {
         if (items[i] == NULL) {
@@ -205,6 +297,53 @@ static PyObject *pull_header(PyObject *module, PyObject *args) {
         }
         PyTuple_SET_ITEM(out, i, items[i]);
     }
+    return out;
+}
+
+/* pull_header(header_type, buf, offset, max_payload) -> header_type instance, or None when any
+ * rule fails (the caller then runs the reference decoder, which raises the precise error). */
+static PyObject *pull_header(PyObject *module, PyObject *args) {
+    PyTypeObject *cls;
+    Py_buffer view;
+    Py_ssize_t offset;
+    unsigned long long cap;
+    if (!PyArg_ParseTuple(args, "O!y*nK", &PyType_Type, &cls, &view, &offset, &cap)) return NULL;
+    Fields f;
+    int ok = offset >= 0 && view.len - offset >= HEADER &&
+             decode_header((const unsigned char *)view.buf + offset, cap, &f);
+    PyBuffer_Release(&view);
+    if (!ok) Py_RETURN_NONE;
+    return make_header(cls, &f);
+}
+
+/* pull_frame(frame_type, header_type, buf, max_payload) -> frame_type((header, payload)), or
+ * None when any header rule fails or Payload Length is not the octets after the header (the
+ * caller then runs the reference decoder). The payload is one copy out of ``buf``. */
+static PyObject *pull_frame(PyObject *module, PyObject *args) {
+    PyTypeObject *frame_cls, *header_cls;
+    Py_buffer view;
+    unsigned long long cap;
+    if (!PyArg_ParseTuple(args, "O!O!y*K", &PyType_Type, &frame_cls, &PyType_Type, &header_cls,
+                          &view, &cap))
+        return NULL;
+    Fields f;
+    const unsigned char *h = (const unsigned char *)view.buf;
+    int ok = view.len >= HEADER && decode_header(h, cap, &f) &&
+             f.len == (uint64_t)(view.len - HEADER);
+    PyObject *payload = ok ? PyBytes_FromStringAndSize((const char *)h + HEADER, view.len - HEADER)
+                           : NULL;
+    PyBuffer_Release(&view);
+    if (!ok) Py_RETURN_NONE;
+    if (payload == NULL) return NULL;
+    PyObject *header = make_header(header_cls, &f);
+    PyObject *out = header ? frame_cls->tp_alloc(frame_cls, 2) : NULL;
+    if (out == NULL) {
+        Py_XDECREF(header);
+        Py_DECREF(payload);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(out, 0, header);
+    PyTuple_SET_ITEM(out, 1, payload);
     return out;
 }
 
@@ -219,6 +358,8 @@ static PyObject *crc32c_py(PyObject *module, PyObject *arg) {
 static PyMethodDef Cipher_methods[] = {
     {"seal", (PyCFunction)Cipher_seal, METH_VARARGS, "Seal one whole frame."},
     {"open", (PyCFunction)Cipher_open, METH_VARARGS, "Open a sealed region; None if forged."},
+    {"seal_with", (PyCFunction)Cipher_seal_with, METH_VARARGS, "Seal a frame with the given encrypt_into."},
+    {"open_with", (PyCFunction)Cipher_open_with, METH_VARARGS, "Open a sealed region with the given decrypt."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -237,6 +378,7 @@ static PyTypeObject CipherType = {
 static PyMethodDef module_methods[] = {
     {"crc32c", crc32c_py, METH_O, "CRC-32C (Castagnoli) of a buffer."},
     {"pull_header", pull_header, METH_VARARGS, "Decode a valid header, or None."},
+    {"pull_frame", pull_frame, METH_VARARGS, "Decode a valid whole frame, or None."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -246,6 +388,8 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__speedups(void) {
     crc_init();
+    str_release = PyUnicode_InternFromString("release");
+    if (str_release == NULL) return NULL;
     if (PyType_Ready(&CipherType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;

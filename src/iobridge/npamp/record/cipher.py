@@ -104,9 +104,11 @@ _VERFLAGS_URG = (VERSION << 4) | _ENC_URG
 _pack_prefix = HEADER_PREFIX.pack
 _pack_tail = HEADER_TAIL.pack
 _crc = google_crc32c.value
-#: Largest sealed region sent through the compiled path. It saves the per-call overhead, which
-#: dominates small frames; on large ones cryptography's bundled OpenSSL has the faster GCM
-#: (bench/npamp_frames.py shows the crossover between 1 and 4 KiB on this machine).
+#: Largest sealed region the compiled path encrypts with the system libcrypto. It saves the
+#: per-call overhead, which dominates small frames; on large ones cryptography's bundled OpenSSL
+#: has the faster bulk GCM (bench/npamp_frames.py shows the crossover between 1 and 4 KiB on
+#: this machine), so above this the compiled path builds the frame and calls that AEAD
+#: (``seal_with``/``open_with``: one allocation per frame, no concatenation).
 COMPILED_MAX_SEALED = 2048
 
 
@@ -130,7 +132,7 @@ class RecordCipher:
         suite: The AEAD suite code point.
     """
 
-    __slots__ = ("_aead", "_decrypt", "_encrypt", "_fast", "_iv", "suite")
+    __slots__ = ("_aead", "_decrypt", "_encrypt", "_encrypt_into", "_fast", "_iv", "suite")
 
     def __init__(self, suite: int, key: bytes, iv: bytes, *, compiled: bool = True) -> None:
         """Build the cipher.
@@ -157,6 +159,7 @@ class RecordCipher:
         self._iv = int.from_bytes(iv, "big")
         # Bound once: the per-frame paths of SendState/ReceiveState call these directly.
         self._encrypt = self._aead.encrypt
+        self._encrypt_into = self._aead.encrypt_into
         self._decrypt = self._aead.decrypt
         self._fast = (
             _speedups.Cipher(key, iv)
@@ -298,9 +301,14 @@ class SendState:
         verflags = _VERFLAGS_URG if urgent else _VERFLAGS
         cipher = self._cipher
         fast = cipher._fast
-        if fast is not None and sealed_len <= COMPILED_MAX_SEALED:
+        if fast is not None:
             try:
-                out = fast.seal(verflags, frame_type, self.channel, seq, plaintext)
+                if sealed_len <= COMPILED_MAX_SEALED:
+                    out = fast.seal(verflags, frame_type, self.channel, seq, plaintext)
+                else:
+                    out = fast.seal_with(
+                        cipher._encrypt_into, verflags, frame_type, self.channel, seq, plaintext
+                    )
             except OverflowError as exc:
                 raise LocalProtocolError(f"header field out of range: {exc}") from exc
             self.next_seq = seq + 1
@@ -376,10 +384,19 @@ class ReceiveState:
         # open_frame inlined: the AAD is the header prefix re-packed (lossless), one AEAD call.
         cipher = self._cipher
         fast = cipher._fast
-        if fast is not None and length <= COMPILED_MAX_SEALED:
-            opened = fast.open((version << 4) | flags, frame_type, channel, seq, length, payload)
-            if opened is None:
-                raise AeadFailure("AEAD tag did not verify")
+        if fast is not None:
+            verflags = (version << 4) | flags
+            if length <= COMPILED_MAX_SEALED:
+                opened = fast.open(verflags, frame_type, channel, seq, length, payload)
+                if opened is None:
+                    raise AeadFailure("AEAD tag did not verify")
+            else:
+                try:
+                    opened = fast.open_with(
+                        cipher._decrypt, verflags, frame_type, channel, seq, length, payload
+                    )
+                except InvalidTag as exc:
+                    raise AeadFailure("AEAD tag did not verify") from exc
             self.expected_seq = expected + 1
             return opened
         aad = _pack_prefix(MAGIC, (version << 4) | flags, frame_type, channel, seq, length)

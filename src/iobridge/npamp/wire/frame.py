@@ -69,6 +69,7 @@ __all__ = [
     "pull_frame",
     "pull_frame_header",
     "pull_frame_header_reference",
+    "pull_frame_reference",
     "push_frame",
     "push_frame_header",
     "push_header_prefix",
@@ -105,6 +106,7 @@ _HEADER = struct.Struct(">4sBHHQII11s")  # octets 0-35
 _RESERVED = bytes(RESERVED_SIZE)
 _new_tuple = tuple.__new__
 _fast_header = None if _speedups is None else _speedups.pull_header
+_fast_frame = None if _speedups is None else _speedups.pull_frame
 
 
 class Flags(IntFlag):
@@ -389,15 +391,30 @@ def pull_frame_header_reference(
 def pull_frame(buf: bytes, *, max_payload_length: int = DEFAULT_MAX_PAYLOAD_LENGTH) -> Frame:
     """Decode exactly one whole frame; Payload Length must equal the octets after the header.
 
+    Like :func:`pull_frame_header`, a valid frame is decoded by the compiled module when it is
+    installed, anything else by :func:`pull_frame_reference`, which raises the precise error.
+
     Raises:
         FrameDecodeError: Any header rule, or a length mismatch.
     """
-    header = pull_frame_header(buf, max_payload_length=max_payload_length)
+    if _fast_frame is not None:
+        frame = _fast_frame(Frame, FrameHeader, buf, max_payload_length)
+        if frame is not None:
+            return frame
+    return pull_frame_reference(buf, max_payload_length=max_payload_length)
+
+
+def pull_frame_reference(
+    buf: bytes, *, max_payload_length: int = DEFAULT_MAX_PAYLOAD_LENGTH
+) -> Frame:
+    """The pure-Python :func:`pull_frame` (same contract; the reference)."""
+    header = pull_frame_header_reference(buf, max_payload_length=max_payload_length)
     if header.payload_length != len(buf) - HEADER_SIZE:
         raise FrameDecodeError(
             f"payload length {header.payload_length} != {len(buf) - HEADER_SIZE} octets present"
         )
-    return _new_tuple(Frame, (header, bytes(buf[HEADER_SIZE:])))
+    payload = buf[HEADER_SIZE:]  # one copy (slicing bytes already gives bytes)
+    return _new_tuple(Frame, (header, payload if type(payload) is bytes else bytes(payload)))
 
 
 class FrameReader:
