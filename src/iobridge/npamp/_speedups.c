@@ -164,21 +164,41 @@ static PyObject *Cipher_open(Cipher *self, PyObject *args) {
     return out;
 }
 
-static PyObject *str_release; /* interned "release" */
+/* A writable window on a region of a bytes object under construction, lent to the AEAD. It
+ * counts its buffer exports, so after the call we know whether any view of it (a memoryview,
+ * a slice of one) is still alive. */
+typedef struct {
+    PyObject_HEAD
+    char *buf;
+    Py_ssize_t len;
+    Py_ssize_t exports;
+} Window;
 
-/* Release a memoryview (NULL is fine), keeping any pending exception; 0 if it is still
- * exported (someone kept a view of it). */
-static int release_view(PyObject *view) {
-    if (view == NULL) return 1;
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyObject *r = PyObject_CallMethodNoArgs(view, str_release);
-    int ok = r != NULL;
-    Py_XDECREF(r);
-    PyErr_Clear();
-    PyErr_Restore(type, value, tb);
-    return ok;
+static int Window_getbuffer(Window *self, Py_buffer *view, int flags) {
+    if (self->buf == NULL) {
+        PyErr_SetString(PyExc_BufferError, "the frame buffer window is closed");
+        return -1;
+    }
+    if (PyBuffer_FillInfo(view, (PyObject *)self, self->buf, self->len, 0, flags) < 0) return -1;
+    self->exports++;
+    return 0;
 }
+
+static void Window_releasebuffer(Window *self, Py_buffer *view) { self->exports--; }
+
+static PyBufferProcs Window_as_buffer = {
+    (getbufferproc)Window_getbuffer,
+    (releasebufferproc)Window_releasebuffer,
+};
+
+static PyTypeObject WindowType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "iobridge.npamp._speedups._Window",
+    .tp_basicsize = sizeof(Window),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Writable window on a frame under construction (internal).",
+    .tp_as_buffer = &Window_as_buffer,
+};
 
 /* seal_with(encrypt_into, verflags, frame_type, channel, seq, plaintext) -> whole frame bytes.
  *
@@ -210,22 +230,30 @@ static PyObject *Cipher_seal_with(Cipher *self, PyObject *args) {
     nonce_for(self, seq, nonce_octets);
     PyObject *nonce = PyBytes_FromStringAndSize((const char *)nonce_octets, IVLEN);
     PyObject *aad = PyBytes_FromStringAndSize((const char *)buf, PREFIX);
-    PyObject *region = PyMemoryView_FromMemory((char *)buf + HEADER, sealed, PyBUF_WRITE);
+    Window *region = PyObject_New(Window, &WindowType);
     PyObject *result = NULL;
+    if (region != NULL) {
+        region->buf = (char *)buf + HEADER;
+        region->len = sealed;
+        region->exports = 0;
+    }
     if (nonce && aad && region) {
-        PyObject *argv[4] = {nonce, plaintext, aad, region};
+        PyObject *argv[4] = {nonce, plaintext, aad, (PyObject *)region};
         result = PyObject_Vectorcall(encrypt_into, argv, 4, NULL);
     }
-    int released = release_view(region);
     Py_XDECREF(nonce);
     Py_XDECREF(aad);
-    Py_XDECREF(region);
-    if (!released) {
-        /* The callee kept a view: keep the buffer alive (leak it) rather than let the view
-         * point at freed memory, and fail. */
-        Py_XDECREF(result);
-        PyErr_SetString(PyExc_RuntimeError, "encrypt_into kept a view of the frame buffer");
-        return NULL;
+    if (region != NULL) {
+        int kept = region->exports != 0;
+        region->buf = NULL; /* no new view from here on */
+        Py_DECREF(region);
+        if (kept) {
+            /* The callee kept a view: leak the frame rather than let the view point at freed
+             * memory (or at a bytes object others take as immutable), and fail. */
+            Py_XDECREF(result);
+            PyErr_SetString(PyExc_RuntimeError, "encrypt_into kept a view of the frame buffer");
+            return NULL;
+        }
     }
     if (result == NULL) { Py_DECREF(out); return NULL; }
     Py_DECREF(result);
@@ -388,8 +416,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__speedups(void) {
     crc_init();
-    str_release = PyUnicode_InternFromString("release");
-    if (str_release == NULL) return NULL;
+    if (PyType_Ready(&WindowType) < 0) return NULL;
     if (PyType_Ready(&CipherType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
