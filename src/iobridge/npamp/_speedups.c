@@ -375,6 +375,71 @@ static PyObject *pull_frame(PyObject *module, PyObject *args) {
     return out;
 }
 
+/* open_frames(buf, pos, channel, seq, cap, max_sealed, stop) -> (pos, seq, [(type, seq, urgent,
+ * plaintext), ...]).
+ *
+ * The receive loop of an open association for a run of ordinary frames on one channel: decode
+ * each whole frame at buf[pos:], check it (header rules, this channel, ENC, exactly the expected
+ * sequence number, a sealed region of TAG..max_sealed octets, no COMP/FRAG, a type not in
+ * ``stop``), AEAD-open it in place (no copy of the sealed region; AAD = header octets 0-20 as
+ * transmitted) and move on. It stops before the first frame that is incomplete or fails any of
+ * these, without consuming it: the caller's reference path then takes that frame and raises
+ * the precise error, or handles it (another channel, a PING, a large frame...). */
+static PyObject *Cipher_open_frames(Cipher *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t pos, max_sealed;
+    unsigned ch;
+    unsigned long long seq, cap;
+    PyObject *stop;
+    if (!PyArg_ParseTuple(args, "y*nIKKnO!", &view, &pos, &ch, &seq, &cap, &max_sealed,
+                          &PyFrozenSet_Type, &stop))
+        return NULL;
+    PyObject *frames = PyList_New(0);
+    const unsigned char *base = (const unsigned char *)view.buf;
+    while (frames != NULL && pos >= 0 && view.len - pos >= HEADER) {
+        const unsigned char *h = base + pos;
+        Fields f;
+        if (!decode_header(h, cap, &f) || f.ch != ch || !(f.flags & 0x02) || (f.flags & 0x0C) ||
+            f.seq != seq || f.len < TAG || f.len > (uint64_t)max_sealed ||
+            (uint64_t)(view.len - pos - HEADER) < f.len)
+            break;
+        PyObject *type = PyLong_FromUnsignedLong(f.ft);
+        int stopped = type == NULL ? -1 : PySet_Contains(stop, type);
+        if (stopped != 0) {
+            Py_XDECREF(type);
+            if (stopped < 0) Py_CLEAR(frames);
+            break;
+        }
+        Py_ssize_t n = (Py_ssize_t)f.len - TAG;
+        PyObject *plaintext = PyBytes_FromStringAndSize(NULL, n);
+        if (plaintext == NULL) { Py_DECREF(type); Py_CLEAR(frames); break; }
+        unsigned char nonce[IVLEN];
+        nonce_for(self, seq, nonce);
+        unsigned char *out = (unsigned char *)PyBytes_AS_STRING(plaintext);
+        const unsigned char *in = h + HEADER;
+        int len = 0, fin = 0;
+        int ok = EVP_DecryptInit_ex(self->dec, NULL, NULL, NULL, nonce) == 1 &&
+                 EVP_DecryptUpdate(self->dec, NULL, &len, h, PREFIX) == 1 &&
+                 EVP_DecryptUpdate(self->dec, out, &len, in, (int)n) == 1 &&
+                 EVP_CIPHER_CTX_ctrl(self->dec, EVP_CTRL_GCM_SET_TAG, TAG, (void *)(in + n)) == 1 &&
+                 EVP_DecryptFinal_ex(self->dec, out + len, &fin) == 1;
+        if (!ok) { Py_DECREF(type); Py_DECREF(plaintext); break; } /* forged: the caller raises */
+        PyObject *item = Py_BuildValue("(NKON)", type, seq, (f.flags & 0x01) ? Py_True : Py_False,
+                                       plaintext);
+        if (item == NULL || PyList_Append(frames, item) < 0) {
+            Py_XDECREF(item);
+            Py_CLEAR(frames);
+            break;
+        }
+        Py_DECREF(item);
+        pos += HEADER + (Py_ssize_t)f.len;
+        seq++;
+    }
+    PyBuffer_Release(&view);
+    if (frames == NULL) return NULL;
+    return Py_BuildValue("(nKN)", pos, seq, frames);
+}
+
 static PyObject *crc32c_py(PyObject *module, PyObject *arg) {
     Py_buffer data;
     if (PyObject_GetBuffer(arg, &data, PyBUF_SIMPLE) < 0) return NULL;
@@ -386,6 +451,7 @@ static PyObject *crc32c_py(PyObject *module, PyObject *arg) {
 static PyMethodDef Cipher_methods[] = {
     {"seal", (PyCFunction)Cipher_seal, METH_VARARGS, "Seal one whole frame."},
     {"open", (PyCFunction)Cipher_open, METH_VARARGS, "Open a sealed region; None if forged."},
+    {"open_frames", (PyCFunction)Cipher_open_frames, METH_VARARGS, "Open a run of frames of one channel."},
     {"seal_with", (PyCFunction)Cipher_seal_with, METH_VARARGS, "Seal a frame with the given encrypt_into."},
     {"open_with", (PyCFunction)Cipher_open_with, METH_VARARGS, "Open a sealed region with the given decrypt."},
     {NULL, NULL, 0, NULL},

@@ -12,6 +12,16 @@ class Cipher:
     def open(
         self, verflags: int, frame_type: int, channel: int, seq: int, length: int, sealed: bytes
     ) -> bytes | None: ...
+    def open_frames(
+        self,
+        buf: bytes | bytearray,
+        pos: int,
+        channel: int,
+        seq: int,
+        cap: int,
+        max_sealed: int,
+        stop: frozenset[int],
+    ) -> tuple[int, int, list[tuple[int, int, bool, bytes]]]: ...
     def seal_with(
         self,
         encrypt_into: Callable[..., int],

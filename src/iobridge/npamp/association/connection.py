@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import suppress
+from functools import partial
 from dataclasses import dataclass
 
 from iobridge.npamp.association.events import (
@@ -209,13 +210,43 @@ class NpampConnection:
         events: list[Event] = []
         if self._state is AssociationState.CLOSED:
             return events
+        reader = self._reader
         try:
-            self._reader.receive_data(data)
-            while self._state not in TERMINAL_STATES and (frame := self._reader.next_frame()):
+            reader.receive_data(data)
+            while self._state not in TERMINAL_STATES:
+                if self._state is AssociationState.OPEN:
+                    self._open_runs(events)
+                frame = reader.next_frame()
+                if frame is None:
+                    break
                 self._process(frame, events)
         except NpampError as exc:
             self._fail(exc, events)
         return events
+
+    def _open_runs(self, events: list[Event]) -> None:
+        """The per-frame path of an open association: runs of ordinary sealed frames of one
+        enabled channel are opened by one compiled call each, straight from the receive
+        buffer; whatever that does not take goes through :meth:`_process`."""
+        reader, cap = self._reader, self.config.max_payload_length
+        while (channel := reader.next_channel()) is not None and channel in self._channels:
+            st = self._recv.get(channel)
+            if st is None:
+                st = self._recv_state(channel)
+            stop = _HANDLED_ON_CONTROL if channel == Channel.CONTROL else _HANDLED_ANYWHERE
+            frames = reader.take(partial(st.open_run, max_payload_length=cap, stop=stop))
+            if not frames:
+                return
+            for frame_type, seq, urgent, payload in frames:
+                events.append(
+                    FrameReceived(
+                        channel=channel,
+                        frame_type=frame_type,
+                        payload=payload,
+                        seq=seq,
+                        urgent=urgent,
+                    )
+                )
 
     def send_frame(
         self, channel: int, frame_type: int, payload: bytes, *, urgent: bool = False
@@ -494,3 +525,6 @@ _HANDLERS: dict[int, tuple[_Handler, bool]] = {
     FrameType.ERROR: (NpampConnection._on_error, True),
     **{t: (NpampConnection._on_handshake_type, True) for t in _HANDSHAKE_TYPES},
 }
+#: Frame types the association acts on, per channel: never taken by the compiled loop.
+_HANDLED_ON_CONTROL = frozenset(_HANDLERS)
+_HANDLED_ANYWHERE = frozenset(t for t, (_, control_only) in _HANDLERS.items() if not control_only)

@@ -408,6 +408,26 @@ class ReceiveState:
         self.expected_seq = expected + 1
         return plaintext
 
+    def open_run(
+        self, buf: bytearray, pos: int, max_payload_length: int, stop: frozenset[int]
+    ) -> tuple[int, list[tuple[int, int, bool, bytes]]]:
+        """Open, in one compiled call, the whole frames at ``buf[pos:]`` that are ordinary
+        sealed frames of this channel: ``(new position, [(frame_type, seq, urgent, plaintext)])``.
+
+        It stops, without consuming it, before the first frame that is incomplete, of another
+        channel, of a type in ``stop``, not exactly the next sequence number, too large for
+        the compiled AEAD, with COMP/FRAG, or forged: :meth:`open` then takes that one and
+        raises the precise error. Without the compiled path nothing is consumed.
+        """
+        fast = self._cipher._fast
+        if fast is None:
+            return pos, []
+        pos, self.expected_seq, frames = fast.open_frames(
+            buf, pos, self.channel, self.expected_seq, max_payload_length, COMPILED_MAX_SEALED,
+            stop,
+        )
+        return pos, frames
+
     def rekey(self, cipher: RecordCipher, epoch: int) -> None:
         """Switch to a new epoch's cipher; sequence numbers restart at 0."""
         self._cipher = cipher
