@@ -739,3 +739,41 @@ def test_compiled_receive_loop_stops_at_a_bad_frame_and_the_reference_path_rejec
         b"event 0", b"event 1", b"event 2",
     ]
     assert isinstance(terminated(events).error, AeadFailure if fault == "forged" else SequenceGap)
+
+
+@pytest.mark.parametrize("interval", [None, 3])
+def test_send_frames_seals_the_octets_send_frame_would(interval: int | None) -> None:
+    """The batch sender: the same frames (types, sequence numbers, payloads, key updates at
+    the same places) as frame-by-frame sending, across key-update boundaries and with a frame
+    too large for the compiled AEAD in the batch. (Octet equality of the sealing itself is
+    test_record's seal_many test: two pairs have different keys.)"""
+    config = AssociationConfig(key_update_interval=interval)
+    frames = [(0x0104, b"event %d" % i) for i in range(8)]
+    mixed = [*frames[:4], (0x0104, bytes(5000)), *frames[4:]]
+    seen = []
+    for batched in (False, True):
+        client, server = make_pair(server_config=config)
+        for batch in (frames, mixed):
+            if batched:
+                server.send_frames(BRIDGE, batch)
+            else:
+                for frame_type, payload in batch:
+                    server.send_frame(BRIDGE, frame_type, payload)
+        events = client.receive_data(server.data_to_send())
+        assert [e.payload for e in events if isinstance(e, FrameReceived)] == [
+            p for _, p in frames + mixed
+        ]
+        seen.append([(type(e), getattr(e, "seq", None), getattr(e, "epoch", None)) for e in events])
+    assert seen[0] == seen[1]
+    assert (KeyUpdated in {kind for kind, _, _ in seen[0]}) is (interval is not None)
+
+
+def test_send_frames_refuses_the_whole_batch_on_a_bad_frame() -> None:
+    _, server = make_pair()
+    with pytest.raises(LocalProtocolError):
+        server.send_frames(BRIDGE, [(0x0104, b"ok"), (FrameType.PING, b"")])
+    with pytest.raises(PayloadTooLarge):
+        server.send_frames(BRIDGE, [(0x0104, b"ok"), (0x0104, bytes(1 << 24))])
+    assert server.data_to_send() == b""
+    server.send_frames(BRIDGE, [])
+    assert server.data_to_send() == b""

@@ -358,3 +358,18 @@ def test_seal_with_writes_the_frame_through_the_given_aead_and_lets_no_view_esca
     )
     with pytest.raises(InvalidTag):
         fast.open_with(aead.decrypt, 0x22, 0x0100, 0x000D, 6, len(payload), payload)
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "reference"])
+def test_seal_many_is_seal_frame_by_frame(compiled: bool) -> None:
+    frames = [(0x0104, b"e%d" % i) for i in range(5)] + [(0x0105, bytes(COMPILED_MAX_SEALED))]
+    cipher = RecordCipher(SUITE_AES_256_GCM, KEY, IV, compiled=compiled)
+    one, many = SendState(0x000D, cipher), SendState(0x000D, cipher)
+    one.next_seq = many.next_seq = 7
+    expected = b"".join(one.seal(t, p) for t, p in frames)
+    assert many.seal_many(frames[:5]) + many.seal_many(frames[5:]) == expected
+    assert many.next_seq == one.next_seq == 13
+    many.next_seq = LAST_DATA_SEQUENCE - 1
+    with pytest.raises(SequenceExhausted):
+        many.seal_many(frames[:3])
+    assert many.next_seq == LAST_DATA_SEQUENCE - 1  # nothing sealed

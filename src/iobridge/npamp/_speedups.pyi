@@ -12,6 +12,9 @@ class Cipher:
     def open(
         self, verflags: int, frame_type: int, channel: int, seq: int, length: int, sealed: bytes
     ) -> bytes | None: ...
+    def seal_many(
+        self, verflags: int, channel: int, seq: int, frames: list[tuple[int, bytes]]
+    ) -> bytes: ...
     def open_frames(
         self,
         buf: bytes | bytearray,

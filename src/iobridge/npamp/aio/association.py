@@ -109,8 +109,7 @@ class Association:
             NpampError: The association has ended (its error, or ``TransportError``).
         """
         self._check_alive()
-        for frame_type, payload in frames:
-            self._conn.send_frame(channel, frame_type, payload)
+        self._conn.send_frames(channel, list(frames))
         await self._flush()
 
     def _check_alive(self) -> None:

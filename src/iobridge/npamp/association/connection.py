@@ -38,8 +38,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import suppress
-from functools import partial
 from dataclasses import dataclass
+from functools import partial
 
 from iobridge.npamp.association.events import (
     CloseReceived,
@@ -71,7 +71,13 @@ from iobridge.npamp.errors import (
 )
 from iobridge.npamp.handshake.machine import ClientHandshake, ServerHandshake
 from iobridge.npamp.record import keyschedule as ks
-from iobridge.npamp.record.cipher import TAG_SIZE, ReceiveState, RecordCipher, SendState
+from iobridge.npamp.record.cipher import (
+    LAST_DATA_SEQUENCE,
+    TAG_SIZE,
+    ReceiveState,
+    RecordCipher,
+    SendState,
+)
 from iobridge.npamp.wire.frame import (
     DEFAULT_MAX_PAYLOAD_LENGTH,
     Channel,
@@ -278,6 +284,43 @@ class NpampConnection:
             raise PayloadTooLarge(f"payload of {len(payload)} octets exceeds the frame cap")
         self._move(In.SEND_DATA, local=True)
         self._seal(channel, frame_type, payload, urgent=urgent)
+
+    def send_frames(self, channel: int, frames: list[tuple[int, bytes]]) -> None:
+        """Seal and queue several application frames of one channel, in order: the same frames
+        as :meth:`send_frame` one by one, sealed in batches (the producer's per-event path).
+
+        Raises:
+            LocalProtocolError, InvalidState: As :meth:`send_frame`; a frame that is refused
+                refuses the whole batch before anything is queued.
+        """
+        self._check_channel(channel)
+        cap = self.config.max_payload_length - TAG_SIZE
+        for frame_type, payload in frames:
+            if not 0 < frame_type <= 0xFFFF:
+                raise LocalProtocolError(f"frame type {frame_type!r} must be in 1..0xFFFF")
+            handled = _HANDLERS.get(frame_type)
+            if handled is not None and (channel == Channel.CONTROL or not handled[1]):
+                raise LocalProtocolError(
+                    f"frame type 0x{frame_type:04x} on channel 0x{channel:04x} is managed by "
+                    "the association; use ping(), key_update() or close()"
+                )
+            if len(payload) > cap:
+                raise PayloadTooLarge(f"payload of {len(payload)} octets exceeds the frame cap")
+        if not frames:
+            return
+        self._move(In.SEND_DATA, local=True)
+        st = self._send_state(channel)
+        interval = self.config.key_update_interval
+        start = 0
+        while start < len(frames):
+            if st.exhausted or (interval is not None and st.next_seq >= interval):
+                self._rotate(channel)
+            room = LAST_DATA_SEQUENCE - st.next_seq + 1
+            if interval is not None:
+                room = min(room, interval - st.next_seq)
+            batch = frames[start : start + room]
+            self._out.append(st.seal_many(batch))
+            start += len(batch)
 
     def ping(self, channel: int = Channel.CONTROL, payload: bytes = b"") -> None:
         """Queue a PING; the peer's PONG is reported as :class:`PongReceived`.
