@@ -5,9 +5,11 @@ in-memory store, every peer agreed on AG-UI, the offline demo agent); a second p
 bare TLS 1.3 handshakes with the same certificate. The client side (this process, one event
 loop) opens ``--associations`` N-PAMP associations at once through
 :func:`iobridge.npamp_server.client.connect` with its default TLS settings, each running one
-short run to its end, then N bare TLS handshakes at once (one shared client context). It prints
-both rates, their ratio, the p50/p99 time from ``connect()`` to the first AG-UI event, and the
-median of sequential ``connect()`` calls. Run:
+short run to its end, then N bare TLS handshakes at once with the very TLS settings of both
+ends (``server_ssl_context`` there, ``connect()``'s default client context here). It prints both
+rates, their ratio, each side's CPU per association / handshake (this process's
+``time.process_time``, the server's scheduler time in ns), the p50/p99 time from ``connect()``
+to the first AG-UI event, and the median of sequential ``connect()`` calls. Run:
 ``.venv/bin/python bench/npamp_associations.py [--associations N] [--sequential M]``.
 """
 
@@ -28,7 +30,7 @@ from pathlib import Path
 
 from _harness import cpu_ns, free_port, wait_for_port
 
-from iobridge.npamp.aio import self_signed_certificate
+from iobridge.npamp.aio import client_ssl_context, self_signed_certificate
 from iobridge.npamp.handshake import IdentityKey, SignatureScheme, keygen, load_identity
 from iobridge.npamp_server.client import connect
 
@@ -37,11 +39,12 @@ RUN = {
     "runId": "r",
     "messages": [{"id": "u1", "role": "user", "content": "hello"}],
 }
+# The N-PAMP listener's own TLS settings (TLS 1.3 only, ALPN n-pamp/2, the same P-256
+# certificate): the baseline differs from an association only by what N-PAMP adds.
 BARE_TLS_SERVER = """
-import asyncio, ssl, sys
-ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-ctx.load_cert_chain(sys.argv[1], sys.argv[2])
-ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+import asyncio, sys
+from iobridge.npamp.aio import server_ssl_context
+ctx = server_ssl_context(sys.argv[1], sys.argv[2])
 async def main():
     async def done(reader, writer):
         writer.close()
@@ -121,9 +124,7 @@ async def main(associations: int, sequential: int) -> None:
             *(_association(port, identity, pin, i) for i in range(associations))
         )
         assoc = cpu.stop()
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+        ctx = client_ssl_context(verify=False)  # what connect() uses by default
         cpu = _Cpu(tls_pid)
         await asyncio.gather(*(_bare_tls(tls_port, ctx) for _ in range(associations)))
         tls = cpu.stop()
