@@ -50,9 +50,6 @@ from iobridge.npamp.handshake import IdentityKey, SignatureScheme, keygen, load_
 from iobridge.npamp_server.client import connect
 from iobridge.npamp_server.server import AgUiServer
 
-FRAME_OVERHEAD = 36 + 16  # frame header + AES-256-GCM tag
-
-
 
 def _agent(deltas: int) -> FunctionAgent:
     async def stream(ctx: RunContext) -> AsyncIterator[AgentOutput]:
@@ -63,16 +60,21 @@ def _agent(deltas: int) -> FunctionAgent:
 
 
 async def _npamp(client: Any, run: Any) -> tuple[int, int, float]:
-    """Events, wire bytes and seconds for one N-PAMP stream."""
+    """Events, wire bytes and seconds for one N-PAMP stream.
+
+    Wire bytes are counted per chunk the association reads (whole frames as they come out of
+    TLS), like the SSE side counts its body chunks: no per-frame hook on one side only.
+    """
     wire = 0
-    original = client.session.receive_frame
+    conn = client.association._conn
+    original = conn.receive_data
 
-    def counting(frame_type: int, payload: bytes) -> Any:
+    def counting(data: bytes) -> Any:
         nonlocal wire
-        wire += len(payload) + FRAME_OVERHEAD
-        return original(frame_type, payload)
+        wire += len(data)
+        return original(data)
 
-    client.session.receive_frame = counting
+    conn.receive_data = counting
     start = time.perf_counter()
     count = 0
     async for _ in run:

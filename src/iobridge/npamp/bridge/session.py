@@ -88,6 +88,7 @@ AGUI_PROTOCOL_ID = 0x35
 RUN_METHOD = "run"
 _MAX_U64 = (1 << 64) - 1
 _DATA = int(Control.DATA)
+_CONSUMING = StreamState.CONSUMING
 
 
 # --- the session ---------------------------------------------------------------------------
@@ -233,9 +234,9 @@ class BridgeSession:
         """
         if len(payload) < TLV_HEADER_SIZE:
             return None
-        end = TLV_HEADER_SIZE + int.from_bytes(payload[2:4], "big")
+        end = TLV_HEADER_SIZE + ((payload[2] << 8) | payload[3])
         stream = self._recv_envelopes.get(payload[:end])
-        if stream is None or stream.state is not StreamState.CONSUMING:
+        if stream is None or stream.state is not _CONSUMING:
             return None
         control = peek_data_stream_control(payload, end)
         if control is None or control[0] <= stream.last_event_id:
