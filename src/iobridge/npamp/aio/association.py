@@ -32,7 +32,7 @@ from iobridge.npamp.handshake.machine import ClientHandshake, HandshakeConfig, S
 
 __all__ = ["Association", "Handler", "NpampServer", "TransportConfig", "connect", "serve"]
 
-_READ_SIZE = 1 << 18
+_READ_SIZE = 1 << 16
 
 Handler = Callable[["Association"], Awaitable[None]]
 """Per-association server callback."""
@@ -312,11 +312,7 @@ async def connect(
     try:
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(
-                host,
-                port,
-                ssl=ssl_ctx,
-                ssl_handshake_timeout=config.handshake_timeout,
-                limit=_READ_SIZE,
+                host, port, ssl=ssl_ctx, ssl_handshake_timeout=config.handshake_timeout
             ),
             config.handshake_timeout,
         )
@@ -405,6 +401,5 @@ async def serve(
         port,
         ssl=ssl_ctx,
         ssl_handshake_timeout=config.handshake_timeout,
-        limit=_READ_SIZE,
     )
     return npamp_server
