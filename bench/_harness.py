@@ -54,6 +54,19 @@ def wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float = 
     raise RuntimeError(f"server did not listen on {port} within {timeout:.0f} s")
 
 
+def cpu_ns(pid: int) -> int:
+    """CPU time of every thread of ``pid`` so far, in ns (``/proc/<pid>/task/*/schedstat``).
+
+    Scheduler accounting is exact, unlike the 10 ms ticks of ``/proc/<pid>/stat``: a transfer
+    of 10,000 events can take less than one tick.
+    """
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread may end between listing and reading
+            total += int((task / "schedstat").read_text().split()[0])
+    return total
+
+
 def raise_fd_limit() -> int:
     """Raise this process's open-file limit to its hard limit; returns the limit."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

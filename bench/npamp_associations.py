@@ -5,9 +5,11 @@ in-memory store, every peer agreed on AG-UI, the offline demo agent); a second p
 bare TLS 1.3 handshakes with the same certificate. The client side (this process, one event
 loop) opens ``--associations`` N-PAMP associations at once through
 :func:`iobridge.npamp_server.client.connect` with its default TLS settings, each running one
-short run to its end, then N bare TLS handshakes at once (one shared client context). It prints
-both rates, their ratio, the p50/p99 time from ``connect()`` to the first AG-UI event, and the
-median of sequential ``connect()`` calls. Run:
+short run to its end, then N bare TLS handshakes at once with the very TLS settings of both
+ends (``server_ssl_context`` there, ``connect()``'s default client context here). It prints both
+rates, their ratio, each side's CPU per association / handshake (this process's
+``time.process_time``, the server's scheduler time in ns), the p50/p99 time from ``connect()``
+to the first AG-UI event, and the median of sequential ``connect()`` calls. Run:
 ``.venv/bin/python bench/npamp_associations.py [--associations N] [--sequential M]``.
 """
 
@@ -26,9 +28,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from _harness import free_port, wait_for_port
+from _harness import cpu_ns, free_port, wait_for_port
 
-from iobridge.npamp.aio import self_signed_certificate
+from iobridge.npamp.aio import client_ssl_context, self_signed_certificate
 from iobridge.npamp.handshake import IdentityKey, SignatureScheme, keygen, load_identity
 from iobridge.npamp_server.client import connect
 
@@ -37,11 +39,12 @@ RUN = {
     "runId": "r",
     "messages": [{"id": "u1", "role": "user", "content": "hello"}],
 }
+# The N-PAMP listener's own TLS settings (TLS 1.3 only, ALPN n-pamp/2, the same P-256
+# certificate): the baseline differs from an association only by what N-PAMP adds.
 BARE_TLS_SERVER = """
-import asyncio, ssl, sys
-ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-ctx.load_cert_chain(sys.argv[1], sys.argv[2])
-ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+import asyncio, sys
+from iobridge.npamp.aio import server_ssl_context
+ctx = server_ssl_context(sys.argv[1], sys.argv[2])
 async def main():
     async def done(reader, writer):
         writer.close()
@@ -54,8 +57,9 @@ asyncio.run(main())
 
 
 @contextlib.contextmanager
-def _servers(tmp: Path) -> Iterator[tuple[int, int, str]]:
-    """Start both server processes; yield (N-PAMP port, bare TLS port, server fingerprint)."""
+def _servers(tmp: Path) -> Iterator[tuple[int, int, str, int, int]]:
+    """Start both server processes; yield (N-PAMP port, bare TLS port, server fingerprint,
+    N-PAMP server pid, TLS server pid)."""
     key_path = keygen(tmp / "server.key")
     cert, key = self_signed_certificate(tmp)
     npamp_port, tls_port = free_port(), free_port()
@@ -76,7 +80,7 @@ def _servers(tmp: Path) -> Iterator[tuple[int, int, str]]:
     try:
         wait_for_port(npamp_port, npamp)
         wait_for_port(tls_port, tls)
-        yield npamp_port, tls_port, load_identity(key_path).fingerprint
+        yield npamp_port, tls_port, load_identity(key_path).fingerprint, npamp.pid, tls.pid
     finally:
         for proc in (npamp, tls):
             proc.terminate()
@@ -107,35 +111,55 @@ def _pct(values: list[float], q: float) -> float:
 
 async def main(associations: int, sequential: int) -> None:
     identity = IdentityKey.generate(SignatureScheme.ED25519)
-    with tempfile.TemporaryDirectory() as tmp, _servers(Path(tmp)) as (port, tls_port, pin):
+    with tempfile.TemporaryDirectory() as tmp, _servers(Path(tmp)) as servers:
+        port, tls_port, pin, npamp_pid, tls_pid = servers
         await _association(port, identity, pin, -1)  # warm both ends up
         seq = []
         for _ in range(sequential):
             start = time.perf_counter()
             async with connect("127.0.0.1", port, identity=identity, pinned=[pin]):
                 seq.append(time.perf_counter() - start)
-        start = time.perf_counter()
+        cpu = _Cpu(npamp_pid)
         firsts = await asyncio.gather(
             *(_association(port, identity, pin, i) for i in range(associations))
         )
-        assoc_seconds = time.perf_counter() - start
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_3
-        start = time.perf_counter()
+        assoc = cpu.stop()
+        ctx = client_ssl_context(verify=False)  # what connect() uses by default
+        cpu = _Cpu(tls_pid)
         await asyncio.gather(*(_bare_tls(tls_port, ctx) for _ in range(associations)))
-        tls_seconds = time.perf_counter() - start
+        tls = cpu.stop()
 
-    assoc_rate, tls_rate = associations / assoc_seconds, associations / tls_seconds
+    assoc_rate, tls_rate = associations / assoc[0], associations / tls[0]
     print(f"{associations} concurrent, server in its own process, client on one event loop")
     print(f"sequential connect(), median of {sequential}: {statistics.median(seq) * 1e3:.1f} ms")
-    print(f"N-PAMP associations (one run each): {assoc_rate:8.1f}/s")
-    print(f"bare TLS 1.3 handshakes:            {tls_rate:8.1f}/s")
+    print(f"{'':36}{'per s':>8}{'client CPU ms':>15}{'server CPU ms':>15}  (each)")
+    for name, rate, (_, client, server) in (
+        ("N-PAMP associations (one run each)", assoc_rate, assoc),
+        ("bare TLS 1.3 handshakes", tls_rate, tls),
+    ):
+        print(f"{name:36}{rate:8.1f}{client / associations * 1e3:15.2f}"
+              f"{server / associations * 1e3:15.2f}")
     print(f"ratio (associations / TLS):         {assoc_rate / tls_rate:8.2f}x")
     print(
         f"connect() to first event: p50 {_pct(firsts, 0.5) * 1e3:.0f} ms, "
         f"p99 {_pct(firsts, 0.99) * 1e3:.0f} ms"
     )
+
+
+class _Cpu:
+    """Wall time, this process's CPU and a server's CPU over one phase, in seconds."""
+
+    def __init__(self, server_pid: int) -> None:
+        self.pid = server_pid
+        self.start = (time.perf_counter(), time.process_time(), cpu_ns(server_pid))
+
+    def stop(self) -> tuple[float, float, float]:
+        wall, client, server = self.start
+        return (
+            time.perf_counter() - wall,
+            time.process_time() - client,
+            (cpu_ns(self.pid) - server) / 1e9,
+        )
 
 
 if __name__ == "__main__":

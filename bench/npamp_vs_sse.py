@@ -9,12 +9,16 @@ Both clients decode every event's JSON. Client and server share one process and 
 the N-PAMP figures include both ends' per-frame work (seal/open, Bridge TLVs, one write per
 frame). Wire bytes: SSE counts the HTTP response body (``id:``/``data:`` framing, before TLS, no
 headers); N-PAMP counts whole frames (36-octet header + Bridge TLVs + event + 16-octet AEAD tag),
-before TLS. Run: ``.venv/bin/python bench/npamp_vs_sse.py [--deltas N]``.
+before TLS. Run: ``.venv/bin/python bench/npamp_vs_sse.py [--deltas N] [--rounds R]``.
+
+The replays are done ``--rounds`` times (default 3), N-PAMP and SSE alternated so both see the
+same share of a shared machine's load; the table shows the fastest of each, and the ratio line
+also each round's own ratio. Every row has this process's (the client's) CPU per event.
 
 ``--processes``: the server (HTTP and N-PAMP listeners on one Backend) runs in its own process
 and this process is only the client, so neither end's work is counted in the other's time.
-It then also prints the server's CPU per event for each transport (``/proc/<pid>/stat`` utime +
-stime around each transfer, 10 ms ticks) and the events/s ratio N-PAMP replay / SSE replay.
+It then also prints the server's CPU per event for each transport (every thread's scheduler
+time from ``/proc/<pid>/task/*/schedstat``, in ns, around each transfer).
 """
 
 from __future__ import annotations
@@ -28,12 +32,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import uvicorn
-from _harness import free_port, wait_for_port
+from _harness import cpu_ns, free_port, wait_for_port
 
 from iobridge.agents.context import RunContext
 from iobridge.agents.function import FunctionAgent
@@ -45,9 +50,6 @@ from iobridge.npamp.handshake import IdentityKey, SignatureScheme, keygen, load_
 from iobridge.npamp_server.client import connect
 from iobridge.npamp_server.server import AgUiServer
 
-FRAME_OVERHEAD = 36 + 16  # frame header + AES-256-GCM tag
-
-
 
 def _agent(deltas: int) -> FunctionAgent:
     async def stream(ctx: RunContext) -> AsyncIterator[AgentOutput]:
@@ -58,16 +60,21 @@ def _agent(deltas: int) -> FunctionAgent:
 
 
 async def _npamp(client: Any, run: Any) -> tuple[int, int, float]:
-    """Events, wire bytes and seconds for one N-PAMP stream."""
+    """Events, wire bytes and seconds for one N-PAMP stream.
+
+    Wire bytes are counted per chunk the association reads (whole frames as they come out of
+    TLS), like the SSE side counts its body chunks: no per-frame hook on one side only.
+    """
     wire = 0
-    original = client.session.receive_frame
+    conn = client.association._conn
+    original = conn.receive_data
 
-    def counting(frame_type: int, payload: bytes) -> Any:
+    def counting(data: bytes) -> Any:
         nonlocal wire
-        wire += len(payload) + FRAME_OVERHEAD
-        return original(frame_type, payload)
+        wire += len(data)
+        return original(data)
 
-    client.session.receive_frame = counting
+    conn.receive_data = counting
     start = time.perf_counter()
     count = 0
     async for _ in run:
@@ -108,71 +115,92 @@ async def _server(
 
 
 def _cpu(pid: int | None) -> float:
-    """Seconds of CPU (user + system) the process ``pid`` used so far; 0 in-process."""
-    if pid is None:
-        return 0.0
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """Seconds of CPU the process ``pid`` used so far (every thread, scheduler accounting in
+    ns: a replay can take less than one 10 ms tick); 0 in-process."""
+    return 0.0 if pid is None else cpu_ns(pid) / 1e9
 
 
-async def _client(
-    deltas: int, http_port: int, npamp_port: int, server_fp: str, pid: int | None
-) -> None:
-    client_key = IdentityKey.generate(SignatureScheme.ED25519)
-    pins = [server_fp]
-    cpu: dict[str, float] = {}
-    async with connect("127.0.0.1", npamp_port, identity=client_key, pinned=pins) as c:
-        stream = c.run(RUN_INPUT)
-        before = _cpu(pid)
-        live = await _npamp(c, stream)
-        cpu["live"] = _cpu(pid) - before
-        corr = stream.correlation_id
-    async with connect("127.0.0.1", npamp_port, identity=client_key, pinned=pins) as c:
-        before = _cpu(pid)
-        replay = await _npamp(c, c.resume(corr, 0))
-        cpu["replay"] = _cpu(pid) - before
+@dataclass
+class _Transfer:
+    """One transfer of the run: events, wire bytes, wall seconds, server and client CPU."""
+
+    events: int
+    wire: int
+    seconds: float
+    server_cpu: float
+    client_cpu: float
+
+
+async def _measure(pid: int | None, transfer: Awaitable[tuple[int, int, float]]) -> _Transfer:
+    server, client = _cpu(pid), time.process_time()
+    events, wire, seconds = await transfer
+    return _Transfer(events, wire, seconds, _cpu(pid) - server, time.process_time() - client)
+
+
+async def _sse(http_port: int) -> tuple[int, int, float]:
+    """Events, body bytes and seconds for one SSE replay of the run's log."""
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{http_port}") as client:
-        before = _cpu(pid)
         start = time.perf_counter()
-        body, sse_events, pending = 0, 0, b""
+        body, events, pending = 0, 0, b""
         async with client.stream("GET", "/io-bridge/runs/bench-run/events") as response:
             async for chunk in response.aiter_raw():
                 body += len(chunk)
                 *frames, pending = (pending + chunk).split(b"\n\n")
                 for frame in frames:  # decode like the N-PAMP client does
                     json.loads(frame.split(b"data: ", 1)[1])
-                    sse_events += 1
-        sse_seconds = time.perf_counter() - start
-        cpu["sse"] = _cpu(pid) - before
+                    events += 1
+        return events, body, time.perf_counter() - start
 
+
+async def _client(
+    deltas: int, http_port: int, npamp_port: int, server_fp: str, pid: int | None, rounds: int
+) -> None:
+    client_key = IdentityKey.generate(SignatureScheme.ED25519)
+    pins = [server_fp]
+    async with connect("127.0.0.1", npamp_port, identity=client_key, pinned=pins) as c:
+        stream = c.run(RUN_INPUT)
+        live = await _measure(pid, _npamp(c, stream))
+        corr = stream.correlation_id
+    replays: list[_Transfer] = []
+    sses: list[_Transfer] = []
+    for _ in range(rounds):  # alternated, so both see the same share of the machine's load
+        async with connect("127.0.0.1", npamp_port, identity=client_key, pinned=pins) as c:
+            replays.append(await _measure(pid, _npamp(c, c.resume(corr, 0))))
+        sses.append(await _measure(pid, _sse(http_port)))
+
+    replay = min(replays, key=lambda t: t.seconds)
+    sse = min(sses, key=lambda t: t.seconds)
     where = "server in its own process" if pid is not None else "client and server in one process"
-    print(f"one run, {deltas} text deltas, {sse_events} AG-UI events (same log, same octets); "
-          f"{where}")
-    cpu_head = f"{'server CPU us/event':>21}" if pid is not None else ""
+    print(f"one run, {deltas} text deltas, {sse.events} AG-UI events (same log, same octets); "
+          f"{where}; replays: best of {rounds}, alternated")
+    cpu_head = f"{'server CPU us/ev':>17}" if pid is not None else ""
     print(f"{'transport':<28}{'events':>8}{'seconds':>10}{'events/s':>12}{'bytes/event':>13}"
-          f"{cpu_head}")
+          f"{cpu_head}{'client CPU us/ev':>17}")
     rows = [
-        ("N-PAMP live (run + carry)", *live, cpu["live"]),
-        ("N-PAMP replay (resume 0)", *replay, cpu["replay"]),
-        ("SSE replay (GET events)", sse_events, body, sse_seconds, cpu["sse"]),
+        ("N-PAMP live (run + carry)", live),
+        ("N-PAMP replay (resume 0)", replay),
+        ("SSE replay (GET events)", sse),
     ]
-    for name, events, wire, seconds, used in rows:
-        cpu_col = f"{used / events * 1e6:>21.1f}" if pid is not None else ""
-        print(f"{name:<28}{events:>8}{seconds:>10.3f}{events / seconds:>12.0f}"
-              f"{wire / events:>13.1f}{cpu_col}")
-    ratio = (replay[0] / replay[2]) / (sse_events / sse_seconds)
-    print(f"events/s ratio, N-PAMP replay / SSE replay: {ratio:.2f}x")
-    if pid is not None and cpu["sse"] > 0:
-        per_npamp, per_sse = cpu["replay"] / replay[0], cpu["sse"] / sse_events
+    for name, t in rows:
+        cpu_col = f"{t.server_cpu / t.events * 1e6:>17.1f}" if pid is not None else ""
+        print(f"{name:<28}{t.events:>8}{t.seconds:>10.3f}{t.events / t.seconds:>12.0f}"
+              f"{t.wire / t.events:>13.1f}{cpu_col}{t.client_cpu / t.events * 1e6:>17.1f}")
+    ratios = sorted(
+        (r.events / r.seconds) / (s.events / s.seconds) for r, s in zip(replays, sses, strict=True)
+    )
+    per_round = ", ".join(f"{x:.2f}" for x in ratios)
+    print(f"events/s ratio, N-PAMP replay / SSE replay: {sse.seconds / replay.seconds:.2f}x "
+          f"(best vs best; each round: {per_round})")
+    if pid is not None and sse.server_cpu > 0:
+        per_npamp, per_sse = replay.server_cpu / replay.events, sse.server_cpu / sse.events
         print(f"server CPU per event, N-PAMP replay / SSE replay: {per_npamp / per_sse:.2f}x")
 
 
-async def main(deltas: int) -> None:
+async def main(deltas: int, rounds: int) -> None:
     server_key = IdentityKey.generate(SignatureScheme.ED25519)
     http_port = free_port()
     async with _server(deltas, server_key, http_port) as npamp_port:
-        await _client(deltas, http_port, npamp_port, server_key.fingerprint, None)
+        await _client(deltas, http_port, npamp_port, server_key.fingerprint, None, rounds)
 
 
 async def serve_forever(deltas: int, key_path: str, http_port: int, npamp_port: int) -> None:
@@ -182,7 +210,7 @@ async def serve_forever(deltas: int, key_path: str, http_port: int, npamp_port: 
 
 
 
-def processes(deltas: int) -> None:
+def processes(deltas: int, rounds: int) -> None:
     """Server in a child process, client here."""
     http_port, npamp_port = free_port(), free_port()
     with tempfile.TemporaryDirectory() as tmp:
@@ -194,7 +222,7 @@ def processes(deltas: int) -> None:
         try:
             wait_for_port(http_port, proc)
             wait_for_port(npamp_port, proc)
-            asyncio.run(_client(deltas, http_port, npamp_port, fingerprint, proc.pid))
+            asyncio.run(_client(deltas, http_port, npamp_port, fingerprint, proc.pid, rounds))
         finally:
             proc.terminate()
             proc.wait(10)
@@ -203,6 +231,8 @@ def processes(deltas: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--deltas", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="replays of each transport, alternated; the best of each is shown")
     parser.add_argument("--processes", action="store_true",
                         help="server in its own process; report its CPU per event")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
@@ -213,6 +243,6 @@ if __name__ == "__main__":
     if args.serve:
         asyncio.run(serve_forever(args.deltas, args.key, args.http_port, args.npamp_port))
     elif args.processes:
-        processes(args.deltas)
+        processes(args.deltas, args.rounds)
     else:
-        asyncio.run(main(args.deltas))
+        asyncio.run(main(args.deltas, args.rounds))

@@ -682,3 +682,98 @@ class AssociationPair(RuleBasedStateMachine):
 
 AssociationPair.TestCase.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
 test_association_pair_properties = AssociationPair.TestCase
+
+
+def _mixed_traffic(server: NpampConnection) -> bytes:
+    """Bridge data frames around a PING, a Control-channel frame, a large frame and a
+    KEY_UPDATE: the compiled receive loop takes the runs, the rest goes through _process."""
+    for i in range(3):
+        server.send_frame(BRIDGE, 0x0104, b"event %d" % i)
+    server.ping(BRIDGE, b"p")
+    server.send_frame(BRIDGE, 0x0104, bytes(5000))  # above the compiled AEAD's limit
+    server.send_frame(0x000F, 0x0104, b"interaction")
+    server.key_update(BRIDGE)
+    for i in range(3):
+        server.send_frame(BRIDGE, 0x0104, b"after %d" % i, urgent=i == 1)
+    return server.data_to_send()
+
+
+def test_compiled_receive_loop_gives_the_events_of_frame_by_frame_decoding() -> None:
+    """Fed at once, runs of frames go through the compiled loop; fed one octet at a time,
+    every frame goes through the reference path: the events are the same."""
+    client_a, server_a = make_pair()
+    whole = client_a.receive_data(_mixed_traffic(server_a))
+    client_b, server_b = make_pair()
+    wire = _mixed_traffic(server_b)
+    octets: list[Event] = []
+    for i in range(len(wire)):
+        octets += client_b.receive_data(wire[i : i + 1])
+    strip = [e for e in whole if not isinstance(e, KeyUpdated)]
+    assert [type(e) for e in whole] == [type(e) for e in octets]
+    data = [e for e in strip if isinstance(e, FrameReceived)]
+    assert [e.payload for e in data] == [
+        b"event 0", b"event 1", b"event 2", bytes(5000), b"interaction",
+        b"after 0", b"after 1", b"after 2",
+    ]
+    assert [e.urgent for e in data][-3:] == [False, True, False]
+    assert [(e.channel, e.seq) for e in data] == [
+        (e.channel, e.seq) for e in octets if isinstance(e, FrameReceived)
+    ]
+
+
+@pytest.mark.parametrize("fault", ["forged", "gap"])
+def test_compiled_receive_loop_stops_at_a_bad_frame_and_the_reference_path_rejects_it(
+    fault: str,
+) -> None:
+    client, server = make_pair()
+    frames = []
+    for i in range(5):
+        server.send_frame(BRIDGE, 0x0104, b"event %d" % i)
+        frames.append(server.data_to_send())
+    if fault == "forged":
+        frames[3] = frames[3][:-1] + bytes([frames[3][-1] ^ 1])
+    else:
+        del frames[3]
+    events = client.receive_data(b"".join(frames))
+    assert [e.payload for e in events if isinstance(e, FrameReceived)] == [
+        b"event 0", b"event 1", b"event 2",
+    ]
+    assert isinstance(terminated(events).error, AeadFailure if fault == "forged" else SequenceGap)
+
+
+@pytest.mark.parametrize("interval", [None, 3])
+def test_send_frames_seals_the_octets_send_frame_would(interval: int | None) -> None:
+    """The batch sender: the same frames (types, sequence numbers, payloads, key updates at
+    the same places) as frame-by-frame sending, across key-update boundaries and with a frame
+    too large for the compiled AEAD in the batch. (Octet equality of the sealing itself is
+    test_record's seal_many test: two pairs have different keys.)"""
+    config = AssociationConfig(key_update_interval=interval)
+    frames = [(0x0104, b"event %d" % i) for i in range(8)]
+    mixed = [*frames[:4], (0x0104, bytes(5000)), *frames[4:]]
+    seen = []
+    for batched in (False, True):
+        client, server = make_pair(server_config=config)
+        for batch in (frames, mixed):
+            if batched:
+                server.send_frames(BRIDGE, batch)
+            else:
+                for frame_type, payload in batch:
+                    server.send_frame(BRIDGE, frame_type, payload)
+        events = client.receive_data(server.data_to_send())
+        assert [e.payload for e in events if isinstance(e, FrameReceived)] == [
+            p for _, p in frames + mixed
+        ]
+        seen.append([(type(e), getattr(e, "seq", None), getattr(e, "epoch", None)) for e in events])
+    assert seen[0] == seen[1]
+    assert (KeyUpdated in {kind for kind, _, _ in seen[0]}) is (interval is not None)
+
+
+def test_send_frames_refuses_the_whole_batch_on_a_bad_frame() -> None:
+    _, server = make_pair()
+    with pytest.raises(LocalProtocolError):
+        server.send_frames(BRIDGE, [(0x0104, b"ok"), (FrameType.PING, b"")])
+    with pytest.raises(PayloadTooLarge):
+        server.send_frames(BRIDGE, [(0x0104, b"ok"), (0x0104, bytes(1 << 24))])
+    assert server.data_to_send() == b""
+    server.send_frames(BRIDGE, [])
+    assert server.data_to_send() == b""

@@ -32,6 +32,7 @@ from iobridge.npamp.wire.frame import (
     pull_frame,
     pull_frame_header,
     pull_frame_header_reference,
+    pull_frame_reference,
     push_frame,
     push_frame_header,
 )
@@ -215,6 +216,24 @@ def test_reader_poisoned_after_error() -> None:
         reader.feed(GOLDEN_PING)
     with pytest.raises(BadMagic):
         reader.next_frame()
+
+
+@given(st.binary(min_size=30, max_size=80), st.integers(0, 2**25))
+def test_compiled_frame_decoder_agrees_with_the_reference(raw: bytes, cap: int) -> None:
+    """The compiled whole-frame decoder accepts exactly what the reference accepts (header
+    rules and Payload Length = the octets present), with equal header and payload."""
+    from iobridge.npamp import _speedups
+
+    valid = push_frame(raw[0] | 1, raw[1], int.from_bytes(raw[2:10], "big"), raw[36:], flags=2)
+    for buf in (raw, valid, valid + b"x", valid[:-1]):
+        try:
+            expected = pull_frame_reference(buf, max_payload_length=cap)
+        except FrameDecodeError:
+            assert _speedups.pull_frame(Frame, FrameHeader, buf, cap) is None
+        else:
+            got = _speedups.pull_frame(Frame, FrameHeader, buf, cap)
+            assert got == expected and type(got) is Frame and type(got.header) is FrameHeader
+            assert pull_frame(buf, max_payload_length=cap) == expected
 
 
 @given(st.binary(min_size=36, max_size=60), st.integers(0, 2**25))

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from hypothesis import given
 from hypothesis import strategies as st
@@ -23,6 +24,7 @@ from iobridge.npamp.errors import (
 )
 from iobridge.npamp.record import application_keys
 from iobridge.npamp.record.cipher import (
+    COMPILED_MAX_SEALED,
     LAST_DATA_SEQUENCE,
     SUITE_AES_256_GCM,
     SUITE_CHACHA20_POLY1305,
@@ -260,7 +262,8 @@ def test_rekey_restarts_sequence_and_old_key_fails() -> None:
     frame_type=st.integers(1, 0xFFFF),
     channel=st.integers(0, 0xFFFE),
     start=st.sampled_from([0, 1, 2**32, LAST_DATA_SEQUENCE - 1]),
-    plaintext=st.binary(max_size=300),
+    # Both sides of COMPILED_MAX_SEALED: the libcrypto path and the seal_with/open_with one.
+    plaintext=st.binary(max_size=300) | st.binary(min_size=COMPILED_MAX_SEALED, max_size=5000),
     urgent=st.booleans(),
     suite=st.sampled_from([SUITE_AES_256_GCM, SUITE_CHACHA20_POLY1305]),
     compiled=st.booleans(),
@@ -336,3 +339,50 @@ def test_a_forged_frame_fails_with_the_tag_message() -> None:
     with pytest.raises(AeadFailure, match=r"^AEAD tag did not verify$"):
         receiver.open(pull_frame(bytes(wire)))
     assert receiver.expected_seq == 0
+
+
+def test_seal_with_writes_the_frame_through_the_given_aead_and_lets_no_view_escape() -> None:
+    """The large-frame compiled path: header and CRC here, AEAD by the callable given; a
+    callable that keeps the writable view of the frame buffer makes the call fail."""
+    from iobridge.npamp import _speedups
+
+    fast, plaintext = _speedups.Cipher(KEY, IV), bytes(range(256)) * 20
+    cipher = RecordCipher(SUITE_AES_256_GCM, KEY, IV, compiled=False)
+    expected = seal_frame(cipher, frame_type=0x0100, channel=0x000D, seq=5, plaintext=plaintext)
+    aead = AESGCM(KEY)
+    assert fast.seal_with(aead.encrypt_into, 0x22, 0x0100, 0x000D, 5, plaintext) == expected
+    kept: list[memoryview] = []
+
+    def keeps_the_view(nonce: bytes, data: bytes, aad: bytes, out: Any) -> int:
+        kept.append(memoryview(out)[:1])  # a view that outlives the call
+        return 0
+
+    with pytest.raises(RuntimeError, match="kept a view"):
+        fast.seal_with(keeps_the_view, 0x22, 0x0100, 0x000D, 5, plaintext)
+
+    def fails(nonce: bytes, data: bytes, aad: bytes, out: Any) -> int:
+        raise ValueError("no")
+
+    with pytest.raises(ValueError, match="no"):
+        fast.seal_with(fails, 0x22, 0x0100, 0x000D, 5, plaintext)
+    payload = expected[HEADER_SIZE:]
+    assert fast.open_with(aead.decrypt, 0x22, 0x0100, 0x000D, 5, len(payload), payload) == (
+        plaintext
+    )
+    with pytest.raises(InvalidTag):
+        fast.open_with(aead.decrypt, 0x22, 0x0100, 0x000D, 6, len(payload), payload)
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "reference"])
+def test_seal_many_is_seal_frame_by_frame(compiled: bool) -> None:
+    frames = [(0x0104, b"e%d" % i) for i in range(5)] + [(0x0105, bytes(COMPILED_MAX_SEALED))]
+    cipher = RecordCipher(SUITE_AES_256_GCM, KEY, IV, compiled=compiled)
+    one, many = SendState(0x000D, cipher), SendState(0x000D, cipher)
+    one.next_seq = many.next_seq = 7
+    expected = b"".join(one.seal(t, p) for t, p in frames)
+    assert many.seal_many(frames[:5]) + many.seal_many(frames[5:]) == expected
+    assert many.next_seq == one.next_seq == 13
+    many.next_seq = LAST_DATA_SEQUENCE - 1
+    with pytest.raises(SequenceExhausted):
+        many.seal_many(frames[:3])
+    assert many.next_seq == LAST_DATA_SEQUENCE - 1  # nothing sealed

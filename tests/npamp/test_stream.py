@@ -533,6 +533,44 @@ def test_consumer_fast_path_matches_the_checked_decoder(
     assert isinstance(late, BridgeFrameRejected)
 
 
+@pytest.mark.parametrize("resumable", [True, False])
+def test_send_events_queues_the_frames_send_event_would(resumable: bool) -> None:
+    """The batch producer path gives octet-identical frames and event ids, also when the
+    batch opens the stream (its first frame goes through the checked encoder)."""
+    events, frames = [b'{"type":"CUSTOM","n":%d}' % i for i in range(5)], []
+    for batched in (False, True):
+        consumer = BridgeSession(protocol_id=AGUI_PROTOCOL_ID)
+        producer = BridgeSession(protocol_id=AGUI_PROTOCOL_ID, resumable=resumable)
+        started(consumer, producer)
+        if batched:
+            assert producer.send_events(b"c1", events[:2]) == 2
+            assert producer.send_events(b"c1", []) == 2
+            assert producer.send_events(b"c1", events[2:]) == len(events)
+        else:
+            assert [producer.send_event(b"c1", e) for e in events] == list(
+                range(1, len(events) + 1)
+            )
+        frames.append(producer.data_to_send())
+        producer.end_stream(b"c1")
+        frames.append(producer.data_to_send())
+    assert frames[0] == frames[2] and frames[1] == frames[3]
+    received = [m.body for m in decode(frames[2])]
+    assert received == events
+
+
+def test_send_events_on_a_stream_that_is_not_producing_queues_nothing(
+    client: BridgeSession, agent: BridgeSession
+) -> None:
+    started(client, agent)
+    agent.end_stream(b"c1")
+    agent.data_to_send()
+    with pytest.raises(InvalidState):
+        agent.send_events(b"c1", EVENTS)
+    with pytest.raises(InvalidState):
+        agent.send_events(b"nope", EVENTS)
+    assert agent.data_to_send() == []
+
+
 # --- what the peer and the caller are told (mutation-checked) ------------------------------
 
 

@@ -130,6 +130,70 @@ static PyObject *Cipher_seal(Cipher *self, PyObject *args) {
     return out;
 }
 
+/* Seal one frame into buf (HEADER + len + TAG octets). 1 on success. */
+static int seal_one(Cipher *self, unsigned char *buf, unsigned verflags, unsigned ft, unsigned ch,
+                    uint64_t seq, const unsigned char *pt, Py_ssize_t n) {
+    put_prefix(buf, verflags, ft, ch, seq, (uint64_t)(n + TAG));
+    put_be(buf + PREFIX, crc32c(buf, PREFIX), 4);
+    memset(buf + 25, 0, HEADER - 25);
+    unsigned char nonce[IVLEN];
+    nonce_for(self, seq, nonce);
+    int len = 0, fin = 0;
+    return EVP_EncryptInit_ex(self->enc, NULL, NULL, NULL, nonce) == 1 &&
+           EVP_EncryptUpdate(self->enc, NULL, &len, buf, PREFIX) == 1 &&
+           EVP_EncryptUpdate(self->enc, buf + HEADER, &len, pt, (int)n) == 1 &&
+           EVP_EncryptFinal_ex(self->enc, buf + HEADER + len, &fin) == 1 &&
+           EVP_CIPHER_CTX_ctrl(self->enc, EVP_CTRL_GCM_GET_TAG, TAG, buf + HEADER + n) == 1;
+}
+
+/* seal_many(verflags, channel, seq, [(frame_type, plaintext), ...]) -> the frames back to back,
+ * sequence numbers seq, seq+1, ...: one allocation for the whole batch (one write). Every
+ * plaintext must be bytes. */
+static PyObject *Cipher_seal_many(Cipher *self, PyObject *args) {
+    unsigned verflags, ch;
+    unsigned long long seq;
+    PyObject *frames;
+    if (!PyArg_ParseTuple(args, "IIKO!", &verflags, &ch, &seq, &PyList_Type, &frames)) return NULL;
+    Py_ssize_t count = PyList_GET_SIZE(frames), total = 0;
+    if (!check_fields(verflags, 1, ch)) return NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *item = PyList_GET_ITEM(frames, i);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2 ||
+            !PyBytes_Check(PyTuple_GET_ITEM(item, 1))) {
+            PyErr_SetString(PyExc_TypeError, "frames must be (frame_type, bytes) tuples");
+            return NULL;
+        }
+        Py_ssize_t n = PyBytes_GET_SIZE(PyTuple_GET_ITEM(item, 1));
+        if (n > 0x7FFFFFFF - HEADER - TAG || total > PY_SSIZE_T_MAX - HEADER - TAG - n) {
+            PyErr_SetString(PyExc_OverflowError, "payload too large");
+            return NULL;
+        }
+        total += HEADER + n + TAG;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL) return NULL;
+    unsigned char *buf = (unsigned char *)PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < count; i++, seq++) {
+        PyObject *item = PyList_GET_ITEM(frames, i);
+        unsigned long ft = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(item, 0));
+        if (ft == (unsigned long)-1 && PyErr_Occurred()) { Py_DECREF(out); return NULL; }
+        if (!check_fields(verflags, ft > 0xFFFF ? 0x10000 : (unsigned)ft, ch)) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyObject *pt = PyTuple_GET_ITEM(item, 1);
+        Py_ssize_t n = PyBytes_GET_SIZE(pt);
+        if (!seal_one(self, buf, verflags, (unsigned)ft, ch, seq,
+                      (const unsigned char *)PyBytes_AS_STRING(pt), n)) {
+            Py_DECREF(out);
+            PyErr_SetString(PyExc_RuntimeError, "AES-256-GCM encryption failed");
+            return NULL;
+        }
+        buf += HEADER + n + TAG;
+    }
+    return out;
+}
+
 /* open(verflags, frame_type, channel, seq, payload_length, sealed) -> plaintext, or None */
 static PyObject *Cipher_open(Cipher *self, PyObject *args) {
     unsigned verflags, ft, ch;
@@ -164,38 +228,158 @@ static PyObject *Cipher_open(Cipher *self, PyObject *args) {
     return out;
 }
 
-/* pull_header(header_type, buf, offset, max_payload) -> header_type instance, or None when any
- * rule fails (the caller then runs the reference decoder, which raises the precise error).
- * Same order as wire.frame.pull_frame_header: CRC first, magic, version, reserved, frame type
- * 0, channel 0xFFFF, payload cap. */
-static PyObject *pull_header(PyObject *module, PyObject *args) {
-    PyTypeObject *cls;
-    Py_buffer view;
-    Py_ssize_t offset;
-    unsigned long long cap;
-    if (!PyArg_ParseTuple(args, "O!y*nK", &PyType_Type, &cls, &view, &offset, &cap)) return NULL;
-    const unsigned char *h = (const unsigned char *)view.buf + offset;
-    int ok = offset >= 0 && view.len - offset >= HEADER;
-    uint64_t seq = 0, len = 0;
-    unsigned ft = 0, ch = 0, flags = 0;
-    if (ok) {
-        uint32_t crc = ((uint32_t)h[21] << 24) | ((uint32_t)h[22] << 16) | ((uint32_t)h[23] << 8) | h[24];
-        ok = crc32c(h, PREFIX) == crc && memcmp(h, "NPAM", 4) == 0 && (h[4] >> 4) == 2;
-        for (int i = 25; ok && i < HEADER; i++) ok = h[i] == 0;
-        ft = ((unsigned)h[5] << 8) | h[6];
-        ch = ((unsigned)h[7] << 8) | h[8];
-        for (int i = 9; i < 17; i++) seq = (seq << 8) | h[i];
-        for (int i = 17; i < 21; i++) len = (len << 8) | h[i];
-        flags = h[4] & 0x0F;
-        ok = ok && ft != 0 && ch != 0xFFFF && len <= cap;
+/* A writable window on a region of a bytes object under construction, lent to the AEAD. It
+ * counts its buffer exports, so after the call we know whether any view of it (a memoryview,
+ * a slice of one) is still alive. */
+typedef struct {
+    PyObject_HEAD
+    char *buf;
+    Py_ssize_t len;
+    Py_ssize_t exports;
+} Window;
+
+static int Window_getbuffer(Window *self, Py_buffer *view, int flags) {
+    if (self->buf == NULL) {
+        PyErr_SetString(PyExc_BufferError, "the frame buffer window is closed");
+        return -1;
     }
-    PyBuffer_Release(&view);
-    if (!ok) Py_RETURN_NONE;
+    if (PyBuffer_FillInfo(view, (PyObject *)self, self->buf, self->len, 0, flags) < 0) return -1;
+    self->exports++;
+    return 0;
+}
+
+static void Window_releasebuffer(Window *self, Py_buffer *view) { self->exports--; }
+
+static PyBufferProcs Window_as_buffer = {
+    (getbufferproc)Window_getbuffer,
+    (releasebufferproc)Window_releasebuffer,
+};
+
+static PyTypeObject WindowType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "iobridge.npamp._speedups._Window",
+    .tp_basicsize = sizeof(Window),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Writable window on a frame under construction (internal).",
+    .tp_as_buffer = &Window_as_buffer,
+};
+
+/* seal_with(encrypt_into, verflags, frame_type, channel, seq, plaintext) -> whole frame bytes.
+ *
+ * For large frames: the AEAD is the caller's (cryptography's AESGCM.encrypt_into, whose bundled
+ * OpenSSL has the faster bulk GCM on this kind of CPU), the rest is done here. One allocation
+ * for the frame: a fresh bytes object, not yet visible to anyone, whose header is written here
+ * (CRC included) and whose payload region the AEAD writes through a writable memoryview that
+ * is released before the object is returned. */
+static PyObject *Cipher_seal_with(Cipher *self, PyObject *args) {
+    PyObject *encrypt_into, *plaintext;
+    unsigned verflags, ft, ch;
+    unsigned long long seq;
+    if (!PyArg_ParseTuple(args, "OIIIKO", &encrypt_into, &verflags, &ft, &ch, &seq, &plaintext))
+        return NULL;
+    Py_ssize_t n = PyObject_Length(plaintext);
+    if (n < 0) return NULL;
+    if (!check_fields(verflags, ft, ch) || n > 0x7FFFFFFF - HEADER - TAG) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_OverflowError, "payload too large");
+        return NULL;
+    }
+    Py_ssize_t sealed = n + TAG;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, HEADER + sealed);
+    if (out == NULL) return NULL;
+    unsigned char *buf = (unsigned char *)PyBytes_AS_STRING(out);
+    put_prefix(buf, verflags, ft, ch, seq, (uint64_t)sealed);
+    put_be(buf + PREFIX, crc32c(buf, PREFIX), 4);
+    memset(buf + 25, 0, HEADER - 25);
+    unsigned char nonce_octets[IVLEN];
+    nonce_for(self, seq, nonce_octets);
+    PyObject *nonce = PyBytes_FromStringAndSize((const char *)nonce_octets, IVLEN);
+    PyObject *aad = PyBytes_FromStringAndSize((const char *)buf, PREFIX);
+    Window *region = PyObject_New(Window, &WindowType);
+    PyObject *result = NULL;
+    if (region != NULL) {
+        region->buf = (char *)buf + HEADER;
+        region->len = sealed;
+        region->exports = 0;
+    }
+    if (nonce && aad && region) {
+        PyObject *argv[4] = {nonce, plaintext, aad, (PyObject *)region};
+        result = PyObject_Vectorcall(encrypt_into, argv, 4, NULL);
+    }
+    Py_XDECREF(nonce);
+    Py_XDECREF(aad);
+    if (region != NULL) {
+        int kept = region->exports != 0;
+        region->buf = NULL; /* no new view from here on */
+        Py_DECREF(region);
+        if (kept) {
+            /* The callee kept a view: leak the frame rather than let the view point at freed
+             * memory (or at a bytes object others take as immutable), and fail. */
+            Py_XDECREF(result);
+            PyErr_SetString(PyExc_RuntimeError, "encrypt_into kept a view of the frame buffer");
+            return NULL;
+        }
+    }
+    if (result == NULL) { Py_DECREF(out); return NULL; }
+    Py_DECREF(result);
+    return out;
+}
+
+/* open_with(decrypt, verflags, frame_type, channel, seq, payload_length, sealed) -> plaintext.
+ *
+ * The large-frame counterpart of open: AAD and nonce built here, the AEAD is the caller's
+ * (cryptography's AESGCM.decrypt, which raises InvalidTag on a forged frame). */
+static PyObject *Cipher_open_with(Cipher *self, PyObject *args) {
+    PyObject *decrypt, *sealed;
+    unsigned verflags, ft, ch;
+    unsigned long long seq, length;
+    if (!PyArg_ParseTuple(args, "OIIIKKO", &decrypt, &verflags, &ft, &ch, &seq, &length, &sealed))
+        return NULL;
+    if (!check_fields(verflags, ft, ch) || length > 0xFFFFFFFFull) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "bad payload length");
+        return NULL;
+    }
+    unsigned char aad_octets[PREFIX], nonce_octets[IVLEN];
+    put_prefix(aad_octets, verflags, ft, ch, seq, length);
+    nonce_for(self, seq, nonce_octets);
+    PyObject *nonce = PyBytes_FromStringAndSize((const char *)nonce_octets, IVLEN);
+    PyObject *aad = PyBytes_FromStringAndSize((const char *)aad_octets, PREFIX);
+    PyObject *result = NULL;
+    if (nonce && aad) {
+        PyObject *argv[3] = {nonce, sealed, aad};
+        result = PyObject_Vectorcall(decrypt, argv, 3, NULL);
+    }
+    Py_XDECREF(nonce);
+    Py_XDECREF(aad);
+    return result;
+}
+
+typedef struct {
+    uint64_t seq, len;
+    unsigned ft, ch, flags;
+} Fields;
+
+/* Same order as wire.frame.pull_frame_header: CRC first, magic, version, reserved, frame type
+ * 0, channel 0xFFFF, payload cap. 1 when every rule holds. */
+static int decode_header(const unsigned char *h, unsigned long long cap, Fields *f) {
+    uint32_t crc = ((uint32_t)h[21] << 24) | ((uint32_t)h[22] << 16) | ((uint32_t)h[23] << 8) | h[24];
+    int ok = crc32c(h, PREFIX) == crc && memcmp(h, "NPAM", 4) == 0 && (h[4] >> 4) == 2;
+    for (int i = 25; ok && i < HEADER; i++) ok = h[i] == 0;
+    f->ft = ((unsigned)h[5] << 8) | h[6];
+    f->ch = ((unsigned)h[7] << 8) | h[8];
+    f->seq = f->len = 0;
+    for (int i = 9; i < 17; i++) f->seq = (f->seq << 8) | h[i];
+    for (int i = 17; i < 21; i++) f->len = (f->len << 8) | h[i];
+    f->flags = h[4] & 0x0F;
+    return ok && f->ft != 0 && f->ch != 0xFFFF && f->len <= cap;
+}
+
+static PyObject *make_header(PyTypeObject *cls, const Fields *f) {
     PyObject *out = cls->tp_alloc(cls, 6);
     if (out == NULL) return NULL;
     PyObject *items[6] = {
-        PyLong_FromUnsignedLong(ft), PyLong_FromUnsignedLong(ch), PyLong_FromUnsignedLongLong(seq),
-        PyLong_FromUnsignedLongLong(len), PyLong_FromUnsignedLong(flags), PyLong_FromLong(2),
+        PyLong_FromUnsignedLong(f->ft), PyLong_FromUnsignedLong(f->ch),
+        PyLong_FromUnsignedLongLong(f->seq), PyLong_FromUnsignedLongLong(f->len),
+        PyLong_FromUnsignedLong(f->flags), PyLong_FromLong(2),
     };
     for (int i = 0; i < 6; i++) {
         if (items[i] == NULL) {
@@ -206,6 +390,118 @@ static PyObject *pull_header(PyObject *module, PyObject *args) {
         PyTuple_SET_ITEM(out, i, items[i]);
     }
     return out;
+}
+
+/* pull_header(header_type, buf, offset, max_payload) -> header_type instance, or None when any
+ * rule fails (the caller then runs the reference decoder, which raises the precise error). */
+static PyObject *pull_header(PyObject *module, PyObject *args) {
+    PyTypeObject *cls;
+    Py_buffer view;
+    Py_ssize_t offset;
+    unsigned long long cap;
+    if (!PyArg_ParseTuple(args, "O!y*nK", &PyType_Type, &cls, &view, &offset, &cap)) return NULL;
+    Fields f;
+    int ok = offset >= 0 && view.len - offset >= HEADER &&
+             decode_header((const unsigned char *)view.buf + offset, cap, &f);
+    PyBuffer_Release(&view);
+    if (!ok) Py_RETURN_NONE;
+    return make_header(cls, &f);
+}
+
+/* pull_frame(frame_type, header_type, buf, max_payload) -> frame_type((header, payload)), or
+ * None when any header rule fails or Payload Length is not the octets after the header (the
+ * caller then runs the reference decoder). The payload is one copy out of ``buf``. */
+static PyObject *pull_frame(PyObject *module, PyObject *args) {
+    PyTypeObject *frame_cls, *header_cls;
+    Py_buffer view;
+    unsigned long long cap;
+    if (!PyArg_ParseTuple(args, "O!O!y*K", &PyType_Type, &frame_cls, &PyType_Type, &header_cls,
+                          &view, &cap))
+        return NULL;
+    Fields f;
+    const unsigned char *h = (const unsigned char *)view.buf;
+    int ok = view.len >= HEADER && decode_header(h, cap, &f) &&
+             f.len == (uint64_t)(view.len - HEADER);
+    PyObject *payload = ok ? PyBytes_FromStringAndSize((const char *)h + HEADER, view.len - HEADER)
+                           : NULL;
+    PyBuffer_Release(&view);
+    if (!ok) Py_RETURN_NONE;
+    if (payload == NULL) return NULL;
+    PyObject *header = make_header(header_cls, &f);
+    PyObject *out = header ? frame_cls->tp_alloc(frame_cls, 2) : NULL;
+    if (out == NULL) {
+        Py_XDECREF(header);
+        Py_DECREF(payload);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(out, 0, header);
+    PyTuple_SET_ITEM(out, 1, payload);
+    return out;
+}
+
+/* open_frames(buf, pos, channel, seq, cap, max_sealed, stop) -> (pos, seq, [(type, seq, urgent,
+ * plaintext), ...]).
+ *
+ * The receive loop of an open association for a run of ordinary frames on one channel: decode
+ * each whole frame at buf[pos:], check it (header rules, this channel, ENC, exactly the expected
+ * sequence number, a sealed region of TAG..max_sealed octets, no COMP/FRAG, a type not in
+ * ``stop``), AEAD-open it in place (no copy of the sealed region; AAD = header octets 0-20 as
+ * transmitted) and move on. It stops before the first frame that is incomplete or fails any of
+ * these, without consuming it: the caller's reference path then takes that frame and raises
+ * the precise error, or handles it (another channel, a PING, a large frame...). */
+static PyObject *Cipher_open_frames(Cipher *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t pos, max_sealed;
+    unsigned ch;
+    unsigned long long seq, cap;
+    PyObject *stop;
+    if (!PyArg_ParseTuple(args, "y*nIKKnO!", &view, &pos, &ch, &seq, &cap, &max_sealed,
+                          &PyFrozenSet_Type, &stop))
+        return NULL;
+    PyObject *frames = PyList_New(0);
+    const unsigned char *base = (const unsigned char *)view.buf;
+    while (frames != NULL && pos >= 0 && view.len - pos >= HEADER) {
+        const unsigned char *h = base + pos;
+        Fields f;
+        if (!decode_header(h, cap, &f) || f.ch != ch || !(f.flags & 0x02) || (f.flags & 0x0C) ||
+            f.seq != seq || f.len < TAG || f.len > (uint64_t)max_sealed ||
+            (uint64_t)(view.len - pos - HEADER) < f.len)
+            break;
+        PyObject *type = PyLong_FromUnsignedLong(f.ft);
+        int stopped = type == NULL ? -1 : PySet_Contains(stop, type);
+        if (stopped != 0) {
+            Py_XDECREF(type);
+            if (stopped < 0) Py_CLEAR(frames);
+            break;
+        }
+        Py_ssize_t n = (Py_ssize_t)f.len - TAG;
+        PyObject *plaintext = PyBytes_FromStringAndSize(NULL, n);
+        if (plaintext == NULL) { Py_DECREF(type); Py_CLEAR(frames); break; }
+        unsigned char nonce[IVLEN];
+        nonce_for(self, seq, nonce);
+        unsigned char *out = (unsigned char *)PyBytes_AS_STRING(plaintext);
+        const unsigned char *in = h + HEADER;
+        int len = 0, fin = 0;
+        int ok = EVP_DecryptInit_ex(self->dec, NULL, NULL, NULL, nonce) == 1 &&
+                 EVP_DecryptUpdate(self->dec, NULL, &len, h, PREFIX) == 1 &&
+                 EVP_DecryptUpdate(self->dec, out, &len, in, (int)n) == 1 &&
+                 EVP_CIPHER_CTX_ctrl(self->dec, EVP_CTRL_GCM_SET_TAG, TAG, (void *)(in + n)) == 1 &&
+                 EVP_DecryptFinal_ex(self->dec, out + len, &fin) == 1;
+        if (!ok) { Py_DECREF(type); Py_DECREF(plaintext); break; } /* forged: the caller raises */
+        PyObject *item = Py_BuildValue("(NKON)", type, seq, (f.flags & 0x01) ? Py_True : Py_False,
+                                       plaintext);
+        if (item == NULL || PyList_Append(frames, item) < 0) {
+            Py_XDECREF(item);
+            Py_CLEAR(frames);
+            break;
+        }
+        Py_DECREF(item);
+        pos += HEADER + (Py_ssize_t)f.len;
+        seq++;
+    }
+    PyBuffer_Release(&view);
+    if (frames == NULL) return NULL;
+    return Py_BuildValue("(nKN)", pos, seq, frames);
 }
 
 static PyObject *crc32c_py(PyObject *module, PyObject *arg) {
@@ -219,6 +515,10 @@ static PyObject *crc32c_py(PyObject *module, PyObject *arg) {
 static PyMethodDef Cipher_methods[] = {
     {"seal", (PyCFunction)Cipher_seal, METH_VARARGS, "Seal one whole frame."},
     {"open", (PyCFunction)Cipher_open, METH_VARARGS, "Open a sealed region; None if forged."},
+    {"seal_many", (PyCFunction)Cipher_seal_many, METH_VARARGS, "Seal frames back to back."},
+    {"open_frames", (PyCFunction)Cipher_open_frames, METH_VARARGS, "Open a run of frames of one channel."},
+    {"seal_with", (PyCFunction)Cipher_seal_with, METH_VARARGS, "Seal a frame with the given encrypt_into."},
+    {"open_with", (PyCFunction)Cipher_open_with, METH_VARARGS, "Open a sealed region with the given decrypt."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -237,6 +537,7 @@ static PyTypeObject CipherType = {
 static PyMethodDef module_methods[] = {
     {"crc32c", crc32c_py, METH_O, "CRC-32C (Castagnoli) of a buffer."},
     {"pull_header", pull_header, METH_VARARGS, "Decode a valid header, or None."},
+    {"pull_frame", pull_frame, METH_VARARGS, "Decode a valid whole frame, or None."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -246,6 +547,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__speedups(void) {
     crc_init();
+    if (PyType_Ready(&WindowType) < 0) return NULL;
     if (PyType_Ready(&CipherType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;

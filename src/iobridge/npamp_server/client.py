@@ -22,6 +22,7 @@ import functools
 import json
 import os
 import ssl
+from collections import deque
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -130,7 +131,10 @@ class RunStream:
 
     def __init__(self, client: AgUiClient, correlation_id: bytes, request: Any) -> None:
         self._client, self._request = client, request
-        self._queue: asyncio.Queue[AgUiEvent | _End | BaseException] = asyncio.Queue()
+        # A deque and one wake-up per batch, not an asyncio.Queue: events of one read are
+        # yielded without an await each (the per-event path).
+        self._items: deque[AgUiEvent | _End | BaseException] = deque()
+        self._ready = asyncio.Event()
         self.correlation_id = correlation_id
         self.last_event_id = 0
         self.resumable = False
@@ -144,31 +148,39 @@ class RunStream:
         if self._request is not None:
             request, self._request = self._request, None
             await self._client._send(request)
+        items = self._items
         while not self.ended:
-            item = await self._queue.get()
-            if isinstance(item, BaseException):
-                self.ended = True
-                raise item
-            if isinstance(item, AgUiEvent):
+            if not items:
+                self._ready.clear()
+                await self._ready.wait()
+                continue
+            item = items.popleft()
+            if type(item) is AgUiEvent:
                 self.last_event_id = item.event_id
                 yield item
                 continue
             self.ended = True
+            if isinstance(item, BaseException):
+                raise item
             self.cancelled = isinstance(item, CancelAcked)
 
+    def _put(self, item: AgUiEvent | _End | BaseException) -> None:
+        self._items.append(item)
+        self._ready.set()
+
     def _deliver(self, event: Event) -> None:
-        if isinstance(event, StreamDataReceived):
+        if type(event) is StreamDataReceived:
             self.resumable = event.resumable
             data = json.loads(event.data)
-            self._queue.put_nowait(AgUiEvent(event_id=event.event_id, raw=event.data, data=data))
+            self._put(AgUiEvent(event_id=event.event_id, raw=event.data, data=data))
         elif isinstance(event, StreamEnded | CancelAcked):
             if isinstance(event, StreamEnded):
                 self.resumable = event.resumable
-            self._queue.put_nowait(event)
+            self._put(event)
         elif isinstance(event, BridgeErrorReceived):
-            self._queue.put_nowait(RunRefused(event.code, event.message, event.body))
+            self._put(RunRefused(event.code, event.message, event.body))
         elif isinstance(event, BridgeFrameRejected):
-            self._queue.put_nowait(event.error)
+            self._put(event.error)
 
 
 class AgUiClient:
@@ -271,27 +283,28 @@ class AgUiClient:
 
     async def _read(self) -> None:
         error: BaseException = TransportError("association closed")
+        session, streams = self.session, self._streams
         try:
             while True:
-                frame = await self.association.receive()
-                if frame.channel == DISCOVERY_CHANNEL:
-                    self.announcements.append(frame.payload)
-                    continue
-                if frame.channel != self.channel:
-                    continue
-                events = self.session.receive_frame(frame.frame_type, frame.payload)
-                if self.session.wants_to_send():
-                    async with self._lock:
-                        await self._flush_locked()
-                for event in events:
-                    stream = self._streams.get(getattr(event, "correlation_id", None) or b"")
-                    if stream is not None:
-                        stream._deliver(event)
+                for frame in await self.association.receive_all():
+                    if frame.channel == DISCOVERY_CHANNEL:
+                        self.announcements.append(frame.payload)
+                        continue
+                    if frame.channel != self.channel:
+                        continue
+                    events = session.receive_frame(frame.frame_type, frame.payload)
+                    if session.wants_to_send():
+                        async with self._lock:
+                            await self._flush_locked()
+                    for event in events:
+                        stream = streams.get(getattr(event, "correlation_id", None) or b"")
+                        if stream is not None:
+                            stream._deliver(event)
         except (NpampError, OSError, ssl.SSLError) as exc:
             error = exc if isinstance(exc, NpampError) else TransportError(str(exc))
         finally:
             for stream in self._streams.values():
-                stream._queue.put_nowait(error)
+                stream._put(error)
 
 
 class OpaqueRunStream:

@@ -355,8 +355,8 @@ class _Peer:
                     async with self.lock:
                         if session.state_of(Role.PRODUCER, corr) not in _PRODUCING:
                             break
-                        for _seq, data in batch:
-                            session.send_event(corr, data)  # event_id == _seq: both from after
+                        # event_id == the log sequence number: both count from ``after``
+                        session.send_events(corr, [data for _seq, data in batch])
                         await self._flush_locked(channel)
                 async with self.lock:
                     if session.state_of(Role.PRODUCER, corr) in _PRODUCING:

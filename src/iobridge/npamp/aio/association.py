@@ -109,8 +109,7 @@ class Association:
             NpampError: The association has ended (its error, or ``TransportError``).
         """
         self._check_alive()
-        for frame_type, payload in frames:
-            self._conn.send_frame(channel, frame_type, payload)
+        self._conn.send_frames(channel, list(frames))
         await self._flush()
 
     def _check_alive(self) -> None:
@@ -131,6 +130,23 @@ class Association:
             self._check_alive()
             self._changed.clear()
             await self._changed.wait()
+
+    async def receive_all(self) -> list[FrameReceived]:
+        """Every application frame queued so far (at least one; waits for it), in order.
+
+        One await per batch of frames read together, not one per frame: the consumer's
+        per-event path.
+
+        Raises:
+            NpampError: The association ended first (``TransportError`` after a clean close).
+        """
+        while not self._frames:
+            self._check_alive()
+            self._changed.clear()
+            await self._changed.wait()
+        frames = list(self._frames)
+        self._frames.clear()
+        return frames
 
     def __aiter__(self) -> AsyncIterator[FrameReceived]:
         """Iterate over application frames until the association ends."""
@@ -219,7 +235,7 @@ class Association:
 
     def _dispatch(self, events: list[Event]) -> None:
         for event in events:
-            if isinstance(event, FrameReceived):
+            if type(event) is FrameReceived:
                 self._frames.append(event)
             elif isinstance(event, PongReceived) or (isinstance(event, KeyUpdated) and event.local):
                 waiter = self._waiters.pop((type(event), event.channel), None)

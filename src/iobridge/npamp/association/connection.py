@@ -39,6 +39,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
+from functools import partial
 
 from iobridge.npamp.association.events import (
     CloseReceived,
@@ -70,7 +71,13 @@ from iobridge.npamp.errors import (
 )
 from iobridge.npamp.handshake.machine import ClientHandshake, ServerHandshake
 from iobridge.npamp.record import keyschedule as ks
-from iobridge.npamp.record.cipher import TAG_SIZE, ReceiveState, RecordCipher, SendState
+from iobridge.npamp.record.cipher import (
+    LAST_DATA_SEQUENCE,
+    TAG_SIZE,
+    ReceiveState,
+    RecordCipher,
+    SendState,
+)
 from iobridge.npamp.wire.frame import (
     DEFAULT_MAX_PAYLOAD_LENGTH,
     Channel,
@@ -209,13 +216,43 @@ class NpampConnection:
         events: list[Event] = []
         if self._state is AssociationState.CLOSED:
             return events
+        reader = self._reader
         try:
-            self._reader.receive_data(data)
-            while self._state not in TERMINAL_STATES and (frame := self._reader.next_frame()):
+            reader.receive_data(data)
+            while self._state not in TERMINAL_STATES:
+                if self._state is AssociationState.OPEN:
+                    self._open_runs(events)
+                frame = reader.next_frame()
+                if frame is None:
+                    break
                 self._process(frame, events)
         except NpampError as exc:
             self._fail(exc, events)
         return events
+
+    def _open_runs(self, events: list[Event]) -> None:
+        """The per-frame path of an open association: runs of ordinary sealed frames of one
+        enabled channel are opened by one compiled call each, straight from the receive
+        buffer; whatever that does not take goes through :meth:`_process`."""
+        reader, cap = self._reader, self.config.max_payload_length
+        while (channel := reader.next_channel()) is not None and channel in self._channels:
+            st = self._recv.get(channel)
+            if st is None:
+                st = self._recv_state(channel)
+            stop = _HANDLED_ON_CONTROL if channel == Channel.CONTROL else _HANDLED_ANYWHERE
+            frames = reader.take(partial(st.open_run, max_payload_length=cap, stop=stop))
+            if not frames:
+                return
+            for frame_type, seq, urgent, payload in frames:
+                events.append(
+                    FrameReceived(
+                        channel=channel,
+                        frame_type=frame_type,
+                        payload=payload,
+                        seq=seq,
+                        urgent=urgent,
+                    )
+                )
 
     def send_frame(
         self, channel: int, frame_type: int, payload: bytes, *, urgent: bool = False
@@ -247,6 +284,43 @@ class NpampConnection:
             raise PayloadTooLarge(f"payload of {len(payload)} octets exceeds the frame cap")
         self._move(In.SEND_DATA, local=True)
         self._seal(channel, frame_type, payload, urgent=urgent)
+
+    def send_frames(self, channel: int, frames: list[tuple[int, bytes]]) -> None:
+        """Seal and queue several application frames of one channel, in order: the same frames
+        as :meth:`send_frame` one by one, sealed in batches (the producer's per-event path).
+
+        Raises:
+            LocalProtocolError, InvalidState: As :meth:`send_frame`; a frame that is refused
+                refuses the whole batch before anything is queued.
+        """
+        self._check_channel(channel)
+        cap = self.config.max_payload_length - TAG_SIZE
+        for frame_type, payload in frames:
+            if not 0 < frame_type <= 0xFFFF:
+                raise LocalProtocolError(f"frame type {frame_type!r} must be in 1..0xFFFF")
+            handled = _HANDLERS.get(frame_type)
+            if handled is not None and (channel == Channel.CONTROL or not handled[1]):
+                raise LocalProtocolError(
+                    f"frame type 0x{frame_type:04x} on channel 0x{channel:04x} is managed by "
+                    "the association; use ping(), key_update() or close()"
+                )
+            if len(payload) > cap:
+                raise PayloadTooLarge(f"payload of {len(payload)} octets exceeds the frame cap")
+        if not frames:
+            return
+        self._move(In.SEND_DATA, local=True)
+        st = self._send_state(channel)
+        interval = self.config.key_update_interval
+        start = 0
+        while start < len(frames):
+            if st.exhausted or (interval is not None and st.next_seq >= interval):
+                self._rotate(channel)
+            room = LAST_DATA_SEQUENCE - st.next_seq + 1
+            if interval is not None:
+                room = min(room, interval - st.next_seq)
+            batch = frames[start : start + room]
+            self._out.append(st.seal_many(batch))
+            start += len(batch)
 
     def ping(self, channel: int = Channel.CONTROL, payload: bytes = b"") -> None:
         """Queue a PING; the peer's PONG is reported as :class:`PongReceived`.
@@ -494,3 +568,6 @@ _HANDLERS: dict[int, tuple[_Handler, bool]] = {
     FrameType.ERROR: (NpampConnection._on_error, True),
     **{t: (NpampConnection._on_handshake_type, True) for t in _HANDSHAKE_TYPES},
 }
+#: Frame types the association acts on, per channel: never taken by the compiled loop.
+_HANDLED_ON_CONTROL = frozenset(_HANDLERS)
+_HANDLED_ANYWHERE = frozenset(t for t, (_, control_only) in _HANDLERS.items() if not control_only)

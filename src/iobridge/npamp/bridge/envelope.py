@@ -455,6 +455,12 @@ def pull_stream_control(value: bytes) -> StreamControl:
     )
 
 
+_SC_TLV_SIZE = _SC_TLV.size
+_STREAM_CONTROL_TYPE = int(TlvType.STREAM_CONTROL)
+_DATA_CONTROL = int(Control.DATA)
+_BRIDGE_TLVS = frozenset({int(TlvType.STREAM_CONTROL), int(TlvType.SAFETY_LABEL)})
+
+
 def peek_data_stream_control(payload: bytes, pos: int) -> tuple[int, bool, int] | None:
     """The per-event consumer path's reading of a DATA StreamControl TLV at ``pos``.
 
@@ -463,22 +469,20 @@ def peek_data_stream_control(payload: bytes, pos: int) -> tuple[int, bool, int] 
         StreamControl without cancel_ack and no further Bridge TLV (StreamControl,
         SafetyLabel) follows it; ``None`` otherwise (the caller then runs the full decoder).
     """
-    if len(payload) - pos < _SC_TLV.size:
+    end = pos + _SC_TLV_SIZE
+    if len(payload) < end:
         return None
     tlv_type, length, version, control, flags, event_id = _SC_TLV.unpack_from(payload, pos)
+    # Plain ints (module constants): IntEnum attribute loads are the cost on this path.
     if (
-        tlv_type != TlvType.STREAM_CONTROL
+        tlv_type != _STREAM_CONTROL_TYPE
         or length != STREAM_CONTROL_LENGTH
         or version != STREAM_CONTROL_VERSION
-        or control != Control.DATA
+        or control != _DATA_CONTROL
         or flags & _SC_FLAG_CANCEL_ACK
     ):
         return None
-    end = pos + _SC_TLV.size
-    if len(payload) - end >= TLV_HEADER_SIZE and _TL.unpack_from(payload, end)[0] in (
-        TlvType.STREAM_CONTROL,
-        TlvType.SAFETY_LABEL,
-    ):
+    if len(payload) - end >= TLV_HEADER_SIZE and _TL.unpack_from(payload, end)[0] in _BRIDGE_TLVS:
         return None
     return event_id, bool(flags & _SC_FLAG_RESUMABLE), end
 

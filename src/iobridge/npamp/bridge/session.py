@@ -22,6 +22,7 @@ Readings of places the specs leave open (digest §10) are cited where they are a
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from iobridge.npamp.bridge.envelope import (
@@ -86,6 +87,8 @@ AGUI_PROTOCOL_ID = 0x35
 #: The single AG-UI operation label (MAP-AGUI §4.1).
 RUN_METHOD = "run"
 _MAX_U64 = (1 << 64) - 1
+_DATA = int(Control.DATA)
+_CONSUMING = StreamState.CONSUMING
 
 
 # --- the session ---------------------------------------------------------------------------
@@ -231,9 +234,9 @@ class BridgeSession:
         """
         if len(payload) < TLV_HEADER_SIZE:
             return None
-        end = TLV_HEADER_SIZE + int.from_bytes(payload[2:4], "big")
+        end = TLV_HEADER_SIZE + ((payload[2] << 8) | payload[3])
         stream = self._recv_envelopes.get(payload[:end])
-        if stream is None or stream.state is not StreamState.CONSUMING:
+        if stream is None or stream.state is not _CONSUMING:
             return None
         control = peek_data_stream_control(payload, end)
         if control is None or control[0] <= stream.last_event_id:
@@ -351,6 +354,35 @@ class BridgeSession:
             (BridgeFrameType.BRIDGE_STREAM_DATA, stream.data_envelope + control + data)
         )
         return stream.last_event_id
+
+    def send_events(self, correlation_id: bytes, events: Iterable[bytes]) -> int:
+        """Queue several AG-UI events, in order, as :meth:`send_event` does one by one (the
+        same frames; the stream state and envelope are looked up once per batch).
+
+        Returns:
+            The last event_id assigned (the stream's current one if ``events`` is empty).
+
+        Raises:
+            InvalidState: The stream is not producing (ended, cancelled, failed, unknown).
+        """
+        iterator = iter(events)
+        first = next(iterator, None)
+        if first is None:
+            return self._get(Role.PRODUCER, correlation_id).last_event_id
+        self.send_event(correlation_id, first)  # the checked path: state, first envelope
+        stream = self._streams[(Role.PRODUCER, correlation_id)]
+        envelope, event_id, outbox = stream.data_envelope, stream.last_event_id, self._outbox
+        resumable, data_type, control = self.resumable, BridgeFrameType.BRIDGE_STREAM_DATA, _DATA
+        try:
+            for data in iterator:  # PRODUCING --SEND_DATA--> PRODUCING: no state change
+                if event_id >= _MAX_U64:
+                    raise InvalidState("the stream's u64 event_id space is exhausted")
+                event_id += 1
+                tlv = stream_control_tlv(control, event_id, resumable=resumable)
+                outbox.append((data_type, envelope + tlv + data))
+        finally:
+            stream.last_event_id = event_id
+        return event_id
 
     def end_stream(self, correlation_id: bytes, data: bytes = b"") -> int:
         """Queue the single terminating BRIDGE_STREAM_END (``final``), after the last event.

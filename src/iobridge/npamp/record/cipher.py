@@ -104,9 +104,11 @@ _VERFLAGS_URG = (VERSION << 4) | _ENC_URG
 _pack_prefix = HEADER_PREFIX.pack
 _pack_tail = HEADER_TAIL.pack
 _crc = google_crc32c.value
-#: Largest sealed region sent through the compiled path. It saves the per-call overhead, which
-#: dominates small frames; on large ones cryptography's bundled OpenSSL has the faster GCM
-#: (bench/npamp_frames.py shows the crossover between 1 and 4 KiB on this machine).
+#: Largest sealed region the compiled path encrypts with the system libcrypto. It saves the
+#: per-call overhead, which dominates small frames; on large ones cryptography's bundled OpenSSL
+#: has the faster bulk GCM (bench/npamp_frames.py shows the crossover between 1 and 4 KiB on
+#: this machine), so above this the compiled path builds the frame and calls that AEAD
+#: (``seal_with``/``open_with``: one allocation per frame, no concatenation).
 COMPILED_MAX_SEALED = 2048
 
 
@@ -130,7 +132,7 @@ class RecordCipher:
         suite: The AEAD suite code point.
     """
 
-    __slots__ = ("_aead", "_decrypt", "_encrypt", "_fast", "_iv", "suite")
+    __slots__ = ("_aead", "_decrypt", "_encrypt", "_encrypt_into", "_fast", "_iv", "suite")
 
     def __init__(self, suite: int, key: bytes, iv: bytes, *, compiled: bool = True) -> None:
         """Build the cipher.
@@ -157,6 +159,7 @@ class RecordCipher:
         self._iv = int.from_bytes(iv, "big")
         # Bound once: the per-frame paths of SendState/ReceiveState call these directly.
         self._encrypt = self._aead.encrypt
+        self._encrypt_into = self._aead.encrypt_into
         self._decrypt = self._aead.decrypt
         self._fast = (
             _speedups.Cipher(key, iv)
@@ -298,9 +301,14 @@ class SendState:
         verflags = _VERFLAGS_URG if urgent else _VERFLAGS
         cipher = self._cipher
         fast = cipher._fast
-        if fast is not None and sealed_len <= COMPILED_MAX_SEALED:
+        if fast is not None:
             try:
-                out = fast.seal(verflags, frame_type, self.channel, seq, plaintext)
+                if sealed_len <= COMPILED_MAX_SEALED:
+                    out = fast.seal(verflags, frame_type, self.channel, seq, plaintext)
+                else:
+                    out = fast.seal_with(
+                        cipher._encrypt_into, verflags, frame_type, self.channel, seq, plaintext
+                    )
             except OverflowError as exc:
                 raise LocalProtocolError(f"header field out of range: {exc}") from exc
             self.next_seq = seq + 1
@@ -312,6 +320,35 @@ class SendState:
         sealed = cipher._encrypt((cipher._iv ^ seq).to_bytes(IV_SIZE, "big"), plaintext, prefix)
         self.next_seq = seq + 1
         return prefix + _pack_tail(_crc(prefix)) + sealed
+
+    def seal_many(self, frames: list[tuple[int, bytes]]) -> bytes:
+        """Seal ``frames`` (``(frame_type, plaintext)``, in order) back to back into one
+        buffer, as :meth:`seal` would one by one (the same octets; tests compare them).
+
+        One compiled call and one allocation for the batch when every plaintext is small
+        enough for the compiled AEAD; frame by frame otherwise.
+
+        Raises:
+            SequenceExhausted: The epoch has no numbers left for the whole batch (nothing is
+                sealed then); callers rotate keys first.
+            PayloadTooLarge, LocalProtocolError: As :meth:`seal`.
+        """
+        seq = self.next_seq
+        if seq + len(frames) - 1 > LAST_DATA_SEQUENCE:
+            raise SequenceExhausted(
+                f"channel 0x{self.channel:04x} epoch {self.epoch}: sequence space used up, "
+                "KEY_UPDATE required"
+            )
+        fast = self._cipher._fast
+        limit = COMPILED_MAX_SEALED - TAG_SIZE
+        if fast is None or any(len(p) > limit or type(p) is not bytes for _, p in frames):
+            return b"".join([self.seal(frame_type, payload) for frame_type, payload in frames])
+        try:
+            out = fast.seal_many(_VERFLAGS, self.channel, seq, frames)
+        except OverflowError as exc:
+            raise LocalProtocolError(f"header field out of range: {exc}") from exc
+        self.next_seq = seq + len(frames)
+        return out
 
     def rekey(self, cipher: RecordCipher, epoch: int) -> None:
         """Switch to a new epoch's cipher; sequence numbers restart at 0."""
@@ -376,10 +413,19 @@ class ReceiveState:
         # open_frame inlined: the AAD is the header prefix re-packed (lossless), one AEAD call.
         cipher = self._cipher
         fast = cipher._fast
-        if fast is not None and length <= COMPILED_MAX_SEALED:
-            opened = fast.open((version << 4) | flags, frame_type, channel, seq, length, payload)
-            if opened is None:
-                raise AeadFailure("AEAD tag did not verify")
+        if fast is not None:
+            verflags = (version << 4) | flags
+            if length <= COMPILED_MAX_SEALED:
+                opened = fast.open(verflags, frame_type, channel, seq, length, payload)
+                if opened is None:
+                    raise AeadFailure("AEAD tag did not verify")
+            else:
+                try:
+                    opened = fast.open_with(
+                        cipher._decrypt, verflags, frame_type, channel, seq, length, payload
+                    )
+                except InvalidTag as exc:
+                    raise AeadFailure("AEAD tag did not verify") from exc
             self.expected_seq = expected + 1
             return opened
         aad = _pack_prefix(MAGIC, (version << 4) | flags, frame_type, channel, seq, length)
@@ -390,6 +436,26 @@ class ReceiveState:
             raise AeadFailure("AEAD tag did not verify") from exc
         self.expected_seq = expected + 1
         return plaintext
+
+    def open_run(
+        self, buf: bytearray, pos: int, max_payload_length: int, stop: frozenset[int]
+    ) -> tuple[int, list[tuple[int, int, bool, bytes]]]:
+        """Open, in one compiled call, the whole frames at ``buf[pos:]`` that are ordinary
+        sealed frames of this channel: ``(new position, [(frame_type, seq, urgent, plaintext)])``.
+
+        It stops, without consuming it, before the first frame that is incomplete, of another
+        channel, of a type in ``stop``, not exactly the next sequence number, too large for
+        the compiled AEAD, with COMP/FRAG, or forged: :meth:`open` then takes that one and
+        raises the precise error. Without the compiled path nothing is consumed.
+        """
+        fast = self._cipher._fast
+        if fast is None:
+            return pos, []
+        pos, self.expected_seq, frames = fast.open_frames(
+            buf, pos, self.channel, self.expected_seq, max_payload_length, COMPILED_MAX_SEALED,
+            stop,
+        )
+        return pos, frames
 
     def rekey(self, cipher: RecordCipher, epoch: int) -> None:
         """Switch to a new epoch's cipher; sequence numbers restart at 0."""

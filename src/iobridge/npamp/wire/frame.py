@@ -23,9 +23,9 @@ to ignore them (draft §6.3: receivers MUST ignore, never reject, GREASE values)
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from enum import IntEnum, IntFlag
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import google_crc32c
 
@@ -69,6 +69,7 @@ __all__ = [
     "pull_frame",
     "pull_frame_header",
     "pull_frame_header_reference",
+    "pull_frame_reference",
     "push_frame",
     "push_frame_header",
     "push_header_prefix",
@@ -104,7 +105,9 @@ _TAIL = HEADER_TAIL
 _HEADER = struct.Struct(">4sBHHQII11s")  # octets 0-35
 _RESERVED = bytes(RESERVED_SIZE)
 _new_tuple = tuple.__new__
+_R = TypeVar("_R")
 _fast_header = None if _speedups is None else _speedups.pull_header
+_fast_frame = None if _speedups is None else _speedups.pull_frame
 
 
 class Flags(IntFlag):
@@ -389,15 +392,30 @@ def pull_frame_header_reference(
 def pull_frame(buf: bytes, *, max_payload_length: int = DEFAULT_MAX_PAYLOAD_LENGTH) -> Frame:
     """Decode exactly one whole frame; Payload Length must equal the octets after the header.
 
+    Like :func:`pull_frame_header`, a valid frame is decoded by the compiled module when it is
+    installed, anything else by :func:`pull_frame_reference`, which raises the precise error.
+
     Raises:
         FrameDecodeError: Any header rule, or a length mismatch.
     """
-    header = pull_frame_header(buf, max_payload_length=max_payload_length)
+    if _fast_frame is not None:
+        frame = _fast_frame(Frame, FrameHeader, buf, max_payload_length)
+        if frame is not None:
+            return frame
+    return pull_frame_reference(buf, max_payload_length=max_payload_length)
+
+
+def pull_frame_reference(
+    buf: bytes, *, max_payload_length: int = DEFAULT_MAX_PAYLOAD_LENGTH
+) -> Frame:
+    """The pure-Python :func:`pull_frame` (same contract; the reference)."""
+    header = pull_frame_header_reference(buf, max_payload_length=max_payload_length)
     if header.payload_length != len(buf) - HEADER_SIZE:
         raise FrameDecodeError(
             f"payload length {header.payload_length} != {len(buf) - HEADER_SIZE} octets present"
         )
-    return _new_tuple(Frame, (header, bytes(buf[HEADER_SIZE:])))
+    payload = buf[HEADER_SIZE:]  # one copy (slicing bytes already gives bytes)
+    return _new_tuple(Frame, (header, payload if type(payload) is bytes else bytes(payload)))
 
 
 class FrameReader:
@@ -461,6 +479,28 @@ class FrameReader:
         self._header = None
         self._pos = end
         return frame
+
+    def next_channel(self) -> int | None:
+        """The channel of the next frame, when its header is buffered but not yet decoded
+        (the header is not validated here); ``None`` otherwise."""
+        if self._error is not None or self._header is not None:
+            return None
+        pos = self._pos
+        if len(self._buf) - pos < HEADER_SIZE:
+            return None
+        return int.from_bytes(self._buf[pos + 7 : pos + 9], "big")
+
+    def take(self, consume: Callable[[bytearray, int], tuple[int, _R]]) -> _R:
+        """Let ``consume(buffer, position)`` read whole frames in place; it returns the new
+        position (after the last frame it took) and its result.
+
+        For a compiled receive loop that opens frames straight from the buffer (no copy):
+        ``consume`` must stop before anything it does not fully check, which the reader then
+        decodes as usual. Only valid when :meth:`next_channel` is not ``None``.
+        """
+        position, result = consume(self._buf, self._pos)
+        self._pos = position
+        return result
 
     def feed(self, data: bytes) -> list[Frame]:
         """Append ``data`` and return every frame that is now complete.
