@@ -71,6 +71,7 @@ def _open(page: Any, url: str) -> None:
 
 
 def _send(page: Any, text: str) -> None:
+    expect(page.locator("#send")).to_be_enabled()  # not while the page (re)loads the thread
     page.locator("#text").fill(text)
     page.locator("#text").press("Enter")
 
@@ -206,7 +207,8 @@ def test_stop_and_busy_thread(serve: Any, page: Any, screenshot: Any) -> None:
     expect(reply).to_contain_text("word2")
     expect(page.locator("#send")).to_be_disabled()
     expect(page.locator("#stop")).to_be_enabled()
-    _send(page, "a second message while busy")
+    page.locator("#text").fill("a second message while busy")  # Enter while the run is live
+    page.locator("#text").press("Enter")
     assert page.locator(".msg.user").count() == 1
     assert page.locator("#text").input_value() == "a second message while busy"
 

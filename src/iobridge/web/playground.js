@@ -29,6 +29,7 @@ const state = {
   threads: [],
   nextCursor: null,
   run: null, // {runId, stopping}
+  connecting: false, // agents and the thread are being (re)loaded
   customTools: loadCustomTools(),
   disabledTools: new Set(),
 };
@@ -484,7 +485,7 @@ async function* sseEvents(response) {
 }
 
 function setBusy(busy) {
-  $("send").disabled = busy;
+  $("send").disabled = busy || state.connecting;
   $("stop").disabled = !busy;
   $("agent").disabled = busy;
   $("composer").classList.toggle("busy", busy);
@@ -836,6 +837,9 @@ function markAuthNeeded(needed) {
 }
 
 async function connect() {
+  // No sending while the thread is (re)loaded: its history would replace the new turn.
+  state.connecting = true;
+  $("send").disabled = true;
   try {
     const [config, { agents }] = await Promise.all([
       request("GET", "/playground/config.json").then((r) => r.json()),
@@ -852,6 +856,9 @@ async function connect() {
     if (error instanceof ApiError && error.status === 401) markAuthNeeded(true);
     else addError(`Cannot reach the server: ${explain(error)}`);
     return false;
+  } finally {
+    state.connecting = false;
+    $("send").disabled = Boolean(state.run);
   }
 }
 
@@ -859,7 +866,7 @@ async function connect() {
 
 function send() {
   const text = $("text").value;
-  if (!text.trim() || state.run) return;
+  if (!text.trim() || state.run || state.connecting) return;
   $("text").value = "";
   addUser(text);
   run(text);
