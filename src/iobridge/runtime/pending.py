@@ -111,4 +111,3 @@ class PendingRegistry:
 #: The context of the result deadlines: they only fail a future, so they need no copy of the
 #: caller's (``call_later`` copies the current context for each timer otherwise).
 _NO_CONTEXT = contextvars.Context()
-
