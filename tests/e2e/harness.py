@@ -85,6 +85,22 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
+def run_node(script: str, scenario: dict[str, Any], *, timeout: float = 30) -> dict[str, Any]:
+    """Run one of this folder's Node scripts on ``scenario``; returns the JSON report it
+    prints last, asserting it reported no error and exited 0."""
+    completed = subprocess.run(
+        [NODE or "node", str(HERE / script), json.dumps(scenario)],
+        cwd=HERE, capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, "SUPPRESS_TRANSFORMATION_WARNINGS": "true"},
+    )
+    lines = completed.stdout.strip().splitlines()
+    assert lines, f"node printed nothing (exit {completed.returncode}):\n{completed.stderr}"
+    report: dict[str, Any] = json.loads(lines[-1])
+    assert report["error"] is None, f"{report['error']}\nstderr:\n{completed.stderr}"
+    assert completed.returncode == 0, completed.stderr
+    return report
+
+
 def run_client(base_url: str, text: str | None, *, tools: list[dict[str, Any]] | None = None,
                frontend_results: dict[str, Any] | None = None,
                thread_id: str | None = None, agent_id: str | None = None,
@@ -100,16 +116,7 @@ def run_client(base_url: str, text: str | None, *, tools: list[dict[str, Any]] |
                 "tools": tools or [], "frontendResults": frontend_results or {},
                 "timeoutMs": 15000, "agentId": agent_id,
                 "forwardedProps": forwarded_props or {}}
-    completed = subprocess.run(
-        [NODE or "node", str(HERE / "run_agent.mjs"), json.dumps(scenario)],
-        cwd=HERE, capture_output=True, text=True, timeout=30,
-        env={**os.environ, "SUPPRESS_TRANSFORMATION_WARNINGS": "true"},
-    )
-    lines = completed.stdout.strip().splitlines()
-    assert lines, f"node printed nothing (exit {completed.returncode}):\n{completed.stderr}"
-    report: dict[str, Any] = json.loads(lines[-1])
-    assert report["error"] is None, f"{report['error']}\nstderr:\n{completed.stderr}"
-    assert completed.returncode == 0, completed.stderr
+    report = run_node("run_agent.mjs", scenario)
     # The same run replayed from the server's retained log: framing and lifecycle checked on
     # the exact bytes the client parsed.
     replay = httpx.get(f"{base_url}/io-bridge/runs/{run_id}/events", timeout=10)
@@ -128,15 +135,6 @@ def run_conversation(base_url: str, texts: list[str], *, agent_id: str | None = 
     turns = [{"runId": f"run-{uuid.uuid4().hex[:12]}", "text": text} for text in texts]
     scenario = {"baseUrl": base_url, "threadId": thread_id, "turns": turns,
                 "agentId": agent_id, "timeoutMs": 20000}
-    completed = subprocess.run(
-        [NODE or "node", str(HERE / "run_conversation.mjs"), json.dumps(scenario)],
-        cwd=HERE, capture_output=True, text=True, timeout=40,
-        env={**os.environ, "SUPPRESS_TRANSFORMATION_WARNINGS": "true"},
-    )
-    lines = completed.stdout.strip().splitlines()
-    assert lines, f"node printed nothing (exit {completed.returncode}):\n{completed.stderr}"
-    report: dict[str, Any] = json.loads(lines[-1])
-    assert report["error"] is None, f"{report['error']}\nstderr:\n{completed.stderr}"
-    assert completed.returncode == 0, completed.stderr
+    report = run_node("run_conversation.mjs", scenario, timeout=40)
     report["threadId"] = thread_id
     return report

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import uuid
-from typing import Any
 
 import httpx
 from ag_ui_validate.pytest_plugin import assert_valid_agui
-from harness import HERE, NODE
+from harness import run_node
 
 from agui_verify import parse_sse, verify_events
 
@@ -20,15 +16,7 @@ def test_the_client_accepts_an_interrupt_and_resumes_it(server: str) -> None:
     run_ids = [f"run-{uuid.uuid4().hex[:12]}" for _ in range(2)]
     scenario = {"baseUrl": server, "threadId": thread_id, "runIds": run_ids,
                 "text": "approve the launch", "payload": {"approved": True}, "timeoutMs": 15000}
-    completed = subprocess.run(
-        [NODE or "node", str(HERE / "run_interrupt.mjs"), json.dumps(scenario)],
-        cwd=HERE, capture_output=True, text=True, timeout=30,
-        env={**os.environ, "SUPPRESS_TRANSFORMATION_WARNINGS": "true"},
-    )
-    lines = completed.stdout.strip().splitlines()
-    assert lines, f"node printed nothing (exit {completed.returncode}):\n{completed.stderr}"
-    report: dict[str, Any] = json.loads(lines[-1])
-    assert report["error"] is None, f"{report['error']}\nstderr:\n{completed.stderr}"
+    report = run_node("run_interrupt.mjs", scenario)
     first, second = report["runs"]
     assert first["runErrors"] == [] and second["runErrors"] == []
     # The client kept the outcome as sent (its schema knows the interrupt variant).
