@@ -104,3 +104,19 @@ def test_serve_runs_on_the_chosen_event_loop(
     result = CliRunner().invoke(cli_app, ["serve", "--port", "0"])
     assert result.exit_code == 0, result.output
     assert seen == [loop_module]
+
+
+@pytest.mark.parametrize("command", ["chat", "check"])
+@pytest.mark.parametrize("value", ["no-colon", ": empty name"])
+def test_a_bad_header_option_is_refused_before_connecting(command: str, value: str) -> None:
+    """``iobridge chat`` and ``iobridge check`` read ``--header`` alike (one parser)."""
+    result = CliRunner().invoke(app, [command, "http://127.0.0.1:9", "--header", value])
+    assert result.exit_code == 2
+    assert "is not 'Name: value'" in result.output and "--header" in result.output
+
+
+def test_header_options_are_parsed_with_names_and_values_stripped() -> None:
+    from iobridge.client.header_option import parse_headers
+
+    assert parse_headers([" X-API-Key : k1 ", "Authorization: Bearer a:b"]) == {
+        "X-API-Key": "k1", "Authorization": "Bearer a:b"}

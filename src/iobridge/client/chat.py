@@ -32,6 +32,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from iobridge.client.api import IoBridgeClient, IoBridgeError
+from iobridge.client.header_option import parse_headers
 
 __all__ = ["BUILTIN_TOOLS", "Chat", "chat"]
 
@@ -221,16 +222,6 @@ class Chat:
             await self.client.tool_result(run_id, call_id, error="no result was given")
 
 
-def _headers(values: list[str]) -> dict[str, str]:
-    headers: dict[str, str] = {}
-    for value in values:
-        name, sep, content = value.partition(":")
-        if not sep or not name.strip():
-            raise typer.BadParameter(f"{value!r} is not 'Name: value'", param_hint="--header")
-        headers[name.strip()] = content.strip()
-    return headers
-
-
 def _tools(values: list[str]) -> list[dict[str, Any]]:
     tools = []
     for value in values:
@@ -262,7 +253,7 @@ def chat(
     ] = None,
 ) -> None:
     """Chat with an io-bridge backend in the terminal (frontend tools answered at the prompt)."""
-    headers, tools = _headers(header or []), _tools(tool or [])
+    headers, tools = parse_headers(header or []), _tools(tool or [])
     console = Console(highlight=False)
 
     async def ask(prompt: str) -> str:

@@ -9,20 +9,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from iobridge.client.header_option import parse_headers
+
 if TYPE_CHECKING:
     from iobridge.conformance.check.report import Report
 
 __all__ = ["check_command"]
-
-
-def _headers(values: list[str]) -> dict[str, str]:
-    headers: dict[str, str] = {}
-    for value in values:
-        name, sep, content = value.partition(":")
-        if not sep or not name.strip():
-            raise typer.BadParameter(f"expected NAME:VALUE, got {value!r}", param_hint="--header")
-        headers[name.strip()] = content.strip()
-    return headers
 
 
 def check_command(
@@ -78,8 +70,9 @@ def check_command(
             options["server_tool_prompt"] = server_tool_prompt
         if resources:
             options["resources"] = (resources[0], resources[1])
-        target = HttpTarget(url=url, prefix=prefix, agent=agent, headers=_headers(header or []),
-                            level=level, timeout=timeout, **options)
+        target = HttpTarget(url=url, prefix=prefix, agent=agent,
+                            headers=parse_headers(header or []), level=level, timeout=timeout,
+                            **options)
         report = asyncio.run(check_http(target))
     else:
         raise typer.BadParameter("expected http://, https:// or npamp://", param_hint="URL")
