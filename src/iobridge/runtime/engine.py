@@ -99,7 +99,6 @@ class Runtime:
         cluster: Claims runIds and threads across replicas and shares run logs
             (default: one process, nothing shared).
         metrics: Where runs, tool calls and live figures are counted (default: its own).
-        tracer: Makes run and tool-call spans (``None``: no tracing).
     """
 
     def __init__(
@@ -109,13 +108,13 @@ class Runtime:
         memory: ThreadMemory | None = None,
         cluster: Coordinator | None = None,
         metrics: Metrics | None = None,
-        tracer: RunTracer | None = None,
     ) -> None:
         self.settings = settings or RuntimeSettings()
         self.memory = memory
         self.cluster: Coordinator = cluster or LocalCluster()
         self.metrics = metrics or Metrics()
-        self.tracer = tracer
+        #: Makes run and tool-call spans; set by the Backend while tracing is on.
+        self.tracer: RunTracer | None = None
         self.pending = PendingRegistry()
         self._runs: dict[RunKey, Run] = {}
         #: The start writes in flight (held here, so a task is never collected mid-write).
