@@ -54,6 +54,8 @@ def group_pyproject(mutate: list[str], tests: list[str]) -> str:
     settings = dict(tomllib.loads(text).get("tool", {}).get("mutmut", {}))
     settings["only_mutate"] = mutate
     settings["pytest_add_cli_args_test_selection"] = tests
+    # The selection plugin (scripts/mutant_tests.py) sits at the root of mutmut's copy.
+    settings["also_copy"] = [*settings.get("also_copy", []), "conftest.py"]
     kept: list[str] = []
     skipping = False
     for line in text.splitlines():
@@ -84,12 +86,30 @@ def run(group: str, mutate: list[str], tests: list[str], deselect: list[str],
     (work / "pyproject.toml").write_text(group_pyproject(mutate, selection))
     # The sqlite variants only: mutants are judged by the in-process suite, not by CI's matrix.
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "IOBRIDGE_TEST_POSTGRES_URL")}
-    mutmut = Path(sys.executable).with_name("mutmut")
     started = time.monotonic()
+    shutil.copy(ROOT / "scripts" / "mutant_tests.py", work / "conftest.py")
+    code = measure(work, mutate, selection, env)
+    if code != 0:
+        print(f"mutants: {group}: the unmutated tests failed (pytest exited {code})")
+        return code
+    print(f"mutants: {group}: statement coverage per test measured in "
+          f"{time.monotonic() - started:.0f} s")
+    mutmut = Path(sys.executable).with_name("mutmut")
     code = subprocess.call([str(mutmut), "run", "--max-children", str(max_children), *mutants],
                            cwd=work, env=env)
     print(f"mutants: {group}: mutmut exited {code} after {time.monotonic() - started:.0f} s")
     return code
+
+
+def measure(work: Path, mutate: list[str], selection: list[str], env: dict[str, str]) -> int:
+    """One unmutated run of the group's tests recording which test executes which line
+    (``mutant_tests.py``), which mutmut's runs then narrow each mutant's tests with."""
+    files = {p.parent for pattern in mutate for p in work.glob(pattern)}
+    env = dict(env, PYTHONPATH=str(work / "src"), IOBRIDGE_MUTANT_COVERAGE=str(
+        work / "mutant-lines.json"), IOBRIDGE_MUTANT_COVERAGE_SOURCE=os.pathsep.join(
+        str(p) for p in sorted(files)))
+    return subprocess.call([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                            "-x", *selection], cwd=work, env=env, stdout=subprocess.DEVNULL)
 
 
 def results(group: str) -> dict[str, Counter[str]]:
