@@ -302,6 +302,12 @@ def main() -> None:
         print(f"{name:>13}: events/s {ratio(f.events_per_s, b.events_per_s)}  p99 first event "
               f"{ratio(f.p99_first, b.p99_first)}  server CPU/event "
               f"{ratio(f.server_cpu_per_event, b.server_cpu_per_event)} (vs {against})")
+    for name, against in base_of.items():
+        rounds_of = zip(results[name], results[against], strict=True)
+        print(f"{'':>15}{name} server CPU/event by round: " + ", ".join(
+            f"{ratio(f.server_cpu_per_event, b.server_cpu_per_event, 0)} "
+            f"({f.server_cpu_per_event * 1e6:.1f}/{b.server_cpu_per_event * 1e6:.1f} µs)"
+            for f, b in rounds_of))
     same_load = [(h.median_crossed - h.median_trip) * 1000 for h in results["half crossed"]]
     vs = {against: [(p.median_crossed - o.median_trip) * 1000
                     for p, o in zip(results["two replicas"], results[against], strict=True)]

@@ -6,15 +6,21 @@ import asyncio
 import contextlib
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import pytest
 import redis.asyncio as aioredis
 from tests.cluster.replicas import redis_server
 
+from iobridge.agents.function import FunctionAgent
 from iobridge.app import Backend
 from iobridge.auth import ANONYMOUS
+from iobridge.cluster.redis import MIRROR_DELAY
 from iobridge.config import Settings
-from iobridge.runtime.cluster import LocalCluster
+from iobridge.runtime.cluster import LocalCluster, RemoteRun
+from iobridge.runtime.runlog import DEFAULT_BATCH_BYTES, LogTrimmed
 
 ONE_NODE = """
 import asyncio, sys
@@ -74,14 +80,106 @@ async def test_runs_are_shared_after_redis_lost_its_scripts(tmp_path: Path) -> N
                         {"id": "u", "role": "user", "content": "hello there"}]}
                     run = await backend.start_run(ANONYMOUS, body)
                     await run.task
-                    [log] = await redis.keys(f"noscript:log:*r{n}")
-                    for _ in range(200):
-                        mirrored = await redis.xrange(log)
+                    for _ in range(200):  # the mirror may still be on its way
+                        logs = await redis.keys(f"noscript:log:*r{n}")
+                        mirrored = await redis.xrange(logs[0]) if logs else []
                         if len(mirrored) == run.log.last_seq:
                             break
                         await asyncio.sleep(0.01)
                     assert [(int(i.split(b"-")[0]), f[b"d"]) for i, f in mirrored] == (
                         run.log.entries())
                     assert b"e" in mirrored[-1][1]
+        finally:
+            await redis.aclose()
+
+
+def _words(count: int, size: int, *, pause_every: int = 0) -> FunctionAgent:
+    """``count`` deltas of ``size`` octets each; with ``pause_every``, a pause longer than
+    the mirror's delay after that many (so the mirror sends the log in several calls)."""
+
+    async def words(ctx: Any) -> AsyncIterator[str]:
+        for i in range(count):
+            if pause_every and i % pause_every == 0:
+                await asyncio.sleep(2 * MIRROR_DELAY)
+            yield f"{i:08d}".ljust(size, "x")
+
+    return FunctionAgent(words, id="words")
+
+
+async def _mirrored(redis: Any, pattern: str, last_seq: int) -> list[tuple[int, bytes]]:
+    """The stream of the one log matching ``pattern`` once its terminal entry is there."""
+    mirrored: list[Any] = []
+    for _ in range(300):
+        logs = await redis.keys(pattern)
+        mirrored = await redis.xrange(logs[0]) if logs else []
+        if mirrored and b"e" in mirrored[-1][1]:
+            break
+        await asyncio.sleep(0.01)
+    assert mirrored and int(mirrored[-1][0].split(b"-")[0]) == last_seq
+    return [(int(i.split(b"-")[0]), f[b"d"]) for i, f in mirrored]
+
+
+async def test_a_burst_beyond_one_mirror_call_is_mirrored_whole_in_order(
+    tmp_path: Path,
+) -> None:
+    """One script call carries at most DEFAULT_BATCH_BYTES of events: a burst of 3x that
+    goes in several calls, every event once, in order, the terminal marked."""
+    with redis_server(tmp_path) as url:
+        redis = aioredis.from_url(url)
+        settings = Settings(database_url="memory://", redis_url=url, redis_prefix="burst")
+        try:
+            async with Backend(settings, agents=[_words(3 * DEFAULT_BATCH_BYTES // 4096, 4096)]
+                               ) as backend:
+                body = {"threadId": "t", "runId": "big", "agentId": "words", "messages": [
+                    {"id": "u", "role": "user", "content": "go"}]}
+                await redis.config_resetstat()
+                run = await backend.start_run(ANONYMOUS, body)
+                await run.task
+                mirrored = await _mirrored(redis, "burst:log:*big", run.log.last_seq)
+                assert mirrored == run.log.entries()
+                calls = (await redis.info("commandstats"))["cmdstat_evalsha"]["calls"]
+                assert calls >= 2 + 3  # the claim, its release, three mirror calls at least
+                [record] = await redis.keys("burst:run:*big")
+                assert await redis.hmget(record, ["first", "last", "end"]) == [
+                    b"1", str(run.log.last_seq).encode(), str(run.log.last_seq).encode()]
+        finally:
+            await redis.aclose()
+
+
+@pytest.mark.parametrize("limit", [8192, 16384])
+async def test_the_shared_log_keeps_at_most_max_run_log_bytes(
+    tmp_path: Path, limit: int
+) -> None:
+    """The stream holds the newest events within max_run_log_bytes (the terminal always);
+    the record's first sequence number says where it starts; a follower from before it
+    is told the events are gone."""
+    with redis_server(tmp_path) as url:
+        redis = aioredis.from_url(url)
+        settings = Settings(database_url="memory://", redis_url=url, redis_prefix="bound",
+                            max_run_log_bytes=limit)
+        agent = _words(3 * limit // 512, 512, pause_every=4)
+        try:
+            async with Backend(settings, agents=[agent]) as backend:
+                body = {"threadId": "t", "runId": "long", "agentId": "words", "messages": [
+                    {"id": "u", "role": "user", "content": "go"}]}
+                run = await backend.start_run(ANONYMOUS, body)
+                await run.task
+                mirrored = await _mirrored(redis, "bound:log:*long", run.log.last_seq)
+                first = mirrored[0][0]
+                assert first > 3  # trimmed: the first kept is one of the deltas
+                assert [seq for seq, _ in mirrored] == list(range(first, run.log.last_seq + 1))
+                size = sum(len(data) for _, data in mirrored)
+                assert limit - len(mirrored[0][1]) < size <= limit  # one more would not fit
+                kept = run.log.entries(run.log.first_seq - 1)  # the owner counts overhead too
+                assert mirrored[-len(kept):] == kept
+                [record] = await redis.keys("bound:run:*long")
+                assert await redis.hget(record, "first") == str(first).encode()
+                remote = RemoteRun(run_id="long", thread_id="t", owner=run.owner,
+                                   replica="elsewhere", first_seq=first,
+                                   last_seq=run.log.last_seq, ended=True)
+                with pytest.raises(LogTrimmed) as trimmed:
+                    async for _ in backend.cluster.follow(remote, first - 2, idle=None):
+                        pass
+                assert trimmed.value.first_retained == first
         finally:
             await redis.aclose()

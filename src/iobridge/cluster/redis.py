@@ -45,7 +45,7 @@ from iobridge.errors import ConflictError, ServiceUnavailable
 from iobridge.protocol.events import encode_event, run_error
 from iobridge.runtime.cluster import Command, CommandHandler, RemoteRun
 from iobridge.runtime.run import Run, RunKey
-from iobridge.runtime.runlog import LogTrimmed
+from iobridge.runtime.runlog import DEFAULT_BATCH_BYTES, LogTrimmed
 
 __all__ = ["RedisCluster"]
 
@@ -59,6 +59,8 @@ FORWARD_TIMEOUT = 5.0
 FOLLOW_COUNT = 512
 #: Seconds the readiness check and the claim release wait for Redis.
 REDIS_TIMEOUT = 2.0
+#: Seconds a mirror batch waits for the events the run appends right after its first.
+MIRROR_DELAY = 0.01
 RUN_LOST = encode_event(run_error("The replica running this run stopped.", "RUN_LOST"))
 
 _CLAIM = """
@@ -85,25 +87,32 @@ _FORGET = """
 if redis.call('HGET', KEYS[1], 'token') == ARGV[1] then redis.call('DEL', KEYS[1], KEYS[2]) end
 return 0
 """
-#: KEYS rec, log; ARGV token, ttl, max bytes, final, then seq/data pairs.
+#: KEYS rec, log; ARGV token, ttl, max bytes, final, the batch's first sequence number,
+#: its events' lengths (space-separated) and their octets joined: one argument for all the
+#: events, so the client packs seven arguments a batch, not two an event.
 _APPEND = """
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return -1 end
 if redis.call('HEXISTS', KEYS[1], 'end') == 1 then return -1 end
 local last = tonumber(redis.call('HGET', KEYS[1], 'last'))
 local bytes = tonumber(redis.call('HGET', KEYS[1], 'bytes'))
 local first = tonumber(redis.call('HGET', KEYS[1], 'first'))
-local n = #ARGV
-for i = 5, n, 2 do
-  local seq = tonumber(ARGV[i])
+local seq = tonumber(ARGV[5]) - 1
+local sizes = {}
+for size in string.gmatch(ARGV[6], '%d+') do sizes[#sizes + 1] = tonumber(size) end
+local data, at = ARGV[7], 1
+for i = 1, #sizes do
+  seq = seq + 1
+  local event = string.sub(data, at, at + sizes[i] - 1)
+  at = at + sizes[i]
   if seq > last then
-    if ARGV[4] == '1' and i == n - 1 then
-      redis.call('XADD', KEYS[2], ARGV[i] .. '-0', 'd', ARGV[i + 1], 'e', '1')
+    if ARGV[4] == '1' and i == #sizes then
+      redis.call('XADD', KEYS[2], seq .. '-0', 'd', event, 'e', '1')
       redis.call('HSET', KEYS[1], 'end', seq)
     else
-      redis.call('XADD', KEYS[2], ARGV[i] .. '-0', 'd', ARGV[i + 1])
+      redis.call('XADD', KEYS[2], seq .. '-0', 'd', event)
     end
     last = seq
-    bytes = bytes + #ARGV[i + 1]
+    bytes = bytes + sizes[i]
   end
 end
 local limit = tonumber(ARGV[3])
@@ -240,6 +249,11 @@ class RedisCluster:
         self._prefix = settings.redis_prefix
         self._lock_ms = int(settings.owner_lost_seconds * 1000)
         self._ttl_ms = int((settings.retention_seconds + settings.owner_lost_seconds) * 1000)
+        # Script arguments that never change, as the bytes redis-py sends.
+        self._lock_arg = b"%d" % self._lock_ms
+        self._ttl_arg = b"%d" % self._ttl_ms
+        self._log_bytes_arg = b"%d" % settings.max_run_log_bytes
+        self._replica_arg = self.replica_id.encode()
         pool = aioredis.BlockingConnectionPool.from_url(
             settings.redis_url, max_connections=MAX_CONNECTIONS, timeout=FORWARD_TIMEOUT
         )
@@ -254,9 +268,9 @@ class RedisCluster:
         self._send = self._redis.register_script(_SEND)
         self._tokens = count()
         #: Claims from admission to release: key -> (token, live, thread, rec, log keys).
-        self._claims: dict[RunKey, tuple[str, str, str, str, str]] = {}
+        self._claims: dict[RunKey, tuple[bytes, bytes, bytes, bytes, bytes]] = {}
         #: The claim token of each run whose log is shared, until it is forgotten.
-        self._shared: dict[Run, str] = {}
+        self._shared: dict[Run, bytes] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._handler: CommandHandler | None = None
         self._pubsub: Any = None
@@ -269,8 +283,8 @@ class RedisCluster:
 
     # -- keys ---------------------------------------------------------------------------
 
-    def _key(self, kind: str, *parts: str) -> str:
-        return ":".join((self._prefix, kind, *map(_part, parts)))
+    def _key(self, kind: str, *parts: str) -> bytes:
+        return ":".join((self._prefix, kind, *map(_part, parts))).encode()
 
     def _heartbeat_key(self, replica: str) -> str:
         return f"{self._prefix}:hb:{replica}"
@@ -355,7 +369,7 @@ class RedisCluster:
     # -- the coordinator: claims and mirrors ----------------------------------------------
 
     async def claim(self, owner: str, run_id: str, resource_id: str, thread_id: str) -> None:
-        token = f"{self.replica_id}:{next(self._tokens)}"
+        token = b"%s:%d" % (self._replica_arg, next(self._tokens))
         keys = (
             self._key("live", owner, run_id),
             self._key("thread", resource_id, thread_id),
@@ -364,8 +378,8 @@ class RedisCluster:
         )
         try:
             status = await self._batched(
-                self._claim, list(keys),
-                [token, self._lock_ms, self.replica_id, thread_id, self._ttl_ms],
+                self._claim, keys,
+                (token, self._lock_arg, self._replica_arg, thread_id.encode(), self._ttl_arg),
             )
         except (RedisError, OSError):
             logger.warning("claim: Redis does not answer", exc_info=True)
@@ -379,7 +393,7 @@ class RedisCluster:
     async def abandon(self, owner: str, run_id: str, resource_id: str, thread_id: str) -> None:
         claim = self._claims.pop((owner, run_id), None)
         if claim is not None:
-            await self._settle_release(list(claim[1:]), claim[0])
+            await self._settle_release(claim[1:], claim[0])
 
     def started(self, run: Run) -> None:
         claim = self._claims.get(run.key)
@@ -391,42 +405,47 @@ class RedisCluster:
     async def release(self, run: Run) -> None:
         claim = self._claims.pop(run.key, None)
         if claim is not None:
-            await self._settle_release(list(claim[1:3]), claim[0])
+            await self._settle_release(claim[1:3], claim[0])
 
-    async def _settle_release(self, keys: list[str], token: str) -> None:
+    async def _settle_release(self, keys: tuple[bytes, ...], token: bytes) -> None:
         """Release within a bound; if Redis is away, the locks expire by themselves."""
         try:
-            await asyncio.wait_for(self._batched(self._release, keys, [token]), REDIS_TIMEOUT)
+            await asyncio.wait_for(self._batched(self._release, keys, (token,)), REDIS_TIMEOUT)
         except (RedisError, OSError, TimeoutError):
             logger.warning("could not release a run's locks; they expire by themselves")
 
     def forgotten(self, run: Run) -> None:
         token = self._shared.pop(run, None)
         if token is not None:
-            keys = [self._key("run", run.owner, run.run_id), self._key("log", run.owner,
-                                                                       run.run_id)]
+            keys = (self._key("run", run.owner, run.run_id),
+                    self._key("log", run.owner, run.run_id))
             self._spawn(self._forget_shared(keys, token), f"forget-{run.run_id}")
 
-    async def _forget_shared(self, keys: list[str], token: str) -> None:
+    async def _forget_shared(self, keys: tuple[bytes, ...], token: bytes) -> None:
         try:
-            await self._batched(self._forget, keys, [token])
+            await self._batched(self._forget, keys, (token,))
         except (RedisError, OSError):
             logger.warning("could not drop a shared run log; it expires by itself")
 
-    async def _mirror(self, run: Run, token: str, record: str, log: str) -> None:
-        """Append the run's log to its stream: each ready batch is one script call, and the
+    async def _mirror(self, run: Run, token: bytes, record: bytes, log: bytes) -> None:
+        """Append the run's log to its stream: each batch is one script call, and the
         batches of all runs ready at once go to Redis in one pipeline (one batch in flight
-        per run, so a slow Redis holds the mirror back, never the run)."""
-        log_bytes = self.settings.max_run_log_bytes
+        per run, so a slow Redis holds the mirror back, never the run).
+
+        A batch waits ``MIRROR_DELAY`` before it goes (unless the log is complete), so that
+        what the run appends right after (a tool call's three events, a reply and the
+        terminal) joins it: a run costs a few script calls, not one per burst of events."""
         position = 0
         while True:
             try:
-                async for batch in run.log.follow(position):
-                    final = run.log.closed and batch[-1][0] == run.log.last_seq
-                    args: list[Any] = [token, self._ttl_ms, log_bytes, int(final)]
-                    for seq, data in batch:
-                        args += (seq, data)
-                    await self._batched(self._append, [record, log], args)
+                async for ready in run.log.follow(position):
+                    if ready[-1][0] <= position:
+                        continue  # already sent with the batch before
+                    if not run.log.closed:
+                        await asyncio.sleep(MIRROR_DELAY)
+                    batch = run.log.entries(position, max_bytes=DEFAULT_BATCH_BYTES)
+                    await self._batched(self._append, (record, log), self._append_args(
+                        token, batch, run.log.closed and batch[-1][0] == run.log.last_seq))
                     position = batch[-1][0]
                 return
             except LogTrimmed as exc:  # Redis was slower than the run: skip what is gone
@@ -435,7 +454,16 @@ class RedisCluster:
                 logger.warning("mirror of run %s: Redis does not answer", run.run_id)
                 await asyncio.sleep(self.settings.heartbeat_seconds)
 
-    async def _batched(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+    def _append_args(self, token: bytes, batch: list[tuple[int, bytes]],
+                     final: bool) -> tuple[bytes, ...]:
+        """The :data:`_APPEND` arguments of ``batch``, as bytes (redis-py passes bytes on
+        as they are; an int or str costs it a conversion each)."""
+        return (token, self._ttl_arg, self._log_bytes_arg, b"1" if final else b"0",
+                b"%d" % batch[0][0], b" ".join([b"%d" % len(data) for _, data in batch]),
+                b"".join([data for _, data in batch]))
+
+    async def _batched(self, script: Any, keys: tuple[bytes, ...],
+                       args: tuple[bytes, ...]) -> Any:
         """Run ``script`` (one the outboxes load) in the next bulk pipeline."""
         return await self._bulk.send(
             lambda pipe: pipe.evalsha(script.sha, len(keys), *keys, *args))
