@@ -67,30 +67,78 @@ async def test_readiness_reports_redis_going_away(tmp_path: Path) -> None:
     assert isinstance(backend.cluster, LocalCluster)  # closed: back to one process
 
 
+async def _followed_on(b: Backend, run_id: str) -> list[tuple[int, bytes]]:
+    """Every event another replica (``b``) reads of ``run_id``, from the start to its end."""
+    remote = await b.find_run(ANONYMOUS, run_id)
+    assert isinstance(remote, RemoteRun)
+    got: list[tuple[int, bytes]] = []
+    async with contextlib.aclosing(b.follow(remote, 0)) as batches:
+        async for batch in batches:
+            got += batch
+    return got
+
+
 async def test_runs_are_shared_after_redis_lost_its_scripts(tmp_path: Path) -> None:
     """The scripts are loaded once; after a restart or SCRIPT FLUSH they are loaded again."""
-    settings = Settings(database_url="memory://", redis_url=None, redis_prefix="noscript")
     with redis_server(tmp_path) as url:
         redis = aioredis.from_url(url)
+        settings = Settings(database_url="memory://", redis_url=url, redis_prefix="noscript")
         try:
-            async with Backend(settings.model_copy(update={"redis_url": url})) as backend:
+            async with Backend(settings) as a, Backend(settings) as b:
                 for n in range(2):
                     assert await redis.script_flush()
                     body = {"threadId": f"t{n}", "runId": f"r{n}", "messages": [
                         {"id": "u", "role": "user", "content": "hello there"}]}
-                    run = await backend.start_run(ANONYMOUS, body)
+                    run = await a.start_run(ANONYMOUS, body)
+                    followed = await _followed_on(b, f"r{n}")
                     await run.task
-                    for _ in range(200):  # the mirror may still be on its way
-                        logs = await redis.keys(f"noscript:log:*r{n}")
-                        mirrored = await redis.xrange(logs[0]) if logs else []
-                        if len(mirrored) == run.log.last_seq:
-                            break
-                        await asyncio.sleep(0.01)
-                    assert [(int(i.split(b"-")[0]), f[b"d"]) for i, f in mirrored] == (
-                        run.log.entries())
+                    assert followed == run.log.entries()
+                    [log] = await redis.keys(f"noscript:log:*r{n}")
+                    mirrored = await redis.xrange(log)
+                    assert [(int(i.split(b"-")[0]), f[b"d"]) for i, f in mirrored] == followed
                     assert b"e" in mirrored[-1][1]
         finally:
             await redis.aclose()
+
+
+async def test_a_run_nobody_follows_elsewhere_costs_redis_no_event(tmp_path: Path) -> None:
+    """Without a follower on another replica a run's events stay on its replica: Redis has
+    its record (so the others find it) and no log; a follower that comes after the run
+    ended still replays it whole."""
+    with redis_server(tmp_path) as url:
+        redis = aioredis.from_url(url)
+        settings = Settings(database_url="memory://", redis_url=url, redis_prefix="lazy",
+                            heartbeat_seconds=10, owner_lost_seconds=20)  # no beat meanwhile
+        try:
+            async with Backend(settings) as a, Backend(settings) as b:
+                body = {"threadId": "t", "runId": "quiet", "messages": [
+                    {"id": "u", "role": "user", "content": "hello there"}]}
+                await redis.config_resetstat()
+                run = await a.start_run(ANONYMOUS, body)
+                await run.task
+                await asyncio.sleep(0.1)  # what a mirror would have sent is there by now
+                assert await redis.keys("lazy:log:*") == []
+                assert len(await redis.keys("lazy:run:*quiet")) == 1
+                stats = await redis.info("commandstats")
+                assert "cmdstat_xadd" not in stats
+                assert stats["cmdstat_evalsha"]["calls"] == 2  # the claim and its release
+                assert await _followed_on(b, "quiet") == run.log.entries()
+        finally:
+            await redis.aclose()
+
+
+async def test_a_replica_that_stops_leaves_its_retained_runs_to_replay(tmp_path: Path) -> None:
+    """A replica that stops cleanly shares the logs of the runs it retained (nobody followed
+    them elsewhere): another replica replays them whole after it left."""
+    with redis_server(tmp_path) as url:
+        settings = Settings(database_url="memory://", redis_url=url, redis_prefix="left")
+        async with Backend(settings) as b:
+            async with Backend(settings) as a:
+                body = {"threadId": "t", "runId": "done", "messages": [
+                    {"id": "u", "role": "user", "content": "hello there"}]}
+                run = await a.start_run(ANONYMOUS, body)
+                await run.task
+            assert await _followed_on(b, "done") == run.log.entries()
 
 
 def _words(count: int, size: int, *, pause_every: int = 0) -> FunctionAgent:
@@ -128,15 +176,17 @@ async def test_a_burst_beyond_one_mirror_call_is_mirrored_whole_in_order(
         redis = aioredis.from_url(url)
         settings = Settings(database_url="memory://", redis_url=url, redis_prefix="burst")
         try:
-            async with Backend(settings, agents=[_words(3 * DEFAULT_BATCH_BYTES // 4096, 4096)]
-                               ) as backend:
+            agent = _words(3 * DEFAULT_BATCH_BYTES // 4096, 4096)
+            async with Backend(settings, agents=[agent]) as a, Backend(settings) as b:
                 body = {"threadId": "t", "runId": "big", "agentId": "words", "messages": [
                     {"id": "u", "role": "user", "content": "go"}]}
                 await redis.config_resetstat()
-                run = await backend.start_run(ANONYMOUS, body)
+                run = await a.start_run(ANONYMOUS, body)
+                followed = await _followed_on(b, "big")
                 await run.task
+                assert followed == run.log.entries()
                 mirrored = await _mirrored(redis, "burst:log:*big", run.log.last_seq)
-                assert mirrored == run.log.entries()
+                assert mirrored == followed
                 calls = (await redis.info("commandstats"))["cmdstat_evalsha"]["calls"]
                 assert calls >= 2 + 3  # the claim, its release, three mirror calls at least
                 [record] = await redis.keys("burst:run:*big")
@@ -159,11 +209,13 @@ async def test_the_shared_log_keeps_at_most_max_run_log_bytes(
                             max_run_log_bytes=limit)
         agent = _words(3 * limit // 512, 512, pause_every=4)
         try:
-            async with Backend(settings, agents=[agent]) as backend:
+            async with Backend(settings, agents=[agent]) as a, Backend(settings) as b:
                 body = {"threadId": "t", "runId": "long", "agentId": "words", "messages": [
                     {"id": "u", "role": "user", "content": "go"}]}
-                run = await backend.start_run(ANONYMOUS, body)
+                run = await a.start_run(ANONYMOUS, body)
+                followed = await _followed_on(b, "long")  # live, as the stream is trimmed
                 await run.task
+                assert [seq for seq, _ in followed] == list(range(1, run.log.last_seq + 1))
                 mirrored = await _mirrored(redis, "bound:log:*long", run.log.last_seq)
                 first = mirrored[0][0]
                 assert first > 3  # trimmed: the first kept is one of the deltas
@@ -178,7 +230,7 @@ async def test_the_shared_log_keeps_at_most_max_run_log_bytes(
                                    replica="elsewhere", first_seq=first,
                                    last_seq=run.log.last_seq, ended=True)
                 with pytest.raises(LogTrimmed) as trimmed:
-                    async for _ in backend.cluster.follow(remote, first - 2, idle=None):
+                    async for _ in b.cluster.follow(remote, first - 2, idle=None):
                         pass
                 assert trimmed.value.first_retained == first
         finally:

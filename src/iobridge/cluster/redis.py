@@ -59,8 +59,10 @@ FORWARD_TIMEOUT = 5.0
 FOLLOW_COUNT = 512
 #: Seconds the readiness check and the claim release wait for Redis.
 REDIS_TIMEOUT = 2.0
+#: The command asking a run's owner to mirror its log (an ``attach`` does too).
+MIRROR = "mirror"
 #: Seconds a mirror batch waits for the events the run appends right after its first.
-MIRROR_DELAY = 0.01
+MIRROR_DELAY = 0.005
 RUN_LOST = encode_event(run_error("The replica running this run stopped.", "RUN_LOST"))
 
 _CLAIM = """
@@ -97,6 +99,7 @@ local last = tonumber(redis.call('HGET', KEYS[1], 'last'))
 local bytes = tonumber(redis.call('HGET', KEYS[1], 'bytes'))
 local first = tonumber(redis.call('HGET', KEYS[1], 'first'))
 local seq = tonumber(ARGV[5]) - 1
+if last == 0 and seq >= first then first = seq + 1 end  -- mirrored from a trimmed log on
 local sizes = {}
 for size in string.gmatch(ARGV[6], '%d+') do sizes[#sizes + 1] = tonumber(size) end
 local data, at = ARGV[7], 1
@@ -225,6 +228,16 @@ def _part(value: str) -> str:
     return f"{len(value)}.{value}"
 
 
+class _Shared:
+    """A run this replica retains: what its mirror needs, and the mirror once started."""
+
+    __slots__ = ("log", "mirror", "record", "run", "token")
+
+    def __init__(self, run: Run, token: bytes, record: bytes, log: bytes) -> None:
+        self.run, self.token, self.record, self.log = run, token, record, log
+        self.mirror: asyncio.Task[None] | None = None
+
+
 class _NotElsewhere(Exception):
     """No other replica has the run (unknown, or this replica's and no longer retained)."""
 
@@ -269,8 +282,9 @@ class RedisCluster:
         self._tokens = count()
         #: Claims from admission to release: key -> (token, live, thread, rec, log keys).
         self._claims: dict[RunKey, tuple[bytes, bytes, bytes, bytes, bytes]] = {}
-        #: The claim token of each run whose log is shared, until it is forgotten.
-        self._shared: dict[Run, bytes] = {}
+        #: Each run this replica retains, its claim token and (once another replica follows
+        #: it) its mirror, until it is forgotten: as many as the runtime retains.
+        self._shared: dict[RunKey, _Shared] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._handler: CommandHandler | None = None
         self._pubsub: Any = None
@@ -318,7 +332,10 @@ class RedisCluster:
             await pipe.execute()
 
     async def aclose(self) -> None:
-        """Let mirrors flush their last events, then stop and leave the cluster."""
+        """Share the logs of the runs retained here (so other replicas can replay them
+        after this one left), let the mirrors flush, then stop and leave the cluster."""
+        for shared in list(self._shared.values()):
+            self._share(shared.run.owner, shared.run.run_id)
         mirrors = [t for t in self._tasks if t.get_name().startswith("mirror-")]  # not the flusher
         if mirrors:
             await asyncio.wait(mirrors, timeout=REDIS_TIMEOUT)
@@ -397,10 +414,16 @@ class RedisCluster:
 
     def started(self, run: Run) -> None:
         claim = self._claims.get(run.key)
-        if claim is None:
-            return
-        self._shared[run] = claim[0]
-        self._spawn(self._mirror(run, claim[0], claim[3], claim[4]), f"mirror-{run.run_id}")
+        if claim is not None:
+            self._shared[run.key] = _Shared(run, claim[0], claim[3], claim[4])
+
+    def _share(self, owner: Any, run_id: Any) -> None:
+        """Mirror the run's log from its first retained event on (once): another replica
+        follows it. Until then its events cost Redis nothing."""
+        shared = self._shared.get((owner, run_id)) if isinstance(owner, str) and isinstance(
+            run_id, str) else None
+        if shared is not None and shared.mirror is None:
+            shared.mirror = self._spawn(self._mirror(shared), f"mirror-{run_id}")
 
     async def release(self, run: Run) -> None:
         claim = self._claims.pop(run.key, None)
@@ -415,11 +438,11 @@ class RedisCluster:
             logger.warning("could not release a run's locks; they expire by themselves")
 
     def forgotten(self, run: Run) -> None:
-        token = self._shared.pop(run, None)
-        if token is not None:
-            keys = (self._key("run", run.owner, run.run_id),
-                    self._key("log", run.owner, run.run_id))
-            self._spawn(self._forget_shared(keys, token), f"forget-{run.run_id}")
+        shared = self._shared.get(run.key)
+        if shared is not None and shared.run is run:
+            del self._shared[run.key]
+            self._spawn(self._forget_shared((shared.record, shared.log), shared.token),
+                        f"forget-{run.run_id}")
 
     async def _forget_shared(self, keys: tuple[bytes, ...], token: bytes) -> None:
         try:
@@ -427,7 +450,7 @@ class RedisCluster:
         except (RedisError, OSError):
             logger.warning("could not drop a shared run log; it expires by itself")
 
-    async def _mirror(self, run: Run, token: bytes, record: bytes, log: bytes) -> None:
+    async def _mirror(self, shared: _Shared) -> None:
         """Append the run's log to its stream: each batch is one script call, and the
         batches of all runs ready at once go to Redis in one pipeline (one batch in flight
         per run, so a slow Redis holds the mirror back, never the run).
@@ -435,6 +458,7 @@ class RedisCluster:
         A batch waits ``MIRROR_DELAY`` before it goes (unless the log is complete), so that
         what the run appends right after (a tool call's three events, a reply and the
         terminal) joins it: a run costs a few script calls, not one per burst of events."""
+        run, token, record, log = shared.run, shared.token, shared.record, shared.log
         position = 0
         while True:
             try:
@@ -523,9 +547,13 @@ class RedisCluster:
             if state[0] is None:
                 return  # the record expired or was dropped: nothing more will come
             if state[1] is None:
-                await self._lost(
-                    keys=[record, log, self._heartbeat_key(state[0].decode())], args=[RUN_LOST]
-                )
+                replica = state[0].decode()
+                if not await self._lost(
+                    keys=[record, log, self._heartbeat_key(replica)], args=[RUN_LOST]
+                ):  # the owner lives: ask again for the mirror (in case the attach was lost)
+                    self._controlled("PUBLISH", self._channel(replica), json.dumps(
+                        {"op": MIRROR, "owner": run.owner, "run": run.run_id},
+                    )).add_done_callback(_log_failure)
             elif int(state[1]) <= position:
                 # The owner died before the events this client saw on it reached the shared
                 # log (so the log ends before the cursor): the client still gets its end.
@@ -620,6 +648,11 @@ class RedisCluster:
         assert self._handler is not None
         try:
             command = json.loads(data)
+            op = command["op"]
+            if op in ("attach", MIRROR):  # another replica follows the run: share its log
+                self._share(command.get("owner"), command.get("run"))
+                if op == MIRROR:
+                    return
             answer = await self._handler(command)
         except (ValueError, KeyError, TypeError):
             logger.warning("ignored a malformed cluster command")
