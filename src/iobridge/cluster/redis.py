@@ -9,9 +9,13 @@ no two (owner, runId) pairs share a key):
   principal's lookup names another key, so a foreign run answers exactly like a missing one.
 * ``P:log:<owner>:<runId>`` (stream): the run's encoded events, entry id ``<seq>-0`` and
   field ``d`` (the bytes SSE and N-PAMP carry), ``e`` on the terminal entry. The owner
-  appends them in batches with one script call (skipping entries already there, trimming to
-  ``max_run_log_bytes``); records and logs expire ``retention_seconds`` (plus the lost bound)
-  after their last write, and are deleted when the owner stops retaining the run.
+  mirrors a run's log only once another replica follows it (the follower's ``attach``, or
+  a ``mirror`` request when its follower finds nothing), from the first event it retains,
+  and the logs of all the runs it retains when it stops: a run nobody follows elsewhere
+  costs Redis its claim and release, nothing per event. Each batch is one script call
+  (all its events in one argument; entries already there skipped, trimmed to
+  ``max_run_log_bytes``); records and logs expire ``retention_seconds`` (plus the lost
+  bound) after their last write, and are deleted when the owner stops retaining the run.
 * ``P:live:<owner>:<runId>`` and ``P:thread:<resource>:<threadId>``: the runId claim and the
   thread lock, ``SET NX PX owner_lost_seconds`` in one script, renewed by the owner's
   heartbeat, released by compare-and-delete once the run's messages are stored.
@@ -21,7 +25,8 @@ no two (owner, runId) pairs share a key):
   result, cancel, follower attach/detach) and the answers to the replica that asked.
 
 Claims, mirror batches and releases of all runs ready at once go to Redis in one pipeline
-(one round trip, one connection), so the cost per run stays a few script calls. What someone
+(one round trip, one connection), so the cost per run stays a few script calls (their
+arguments as bytes: redis-py packs those as they are). What someone
 waits on never queues behind a big mirror batch: a tool result or cancel for another replica
 is one script call of its own (find the run's replica and publish to it), lookups go straight
 to Redis, and answers and followers' notices have a pipeline of their own.
@@ -267,6 +272,7 @@ class RedisCluster:
         self._ttl_arg = b"%d" % self._ttl_ms
         self._log_bytes_arg = b"%d" % settings.max_run_log_bytes
         self._replica_arg = self.replica_id.encode()
+        self._channel_arg = f"{self._prefix}:cmd:".encode()
         pool = aioredis.BlockingConnectionPool.from_url(
             settings.redis_url, max_connections=MAX_CONNECTIONS, timeout=FORWARD_TIMEOUT
         )
@@ -280,6 +286,7 @@ class RedisCluster:
         self._renew = self._redis.register_script(_RENEW)
         self._send = self._redis.register_script(_SEND)
         self._tokens = count()
+        self._requests = count()
         #: Claims from admission to release: key -> (token, live, thread, rec, log keys).
         self._claims: dict[RunKey, tuple[bytes, bytes, bytes, bytes, bytes]] = {}
         #: Each run this replica retains, its claim token and (once another replica follows
@@ -578,8 +585,8 @@ class RedisCluster:
         keys = [self._key("run", owner, run_id)]
 
         def send(message: str) -> Any:
-            return self._send(keys=keys, args=[self.replica_id, self._channel(""),
-                                               message])
+            return self._send(keys=keys, args=[self._replica_arg, self._channel_arg,
+                                               message.encode()])
 
         try:
             return await self._ask(command, send)
@@ -588,7 +595,7 @@ class RedisCluster:
 
     async def _ask(self, command: Command, send: Callable[[str], Any]) -> Command:
         """Send ``command`` with a request id and wait for the owner's answer to it."""
-        request = uuid.uuid4().hex
+        request = f"{next(self._requests)}"  # answers come on this replica's own channel
         answered = self._waiting[request] = asyncio.get_running_loop().create_future()
         try:
             await self._published(send(json.dumps({**command, "from": self.replica_id,
