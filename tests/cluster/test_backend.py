@@ -19,6 +19,7 @@ from iobridge.app import Backend
 from iobridge.auth import ANONYMOUS
 from iobridge.cluster.redis import MIRROR_DELAY
 from iobridge.config import Settings
+from iobridge.errors import ConflictError
 from iobridge.runtime.cluster import LocalCluster, RemoteRun
 from iobridge.runtime.runlog import DEFAULT_BATCH_BYTES, LogTrimmed
 
@@ -139,6 +140,42 @@ async def test_a_replica_that_stops_leaves_its_retained_runs_to_replay(tmp_path:
                 run = await a.start_run(ANONYMOUS, body)
                 await run.task
             assert await _followed_on(b, "done") == run.log.entries()
+
+
+async def test_the_heartbeat_keeps_a_long_run_s_claims_and_its_followers(tmp_path: Path) -> None:
+    """A run lasting many lost bounds keeps its thread and runId (renewed with each
+    heartbeat), and a follower elsewhere never takes it for lost; once it ended, the
+    thread is free on the other replica."""
+
+    async def slow(ctx: Any) -> AsyncIterator[str]:
+        await asyncio.sleep(1.0)
+        yield "done"
+
+    with redis_server(tmp_path) as url:
+        settings = Settings(database_url="memory://", redis_url=url, redis_prefix="beat",
+                            heartbeat_seconds=0.1, owner_lost_seconds=0.3)
+        agent = FunctionAgent(slow, id="slow")
+        async with Backend(settings, agents=[agent]) as a, Backend(settings,
+                                                                   agents=[agent]) as b:
+            def body(run_id: str) -> dict[str, Any]:
+                return {"threadId": "t", "runId": run_id, "agentId": "slow", "messages": [
+                    {"id": f"u-{run_id}", "role": "user", "content": "go"}]}
+
+            run = await a.start_run(ANONYMOUS, body("long"))
+            following = asyncio.create_task(_followed_on(b, "long"))
+            await asyncio.sleep(0.8)  # well past the lost bound
+            with pytest.raises(ConflictError) as busy:
+                await b.start_run(ANONYMOUS, body("other"))
+            assert busy.value.code == "THREAD_BUSY"
+            with pytest.raises(ConflictError) as running:
+                await b.start_run(ANONYMOUS, {**body("long"), "threadId": "t2"})
+            assert running.value.code == "RUN_ALREADY_RUNNING"
+            await run.task
+            assert await following == run.log.entries()
+            assert b"RUN_FINISHED" in run.log.entries()[-1][1]
+            after = await b.start_run(ANONYMOUS, body("next"))
+            await after.task
+            assert b"RUN_FINISHED" in after.log.entries()[-1][1]
 
 
 def _words(count: int, size: int, *, pause_every: int = 0) -> FunctionAgent:

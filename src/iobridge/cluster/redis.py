@@ -154,16 +154,18 @@ redis.call('XADD', KEYS[2], seq .. '-0', 'd', ARGV[1], 'e', '1')
 redis.call('HSET', KEYS[1], 'last', seq, 'end', seq)
 return seq
 """
-#: KEYS groups of (live, thread, rec, log); ARGV lock px, record ttl, then one token a group.
-_RENEW = """
-for g = 0, #KEYS / 4 - 1 do
+#: KEYS the heartbeat, then groups of (live, thread, rec, log); ARGV lock px, record ttl,
+#: then one token a group. The heartbeat and the renewals in one round trip.
+_BEAT = """
+redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
+for g = 0, (#KEYS - 1) / 4 - 1 do
   local token = ARGV[g + 3]
   for i = 1, 2 do
-    local key = KEYS[g * 4 + i]
+    local key = KEYS[1 + g * 4 + i]
     if redis.call('GET', key) == token then redis.call('PEXPIRE', key, ARGV[1]) end
   end
-  redis.call('PEXPIRE', KEYS[g * 4 + 3], ARGV[2])
-  redis.call('PEXPIRE', KEYS[g * 4 + 4], ARGV[2])
+  redis.call('PEXPIRE', KEYS[1 + g * 4 + 3], ARGV[2])
+  redis.call('PEXPIRE', KEYS[1 + g * 4 + 4], ARGV[2])
 end
 return 0
 """
@@ -283,7 +285,7 @@ class RedisCluster:
         self._forget = self._redis.register_script(_FORGET)
         self._append = self._redis.register_script(_APPEND)
         self._lost = self._redis.register_script(_LOST)
-        self._renew = self._redis.register_script(_RENEW)
+        self._beat_script = self._redis.register_script(_BEAT)
         self._send = self._redis.register_script(_SEND)
         self._tokens = count()
         self._requests = count()
@@ -375,12 +377,10 @@ class RedisCluster:
         return task
 
     async def _beat(self) -> None:
-        await self._redis.set(self._heartbeat_key(self.replica_id), b"1", px=self._lock_ms)
         claims = list(self._claims.values())
-        if claims:
-            keys = [key for claim in claims for key in claim[1:]]
-            await self._renew(keys=keys, args=[self._lock_ms, self._ttl_ms,
-                                               *(claim[0] for claim in claims)])
+        keys = [self._heartbeat_key(self.replica_id).encode(), *(k for c in claims for k in c[1:])]
+        await self._beat_script(keys=keys, args=[self._lock_arg, self._ttl_arg,
+                                                 *(claim[0] for claim in claims)])
 
     async def _heartbeats(self) -> None:
         while True:
