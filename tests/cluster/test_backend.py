@@ -178,6 +178,26 @@ async def test_the_heartbeat_keeps_a_long_run_s_claims_and_its_followers(tmp_pat
             assert b"RUN_FINISHED" in after.log.entries()[-1][1]
 
 
+async def test_a_follower_whose_attach_was_lost_asks_for_the_mirror(tmp_path: Path) -> None:
+    """Pub/sub may lose a message: a follower that reads nothing while the owner lives
+    asks it to mirror the run again, and gets every event."""
+    with redis_server(tmp_path) as url:
+        settings = Settings(database_url="memory://", redis_url=url, redis_prefix="ask",
+                            heartbeat_seconds=0.1, owner_lost_seconds=0.3)
+        async with Backend(settings) as a, Backend(settings) as b:
+            body = {"threadId": "t", "runId": "r", "messages": [
+                {"id": "u", "role": "user", "content": "hello there"}]}
+            run = await a.start_run(ANONYMOUS, body)
+            await run.task
+            remote = await b.find_run(ANONYMOUS, "r")
+            assert isinstance(remote, RemoteRun)
+            got: list[tuple[int, bytes]] = []
+            async with contextlib.aclosing(b.cluster.follow(remote, 0, idle=None)) as batches:
+                async for batch in batches:  # no attach went to A: only the follower's ask
+                    got += batch
+            assert got == run.log.entries()
+
+
 def _words(count: int, size: int, *, pause_every: int = 0) -> FunctionAgent:
     """``count`` deltas of ``size`` octets each; with ``pause_every``, a pause longer than
     the mirror's delay after that many (so the mirror sends the log in several calls)."""

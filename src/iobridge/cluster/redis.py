@@ -531,7 +531,7 @@ class RedisCluster:
         block = self.settings.heartbeat_seconds if idle is None else min(
             idle, self.settings.heartbeat_seconds
         )
-        position, quiet = after, 0.0
+        position, quiet, mirrored = after, 0.0, False
         while True:
             reply = await self._redis.xread(
                 {log: f"{position}-0"}, count=FOLLOW_COUNT, block=max(1, int(block * 1000))
@@ -545,7 +545,7 @@ class RedisCluster:
                         raise LogTrimmed(seq)
                     batch.append((seq, fields[b"d"]))
                     ended = ended or b"e" in fields
-                position, quiet = batch[-1][0], 0.0
+                position, quiet, mirrored = batch[-1][0], 0.0, True
                 yield batch
                 if ended:
                     return
@@ -557,7 +557,7 @@ class RedisCluster:
                 replica = state[0].decode()
                 if not await self._lost(
                     keys=[record, log, self._heartbeat_key(replica)], args=[RUN_LOST]
-                ):  # the owner lives: ask again for the mirror (in case the attach was lost)
+                ) and not mirrored:  # the owner lives: ask again (in case the attach was lost)
                     self._controlled("PUBLISH", self._channel(replica), json.dumps(
                         {"op": MIRROR, "owner": run.owner, "run": run.run_id},
                     )).add_done_callback(_log_failure)
