@@ -15,9 +15,9 @@ does), so the round trip measures the path, not a queue of 200 POSTs that the be
 made. Per variant: events/s while the runs start (all started → all waiting), p99 time to
 first event, the tool-result round trip (POST sent → ``TOOL_CALL_RESULT`` read on the stream;
 median and p99), server CPU per event (both replicas summed) and Redis CPU per event (from
-/proc; 10 ms ticks), then the replicas' ratios to one node. The servers of all variants stay
-up and the variants take turns, ``--rounds`` times (medians), so that the machine's changing
-load hits each alike.
+/proc; 10 ms ticks), then the ratios to one node and to two nodes (medians, and the CPU
+ratio of each round). The servers of all variants stay up and the variants take turns,
+``--rounds`` times (medians), so that the machine's changing load hits each alike.
 
     .venv/bin/python bench/scale_out.py [--runs 200] [--rounds 3] [--pace 0.005] [--quick]
 """
