@@ -15,9 +15,9 @@ does), so the round trip measures the path, not a queue of 200 POSTs that the be
 made. Per variant: events/s while the runs start (all started → all waiting), p99 time to
 first event, the tool-result round trip (POST sent → ``TOOL_CALL_RESULT`` read on the stream;
 median and p99), server CPU per event (both replicas summed) and Redis CPU per event (from
-/proc; 10 ms ticks), then the replicas' ratios to one node. The servers of all variants stay
-up and the variants take turns, ``--rounds`` times (medians), so that the machine's changing
-load hits each alike.
+/proc; 10 ms ticks), then the ratios to one node and to two nodes (medians, and the CPU
+ratio of each round). The servers of all variants stay up and the variants take turns,
+``--rounds`` times (medians), so that the machine's changing load hits each alike.
 
     .venv/bin/python bench/scale_out.py [--runs 200] [--rounds 3] [--pace 0.005] [--quick]
 """
@@ -302,6 +302,12 @@ def main() -> None:
         print(f"{name:>13}: events/s {ratio(f.events_per_s, b.events_per_s)}  p99 first event "
               f"{ratio(f.p99_first, b.p99_first)}  server CPU/event "
               f"{ratio(f.server_cpu_per_event, b.server_cpu_per_event)} (vs {against})")
+    for name, against in base_of.items():
+        rounds_of = zip(results[name], results[against], strict=True)
+        print(f"{'':>15}{name} server CPU/event by round: " + ", ".join(
+            f"{ratio(f.server_cpu_per_event, b.server_cpu_per_event, 0)} "
+            f"({f.server_cpu_per_event * 1e6:.1f}/{b.server_cpu_per_event * 1e6:.1f} µs)"
+            for f, b in rounds_of))
     same_load = [(h.median_crossed - h.median_trip) * 1000 for h in results["half crossed"]]
     vs = {against: [(p.median_crossed - o.median_trip) * 1000
                     for p, o in zip(results["two replicas"], results[against], strict=True)]

@@ -6,15 +6,22 @@ import asyncio
 import contextlib
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import pytest
 import redis.asyncio as aioredis
 from tests.cluster.replicas import redis_server
 
+from iobridge.agents.function import FunctionAgent
 from iobridge.app import Backend
 from iobridge.auth import ANONYMOUS
+from iobridge.cluster.redis import MIRROR_DELAY
 from iobridge.config import Settings
-from iobridge.runtime.cluster import LocalCluster
+from iobridge.errors import ConflictError
+from iobridge.runtime.cluster import LocalCluster, RemoteRun
+from iobridge.runtime.runlog import DEFAULT_BATCH_BYTES, LogTrimmed
 
 ONE_NODE = """
 import asyncio, sys
@@ -61,27 +68,227 @@ async def test_readiness_reports_redis_going_away(tmp_path: Path) -> None:
     assert isinstance(backend.cluster, LocalCluster)  # closed: back to one process
 
 
+async def _followed_on(b: Backend, run_id: str) -> list[tuple[int, bytes]]:
+    """Every event another replica (``b``) reads of ``run_id``, from the start to its end."""
+    remote = await b.find_run(ANONYMOUS, run_id)
+    assert isinstance(remote, RemoteRun)
+    got: list[tuple[int, bytes]] = []
+    async with contextlib.aclosing(b.follow(remote, 0)) as batches:
+        async for batch in batches:
+            got += batch
+    return got
+
+
 async def test_runs_are_shared_after_redis_lost_its_scripts(tmp_path: Path) -> None:
     """The scripts are loaded once; after a restart or SCRIPT FLUSH they are loaded again."""
-    settings = Settings(database_url="memory://", redis_url=None, redis_prefix="noscript")
     with redis_server(tmp_path) as url:
         redis = aioredis.from_url(url)
+        settings = Settings(database_url="memory://", redis_url=url, redis_prefix="noscript")
         try:
-            async with Backend(settings.model_copy(update={"redis_url": url})) as backend:
+            async with Backend(settings) as a, Backend(settings) as b:
                 for n in range(2):
                     assert await redis.script_flush()
                     body = {"threadId": f"t{n}", "runId": f"r{n}", "messages": [
                         {"id": "u", "role": "user", "content": "hello there"}]}
-                    run = await backend.start_run(ANONYMOUS, body)
+                    run = await a.start_run(ANONYMOUS, body)
+                    followed = await _followed_on(b, f"r{n}")
                     await run.task
+                    assert followed == run.log.entries()
                     [log] = await redis.keys(f"noscript:log:*r{n}")
-                    for _ in range(200):
-                        mirrored = await redis.xrange(log)
-                        if len(mirrored) == run.log.last_seq:
-                            break
-                        await asyncio.sleep(0.01)
-                    assert [(int(i.split(b"-")[0]), f[b"d"]) for i, f in mirrored] == (
-                        run.log.entries())
+                    mirrored = await redis.xrange(log)
+                    assert [(int(i.split(b"-")[0]), f[b"d"]) for i, f in mirrored] == followed
                     assert b"e" in mirrored[-1][1]
+        finally:
+            await redis.aclose()
+
+
+async def test_a_run_nobody_follows_elsewhere_costs_redis_no_event(tmp_path: Path) -> None:
+    """Without a follower on another replica a run's events stay on its replica: Redis has
+    its record (so the others find it) and no log; a follower that comes after the run
+    ended still replays it whole."""
+    with redis_server(tmp_path) as url:
+        redis = aioredis.from_url(url)
+        settings = Settings(database_url="memory://", redis_url=url, redis_prefix="lazy",
+                            heartbeat_seconds=10, owner_lost_seconds=20)  # no beat meanwhile
+        try:
+            async with Backend(settings) as a, Backend(settings) as b:
+                body = {"threadId": "t", "runId": "quiet", "messages": [
+                    {"id": "u", "role": "user", "content": "hello there"}]}
+                await redis.config_resetstat()
+                run = await a.start_run(ANONYMOUS, body)
+                await run.task
+                await asyncio.sleep(0.1)  # what a mirror would have sent is there by now
+                assert await redis.keys("lazy:log:*") == []
+                assert len(await redis.keys("lazy:run:*quiet")) == 1
+                stats = await redis.info("commandstats")
+                assert "cmdstat_xadd" not in stats
+                assert stats["cmdstat_evalsha"]["calls"] == 2  # the claim and its release
+                assert await _followed_on(b, "quiet") == run.log.entries()
+        finally:
+            await redis.aclose()
+
+
+async def test_a_replica_that_stops_leaves_its_retained_runs_to_replay(tmp_path: Path) -> None:
+    """A replica that stops cleanly shares the logs of the runs it retained (nobody followed
+    them elsewhere): another replica replays them whole after it left."""
+    with redis_server(tmp_path) as url:
+        settings = Settings(database_url="memory://", redis_url=url, redis_prefix="left")
+        async with Backend(settings) as b:
+            async with Backend(settings) as a:
+                body = {"threadId": "t", "runId": "done", "messages": [
+                    {"id": "u", "role": "user", "content": "hello there"}]}
+                run = await a.start_run(ANONYMOUS, body)
+                await run.task
+            assert await _followed_on(b, "done") == run.log.entries()
+
+
+async def test_the_heartbeat_keeps_a_long_run_s_claims_and_its_followers(tmp_path: Path) -> None:
+    """A run lasting many lost bounds keeps its thread and runId (renewed with each
+    heartbeat), and a follower elsewhere never takes it for lost; once it ended, the
+    thread is free on the other replica."""
+
+    async def slow(ctx: Any) -> AsyncIterator[str]:
+        await asyncio.sleep(1.0)
+        yield "done"
+
+    with redis_server(tmp_path) as url:
+        settings = Settings(database_url="memory://", redis_url=url, redis_prefix="beat",
+                            heartbeat_seconds=0.1, owner_lost_seconds=0.3)
+        agent = FunctionAgent(slow, id="slow")
+        async with Backend(settings, agents=[agent]) as a, Backend(settings,
+                                                                   agents=[agent]) as b:
+            def body(run_id: str) -> dict[str, Any]:
+                return {"threadId": "t", "runId": run_id, "agentId": "slow", "messages": [
+                    {"id": f"u-{run_id}", "role": "user", "content": "go"}]}
+
+            run = await a.start_run(ANONYMOUS, body("long"))
+            following = asyncio.create_task(_followed_on(b, "long"))
+            await asyncio.sleep(0.8)  # well past the lost bound
+            with pytest.raises(ConflictError) as busy:
+                await b.start_run(ANONYMOUS, body("other"))
+            assert busy.value.code == "THREAD_BUSY"
+            with pytest.raises(ConflictError) as running:
+                await b.start_run(ANONYMOUS, {**body("long"), "threadId": "t2"})
+            assert running.value.code == "RUN_ALREADY_RUNNING"
+            await run.task
+            assert await following == run.log.entries()
+            assert b"RUN_FINISHED" in run.log.entries()[-1][1]
+            after = await b.start_run(ANONYMOUS, body("next"))
+            await after.task
+            assert b"RUN_FINISHED" in after.log.entries()[-1][1]
+
+
+async def test_a_follower_whose_attach_was_lost_asks_for_the_mirror(tmp_path: Path) -> None:
+    """Pub/sub may lose a message: a follower that reads nothing while the owner lives
+    asks it to mirror the run again, and gets every event."""
+    with redis_server(tmp_path) as url:
+        settings = Settings(database_url="memory://", redis_url=url, redis_prefix="ask",
+                            heartbeat_seconds=0.1, owner_lost_seconds=0.3)
+        async with Backend(settings) as a, Backend(settings) as b:
+            body = {"threadId": "t", "runId": "r", "messages": [
+                {"id": "u", "role": "user", "content": "hello there"}]}
+            run = await a.start_run(ANONYMOUS, body)
+            await run.task
+            remote = await b.find_run(ANONYMOUS, "r")
+            assert isinstance(remote, RemoteRun)
+            got: list[tuple[int, bytes]] = []
+            async with contextlib.aclosing(b.cluster.follow(remote, 0, idle=None)) as batches:
+                async for batch in batches:  # no attach went to A: only the follower's ask
+                    got += batch
+            assert got == run.log.entries()
+
+
+def _words(count: int, size: int, *, pause_every: int = 0) -> FunctionAgent:
+    """``count`` deltas of ``size`` octets each; with ``pause_every``, a pause longer than
+    the mirror's delay after that many (so the mirror sends the log in several calls)."""
+
+    async def words(ctx: Any) -> AsyncIterator[str]:
+        for i in range(count):
+            if pause_every and i % pause_every == 0:
+                await asyncio.sleep(2 * MIRROR_DELAY)
+            yield f"{i:08d}".ljust(size, "x")
+
+    return FunctionAgent(words, id="words")
+
+
+async def _mirrored(redis: Any, pattern: str, last_seq: int) -> list[tuple[int, bytes]]:
+    """The stream of the one log matching ``pattern`` once its terminal entry is there."""
+    mirrored: list[Any] = []
+    for _ in range(300):
+        logs = await redis.keys(pattern)
+        mirrored = await redis.xrange(logs[0]) if logs else []
+        if mirrored and b"e" in mirrored[-1][1]:
+            break
+        await asyncio.sleep(0.01)
+    assert mirrored and int(mirrored[-1][0].split(b"-")[0]) == last_seq
+    return [(int(i.split(b"-")[0]), f[b"d"]) for i, f in mirrored]
+
+
+async def test_a_burst_beyond_one_mirror_call_is_mirrored_whole_in_order(
+    tmp_path: Path,
+) -> None:
+    """One script call carries at most DEFAULT_BATCH_BYTES of events: a burst of 3x that
+    goes in several calls, every event once, in order, the terminal marked."""
+    with redis_server(tmp_path) as url:
+        redis = aioredis.from_url(url)
+        settings = Settings(database_url="memory://", redis_url=url, redis_prefix="burst")
+        try:
+            agent = _words(3 * DEFAULT_BATCH_BYTES // 4096, 4096)
+            async with Backend(settings, agents=[agent]) as a, Backend(settings) as b:
+                body = {"threadId": "t", "runId": "big", "agentId": "words", "messages": [
+                    {"id": "u", "role": "user", "content": "go"}]}
+                await redis.config_resetstat()
+                run = await a.start_run(ANONYMOUS, body)
+                followed = await _followed_on(b, "big")
+                await run.task
+                assert followed == run.log.entries()
+                mirrored = await _mirrored(redis, "burst:log:*big", run.log.last_seq)
+                assert mirrored == followed
+                calls = (await redis.info("commandstats"))["cmdstat_evalsha"]["calls"]
+                assert calls >= 2 + 3  # the claim, its release, three mirror calls at least
+                [record] = await redis.keys("burst:run:*big")
+                assert await redis.hmget(record, ["first", "last", "end"]) == [
+                    b"1", str(run.log.last_seq).encode(), str(run.log.last_seq).encode()]
+        finally:
+            await redis.aclose()
+
+
+@pytest.mark.parametrize("limit", [8192, 16384])
+async def test_the_shared_log_keeps_at_most_max_run_log_bytes(
+    tmp_path: Path, limit: int
+) -> None:
+    """The stream holds the newest events within max_run_log_bytes (the terminal always);
+    the record's first sequence number says where it starts; a follower from before it
+    is told the events are gone."""
+    with redis_server(tmp_path) as url:
+        redis = aioredis.from_url(url)
+        settings = Settings(database_url="memory://", redis_url=url, redis_prefix="bound",
+                            max_run_log_bytes=limit)
+        agent = _words(3 * limit // 512, 512, pause_every=4)
+        try:
+            async with Backend(settings, agents=[agent]) as a, Backend(settings) as b:
+                body = {"threadId": "t", "runId": "long", "agentId": "words", "messages": [
+                    {"id": "u", "role": "user", "content": "go"}]}
+                run = await a.start_run(ANONYMOUS, body)
+                followed = await _followed_on(b, "long")  # live, as the stream is trimmed
+                await run.task
+                assert [seq for seq, _ in followed] == list(range(1, run.log.last_seq + 1))
+                mirrored = await _mirrored(redis, "bound:log:*long", run.log.last_seq)
+                first = mirrored[0][0]
+                assert first > 3  # trimmed: the first kept is one of the deltas
+                assert [seq for seq, _ in mirrored] == list(range(first, run.log.last_seq + 1))
+                size = sum(len(data) for _, data in mirrored)
+                assert limit - len(mirrored[0][1]) < size <= limit  # one more would not fit
+                kept = run.log.entries(run.log.first_seq - 1)  # the owner counts overhead too
+                assert mirrored[-len(kept):] == kept
+                [record] = await redis.keys("bound:run:*long")
+                assert await redis.hget(record, "first") == str(first).encode()
+                remote = RemoteRun(run_id="long", thread_id="t", owner=run.owner,
+                                   replica="elsewhere", first_seq=first,
+                                   last_seq=run.log.last_seq, ended=True)
+                with pytest.raises(LogTrimmed) as trimmed:
+                    async for _ in b.cluster.follow(remote, first - 2, idle=None):
+                        pass
+                assert trimmed.value.first_retained == first
         finally:
             await redis.aclose()

@@ -9,9 +9,13 @@ no two (owner, runId) pairs share a key):
   principal's lookup names another key, so a foreign run answers exactly like a missing one.
 * ``P:log:<owner>:<runId>`` (stream): the run's encoded events, entry id ``<seq>-0`` and
   field ``d`` (the bytes SSE and N-PAMP carry), ``e`` on the terminal entry. The owner
-  appends them in batches with one script call (skipping entries already there, trimming to
-  ``max_run_log_bytes``); records and logs expire ``retention_seconds`` (plus the lost bound)
-  after their last write, and are deleted when the owner stops retaining the run.
+  mirrors a run's log only once another replica follows it (the follower's ``attach``, or
+  a ``mirror`` request when its follower finds nothing), from the first event it retains,
+  and the logs of all the runs it retains when it stops: a run nobody follows elsewhere
+  costs Redis its claim and release, nothing per event. Each batch is one script call
+  (all its events in one argument; entries already there skipped, trimmed to
+  ``max_run_log_bytes``); records and logs expire ``retention_seconds`` (plus the lost
+  bound) after their last write, and are deleted when the owner stops retaining the run.
 * ``P:live:<owner>:<runId>`` and ``P:thread:<resource>:<threadId>``: the runId claim and the
   thread lock, ``SET NX PX owner_lost_seconds`` in one script, renewed by the owner's
   heartbeat, released by compare-and-delete once the run's messages are stored.
@@ -21,7 +25,8 @@ no two (owner, runId) pairs share a key):
   result, cancel, follower attach/detach) and the answers to the replica that asked.
 
 Claims, mirror batches and releases of all runs ready at once go to Redis in one pipeline
-(one round trip, one connection), so the cost per run stays a few script calls. What someone
+(one round trip, one connection), so the cost per run stays a few script calls (their
+arguments as bytes: redis-py packs those as they are). What someone
 waits on never queues behind a big mirror batch: a tool result or cancel for another replica
 is one script call of its own (find the run's replica and publish to it), lookups go straight
 to Redis, and answers and followers' notices have a pipeline of their own.
@@ -45,7 +50,7 @@ from iobridge.errors import ConflictError, ServiceUnavailable
 from iobridge.protocol.events import encode_event, run_error
 from iobridge.runtime.cluster import Command, CommandHandler, RemoteRun
 from iobridge.runtime.run import Run, RunKey
-from iobridge.runtime.runlog import LogTrimmed
+from iobridge.runtime.runlog import DEFAULT_BATCH_BYTES, LogTrimmed
 
 __all__ = ["RedisCluster"]
 
@@ -59,6 +64,10 @@ FORWARD_TIMEOUT = 5.0
 FOLLOW_COUNT = 512
 #: Seconds the readiness check and the claim release wait for Redis.
 REDIS_TIMEOUT = 2.0
+#: The command asking a run's owner to mirror its log (an ``attach`` does too).
+MIRROR = "mirror"
+#: Seconds a mirror batch waits for the events the run appends right after its first.
+MIRROR_DELAY = 0.005
 RUN_LOST = encode_event(run_error("The replica running this run stopped.", "RUN_LOST"))
 
 _CLAIM = """
@@ -85,25 +94,33 @@ _FORGET = """
 if redis.call('HGET', KEYS[1], 'token') == ARGV[1] then redis.call('DEL', KEYS[1], KEYS[2]) end
 return 0
 """
-#: KEYS rec, log; ARGV token, ttl, max bytes, final, then seq/data pairs.
+#: KEYS rec, log; ARGV token, ttl, max bytes, final, the batch's first sequence number,
+#: its events' lengths (space-separated) and their octets joined: one argument for all the
+#: events, so the client packs seven arguments a batch, not two an event.
 _APPEND = """
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return -1 end
 if redis.call('HEXISTS', KEYS[1], 'end') == 1 then return -1 end
 local last = tonumber(redis.call('HGET', KEYS[1], 'last'))
 local bytes = tonumber(redis.call('HGET', KEYS[1], 'bytes'))
 local first = tonumber(redis.call('HGET', KEYS[1], 'first'))
-local n = #ARGV
-for i = 5, n, 2 do
-  local seq = tonumber(ARGV[i])
+local seq = tonumber(ARGV[5]) - 1
+if last == 0 and seq >= first then first = seq + 1 end  -- mirrored from a trimmed log on
+local sizes = {}
+for size in string.gmatch(ARGV[6], '%d+') do sizes[#sizes + 1] = tonumber(size) end
+local data, at = ARGV[7], 1
+for i = 1, #sizes do
+  seq = seq + 1
+  local event = string.sub(data, at, at + sizes[i] - 1)
+  at = at + sizes[i]
   if seq > last then
-    if ARGV[4] == '1' and i == n - 1 then
-      redis.call('XADD', KEYS[2], ARGV[i] .. '-0', 'd', ARGV[i + 1], 'e', '1')
+    if ARGV[4] == '1' and i == #sizes then
+      redis.call('XADD', KEYS[2], seq .. '-0', 'd', event, 'e', '1')
       redis.call('HSET', KEYS[1], 'end', seq)
     else
-      redis.call('XADD', KEYS[2], ARGV[i] .. '-0', 'd', ARGV[i + 1])
+      redis.call('XADD', KEYS[2], seq .. '-0', 'd', event)
     end
     last = seq
-    bytes = bytes + #ARGV[i + 1]
+    bytes = bytes + sizes[i]
   end
 end
 local limit = tonumber(ARGV[3])
@@ -137,16 +154,18 @@ redis.call('XADD', KEYS[2], seq .. '-0', 'd', ARGV[1], 'e', '1')
 redis.call('HSET', KEYS[1], 'last', seq, 'end', seq)
 return seq
 """
-#: KEYS groups of (live, thread, rec, log); ARGV lock px, record ttl, then one token a group.
-_RENEW = """
-for g = 0, #KEYS / 4 - 1 do
+#: KEYS the heartbeat, then groups of (live, thread, rec, log); ARGV lock px, record ttl,
+#: then one token a group. The heartbeat and the renewals in one round trip.
+_BEAT = """
+redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
+for g = 0, (#KEYS - 1) / 4 - 1 do
   local token = ARGV[g + 3]
   for i = 1, 2 do
-    local key = KEYS[g * 4 + i]
+    local key = KEYS[1 + g * 4 + i]
     if redis.call('GET', key) == token then redis.call('PEXPIRE', key, ARGV[1]) end
   end
-  redis.call('PEXPIRE', KEYS[g * 4 + 3], ARGV[2])
-  redis.call('PEXPIRE', KEYS[g * 4 + 4], ARGV[2])
+  redis.call('PEXPIRE', KEYS[1 + g * 4 + 3], ARGV[2])
+  redis.call('PEXPIRE', KEYS[1 + g * 4 + 4], ARGV[2])
 end
 return 0
 """
@@ -216,6 +235,16 @@ def _part(value: str) -> str:
     return f"{len(value)}.{value}"
 
 
+class _Shared:
+    """A run this replica retains: what its mirror needs, and the mirror once started."""
+
+    __slots__ = ("log", "mirror", "record", "run", "token")
+
+    def __init__(self, run: Run, token: bytes, record: bytes, log: bytes) -> None:
+        self.run, self.token, self.record, self.log = run, token, record, log
+        self.mirror: asyncio.Task[None] | None = None
+
+
 class _NotElsewhere(Exception):
     """No other replica has the run (unknown, or this replica's and no longer retained)."""
 
@@ -240,6 +269,12 @@ class RedisCluster:
         self._prefix = settings.redis_prefix
         self._lock_ms = int(settings.owner_lost_seconds * 1000)
         self._ttl_ms = int((settings.retention_seconds + settings.owner_lost_seconds) * 1000)
+        # Script arguments that never change, as the bytes redis-py sends.
+        self._lock_arg = b"%d" % self._lock_ms
+        self._ttl_arg = b"%d" % self._ttl_ms
+        self._log_bytes_arg = b"%d" % settings.max_run_log_bytes
+        self._replica_arg = self.replica_id.encode()
+        self._channel_arg = f"{self._prefix}:cmd:".encode()
         pool = aioredis.BlockingConnectionPool.from_url(
             settings.redis_url, max_connections=MAX_CONNECTIONS, timeout=FORWARD_TIMEOUT
         )
@@ -250,13 +285,15 @@ class RedisCluster:
         self._forget = self._redis.register_script(_FORGET)
         self._append = self._redis.register_script(_APPEND)
         self._lost = self._redis.register_script(_LOST)
-        self._renew = self._redis.register_script(_RENEW)
+        self._beat_script = self._redis.register_script(_BEAT)
         self._send = self._redis.register_script(_SEND)
         self._tokens = count()
+        self._requests = count()
         #: Claims from admission to release: key -> (token, live, thread, rec, log keys).
-        self._claims: dict[RunKey, tuple[str, str, str, str, str]] = {}
-        #: The claim token of each run whose log is shared, until it is forgotten.
-        self._shared: dict[Run, str] = {}
+        self._claims: dict[RunKey, tuple[bytes, bytes, bytes, bytes, bytes]] = {}
+        #: Each run this replica retains, its claim token and (once another replica follows
+        #: it) its mirror, until it is forgotten: as many as the runtime retains.
+        self._shared: dict[RunKey, _Shared] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._handler: CommandHandler | None = None
         self._pubsub: Any = None
@@ -269,8 +306,8 @@ class RedisCluster:
 
     # -- keys ---------------------------------------------------------------------------
 
-    def _key(self, kind: str, *parts: str) -> str:
-        return ":".join((self._prefix, kind, *map(_part, parts)))
+    def _key(self, kind: str, *parts: str) -> bytes:
+        return ":".join((self._prefix, kind, *map(_part, parts))).encode()
 
     def _heartbeat_key(self, replica: str) -> str:
         return f"{self._prefix}:hb:{replica}"
@@ -304,7 +341,10 @@ class RedisCluster:
             await pipe.execute()
 
     async def aclose(self) -> None:
-        """Let mirrors flush their last events, then stop and leave the cluster."""
+        """Share the logs of the runs retained here (so other replicas can replay them
+        after this one left), let the mirrors flush, then stop and leave the cluster."""
+        for shared in list(self._shared.values()):
+            self._share(shared.run.owner, shared.run.run_id)
         mirrors = [t for t in self._tasks if t.get_name().startswith("mirror-")]  # not the flusher
         if mirrors:
             await asyncio.wait(mirrors, timeout=REDIS_TIMEOUT)
@@ -337,12 +377,10 @@ class RedisCluster:
         return task
 
     async def _beat(self) -> None:
-        await self._redis.set(self._heartbeat_key(self.replica_id), b"1", px=self._lock_ms)
         claims = list(self._claims.values())
-        if claims:
-            keys = [key for claim in claims for key in claim[1:]]
-            await self._renew(keys=keys, args=[self._lock_ms, self._ttl_ms,
-                                               *(claim[0] for claim in claims)])
+        keys = [self._heartbeat_key(self.replica_id).encode(), *(k for c in claims for k in c[1:])]
+        await self._beat_script(keys=keys, args=[self._lock_arg, self._ttl_arg,
+                                                 *(claim[0] for claim in claims)])
 
     async def _heartbeats(self) -> None:
         while True:
@@ -355,7 +393,7 @@ class RedisCluster:
     # -- the coordinator: claims and mirrors ----------------------------------------------
 
     async def claim(self, owner: str, run_id: str, resource_id: str, thread_id: str) -> None:
-        token = f"{self.replica_id}:{next(self._tokens)}"
+        token = b"%s:%d" % (self._replica_arg, next(self._tokens))
         keys = (
             self._key("live", owner, run_id),
             self._key("thread", resource_id, thread_id),
@@ -364,8 +402,8 @@ class RedisCluster:
         )
         try:
             status = await self._batched(
-                self._claim, list(keys),
-                [token, self._lock_ms, self.replica_id, thread_id, self._ttl_ms],
+                self._claim, keys,
+                (token, self._lock_arg, self._replica_arg, thread_id.encode(), self._ttl_arg),
             )
         except (RedisError, OSError):
             logger.warning("claim: Redis does not answer", exc_info=True)
@@ -379,54 +417,66 @@ class RedisCluster:
     async def abandon(self, owner: str, run_id: str, resource_id: str, thread_id: str) -> None:
         claim = self._claims.pop((owner, run_id), None)
         if claim is not None:
-            await self._settle_release(list(claim[1:]), claim[0])
+            await self._settle_release(claim[1:], claim[0])
 
     def started(self, run: Run) -> None:
         claim = self._claims.get(run.key)
-        if claim is None:
-            return
-        self._shared[run] = claim[0]
-        self._spawn(self._mirror(run, claim[0], claim[3], claim[4]), f"mirror-{run.run_id}")
+        if claim is not None:
+            self._shared[run.key] = _Shared(run, claim[0], claim[3], claim[4])
+
+    def _share(self, owner: Any, run_id: Any) -> None:
+        """Mirror the run's log from its first retained event on (once): another replica
+        follows it. Until then its events cost Redis nothing."""
+        shared = self._shared.get((owner, run_id)) if isinstance(owner, str) and isinstance(
+            run_id, str) else None
+        if shared is not None and shared.mirror is None:
+            shared.mirror = self._spawn(self._mirror(shared), f"mirror-{run_id}")
 
     async def release(self, run: Run) -> None:
         claim = self._claims.pop(run.key, None)
         if claim is not None:
-            await self._settle_release(list(claim[1:3]), claim[0])
+            await self._settle_release(claim[1:3], claim[0])
 
-    async def _settle_release(self, keys: list[str], token: str) -> None:
+    async def _settle_release(self, keys: tuple[bytes, ...], token: bytes) -> None:
         """Release within a bound; if Redis is away, the locks expire by themselves."""
         try:
-            await asyncio.wait_for(self._batched(self._release, keys, [token]), REDIS_TIMEOUT)
+            await asyncio.wait_for(self._batched(self._release, keys, (token,)), REDIS_TIMEOUT)
         except (RedisError, OSError, TimeoutError):
             logger.warning("could not release a run's locks; they expire by themselves")
 
     def forgotten(self, run: Run) -> None:
-        token = self._shared.pop(run, None)
-        if token is not None:
-            keys = [self._key("run", run.owner, run.run_id), self._key("log", run.owner,
-                                                                       run.run_id)]
-            self._spawn(self._forget_shared(keys, token), f"forget-{run.run_id}")
+        shared = self._shared.get(run.key)
+        if shared is not None and shared.run is run:
+            del self._shared[run.key]
+            self._spawn(self._forget_shared((shared.record, shared.log), shared.token),
+                        f"forget-{run.run_id}")
 
-    async def _forget_shared(self, keys: list[str], token: str) -> None:
+    async def _forget_shared(self, keys: tuple[bytes, ...], token: bytes) -> None:
         try:
-            await self._batched(self._forget, keys, [token])
+            await self._batched(self._forget, keys, (token,))
         except (RedisError, OSError):
             logger.warning("could not drop a shared run log; it expires by itself")
 
-    async def _mirror(self, run: Run, token: str, record: str, log: str) -> None:
-        """Append the run's log to its stream: each ready batch is one script call, and the
+    async def _mirror(self, shared: _Shared) -> None:
+        """Append the run's log to its stream: each batch is one script call, and the
         batches of all runs ready at once go to Redis in one pipeline (one batch in flight
-        per run, so a slow Redis holds the mirror back, never the run)."""
-        log_bytes = self.settings.max_run_log_bytes
+        per run, so a slow Redis holds the mirror back, never the run).
+
+        A batch waits ``MIRROR_DELAY`` before it goes (unless the log is complete), so that
+        what the run appends right after (a tool call's three events, a reply and the
+        terminal) joins it: a run costs a few script calls, not one per burst of events."""
+        run, token, record, log = shared.run, shared.token, shared.record, shared.log
         position = 0
         while True:
             try:
-                async for batch in run.log.follow(position):
-                    final = run.log.closed and batch[-1][0] == run.log.last_seq
-                    args: list[Any] = [token, self._ttl_ms, log_bytes, int(final)]
-                    for seq, data in batch:
-                        args += (seq, data)
-                    await self._batched(self._append, [record, log], args)
+                async for ready in run.log.follow(position):
+                    if ready[-1][0] <= position:
+                        continue  # already sent with the batch before
+                    if not run.log.closed:
+                        await asyncio.sleep(MIRROR_DELAY)
+                    batch = run.log.entries(position, max_bytes=DEFAULT_BATCH_BYTES)
+                    await self._batched(self._append, (record, log), self._append_args(
+                        token, batch, run.log.closed and batch[-1][0] == run.log.last_seq))
                     position = batch[-1][0]
                 return
             except LogTrimmed as exc:  # Redis was slower than the run: skip what is gone
@@ -435,7 +485,16 @@ class RedisCluster:
                 logger.warning("mirror of run %s: Redis does not answer", run.run_id)
                 await asyncio.sleep(self.settings.heartbeat_seconds)
 
-    async def _batched(self, script: Any, keys: list[str], args: list[Any]) -> Any:
+    def _append_args(self, token: bytes, batch: list[tuple[int, bytes]],
+                     final: bool) -> tuple[bytes, ...]:
+        """The :data:`_APPEND` arguments of ``batch``, as bytes (redis-py passes bytes on
+        as they are; an int or str costs it a conversion each)."""
+        return (token, self._ttl_arg, self._log_bytes_arg, b"1" if final else b"0",
+                b"%d" % batch[0][0], b" ".join([b"%d" % len(data) for _, data in batch]),
+                b"".join([data for _, data in batch]))
+
+    async def _batched(self, script: Any, keys: tuple[bytes, ...],
+                       args: tuple[bytes, ...]) -> Any:
         """Run ``script`` (one the outboxes load) in the next bulk pipeline."""
         return await self._bulk.send(
             lambda pipe: pipe.evalsha(script.sha, len(keys), *keys, *args))
@@ -472,7 +531,7 @@ class RedisCluster:
         block = self.settings.heartbeat_seconds if idle is None else min(
             idle, self.settings.heartbeat_seconds
         )
-        position, quiet = after, 0.0
+        position, quiet, mirrored = after, 0.0, False
         while True:
             reply = await self._redis.xread(
                 {log: f"{position}-0"}, count=FOLLOW_COUNT, block=max(1, int(block * 1000))
@@ -486,7 +545,7 @@ class RedisCluster:
                         raise LogTrimmed(seq)
                     batch.append((seq, fields[b"d"]))
                     ended = ended or b"e" in fields
-                position, quiet = batch[-1][0], 0.0
+                position, quiet, mirrored = batch[-1][0], 0.0, True
                 yield batch
                 if ended:
                     return
@@ -495,9 +554,13 @@ class RedisCluster:
             if state[0] is None:
                 return  # the record expired or was dropped: nothing more will come
             if state[1] is None:
-                await self._lost(
-                    keys=[record, log, self._heartbeat_key(state[0].decode())], args=[RUN_LOST]
-                )
+                replica = state[0].decode()
+                if not await self._lost(
+                    keys=[record, log, self._heartbeat_key(replica)], args=[RUN_LOST]
+                ) and not mirrored:  # the owner lives: ask again (in case the attach was lost)
+                    self._controlled("PUBLISH", self._channel(replica), json.dumps(
+                        {"op": MIRROR, "owner": run.owner, "run": run.run_id},
+                    )).add_done_callback(_log_failure)
             elif int(state[1]) <= position:
                 # The owner died before the events this client saw on it reached the shared
                 # log (so the log ends before the cursor): the client still gets its end.
@@ -522,8 +585,8 @@ class RedisCluster:
         keys = [self._key("run", owner, run_id)]
 
         def send(message: str) -> Any:
-            return self._send(keys=keys, args=[self.replica_id, self._channel(""),
-                                               message])
+            return self._send(keys=keys, args=[self._replica_arg, self._channel_arg,
+                                               message.encode()])
 
         try:
             return await self._ask(command, send)
@@ -532,7 +595,7 @@ class RedisCluster:
 
     async def _ask(self, command: Command, send: Callable[[str], Any]) -> Command:
         """Send ``command`` with a request id and wait for the owner's answer to it."""
-        request = uuid.uuid4().hex
+        request = f"{next(self._requests)}"  # answers come on this replica's own channel
         answered = self._waiting[request] = asyncio.get_running_loop().create_future()
         try:
             await self._published(send(json.dumps({**command, "from": self.replica_id,
@@ -592,6 +655,11 @@ class RedisCluster:
         assert self._handler is not None
         try:
             command = json.loads(data)
+            op = command["op"]
+            if op in ("attach", MIRROR):  # another replica follows the run: share its log
+                self._share(command.get("owner"), command.get("run"))
+                if op == MIRROR:
+                    return
             answer = await self._handler(command)
         except (ValueError, KeyError, TypeError):
             logger.warning("ignored a malformed cluster command")
