@@ -388,11 +388,14 @@ async def serve(
     ssl_ctx: ssl.SSLContext,
     config: TransportConfig,
     handler: Handler,
+    *,
+    backlog: int = 2048,
 ) -> NpampServer:
     """Listen for N-PAMP associations; run ``handler`` for each established one.
 
     A connection whose TLS, ALPN or N-PAMP handshake fails is closed without calling the
-    handler. The association is closed gracefully when the handler returns.
+    handler. The association is closed gracefully when the handler returns. ``backlog`` is
+    the TCP accept queue (asyncio's default of 100 drops part of a burst of connections).
     """
     npamp_server = NpampServer(config, handler)
     npamp_server.server = await asyncio.start_server(
@@ -401,5 +404,6 @@ async def serve(
         port,
         ssl=ssl_ctx,
         ssl_handshake_timeout=config.handshake_timeout,
+        backlog=backlog,
     )
     return npamp_server
