@@ -40,20 +40,23 @@ RUN = {
     "messages": [{"id": "u1", "role": "user", "content": "hello"}],
 }
 # The N-PAMP listener's own TLS settings (TLS 1.3 only, ALPN n-pamp/2, the same P-256
-# certificate): the baseline differs from an association only by what N-PAMP adds.
+# certificate), its accept backlog and the event loop ``iobridge serve`` runs (uvloop when
+# installed): the baseline differs from an association only by what N-PAMP adds.
 BARE_TLS_SERVER = """
 import asyncio, sys
+from iobridge.cli import run_loop
+from iobridge.config import NpampSettings
 from iobridge.npamp.aio import server_ssl_context
 ctx = server_ssl_context(sys.argv[1], sys.argv[2])
 async def main():
     async def done(reader, writer):
         writer.close()
-    server = await asyncio.start_server(done, "127.0.0.1", int(sys.argv[3]), ssl=ctx, backlog=4096)
+    server = await asyncio.start_server(
+        done, "127.0.0.1", int(sys.argv[3]), ssl=ctx, backlog=NpampSettings().backlog
+    )
     await server.serve_forever()
-asyncio.run(main())
+run_loop(main(), "auto")
 """
-
-
 
 
 @contextlib.contextmanager
