@@ -30,8 +30,6 @@ import hmac
 from enum import IntEnum
 from typing import Literal
 
-from cryptography.hazmat.primitives import hashes
-
 __all__ = [
     "AEAD_IV_LEN",
     "AEAD_KEY_LEN",
@@ -66,11 +64,6 @@ AEAD_IV_LEN = 12
 HashName = Literal["sha256", "sha384"]
 """KDF hash: SHA-256 at Standard, SHA-384 at High and Sovereign (spec/10 §2)."""
 
-_HASHES: dict[str, type[hashes.HashAlgorithm]] = {
-    "sha256": hashes.SHA256,
-    "sha384": hashes.SHA384,
-}
-
 
 class Direction(IntEnum):
     """The ``dir`` octet of the traffic-secret context (spec/10 §5)."""
@@ -81,16 +74,16 @@ class Direction(IntEnum):
     SERVER_TO_CLIENT = 1
 
 
-def _algorithm(hash_name: HashName) -> hashes.HashAlgorithm:
-    try:
-        return _HASHES[hash_name]()
-    except KeyError:
-        raise ValueError(f"unsupported KDF hash {hash_name!r}") from None
+_HASH_LENS = {"sha256": 32, "sha384": 48}
 
 
 def hash_len(hash_name: HashName) -> int:
-    """Return HashLen (32 for SHA-256, 48 for SHA-384)."""
-    return _algorithm(hash_name).digest_size
+    """Return HashLen (32 for SHA-256, 48 for SHA-384); a table, not a hash object per call
+    (about twenty calls per handshake and side)."""
+    try:
+        return _HASH_LENS[hash_name]
+    except KeyError:
+        raise ValueError(f"unsupported KDF hash {hash_name!r}") from None
 
 
 def transcript_digest(data: bytes, hash_name: HashName) -> bytes:
