@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 import orjson
 
+from iobridge.npamp._makers import positional_maker
 from iobridge.npamp.aio import Association, TransportConfig, client_ssl_context
 from iobridge.npamp.aio import connect as npamp_connect
 from iobridge.npamp.bridge import (
@@ -119,6 +120,7 @@ class AgUiEvent:
 
 
 _End = StreamEnded | CancelAcked
+_make_event = positional_maker(AgUiEvent)
 
 
 class RunStream:
@@ -181,7 +183,7 @@ class RunStream:
         if type(event) is StreamDataReceived:
             self.resumable = event.resumable
             raw = event.data
-            self._items.append(AgUiEvent(event_id=event.event_id, raw=raw, data=_loads(raw)))
+            self._items.append(_make_event(event.event_id, raw, _loads(raw)))
         elif isinstance(event, StreamEnded | CancelAcked):
             if isinstance(event, StreamEnded):
                 self.resumable = event.resumable

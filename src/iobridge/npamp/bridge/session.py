@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from iobridge.npamp._makers import positional_maker
 from iobridge.npamp.bridge.envelope import (
     FRAME_MESSAGE_KIND,
     BridgeEnvelope,
@@ -90,6 +91,7 @@ _MAX_U64 = (1 << 64) - 1
 _DATA = int(Control.DATA)
 _CONSUMING = StreamState.CONSUMING
 _DATA_TYPE = int(BridgeFrameType.BRIDGE_STREAM_DATA)
+_make_stream_data = positional_maker(StreamDataReceived)
 
 
 # --- the session ---------------------------------------------------------------------------
@@ -212,6 +214,7 @@ class BridgeSession:
         """
         events: list[Event] = []
         envelopes, peek, data_type = self._recv_envelopes, peek_data_stream_control, _DATA_TYPE
+        make = _make_stream_data
         for frame_type, payload in frames:
             if frame_type == data_type and len(payload) >= TLV_HEADER_SIZE:
                 end = TLV_HEADER_SIZE + ((payload[2] << 8) | payload[3])
@@ -224,12 +227,7 @@ class BridgeSession:
                             continue  # already consumed before the resume (CC-STREAM §6.3)
                         stream.last_event_id, stream.resumable = event_id, resumable
                         events.append(
-                            StreamDataReceived(
-                                correlation_id=stream.correlation_id,
-                                event_id=event_id,
-                                data=payload[pos:],
-                                resumable=resumable,
-                            )
+                            make(stream.correlation_id, event_id, payload[pos:], resumable)
                         )
                         continue
             events.extend(self._receive_checked(frame_type, payload))
