@@ -112,6 +112,8 @@ def hkdf_expand(prk: bytes, info: bytes, length: int, hash_name: HashName) -> by
     size = hash_len(hash_name)
     if not 0 < length <= 255 * size:
         raise ValueError(f"HKDF-Expand length must be in 1..{255 * size}")
+    if length <= size:  # every key, IV and secret of the schedule: T(1) alone
+        return hmac.digest(prk, info + b"\x01", hash_name)[:length]
     blocks, block = [], b""
     for counter in range(1, -(-length // size) + 1):
         block = hmac.digest(prk, block + info + bytes((counter,)), hash_name)
