@@ -2,7 +2,7 @@
 
 The server is ``iobridge serve --npamp-port`` in its own process (configured by a TOML file:
 in-memory store, every peer agreed on AG-UI, the offline demo agent); a second process serves
-bare TLS 1.3 handshakes with the same certificate. The client side (this process, one event
+bare TLS 1.3 handshakes with the same certificate, accept backlog and event loop. The client side (this process, one event
 loop) opens ``--associations`` N-PAMP associations at once through
 :func:`iobridge.npamp_server.client.connect` with its default TLS settings, each running one
 short run to its end, then N bare TLS handshakes at once with the very TLS settings of both
