@@ -2,14 +2,14 @@
 
 The server is ``iobridge serve --npamp-port`` in its own process (configured by a TOML file:
 in-memory store, every peer agreed on AG-UI, the offline demo agent); a second process serves
-bare TLS 1.3 handshakes with the same certificate, accept backlog and event loop. The client side (this process, one event
-loop) opens ``--associations`` N-PAMP associations at once through
-:func:`iobridge.npamp_server.client.connect` with its default TLS settings, each running one
-short run to its end, then N bare TLS handshakes at once with the very TLS settings of both
-ends (``server_ssl_context`` there, ``connect()``'s default client context here). It prints both
-rates, their ratio, each side's CPU per association / handshake (this process's
-``time.process_time``, the server's scheduler time in ns), the p50/p99 time from ``connect()``
-to the first AG-UI event, and the median of sequential ``connect()`` calls. Run:
+bare TLS 1.3 handshakes with the same certificate, accept backlog and event loop. The client
+side (this process, one event loop) opens ``--associations`` N-PAMP associations at once
+through :func:`iobridge.npamp_server.client.connect` with its default TLS settings, each
+running one short run to its end, then N bare TLS handshakes at once with the very TLS
+settings of both ends (``server_ssl_context`` there, ``connect()``'s default client context
+here). It prints both rates, their ratio, each side's CPU per association / handshake (this
+process's ``time.process_time``, the server's scheduler time in ns), the p50/p99 time from
+``connect()`` to the first AG-UI event, and the median of sequential ``connect()`` calls. Run:
 ``.venv/bin/python bench/npamp_associations.py [--associations N] [--sequential M]``.
 """
 
