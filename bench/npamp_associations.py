@@ -2,14 +2,14 @@
 
 The server is ``iobridge serve --npamp-port`` in its own process (configured by a TOML file:
 in-memory store, every peer agreed on AG-UI, the offline demo agent); a second process serves
-bare TLS 1.3 handshakes with the same certificate. The client side (this process, one event
-loop) opens ``--associations`` N-PAMP associations at once through
-:func:`iobridge.npamp_server.client.connect` with its default TLS settings, each running one
-short run to its end, then N bare TLS handshakes at once with the very TLS settings of both
-ends (``server_ssl_context`` there, ``connect()``'s default client context here). It prints both
-rates, their ratio, each side's CPU per association / handshake (this process's
-``time.process_time``, the server's scheduler time in ns), the p50/p99 time from ``connect()``
-to the first AG-UI event, and the median of sequential ``connect()`` calls. Run:
+bare TLS 1.3 handshakes with the same certificate, accept backlog and event loop. The client
+side (this process, one event loop) opens ``--associations`` N-PAMP associations at once
+through :func:`iobridge.npamp_server.client.connect` with its default TLS settings, each
+running one short run to its end, then N bare TLS handshakes at once with the very TLS
+settings of both ends (``server_ssl_context`` there, ``connect()``'s default client context
+here). It prints both rates, their ratio, each side's CPU per association / handshake (this
+process's ``time.process_time``, the server's scheduler time in ns), the p50/p99 time from
+``connect()`` to the first AG-UI event, and the median of sequential ``connect()`` calls. Run:
 ``.venv/bin/python bench/npamp_associations.py [--associations N] [--sequential M]``.
 """
 
@@ -40,20 +40,23 @@ RUN = {
     "messages": [{"id": "u1", "role": "user", "content": "hello"}],
 }
 # The N-PAMP listener's own TLS settings (TLS 1.3 only, ALPN n-pamp/2, the same P-256
-# certificate): the baseline differs from an association only by what N-PAMP adds.
+# certificate), its accept backlog and the event loop ``iobridge serve`` runs (uvloop when
+# installed): the baseline differs from an association only by what N-PAMP adds.
 BARE_TLS_SERVER = """
 import asyncio, sys
+from iobridge.cli import run_loop
+from iobridge.config import NpampSettings
 from iobridge.npamp.aio import server_ssl_context
 ctx = server_ssl_context(sys.argv[1], sys.argv[2])
 async def main():
     async def done(reader, writer):
         writer.close()
-    server = await asyncio.start_server(done, "127.0.0.1", int(sys.argv[3]), ssl=ctx, backlog=4096)
+    server = await asyncio.start_server(
+        done, "127.0.0.1", int(sys.argv[3]), ssl=ctx, backlog=NpampSettings().backlog
+    )
     await server.serve_forever()
-asyncio.run(main())
+run_loop(main(), "auto")
 """
-
-
 
 
 @contextlib.contextmanager

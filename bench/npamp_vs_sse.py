@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import subprocess
 import sys
@@ -37,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import orjson
 import uvicorn
 from _harness import cpu_ns, free_port, wait_for_port
 
@@ -59,8 +59,8 @@ def _agent(deltas: int) -> FunctionAgent:
     return FunctionAgent(stream, id="bench")
 
 
-async def _npamp(client: Any, run: Any) -> tuple[int, int, float]:
-    """Events, wire bytes and seconds for one N-PAMP stream.
+async def _npamp(client: Any, run: Any) -> tuple[int, int, float, float]:
+    """Events, wire bytes, seconds and client CPU seconds for one N-PAMP stream.
 
     Wire bytes are counted per chunk the association reads (whole frames as they come out of
     TLS), like the SSE side counts its body chunks: no per-frame hook on one side only.
@@ -75,11 +75,11 @@ async def _npamp(client: Any, run: Any) -> tuple[int, int, float]:
         return original(data)
 
     conn.receive_data = counting
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     count = 0
     async for _ in run:
         count += 1
-    return count, wire, time.perf_counter() - start
+    return count, wire, time.perf_counter() - start, time.process_time() - cpu
 
 
 RUN_INPUT = {"threadId": "bench", "runId": "bench-run", "messages": [
@@ -131,25 +131,29 @@ class _Transfer:
     client_cpu: float
 
 
-async def _measure(pid: int | None, transfer: Awaitable[tuple[int, int, float]]) -> _Transfer:
-    server, client = _cpu(pid), time.process_time()
-    events, wire, seconds = await transfer
-    return _Transfer(events, wire, seconds, _cpu(pid) - server, time.process_time() - client)
+async def _measure(
+    pid: int | None, transfer: Awaitable[tuple[int, int, float, float]]
+) -> _Transfer:
+    """Run one transfer; the client's CPU is counted from where its wall time starts (the
+    connection already open on both sides: httpx's client set-up is not an SSE cost)."""
+    server = _cpu(pid)
+    events, wire, seconds, client = await transfer
+    return _Transfer(events, wire, seconds, _cpu(pid) - server, client)
 
 
-async def _sse(http_port: int) -> tuple[int, int, float]:
-    """Events, body bytes and seconds for one SSE replay of the run's log."""
+async def _sse(http_port: int) -> tuple[int, int, float, float]:
+    """Events, body bytes, seconds and client CPU seconds for one SSE replay of the log."""
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{http_port}") as client:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         body, events, pending = 0, 0, b""
         async with client.stream("GET", "/io-bridge/runs/bench-run/events") as response:
             async for chunk in response.aiter_raw():
                 body += len(chunk)
                 *frames, pending = (pending + chunk).split(b"\n\n")
-                for frame in frames:  # decode like the N-PAMP client does
-                    json.loads(frame.split(b"data: ", 1)[1])
+                for frame in frames:  # decode like the N-PAMP client does (orjson)
+                    orjson.loads(frame.split(b"data: ", 1)[1])
                     events += 1
-        return events, body, time.perf_counter() - start
+        return events, body, time.perf_counter() - start, time.process_time() - cpu
 
 
 async def _client(

@@ -136,6 +136,10 @@ class NpampSettings(BaseModel):
     answer_discovery: bool = True
     #: Seconds allowed for each TLS / N-PAMP handshake step.
     handshake_timeout: float = Field(default=10.0, gt=0)
+    #: Pending TCP connections the listener queues (``listen(2)`` backlog), like HTTP's 2048:
+    #: with asyncio's default of 100 a burst of associations overflowed it and the dropped
+    #: SYNs were retried a second later.
+    backlog: int = Field(default=2048, ge=1, le=65535)
 
     @field_validator("agui_peers")
     @classmethod

@@ -130,6 +130,46 @@ async def test_server_handler_closes_gracefully(certs: tuple[Path, Path]) -> Non
     assert [f.payload for f in received] == [b"hello"]
 
 
+async def test_client_auth_goes_out_with_the_first_frame(certs: tuple[Path, Path]) -> None:
+    """A client that sends at once writes CLIENT_AUTH and its first frame together; the
+    server completes the handshake and takes the frame from the same read."""
+    client_cfg, server_cfg = _configs()
+    async with (
+        _start(certs, server_cfg, echo) as srv,
+        asyncio.timeout(10),
+        connect("127.0.0.1", srv.port, client_ssl_context(certs[0]), client_cfg) as assoc,
+    ):
+        writes: list[bytes] = []
+        real = assoc._writer.write
+
+        def spy(data: bytes) -> None:
+            writes.append(data)
+            real(data)
+
+        assoc._writer.write = spy  # type: ignore[method-assign]
+        await assoc.send(BRIDGE, 0x0200, b"first")
+        assert (await assoc.receive(BRIDGE)).payload == b"echo:first"
+        assert len(writes[0]) > 36 + 80 + len(b"first")  # CLIENT_AUTH and the frame, one write
+
+
+async def test_a_silent_client_still_sends_client_auth(certs: tuple[Path, Path]) -> None:
+    """The server's handler runs only once CLIENT_AUTH verified: here it speaks first, and the
+    client, which never sends, receives."""
+    client_cfg, server_cfg = _configs()
+
+    async def greet(assoc: Association) -> None:
+        await assoc.send(BRIDGE, 0x0201, b"hello")
+        with contextlib.suppress(NpampError):
+            await assoc.receive()
+
+    async with (
+        _start(certs, server_cfg, greet) as srv,
+        asyncio.timeout(10),
+        connect("127.0.0.1", srv.port, client_ssl_context(certs[0]), client_cfg) as assoc,
+    ):
+        assert (await assoc.receive(BRIDGE)).payload == b"hello"
+
+
 async def test_untrusted_client_refused(certs: tuple[Path, Path]) -> None:
     client_cfg, server_cfg = _configs(trust_client=False)
     called = False

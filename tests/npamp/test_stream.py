@@ -533,6 +533,48 @@ def test_consumer_fast_path_matches_the_checked_decoder(
     assert isinstance(late, BridgeFrameRejected)
 
 
+def test_receive_frames_gives_the_events_receive_frame_would() -> None:
+    """The consumer's batch path: one batch mixing fast data frames, a duplicate, a malformed
+    frame, a second stream and the END yields, in order, exactly what feeding the frames one
+    by one does, and queues the same BRIDGE_ERROR replies."""
+    data = FT.BRIDGE_STREAM_DATA
+    batch = [
+        (data, data_frame(b"c1", 1, b'{"n":1}')),  # checked (learns the envelope)
+        (data, data_frame(b"c1", 2, b'{"n":2}')),  # fast
+        (data, data_frame(b"c2", 1)),  # the other stream's first frame
+        (data, data_frame(b"c1", 2)),  # repeated event_id: refused, c1 fails
+        (data, b"\x00\x10"),  # truncated envelope: EnvelopeMalformed answered
+        (data, data_frame(b"c2", 2, b'{"n":22}')),  # fast on c2
+        (FT.BRIDGE_STREAM_END, end_frame(b"c2", 3)),
+    ]
+    results = []
+    for batched in (False, True):
+        consumer, producer = BridgeSession(protocol_id=AGUI_PROTOCOL_ID), BridgeSession(
+            protocol_id=AGUI_PROTOCOL_ID, resumable=True
+        )
+        started(consumer, producer, b"c1")
+        started(consumer, producer, b"c2")
+        if batched:
+            events = consumer.receive_frames(batch)
+        else:
+            events = [e for ft, p in batch for e in consumer.receive_frame(ft, p)]
+        states = [consumer.state_of(Role.CONSUMER, c) for c in (b"c1", b"c2")]
+        results.append((events, consumer.data_to_send(), states))
+    (one_by_one, replies, states), batched_result = results
+    assert batched_result[1] == replies and batched_result[2] == states
+    assert [type(e) for e in batched_result[0]] == [type(e) for e in one_by_one]
+    for got, want in zip(batched_result[0], one_by_one, strict=True):
+        if isinstance(want, BridgeFrameRejected):
+            assert isinstance(got, BridgeFrameRejected)
+            assert type(got.error) is type(want.error) and str(got.error) == str(want.error)
+        else:
+            assert got == want
+    assert [e.data for e in one_by_one if isinstance(e, StreamDataReceived)] == [
+        b'{"n":1}', b'{"n":2}', b"{}", b'{"n":22}'
+    ]
+    assert len(replies) == 2 and states == [StreamState.FAILED, StreamState.ENDED]
+
+
 @pytest.mark.parametrize("resumable", [True, False])
 def test_send_events_queues_the_frames_send_event_would(resumable: bool) -> None:
     """The batch producer path gives octet-identical frames and event ids, also when the

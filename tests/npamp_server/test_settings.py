@@ -35,12 +35,20 @@ def test_defaults_agree_with_nobody_and_listen_nowhere() -> None:
         {"channels": [0x000C]},
         {"channels": []},
         {"agui_protocol_id": 0x00},
+        {"backlog": 0},
+        {"backlog": 65536},
         {"unknown": 1},
     ],
 )
 def test_bad_settings_are_rejected(values: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
         NpampSettings.model_validate(values)
+
+
+def test_backlog_limits_are_accepted() -> None:
+    assert NpampSettings().backlog == 2048
+    assert NpampSettings(backlog=1).backlog == 1
+    assert NpampSettings(backlog=65535).backlog == 65535
 
 
 def test_settings_load_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:

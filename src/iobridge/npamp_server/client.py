@@ -22,11 +22,14 @@ import functools
 import json
 import os
 import ssl
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import orjson
+
+from iobridge.npamp._makers import positional_maker
 from iobridge.npamp.aio import Association, TransportConfig, client_ssl_context
 from iobridge.npamp.aio import connect as npamp_connect
 from iobridge.npamp.bridge import (
@@ -64,6 +67,7 @@ from iobridge.npamp.bridge.opaque import (
 )
 from iobridge.npamp.errors import ErrorCode, NpampError, TransportError
 from iobridge.npamp.handshake import HandshakeConfig, IdentityKey, PeerVerifier, PinnedPeers
+from iobridge.npamp.handshake.identity import FINGERPRINT_PREFIX
 
 __all__ = [
     "AgUiClient",
@@ -116,6 +120,7 @@ class AgUiEvent:
 
 
 _End = StreamEnded | CancelAcked
+_make_event = positional_maker(AgUiEvent)
 
 
 class RunStream:
@@ -168,11 +173,17 @@ class RunStream:
         self._items.append(item)
         self._ready.set()
 
+    def _wake(self) -> None:
+        if self._items:
+            self._ready.set()
+
     def _deliver(self, event: Event) -> None:
+        """Queue what one session event means for this stream; the reader wakes the
+        consumer once per batch (:meth:`_wake`), not once per event."""
         if type(event) is StreamDataReceived:
             self.resumable = event.resumable
-            data = json.loads(event.data)
-            self._put(AgUiEvent(event_id=event.event_id, raw=event.data, data=data))
+            raw = event.data
+            self._items.append(_make_event(event.event_id, raw, _loads(raw)))
         elif isinstance(event, StreamEnded | CancelAcked):
             if isinstance(event, StreamEnded):
                 self.resumable = event.resumable
@@ -282,24 +293,29 @@ class AgUiClient:
             await self.association.send(self.channel, frame_type, payload)
 
     async def _read(self) -> None:
+        """Feed each batch of frames the association read to the session; deliver the events
+        to their streams and wake every stream that got some once per batch."""
         error: BaseException = TransportError("association closed")
-        session, streams = self.session, self._streams
+        session, streams, channel = self.session, self._streams, self.channel
         try:
             while True:
+                frames = []
                 for frame in await self.association.receive_all():
-                    if frame.channel == DISCOVERY_CHANNEL:
+                    if frame.channel == channel:
+                        frames.append((frame.frame_type, frame.payload))
+                    elif frame.channel == DISCOVERY_CHANNEL:
                         self.announcements.append(frame.payload)
-                        continue
-                    if frame.channel != self.channel:
-                        continue
-                    events = session.receive_frame(frame.frame_type, frame.payload)
-                    if session.wants_to_send():
-                        async with self._lock:
-                            await self._flush_locked()
-                    for event in events:
-                        stream = streams.get(getattr(event, "correlation_id", None) or b"")
-                        if stream is not None:
-                            stream._deliver(event)
+                woken: set[RunStream] = set()
+                for event in session.receive_frames(frames):
+                    stream = streams.get(getattr(event, "correlation_id", None) or b"")
+                    if stream is not None:
+                        stream._deliver(event)
+                        woken.add(stream)
+                if session.wants_to_send():
+                    async with self._lock:
+                        await self._flush_locked()
+                for stream in woken:
+                    stream._wake()
         except (NpampError, OSError, ssl.SSLError) as exc:
             error = exc if isinstance(exc, NpampError) else TransportError(str(exc))
         finally:
@@ -341,7 +357,7 @@ class OpaqueRunStream:
                 self.ended = True
                 return
             count += 1
-            yield AgUiEvent(event_id=count, raw=item, data=json.loads(item))
+            yield AgUiEvent(event_id=count, raw=item, data=_loads(item))
 
     def _deliver(self, event: OpaqueEvent) -> None:
         try:
@@ -468,8 +484,54 @@ class OpaqueAgUiClient:
                     future.set_exception(error)
 
 
+def _loads(raw: bytes) -> Any:
+    """``json.loads``, through orjson first: the consumer's per-event cost was mostly the
+    standard decoder. What orjson refuses (NaN, integers beyond 64 bits...) is retried with
+    ``json.loads``, so exactly the same documents are accepted."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw)
+
+
 def _json(value: Mapping[str, Any]) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+#: Allowlists built from ``pinned`` entries, most recently used last (at most this many).
+PINNED_CACHE_SIZE = 64
+_pinned: OrderedDict[tuple[tuple[str, tuple[int, int, int] | None], ...], PinnedPeers] = (
+    OrderedDict()
+)
+
+
+def _pinned_peers(entries: Iterable[str | os.PathLike[str]]) -> PinnedPeers:
+    """The allowlist for ``entries``, parsed once and not on every :func:`connect`.
+
+    A key file entry is re-read when it changed on disk (inode, size or modification time
+    differ), so replacing a pinned key takes effect on the next association. Entries that
+    cannot be stat'ed are not cached: :class:`PinnedPeers` then raises its own error.
+    """
+    stamped: list[tuple[str, tuple[int, int, int] | None]] = []
+    for entry in entries:
+        text = os.fspath(entry)
+        stamp = None
+        if not text.startswith(FINGERPRINT_PREFIX):
+            try:
+                st = os.stat(text)
+            except OSError:
+                return PinnedPeers(entries)
+            stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+        stamped.append((text, stamp))
+    key = tuple(stamped)
+    peers = _pinned.get(key)
+    if peers is None:
+        peers = _pinned[key] = PinnedPeers(text for text, _ in key)
+        if len(_pinned) > PINNED_CACHE_SIZE:
+            _pinned.popitem(last=False)
+    else:
+        _pinned.move_to_end(key)
+    return peers
 
 
 @functools.cache
@@ -491,7 +553,7 @@ async def _associate(
     ssl_context: ssl.SSLContext | None,
     handshake_timeout: float,
 ) -> AsyncIterator[Association]:
-    verifier = pinned if callable(pinned) else PinnedPeers(pinned)
+    verifier = pinned if callable(pinned) else _pinned_peers(pinned)
     config = TransportConfig(
         handshake=HandshakeConfig(identities=[identity], peer_verifier=verifier),
         handshake_timeout=handshake_timeout,

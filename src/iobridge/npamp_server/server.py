@@ -138,7 +138,9 @@ class AgUiServer:
 
     async def listen(self, host: str, port: int, ssl_ctx: ssl.SSLContext) -> NpampServer:
         """Start accepting associations; close the result with ``wait_closed()``."""
-        server = await serve(host, port, ssl_ctx, self.transport_config(), self.handle)
+        server = await serve(
+            host, port, ssl_ctx, self.transport_config(), self.handle, backlog=self.settings.backlog
+        )
         self.address = f"{host}:{server.port}"
         logger.info(
             "N-PAMP listening on %s:%d, identity %s", host, server.port, self.identity.fingerprint

@@ -83,7 +83,9 @@ class Association:
         #: The completed handshake (profile, AEAD suite, peer identity key).
         self.handshake: HandshakeCompleted = result
         self._dispatch(early)
-        self._task = asyncio.get_running_loop().create_task(self._read_loop())
+        loop = asyncio.get_running_loop()
+        loop.call_soon(self._write_pending)
+        self._task = loop.create_task(self._read_loop())
 
     @property
     def peer_identity(self) -> bytes:
@@ -210,10 +212,20 @@ class Association:
         self._end(ConnectionTerminated(error=TransportError("association closed locally")))
 
     async def _flush(self) -> None:
+        if self._write_pending():
+            await self._writer.drain()
+
+    def _write_pending(self) -> bool:
+        """Hand what the connection queued to the transport (buffered; never blocks).
+
+        Returns:
+            Whether anything was written.
+        """
         data = self._conn.data_to_send()
         if data and not self._writer.is_closing():
             self._writer.write(data)
-            await self._writer.drain()
+            return True
+        return False
 
     async def _read_loop(self) -> None:
         try:
@@ -290,11 +302,10 @@ async def _establish(
         end = events[-1] if events else None
         if isinstance(end, ConnectionTerminated) and conn.handshake_result is None:
             raise end.error or TransportError("association ended during the handshake")
-    # Frames (or a fault) that arrived with the last flight go to the association.
-    data = conn.data_to_send()
-    if data:  # the client's CLIENT_AUTH
-        writer.write(data)
-        await writer.drain()
+    # Frames (or a fault) that arrived with the last flight go to the association. The
+    # client's CLIENT_AUTH stays queued: the association writes it with its first frames when
+    # the caller sends at once (one TLS record and one send instead of two; the server
+    # processes frames that follow CLIENT_AUTH in the same read), else on the next loop turn.
     return Association(reader, writer, conn, config, events)
 
 
@@ -388,11 +399,14 @@ async def serve(
     ssl_ctx: ssl.SSLContext,
     config: TransportConfig,
     handler: Handler,
+    *,
+    backlog: int = 2048,
 ) -> NpampServer:
     """Listen for N-PAMP associations; run ``handler`` for each established one.
 
     A connection whose TLS, ALPN or N-PAMP handshake fails is closed without calling the
-    handler. The association is closed gracefully when the handler returns.
+    handler. The association is closed gracefully when the handler returns. ``backlog`` is
+    the TCP accept queue (asyncio's default of 100 drops part of a burst of connections).
     """
     npamp_server = NpampServer(config, handler)
     npamp_server.server = await asyncio.start_server(
@@ -401,5 +415,6 @@ async def serve(
         port,
         ssl=ssl_ctx,
         ssl_handshake_timeout=config.handshake_timeout,
+        backlog=backlog,
     )
     return npamp_server

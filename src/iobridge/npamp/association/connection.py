@@ -41,6 +41,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from functools import partial
 
+from iobridge.npamp._makers import positional_maker
 from iobridge.npamp.association.events import (
     CloseReceived,
     ConnectionTerminated,
@@ -101,6 +102,7 @@ DEFAULT_KEY_UPDATE_INTERVAL = 2**24
 _HANDSHAKE_TYPES = frozenset(range(FrameType.CLIENT_HELLO, FrameType.REKEM_ACK + 1))
 _MARKER_KNOWN = frozenset({TlvType.KEY_UPDATE_MARKER})
 _UNSUPPORTED_FLAGS = int(Flags.COMP | Flags.FRAG)
+_make_frame_received = positional_maker(FrameReceived)
 
 In = AssociationInput
 
@@ -243,16 +245,9 @@ class NpampConnection:
             frames = reader.take(partial(st.open_run, max_payload_length=cap, stop=stop))
             if not frames:
                 return
-            for frame_type, seq, urgent, payload in frames:
-                events.append(
-                    FrameReceived(
-                        channel=channel,
-                        frame_type=frame_type,
-                        payload=payload,
-                        seq=seq,
-                        urgent=urgent,
-                    )
-                )
+            make, append = _make_frame_received, events.append
+            for frame_type, seq, urgent, payload in frames:  # u16s out of the checked header
+                append(make(channel, frame_type, payload, seq, urgent))
 
     def send_frame(
         self, channel: int, frame_type: int, payload: bytes, *, urgent: bool = False

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from iobridge.npamp._makers import positional_maker
 from iobridge.npamp.bridge.envelope import (
     FRAME_MESSAGE_KIND,
     BridgeEnvelope,
@@ -89,6 +90,8 @@ RUN_METHOD = "run"
 _MAX_U64 = (1 << 64) - 1
 _DATA = int(Control.DATA)
 _CONSUMING = StreamState.CONSUMING
+_DATA_TYPE = int(BridgeFrameType.BRIDGE_STREAM_DATA)
+_make_stream_data = positional_maker(StreamDataReceived)
 
 
 # --- the session ---------------------------------------------------------------------------
@@ -197,10 +200,41 @@ class BridgeSession:
             The events it produced. A refused frame yields :class:`BridgeFrameRejected` and,
             where the rules call for one, a queued BRIDGE_ERROR; the session stays usable.
         """
-        if frame_type == BridgeFrameType.BRIDGE_STREAM_DATA:
-            fast = self._fast_data(payload)
-            if fast is not None:
-                return fast
+        return self.receive_frames(((frame_type, payload),))
+
+    def receive_frames(self, frames: Iterable[tuple[int, bytes]]) -> list[Event]:
+        """Process decrypted Bridge-channel frames ``(frame_type, payload)`` in order: the
+        events of :meth:`receive_frame` for each, concatenated (the consumer's batch path).
+
+        A data frame that starts with the very envelope octets an earlier data frame of a
+        CONSUMING stream passed every check with (so the same envelope, carriage and method
+        rules hold), followed by a DATA StreamControl with a fresh event_id and no further
+        Bridge TLV, is taken here without the full decoder; anything else, valid or not, goes
+        through :meth:`_receive_checked`, which raises the precise error.
+        """
+        events: list[Event] = []
+        envelopes, peek, data_type = self._recv_envelopes, peek_data_stream_control, _DATA_TYPE
+        make = _make_stream_data
+        for frame_type, payload in frames:
+            if frame_type == data_type and len(payload) >= TLV_HEADER_SIZE:
+                end = TLV_HEADER_SIZE + ((payload[2] << 8) | payload[3])
+                stream = envelopes.get(payload[:end])
+                if stream is not None and stream.state is _CONSUMING:
+                    control = peek(payload, end)
+                    if control is not None and control[0] > stream.last_event_id:
+                        event_id, resumable, pos = control
+                        if stream.floor is not None and event_id <= stream.floor:
+                            continue  # already consumed before the resume (CC-STREAM §6.3)
+                        stream.last_event_id, stream.resumable = event_id, resumable
+                        events.append(
+                            make(stream.correlation_id, event_id, payload[pos:], resumable)
+                        )
+                        continue
+            events.extend(self._receive_checked(frame_type, payload))
+        return events
+
+    def _receive_checked(self, frame_type: int, payload: bytes) -> list[Event]:
+        """The full decoder and rule checks for one frame."""
         msg: BridgeMessage | None = None
         try:
             msg = pull_bridge_message(frame_type, payload)
@@ -222,37 +256,6 @@ class BridgeSession:
             return
         stream.recv_envelope = payload[: TLV_HEADER_SIZE + int.from_bytes(payload[2:4], "big")]
         self._recv_envelopes[stream.recv_envelope] = stream
-
-    def _fast_data(self, payload: bytes) -> list[Event] | None:
-        """The per-event consumer path, or ``None`` to take the checked decoder.
-
-        Taken only when the frame starts with the very envelope octets an earlier data frame
-        of a CONSUMING stream passed every check with (so the same envelope, carriage and
-        method rules hold), followed by a DATA StreamControl with a fresh event_id and no
-        further Bridge TLV. Anything else, valid or not, goes through the full decoder, which
-        raises the precise error.
-        """
-        if len(payload) < TLV_HEADER_SIZE:
-            return None
-        end = TLV_HEADER_SIZE + ((payload[2] << 8) | payload[3])
-        stream = self._recv_envelopes.get(payload[:end])
-        if stream is None or stream.state is not _CONSUMING:
-            return None
-        control = peek_data_stream_control(payload, end)
-        if control is None or control[0] <= stream.last_event_id:
-            return None
-        event_id, resumable, pos = control
-        if stream.floor is not None and event_id <= stream.floor:
-            return []  # already consumed before the resume: discard (CC-STREAM §6.3)
-        stream.last_event_id, stream.resumable = event_id, resumable
-        return [
-            StreamDataReceived(
-                correlation_id=stream.correlation_id,
-                event_id=event_id,
-                data=payload[pos:],
-                resumable=resumable,
-            )
-        ]
 
     # -- consumer API -----------------------------------------------------------------------
 

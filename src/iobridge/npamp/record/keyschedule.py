@@ -30,8 +30,6 @@ import hmac
 from enum import IntEnum
 from typing import Literal
 
-from cryptography.hazmat.primitives import hashes
-
 __all__ = [
     "AEAD_IV_LEN",
     "AEAD_KEY_LEN",
@@ -66,11 +64,6 @@ AEAD_IV_LEN = 12
 HashName = Literal["sha256", "sha384"]
 """KDF hash: SHA-256 at Standard, SHA-384 at High and Sovereign (spec/10 §2)."""
 
-_HASHES: dict[str, type[hashes.HashAlgorithm]] = {
-    "sha256": hashes.SHA256,
-    "sha384": hashes.SHA384,
-}
-
 
 class Direction(IntEnum):
     """The ``dir`` octet of the traffic-secret context (spec/10 §5)."""
@@ -81,16 +74,16 @@ class Direction(IntEnum):
     SERVER_TO_CLIENT = 1
 
 
-def _algorithm(hash_name: HashName) -> hashes.HashAlgorithm:
-    try:
-        return _HASHES[hash_name]()
-    except KeyError:
-        raise ValueError(f"unsupported KDF hash {hash_name!r}") from None
+_HASH_LENS = {"sha256": 32, "sha384": 48}
 
 
 def hash_len(hash_name: HashName) -> int:
-    """Return HashLen (32 for SHA-256, 48 for SHA-384)."""
-    return _algorithm(hash_name).digest_size
+    """Return HashLen (32 for SHA-256, 48 for SHA-384); a table, not a hash object per call
+    (about twenty calls per handshake and side)."""
+    try:
+        return _HASH_LENS[hash_name]
+    except KeyError:
+        raise ValueError(f"unsupported KDF hash {hash_name!r}") from None
 
 
 def transcript_digest(data: bytes, hash_name: HashName) -> bytes:
@@ -119,6 +112,8 @@ def hkdf_expand(prk: bytes, info: bytes, length: int, hash_name: HashName) -> by
     size = hash_len(hash_name)
     if not 0 < length <= 255 * size:
         raise ValueError(f"HKDF-Expand length must be in 1..{255 * size}")
+    if length <= size:  # every key, IV and secret of the schedule: T(1) alone
+        return hmac.digest(prk, info + b"\x01", hash_name)[:length]
     blocks, block = [], b""
     for counter in range(1, -(-length // size) + 1):
         block = hmac.digest(prk, block + info + bytes((counter,)), hash_name)

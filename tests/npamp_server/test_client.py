@@ -1,0 +1,87 @@
+"""The AG-UI client's per-association and per-event shortcuts keep their meaning."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from tests.helpers import run_body
+
+from iobridge.npamp.handshake import IdentityKey
+from iobridge.npamp.handshake.machine import UntrustedPeer
+from iobridge.npamp_server import client as agui_client
+
+from .conftest import StartHarness
+
+
+def _write_public(key: IdentityKey, path: Path) -> None:
+    """Replace ``path`` by a new file (a new inode: both exist until the rename)."""
+    pem = key.private_key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    staged = path.with_suffix(".new")
+    staged.write_bytes(pem)
+    os.replace(staged, path)
+
+
+async def test_a_pinned_key_file_is_reread_when_it_changes(
+    harness: StartHarness, client_key: Any, server_key: IdentityKey, other_key: IdentityKey,
+    tmp_path: Path,
+) -> None:
+    pin = tmp_path / "server.pub"
+    _write_public(other_key, pin)
+    async with harness() as h:
+        with pytest.raises(UntrustedPeer):
+            async with agui_client.connect("127.0.0.1", h.port, identity=client_key, pinned=[pin]):
+                pass
+        _write_public(server_key, pin)
+        for run_id in ("p1", "p2"):  # the second connect uses the cached allowlist
+            async with agui_client.connect(
+                "127.0.0.1", h.port, identity=client_key, pinned=[pin]
+            ) as client:
+                events = [e.type async for e in client.run(run_body("hi", run_id=run_id))]
+            assert events[-1] == "RUN_FINISHED"
+
+
+async def test_the_listener_serves_with_the_smallest_backlog(
+    harness: StartHarness, client_key: Any
+) -> None:
+    async with harness(npamp={"backlog": 1}) as h:
+        for run_id in ("b1", "b2"):
+            async with h.client(client_key) as client:
+                events = [e.type async for e in client.run(run_body("hi", run_id=run_id))]
+            assert events[-1] == "RUN_FINISHED"
+
+
+def test_pinned_allowlists_are_parsed_once_and_bounded(other_key: IdentityKey) -> None:
+    agui_client._pinned.clear()
+    first = agui_client._pinned_peers([other_key.fingerprint])
+    assert agui_client._pinned_peers([other_key.fingerprint]) is first
+    limit = agui_client.PINNED_CACHE_SIZE
+    for i in range(limit + 5):
+        agui_client._pinned_peers([f"sha256:{i:064x}"])
+    assert len(agui_client._pinned) == limit
+    with pytest.raises(ValueError, match="malformed fingerprint"):
+        agui_client._pinned_peers(["sha256:nothex"])
+    assert len(agui_client._pinned) == limit
+    agui_client._pinned.clear()
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"type":"CUSTOM","value":{"f":1.5,"s":"\\u00e9\\ud83d\\ude00","n":null}}',
+        b'{"type":"CUSTOM","value":NaN,"big":123456789012345678901234567890}',  # json only
+    ],
+)
+def test_event_json_is_decoded_like_json_loads(raw: bytes) -> None:
+    assert json.dumps(agui_client._loads(raw)) == json.dumps(json.loads(raw))
+
+
+def test_event_json_that_json_refuses_is_refused() -> None:
+    with pytest.raises(json.JSONDecodeError):
+        agui_client._loads(b'{"type":')
