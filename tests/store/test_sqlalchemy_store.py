@@ -14,15 +14,16 @@ from sqlalchemy import event, inspect, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from tests.backends import SQL_BACKENDS, StepClock, pg_schema_engine
 
-from iobridge.errors import NotFoundError
+from iobridge.errors import InputError, NotFoundError
 from iobridge.store import MemoryThreadStore, SqlThreadStore, open_store, upgrade
-from iobridge.store.base import Carryover
+from iobridge.store.base import Carryover, Thread
 from iobridge.store.migrate import (
     alembic_config,
     current_revision,
     head_revision,
     upgrade_engine,
 )
+from iobridge.store.sql_executor import MAX_READ_BATCH
 from iobridge.store.sqlalchemy_store import make_engine
 
 
@@ -355,3 +356,27 @@ async def test_a_run_costs_postgresql_five_statements(tmp_path: Path) -> None:
         assert [m["id"] for m in await store.list_messages("t")] == ["u0", "a0", "u1", "a1"]
         thread = await store.get_thread("t")
         assert thread is not None and (thread.title, thread.state) == ("T", 1)
+
+
+async def test_postgresql_reads_share_a_few_connections_and_a_bad_read_fails_alone() -> None:
+    """A burst of reads is answered in batches on the readers' pooled connections: no new
+    connection per read once the pool is warm (an overflowing pool opened and closed them)."""
+    async with pg_schema_engine() as engine:
+        await upgrade_engine(engine)
+        store = SqlThreadStore(engine)
+        await store.write_for_run(
+            "t", resource_id="r", agent_id=None, messages=[{"id": "m", "role": "user"}]
+        )
+        connects: list[object] = []
+        checkouts: list[object] = []
+        event.listen(engine.sync_engine.pool, "connect", lambda *args: connects.append(args))
+        event.listen(engine.sync_engine.pool, "checkout", lambda *args: checkouts.append(args))
+        reads: list[Any] = [store.get_thread("t") for _ in range(300)]
+        reads.insert(10, store.list_stored_messages("t", before="no-such-message"))
+        answers = await asyncio.gather(*reads, return_exceptions=True)
+        bad = answers.pop(10)
+        assert isinstance(bad, InputError) and bad.code == "INVALID_CURSOR"
+        assert all(isinstance(a, Thread) and a.id == "t" for a in answers)
+        assert len(connects) <= 4  # the readers' connections, opened once
+        # the first reads go out one each while readers are free; the rest queue in batches
+        assert len(checkouts) <= 4 + -(-301 // MAX_READ_BATCH)
