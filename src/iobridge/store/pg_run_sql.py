@@ -15,7 +15,9 @@ generic path (``sqlalchemy_store``) costs a run on an existing thread 13 stateme
   held the row has committed its messages by then.
 * ``append``: one statement for the whole batch, its rows one JSON parameter: insert the
   messages whose ids are not stored, after the last position, and touch ``updated_at`` when
-  any was new.
+  any was new. "Not stored" is a scalar subquery per incoming row, not ``NOT EXISTS``: the
+  planner turned that into a hash anti-join over every message of the thread (73 ms on
+  100,000 messages instead of an index probe per row).
 """
 
 from __future__ import annotations
@@ -101,8 +103,8 @@ WITH incoming AS (
       AS r(ord int, message_id text, role text, tool_call_id text, data json)
 ), fresh AS (
   SELECT i.* FROM incoming i
-   WHERE NOT EXISTS (SELECT 1 FROM iobridge_messages m
-                      WHERE m.thread_id = :b_thread AND m.message_id = i.message_id)
+   WHERE (SELECT 1 FROM iobridge_messages m
+           WHERE m.thread_id = :b_thread AND m.message_id = i.message_id LIMIT 1) IS NULL
 ), added AS (
   INSERT INTO iobridge_messages
          (thread_id, position, message_id, role, tool_call_id, data, created_at)
