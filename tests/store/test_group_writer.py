@@ -110,9 +110,11 @@ async def test_a_read_batch_is_bounded(tmp_path: Path) -> None:
     sizes: list[int] = []
     real = executor._read_batch
 
-    def counting(fns: list[Callable[[Connection], object]]) -> list[tuple[bool, object]]:
+    def counting(
+        loop: asyncio.AbstractEventLoop, fns: list[Callable[[Connection], object]]
+    ) -> asyncio.Future[list[tuple[bool, object]]]:
         sizes.append(len(fns))
-        return real(fns)
+        return real(loop, fns)
 
     executor._read_batch = counting  # type: ignore[method-assign]
     await asyncio.gather(*(executor.read(lambda conn: 1) for _ in range(3 * MAX_READ_BATCH)))

@@ -10,18 +10,20 @@ from typing import Any
 
 import pytest
 from alembic import command
-from sqlalchemy import inspect, text
+from sqlalchemy import event, inspect, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from tests.backends import SQL_BACKENDS, StepClock, pg_schema_engine
 
+from iobridge.errors import InputError, NotFoundError
 from iobridge.store import MemoryThreadStore, SqlThreadStore, open_store, upgrade
-from iobridge.store.base import Carryover
+from iobridge.store.base import Carryover, Thread
 from iobridge.store.migrate import (
     alembic_config,
     current_revision,
     head_revision,
     upgrade_engine,
 )
+from iobridge.store.sql_executor import MAX_READ_BATCH
 from iobridge.store.sqlalchemy_store import make_engine
 
 
@@ -216,26 +218,8 @@ async def test_concurrent_appends_from_two_engines(kind: str, tmp_path: Path) ->
             start = ids.index(f"m{i}-0")
             assert ids[start : start + 3] == [f"m{i}-{j}" for j in range(3)]
 
-    if kind == "sqlite":
-        url = f"sqlite+aiosqlite:///{tmp_path / 'race.db'}"
-        a, b = await open_store(url), await open_store(url)
-        assert isinstance(a, SqlThreadStore) and isinstance(b, SqlThreadStore)
-        try:
-            await run(a, b)
-        finally:
-            await a.close()
-            await b.close()
-        return
-    async with pg_schema_engine() as engine:
-        await upgrade_engine(engine)
-        other = make_engine(
-            engine.url.render_as_string(hide_password=False),
-            connect_args={"server_settings": {"search_path": await _search_path(engine)}},
-        )
-        try:
-            await run(SqlThreadStore(engine), SqlThreadStore(other))
-        finally:
-            await other.dispose()
+    async with _two_stores(kind, tmp_path) as (a, b):
+        await run(a, b)
 
 
 async def _search_path(engine: AsyncEngine) -> str:
@@ -272,3 +256,127 @@ def test_plain_alembic_cli_path_uses_the_url(tmp_path: Path) -> None:
             await engine.dispose()
 
     assert asyncio.run(check()) == head_revision()
+
+
+@pytest.mark.parametrize("kind", SQL_BACKENDS)
+async def test_concurrent_run_writes_from_two_engines(kind: str, tmp_path: Path) -> None:
+    """Runs on two server processes write one thread that does not exist yet: it is created
+    once, every message is stored once, each write's new messages stay contiguous."""
+
+    async def run(a: SqlThreadStore, b: SqlThreadStore) -> None:
+        shared = {"id": "u-shared", "role": "user", "content": ""}
+        jobs = [
+            (a if i % 2 else b).write_for_run(
+                "th", resource_id="r", agent_id="x", title=f"title {i}",
+                messages=[shared, *({"id": f"m{i}-{j}", "role": "assistant"} for j in range(3))],
+            )
+            for i in range(20)
+        ]
+        await asyncio.wait_for(asyncio.gather(*jobs), timeout=30)
+        ids = [m["id"] for m in await a.list_messages("th")]
+        assert len(ids) == 61 and len(set(ids)) == 61 and "u-shared" in ids
+        for i in range(20):
+            start = ids.index(f"m{i}-0")
+            assert ids[start : start + 3] == [f"m{i}-{j}" for j in range(3)]
+        thread = await b.get_thread("th")
+        assert thread is not None and thread.title.startswith("title ")
+        # A foreign resource racing an owner's write is refused and stores nothing.
+        owner, foreign = await asyncio.gather(
+            a.write_for_run("th", resource_id="r", agent_id="x", messages=[{"id": "ok",
+                            "role": "user"}]),
+            b.write_for_run("th", resource_id="other", agent_id="x", title="mine",
+                            messages=[{"id": "bad", "role": "user"}],
+                            carryover=Carryover(state={"stolen": True})),
+            return_exceptions=True,
+        )
+        assert owner is None and isinstance(foreign, NotFoundError)
+        ids = [m["id"] for m in await a.list_messages("th")]
+        assert ids[-1] == "ok" and "bad" not in ids
+        after = await a.get_thread("th")
+        assert after is not None and after.state is None and after.title == thread.title
+
+    async with _two_stores(kind, tmp_path) as (a, b):
+        await run(a, b)
+
+
+@asynccontextmanager
+async def _two_stores(
+    kind: str, tmp_path: Path
+) -> AsyncIterator[tuple[SqlThreadStore, SqlThreadStore]]:
+    """Two stores on one migrated database, each with its own pool."""
+    if kind == "sqlite":
+        url = f"sqlite+aiosqlite:///{tmp_path / 'two.db'}"
+        a, b = await open_store(url), await open_store(url)
+        assert isinstance(a, SqlThreadStore) and isinstance(b, SqlThreadStore)
+        try:
+            yield a, b
+        finally:
+            await a.close()
+            await b.close()
+        return
+    async with pg_schema_engine() as engine:
+        await upgrade_engine(engine)
+        other = make_engine(
+            engine.url.render_as_string(hide_password=False),
+            connect_args={"server_settings": {"search_path": await _search_path(engine)}},
+        )
+        try:
+            yield SqlThreadStore(engine), SqlThreadStore(other)
+        finally:
+            await other.dispose()
+
+
+async def test_a_run_costs_postgresql_five_statements(tmp_path: Path) -> None:
+    """The run path on PostgreSQL: one read, then two statements per write (the thread
+    upsert, the append), on a new thread and on one with history alike."""
+    async with pg_schema_engine() as engine:
+        await upgrade_engine(engine)
+        store = SqlThreadStore(engine)
+        statements: list[str] = []
+        event.listen(
+            engine.sync_engine, "before_cursor_execute",
+            lambda *args: statements.append(args[2].split()[0]),
+        )
+
+        async def one_run(n: int) -> list[str]:
+            statements.clear()
+            incoming = {"id": f"u{n}", "role": "user", "content": "hi"}
+            await store.read_for_run(
+                "t", message_ids=[f"u{n}"], tool_call_ids=["c"], last_n=40, first_user=True
+            )
+            await store.write_for_run("t", resource_id="r", agent_id="a", messages=[incoming])
+            await store.write_for_run(
+                "t", resource_id="r", agent_id="a", title="T", carryover=Carryover(state=n),
+                messages=[incoming, {"id": f"a{n}", "role": "assistant", "content": "yo"}],
+            )
+            return list(statements)
+
+        assert await one_run(0) == ["SELECT", "INSERT", "WITH", "INSERT", "WITH"]
+        assert await one_run(1) == ["SELECT", "INSERT", "WITH", "INSERT", "WITH"]
+        assert [m["id"] for m in await store.list_messages("t")] == ["u0", "a0", "u1", "a1"]
+        thread = await store.get_thread("t")
+        assert thread is not None and (thread.title, thread.state) == ("T", 1)
+
+
+async def test_postgresql_reads_share_a_few_connections_and_a_bad_read_fails_alone() -> None:
+    """A burst of reads is answered in batches on the readers' pooled connections: no new
+    connection per read once the pool is warm (an overflowing pool opened and closed them)."""
+    async with pg_schema_engine() as engine:
+        await upgrade_engine(engine)
+        store = SqlThreadStore(engine)
+        await store.write_for_run(
+            "t", resource_id="r", agent_id=None, messages=[{"id": "m", "role": "user"}]
+        )
+        connects: list[object] = []
+        checkouts: list[object] = []
+        event.listen(engine.sync_engine.pool, "connect", lambda *args: connects.append(args))
+        event.listen(engine.sync_engine.pool, "checkout", lambda *args: checkouts.append(args))
+        reads: list[Any] = [store.get_thread("t") for _ in range(300)]
+        reads.insert(10, store.list_stored_messages("t", before="no-such-message"))
+        answers = await asyncio.gather(*reads, return_exceptions=True)
+        bad = answers.pop(10)
+        assert isinstance(bad, InputError) and bad.code == "INVALID_CURSOR"
+        assert all(isinstance(a, Thread) and a.id == "t" for a in answers)
+        assert len(connects) <= 4  # the readers' connections, opened once
+        # the first reads go out one each while readers are free; the rest queue in batches
+        assert len(checkouts) <= 4 + -(-301 // MAX_READ_BATCH)

@@ -412,3 +412,49 @@ async def test_a_threads_state_of_any_json_kind_reads_back_as_written(
                               carryover=Carryover(state=None, interrupts=None))
     cleared = await store.get_thread("t")
     assert cleared is not None and cleared.state is None and cleared.interrupts is None
+
+
+async def test_write_for_run_touches_only_for_new_messages_and_keeps_what_it_is_not_given(
+    store: ThreadStore,
+) -> None:
+    carry = Carryover(state={"n": 1}, interrupts={"open": [{"id": "i1"}], "answered": []})
+    await store.write_for_run(
+        "t", resource_id="r", agent_id="a", messages=[user("u1")], carryover=carry
+    )
+    created = await store.get_thread("t")
+    assert created is not None
+    # Nothing new, no title, no carryover: the thread is left exactly as it was.
+    await store.write_for_run("t", resource_id="r", agent_id="a", messages=[user("u1")])
+    assert await store.get_thread("t") == created
+    await store.write_for_run(
+        "t", resource_id="r", agent_id="a", messages=[user("u1"), user("u2")], title="Named"
+    )
+    after = await store.get_thread("t")
+    assert after is not None and after.updated_at > created.updated_at
+    assert (after.title, after.state, after.interrupts) == ("Named", {"n": 1}, carry.interrupts)
+    # A carryover replaces both fields, None included; messages need not come with it.
+    await store.write_for_run(
+        "t", resource_id="r", agent_id="a", messages=[], carryover=Carryover(state=None)
+    )
+    cleared = await store.get_thread("t")
+    assert cleared is not None and (cleared.state, cleared.interrupts) == (None, None)
+    assert cleared.updated_at == after.updated_at and cleared.title == "Named"
+    assert [m["id"] for m in await store.list_messages("t")] == ["u1", "u2"]
+
+
+async def test_run_path_keeps_message_json_exactly(store: ThreadStore) -> None:
+    odd = {
+        "role": "assistant", "id": "m1", "zeta": [1.5, -0.0, 10**18, None, True],
+        "content": "héllo \U0001f600 \"quoted\" \\ back\nline",
+        "toolCalls": [{"id": "c1", "type": "function",
+                       "function": {"name": "f", "arguments": "{\"a\": [1]}"}}],
+        "nested": {"b": {}, "a": []},
+    }
+    await store.write_for_run("t", resource_id="r", agent_id=None, messages=[user("u0"), odd])
+    read = await store.read_for_run(
+        "t", message_ids=["m1", "zz"], tool_call_ids=[], last_n=5, first_user=True
+    )
+    assert read.window == [user("u0"), odd] and read.stored_ids == {"m1"}
+    assert list(read.window[1]) == list(odd)  # key order too
+    assert read.first_user == user("u0")
+    assert await store.list_messages("t") == [user("u0"), odd]

@@ -8,6 +8,9 @@ executor runs them without blocking the event loop:
   own hop to the driver's thread: ~100 hops per run, which cost more than the queries.)
 * PostgreSQL (``AsyncExecutor``): the asyncpg engine, the function driven by ``run_sync``.
 
+Both group concurrent reads (``_BatchedReads``): a few connections answer a burst of reads
+in batches, so the pool never overflows into new connections under load.
+
 ``GroupWriter`` owns the writes: jobs queued while a transaction runs are committed together in
 the next one (group commit), so N concurrent runs cost about one commit, and SQLite never
 sleeps in its busy handler for our own writes. If a batch fails its jobs run again one
@@ -60,27 +63,19 @@ class SqlExecutor(ABC):
         """Release connections and threads."""
 
 
-class ThreadExecutor(SqlExecutor):
-    """A sync engine driven from worker threads (SQLite).
-
-    Reads are grouped like writes: while every reader thread is busy, new reads queue, and a
-    thread that comes free takes the queue (up to ``MAX_READ_BATCH``) in one hop and one
-    connection. Under load that is a few hops per burst of runs instead of one per run, and
-    each hop costs the event loop and the GIL more than a read by key does.
-
-    Args:
-        engine: Reads use ``engine``; writes use ``writer`` (one connection at a time).
-        writer: The same engine with the write-transaction execution option.
-        readers: Threads serving reads at once.
+class _BatchedReads(SqlExecutor):
+    """Reads grouped like writes: while every reader is busy, new reads queue, and a reader
+    that comes free takes the queue (up to ``MAX_READ_BATCH``) in one hop and one connection.
+    Under load that is a few hops per burst of runs instead of one per run; each hop costs
+    the event loop more than a read by key does (a thread hop and the GIL on SQLite; a pool
+    checkout, BEGIN and ROLLBACK round trips on PostgreSQL, and a new connection whenever
+    the pool overflowed).
     """
 
-    def __init__(self, engine: Engine, writer: Engine, *, readers: int = 2) -> None:
-        self.engine, self._writer = engine, writer
+    def __init__(self, readers: int) -> None:
         self._readers = readers
-        self._reads = ThreadPoolExecutor(readers, thread_name_prefix="iobridge-sql-read")
-        self._writes = ThreadPoolExecutor(1, thread_name_prefix="iobridge-sql-write")
         self._queued: list[tuple[Callable[[Connection], Any], asyncio.Future[Any]]] = []
-        self._reading = 0  # batches in reader threads
+        self._reading = 0  # batches out with readers
 
     async def read(self, fn: Callable[[Connection], T]) -> T:
         loop = asyncio.get_running_loop()
@@ -90,11 +85,17 @@ class ThreadExecutor(SqlExecutor):
             self._dispatch(loop)
         return await future
 
+    @abstractmethod
+    def _read_batch(
+        self, loop: asyncio.AbstractEventLoop, fns: list[Callable[[Connection], Any]]
+    ) -> asyncio.Future[list[tuple[bool, Any]]]:
+        """Start answering ``fns`` on one connection (``_answer_all``)."""
+
     def _dispatch(self, loop: asyncio.AbstractEventLoop) -> None:
         batch = self._queued[:MAX_READ_BATCH]
         del self._queued[:MAX_READ_BATCH]
         self._reading += 1
-        done = loop.run_in_executor(self._reads, self._read_batch, [fn for fn, _ in batch])
+        done = self._read_batch(loop, [fn for fn, _ in batch])
         done.add_done_callback(lambda d: self._settle_reads(loop, batch, d))
 
     def _settle_reads(
@@ -117,16 +118,42 @@ class ThreadExecutor(SqlExecutor):
             else:
                 _settle(future, error=value)
 
-    def _read_batch(self, fns: list[Callable[[Connection], Any]]) -> list[tuple[bool, Any]]:
-        answers: list[tuple[bool, Any]] = []
+
+def _answer_all(conn: Connection, fns: list[Callable[[Connection], Any]]) -> list[tuple[bool, Any]]:
+    """Each read's answer or error, in order; a failed read does not fail the others."""
+    answers: list[tuple[bool, Any]] = []
+    for fn in fns:
+        try:
+            answers.append((True, fn(conn)))
+        except Exception as exc:  # this read's answer; the others still run
+            answers.append((False, exc))
+            conn.rollback()
+    return answers
+
+
+class ThreadExecutor(_BatchedReads):
+    """A sync engine driven from worker threads (SQLite).
+
+    Args:
+        engine: Reads use ``engine``; writes use ``writer`` (one connection at a time).
+        writer: The same engine with the write-transaction execution option.
+        readers: Threads serving reads at once.
+    """
+
+    def __init__(self, engine: Engine, writer: Engine, *, readers: int = 2) -> None:
+        super().__init__(readers)
+        self.engine, self._writer = engine, writer
+        self._reads = ThreadPoolExecutor(readers, thread_name_prefix="iobridge-sql-read")
+        self._writes = ThreadPoolExecutor(1, thread_name_prefix="iobridge-sql-write")
+
+    def _read_batch(
+        self, loop: asyncio.AbstractEventLoop, fns: list[Callable[[Connection], Any]]
+    ) -> asyncio.Future[list[tuple[bool, Any]]]:
+        return loop.run_in_executor(self._reads, self._answer_in_thread, fns)
+
+    def _answer_in_thread(self, fns: list[Callable[[Connection], Any]]) -> list[tuple[bool, Any]]:
         with self.engine.connect() as conn:
-            for fn in fns:
-                try:
-                    answers.append((True, fn(conn)))
-                except Exception as exc:  # this read's answer; the others still run
-                    answers.append((False, exc))
-                    conn.rollback()
-        return answers
+            return _answer_all(conn, fns)
 
     async def transaction(self, jobs: Sequence[Job]) -> list[Any]:
         loop = asyncio.get_running_loop()
@@ -142,21 +169,38 @@ class ThreadExecutor(SqlExecutor):
         self.engine.dispose()
 
 
-class AsyncExecutor(SqlExecutor):
-    """An async engine (PostgreSQL through asyncpg); functions run through ``run_sync``."""
+class AsyncExecutor(_BatchedReads):
+    """An async engine (PostgreSQL through asyncpg); functions run through ``run_sync``.
 
-    def __init__(self, engine: AsyncEngine, writer: AsyncEngine) -> None:
+    Args:
+        engine: Reads use ``engine``; writes use ``writer``.
+        writer: The same engine with the write-transaction execution option.
+        readers: Connections serving reads at once (size the pool above this plus one).
+    """
+
+    def __init__(self, engine: AsyncEngine, writer: AsyncEngine, *, readers: int = 4) -> None:
+        super().__init__(readers)
         self.engine, self._writer = engine, writer
+        self._batches: set[asyncio.Task[list[tuple[bool, Any]]]] = set()
 
-    async def read(self, fn: Callable[[Connection], T]) -> T:
+    def _read_batch(
+        self, loop: asyncio.AbstractEventLoop, fns: list[Callable[[Connection], Any]]
+    ) -> asyncio.Future[list[tuple[bool, Any]]]:
+        task = loop.create_task(self._answer(fns), name="iobridge-store-reads")
+        self._batches.add(task)  # the loop holds tasks weakly
+        task.add_done_callback(self._batches.discard)
+        return task
+
+    async def _answer(self, fns: list[Callable[[Connection], Any]]) -> list[tuple[bool, Any]]:
         async with self.engine.connect() as conn:
-            return await conn.run_sync(fn)
+            return await conn.run_sync(_answer_all, fns)
 
     async def transaction(self, jobs: Sequence[Job]) -> list[Any]:
         async with self._writer.begin() as conn:
             return await conn.run_sync(lambda sync: [job(sync) for job in jobs])
 
     async def close(self) -> None:
+        await asyncio.gather(*self._batches, return_exceptions=True)
         await self.engine.dispose()
 
 

@@ -15,7 +15,8 @@ locked" when a deferred transaction tries to upgrade its read lock.
 
 A run reads its thread with indexed queries only (``read_for_run``: the ids it sends that
 are stored, the calls it answers that are answered, the newest ``lastMessages``): its cost
-does not grow with the thread.
+does not grow with the thread. On PostgreSQL the run path's read and writes are combined
+into fewer statements (``pg_run_sql``): there each one is a round trip.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from iobridge.errors import ConflictError, InputError, NotFoundError
 from iobridge.protocol.messages import answered_call, call_ids, window
+from iobridge.store import pg_run_sql
 from iobridge.store.base import (
     Carryover,
     Clock,
@@ -222,6 +224,8 @@ class SqlThreadStore(ThreadStore):
         self.engine = engine
         self._clock = clock
         self._lock_rows = engine.dialect.name != "sqlite"
+        #: PostgreSQL runs the run path's fewer, combined statements (``pg_run_sql``).
+        self._combined = engine.dialect.name == "postgresql"
         executor: SqlExecutor
         if engine.dialect.name == "sqlite":
             sync = _sqlite_sync_engine(engine, readers=2)
@@ -376,6 +380,11 @@ class SqlThreadStore(ThreadStore):
         def append(conn: Connection) -> list[dict[str, Any]]:
             if self._locked_thread(conn, thread_id) is None:
                 raise NotFoundError(f"thread {thread_id!r} not found", code="THREAD_NOT_FOUND")
+            if self._combined:
+                if not batch:
+                    return []
+                added = pg_run_sql.append(conn, thread_id, _append_rows(batch), now)
+                return [dict(m) for m in batch if m["id"] in added]
             return _append(conn, thread_id, batch, now)
 
         return await self._writes.submit(append)
@@ -393,6 +402,26 @@ class SqlThreadStore(ThreadStore):
         batch = normalize_messages(messages)
         check_thread_ids(thread_id, resource_id, agent_id)
         now = self._clock()
+
+        def combined(conn: Connection) -> None:
+            owner = pg_run_sql.claim(
+                conn,
+                {
+                    "b_thread": thread_id,
+                    "b_resource": resource_id,
+                    "b_agent": agent_id,
+                    "b_title": title or "",
+                    "b_metadata": {},
+                    "b_now": now,
+                    "b_state": _wrap_state(carryover.state) if carryover is not None else None,
+                    "b_interrupts": _interrupts(carryover),
+                },
+                carry=carryover is not None,
+            )
+            if owner is None:
+                raise NotFoundError("thread not found", code="THREAD_NOT_FOUND")
+            if batch:
+                pg_run_sql.append(conn, thread_id, _append_rows(batch), now)
 
         def write(conn: Connection) -> None:
             owner = self._locked_thread(conn, thread_id)
@@ -416,7 +445,7 @@ class SqlThreadStore(ThreadStore):
             if carryover is not None:
                 _set_carryover(conn, thread_id, carryover)
 
-        await self._writes.submit(write)
+        await self._writes.submit(combined if self._combined else write)
 
     async def set_carryover(self, thread_id: str, carryover: Carryover) -> None:
         await self._writes.submit(lambda conn: _set_carryover(conn, thread_id, carryover))
@@ -430,6 +459,25 @@ class SqlThreadStore(ThreadStore):
         last_n: int,
         first_user: bool = False,
     ) -> RunRead:
+        def combined(conn: Connection) -> RunRead:
+            row = pg_run_sql.read(
+                conn, thread_id, message_ids, tool_call_ids, last_n, first_user
+            )
+            if row is None:
+                return RunRead(thread=None)
+            newest: list[dict[str, Any]] = row.newest or []
+            if len(newest) >= last_n > 0 and _issuer_missing(newest):
+                shown = _window(conn, thread_id, last_n)  # reach back for a call's issuer
+            else:
+                shown = [dict(m) for m in window(newest, last_n)] if last_n > 0 else []
+            return RunRead(
+                thread=_thread(row),
+                stored_ids=frozenset(row.stored_ids or ()),
+                answered=frozenset(row.answered or ()),
+                window=shown,
+                first_user=row.first_user,
+            )
+
         def read(conn: Connection) -> RunRead:
             row = conn.execute(_THREAD, {"b_thread": thread_id}).first()
             if row is None:
@@ -445,7 +493,7 @@ class SqlThreadStore(ThreadStore):
                 first_user=first,
             )
 
-        return await self._sql.read(read)
+        return await self._sql.read(combined if self._combined else read)
 
     def _locked_thread(self, conn: Connection, thread_id: str) -> str | None:
         """The thread's owner, its row locked against other writers (``None``: no thread)."""
@@ -473,14 +521,19 @@ def _thread_row(thread: Thread) -> dict[str, Any]:
     }
 
 
+def _interrupts(carryover: Carryover | None) -> dict[str, Any] | None:
+    if carryover is None or carryover.interrupts is None:
+        return None
+    return dict(carryover.interrupts)
+
+
 def _set_carryover(conn: Connection, thread_id: str, carryover: Carryover) -> None:
-    interrupts = carryover.interrupts
     conn.execute(
         _CARRYOVER,
         {
             "b_thread": thread_id,
             "b_state": _wrap_state(carryover.state),
-            "b_interrupts": dict(interrupts) if interrupts is not None else None,
+            "b_interrupts": _interrupts(carryover),
         },
     )
 
@@ -519,6 +572,14 @@ def _message_rows(
             "created_at": now,
         }
         for offset, m in enumerate(batch)
+    ]
+
+
+def _append_rows(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``batch`` as the rows of ``pg_run_sql.append``."""
+    return [
+        {"message_id": m["id"], "role": m["role"], "tool_call_id": _tool_call_id(m), "data": m}
+        for m in batch
     ]
 
 
