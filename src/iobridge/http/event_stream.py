@@ -5,6 +5,10 @@ group (a cancel scope, two tasks and their events per response). A run's stream 
 for minutes while a frontend tool waits, and a server holds thousands of them, so this
 response does the same with one watcher task: the body is written from the request's own
 task, and the watcher cancels it when ``http.disconnect`` arrives.
+
+Each ``send`` is one socket write (uvicorn writes every message at once), so the batch that
+holds a local run's terminal event goes out with the chunked body's end in the same write;
+a short run costs the head, its batches, and no extra write for the end.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from starlette.types import Receive, Scope, Send
 
 from iobridge.app import Backend, FollowedRun
 from iobridge.protocol.sse import PING, sse_frames
+from iobridge.runtime.run import Run
 from iobridge.runtime.runlog import LogTrimmed
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -65,12 +70,24 @@ class RunEventStream(Response):
 
     async def _stream(self, send: Send) -> None:
         backend = self._backend
-        batches = backend.follow(self._run, self._after, idle=backend.settings.ping_interval)
+        run = self._run
+        log = run.log if isinstance(run, Run) else None
+        batches = backend.follow(run, self._after, idle=backend.settings.ping_interval)
         async with aclosing(batches):
             with contextlib.suppress(LogTrimmed):
                 async for batch in batches:
-                    chunk = sse_frames(batch) if batch else PING
-                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    if not batch:
+                        await send({"type": "http.response.body", "body": PING, "more_body": True})
+                        continue
+                    # The batch ending at the closed log's last entry is the last one: it
+                    # ends the body too (one write, not two).
+                    last = log is not None and log.closed and batch[-1][0] == log.last_seq
+                    await send(
+                        {"type": "http.response.body", "body": sse_frames(batch),
+                         "more_body": not last}
+                    )
+                    if last:
+                        return
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _watch(self, receive: Receive, task: asyncio.Task[object]) -> None:

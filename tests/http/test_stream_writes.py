@@ -1,0 +1,115 @@
+"""The writes of a run's SSE response: the batch holding the terminal event ends the body.
+
+uvicorn writes each ASGI message at once, so the messages the response sends are its socket
+writes; a recorder around the real app (served over loopback) sees them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from tests.helpers import LiveServer, parse_sse, run_body, types
+
+from iobridge.agents.function import FunctionAgent
+from iobridge.agents.outputs import AgentOutput
+from iobridge.config import Settings
+from iobridge.http.app import create_app
+
+
+class Recorder:
+    """ASGI middleware keeping every body message the app sends, per request path."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.bodies: dict[str, list[tuple[bytes, bool]]] = {}
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        kept = self.bodies.setdefault(scope["path"], [])
+
+        async def record(message: Any) -> None:
+            if message["type"] == "http.response.body":
+                kept.append((message.get("body", b""), message.get("more_body", False)))
+            await send(message)
+
+        await self.app(scope, receive, record)
+
+
+async def five(ctx: Any) -> AsyncIterator[AgentOutput]:
+    for word in ("one ", "two ", "three ", "four ", "five"):
+        yield word
+
+
+async def broken(ctx: Any) -> AsyncIterator[AgentOutput]:
+    yield "partial"
+    raise RuntimeError("boom")
+
+
+@pytest.fixture
+def recorded(tmp_path: Path) -> Iterator[tuple[LiveServer, Recorder]]:
+    settings = Settings(database_url=f"sqlite+aiosqlite:///{tmp_path}/iobridge.db")
+    app = Recorder(
+        create_app(
+            settings, agents=[FunctionAgent(five, id="five"), FunctionAgent(broken, id="broken")]
+        )
+    )
+    server = LiveServer(app)  # type: ignore[arg-type]
+    with server:
+        yield server, app
+
+
+def assert_ends_with_terminal(messages: list[tuple[bytes, bool]], terminal: str) -> None:
+    """The last message carries the terminal event and ends the body; none follows it."""
+    assert messages, "no body was sent"
+    *earlier, (last_body, more) = messages
+    assert more is False
+    data = [line for line in last_body.decode().splitlines() if line.startswith("data: ")]
+    assert json.loads(data[-1][6:])["type"] == terminal
+    assert all(more_body for _, more_body in earlier)
+    assert all(body for body, _ in messages)  # no empty write to end the body
+
+
+async def test_terminal_event_and_body_end_share_one_write(
+    recorded: tuple[LiveServer, Recorder],
+) -> None:
+    server, app = recorded
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        response = await client.post("/io-bridge/run", json=run_body("hi", agentId="five"))
+    events = parse_sse(response.text)
+    assert types(events)[0] == "RUN_STARTED"
+    assert types(events)[-1] == "RUN_FINISHED"
+    assert "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT") == (
+        "one two three four five"
+    )
+    assert_ends_with_terminal(app.bodies["/io-bridge/run"], "RUN_FINISHED")
+
+
+async def test_failed_run_ends_its_body_with_run_error(
+    recorded: tuple[LiveServer, Recorder],
+) -> None:
+    server, app = recorded
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        response = await client.post("/io-bridge/run", json=run_body("x", agentId="broken"))
+    assert types(parse_sse(response.text))[-1] == "RUN_ERROR"
+    assert_ends_with_terminal(app.bodies["/io-bridge/run"], "RUN_ERROR")
+
+
+async def test_resume_of_an_ended_run_ends_with_its_terminal_batch(
+    recorded: tuple[LiveServer, Recorder],
+) -> None:
+    server, app = recorded
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        first = await client.post("/io-bridge/run", json=run_body("hi", agentId="five"))
+        resumed = await client.get("/io-bridge/runs/r1/events", headers={"Last-Event-ID": "2"})
+    assert resumed.status_code == 200
+    ids = [line[4:] for line in resumed.text.splitlines() if line.startswith("id: ")]
+    total = sum(line.startswith("id: ") for line in first.text.splitlines())
+    assert ids == [str(n) for n in range(3, total + 1)]  # exactly the events after 2
+    assert_ends_with_terminal(app.bodies["/io-bridge/runs/r1/events"], "RUN_FINISHED")
