@@ -279,12 +279,14 @@ async def test_same_run_id_while_running_is_409(serve: Any) -> None:
             if event["type"] == "TOOL_CALL_END":
                 again = await client.post("/io-bridge/run", json=run_body("hi", thread_id="tb"))
                 assert again.status_code == 409
-                assert again.json()["error"]["code"] == "RUN_ALREADY_RUNNING"
+                assert again.json() == {"error": {
+                    "code": "RUN_ALREADY_RUNNING", "message": "a run with this runId is running"}}
                 busy = await client.post(
                     "/io-bridge/run", json=run_body("hi", run_id="r2", thread_id="ta")
                 )
                 assert busy.status_code == 409
-                assert busy.json()["error"]["code"] == "THREAD_BUSY"
+                assert busy.json() == {"error": {
+                    "code": "THREAD_BUSY", "message": "another run is active on this thread"}}
                 posted = await client.post(
                     f"/io-bridge/runs/r1/tool-calls/{event['toolCallId']}/result",
                     json={"result": "sunny"},

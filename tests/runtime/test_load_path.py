@@ -391,17 +391,27 @@ class DownStore(MemoryThreadStore):
         return await super().read_for_run(thread_id, **kwargs)
 
 
-async def test_a_run_whose_thread_cannot_be_read_is_503_and_holds_nothing() -> None:
+async def test_a_run_whose_thread_cannot_be_read_is_503_and_holds_nothing(
+        caplog: pytest.LogCaptureFixture) -> None:
     store = DownStore()
-    with LiveServer(create_app(Settings(max_active_runs=1), store=store)) as server:
+    settings = Settings(max_active_runs=1, max_active_runs_per_principal=1)
+    with LiveServer(create_app(settings, store=store)) as server:
         async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
             store.failure = ConnectionRefusedError("connection refused")
-            for _ in range(2):  # the refused run released its admission slot: 503 again
-                refused = await client.post("/io-bridge/run", json=run_body("hi"))
+            # The refused run released its admission slots (in all and the principal's): 503
+            # again, not 429.
+            for n in range(2):
+                with caplog.at_level(logging.ERROR, logger="iobridge.runtime"):
+                    refused = await client.post(
+                        "/io-bridge/run", json=run_body("hi", run_id=f"down{n}"))
                 assert refused.status_code == 503
                 assert refused.headers["retry-after"] == "5"
                 assert refused.json() == {"error": {
                     "code": "STORE_UNAVAILABLE", "message": "the thread store does not answer"}}
+            # The operator is told which run and why, once per refused run.
+            assert [r.getMessage() for r in caplog.records if r.name == "iobridge.runtime"
+                    ] == [f"run down{n}: the thread store does not answer "
+                          "(ConnectionRefusedError: connection refused)" for n in range(2)]
             store.failure = None
             # Neither the runId nor the thread stayed claimed.
             ran = parse_sse((await client.post("/io-bridge/run", json=run_body("hi"))).text)
