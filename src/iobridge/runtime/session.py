@@ -140,9 +140,10 @@ class Session:
 
     def emit(self, output: out.AgentOutput) -> None:
         """Translate one agent output into events."""
-        if type(output) is str and self._text_id is not None:
-            # The hot path: one more delta of the open text message.
-            events = self.guard.feed_text_content(self._text_id, output)
+        # The hot path: one more delta of the open text message. Anything else, or a delta
+        # it does not take, goes down the general path below, which gives the same events.
+        if type(output) is str and self._text_id is not None:  # pragma: no mutate
+            events = self.guard.feed_text_content(self._text_id, output)  # pragma: no mutate
             if events:
                 self._append(events)
                 return
