@@ -351,11 +351,59 @@ async def test_a_run_costs_postgresql_five_statements(tmp_path: Path) -> None:
             )
             return list(statements)
 
-        assert await one_run(0) == ["SELECT", "INSERT", "WITH", "INSERT", "WITH"]
-        assert await one_run(1) == ["SELECT", "INSERT", "WITH", "INSERT", "WITH"]
+        assert await one_run(0) == ["SELECT", "WITH", "WITH", "WITH", "WITH"]
+        assert await one_run(1) == ["SELECT", "WITH", "WITH", "WITH", "WITH"]
         assert [m["id"] for m in await store.list_messages("t")] == ["u0", "a0", "u1", "a1"]
         thread = await store.get_thread("t")
         assert thread is not None and (thread.title, thread.state) == ("T", 1)
+
+
+async def test_postgresql_run_writes_of_one_batch_share_two_statements() -> None:
+    """Concurrent runs' writes committed together cost one upsert and one append in all; a
+    foreign thread's write fails alone with nothing written, and a thread written twice in
+    one batch keeps its writes in order."""
+    async with pg_schema_engine() as engine:
+        await upgrade_engine(engine)
+        store = SqlThreadStore(engine)
+        await store.write_for_run(
+            "theirs", resource_id="other", agent_id=None, title="Theirs",
+            messages=[{"id": "x", "role": "user"}],
+        )
+        statements: list[str] = []
+        event.listen(
+            engine.sync_engine, "before_cursor_execute",
+            lambda *args: statements.append(args[2].split()[0]),
+        )
+        writes: list[Any] = [
+            store.write_for_run(
+                f"t{i}", resource_id="r", agent_id="a", title=f"T{i}",
+                carryover=Carryover(state=i) if i % 2 else None,
+                messages=[{"id": f"u{i}", "role": "user"}, {"id": f"a{i}", "role": "assistant"}],
+            )
+            for i in range(30)
+        ]
+        writes.insert(7, store.write_for_run(
+            "theirs", resource_id="r", agent_id="a", title="mine",
+            carryover=Carryover(state="stolen"), messages=[{"id": "bad", "role": "user"}],
+        ))
+        writes.append(store.write_for_run(
+            "t3", resource_id="r", agent_id="a", messages=[{"id": "late", "role": "user"}]
+        ))
+        results = await asyncio.gather(*writes, return_exceptions=True)
+        foreign = results.pop(7)
+        assert isinstance(foreign, NotFoundError) and foreign.code == "THREAD_NOT_FOUND"
+        assert results == [None] * 31
+        assert statements.count("WITH") == 4  # a second group for t3's second write
+        theirs = await store.get_thread("theirs")
+        assert theirs is not None and (theirs.title, theirs.state) == ("Theirs", None)
+        assert [m["id"] for m in await store.list_messages("theirs")] == ["x"]
+        for i in range(30):
+            thread = await store.get_thread(f"t{i}")
+            assert thread is not None
+            assert (thread.title, thread.state) == (f"T{i}", i if i % 2 else None)
+            ids = [m["id"] for m in await store.list_messages(f"t{i}")]
+            assert ids == [f"u{i}", f"a{i}", *(["late"] if i == 3 else [])]
+        await store.close()
 
 
 async def test_postgresql_reads_share_a_few_connections_and_a_bad_read_fails_alone() -> None:

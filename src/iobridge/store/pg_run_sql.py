@@ -23,17 +23,18 @@ generic path (``sqlalchemy_store``) costs a run on an existing thread 13 stateme
 from __future__ import annotations
 
 from collections.abc import Collection
-from datetime import datetime
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy import Boolean, Integer, String, bindparam, case, text
-from sqlalchemy.dialects.postgresql import ARRAY, JSON, insert
+from sqlalchemy import Boolean, Integer, String, bindparam, text
+from sqlalchemy.dialects.postgresql import ARRAY, JSON
 from sqlalchemy.engine import Connection
 
-from iobridge.store.records import UTCDateTime, threads
+from iobridge.errors import NotFoundError
+from iobridge.store.records import threads
 
-__all__ = ["append", "claim", "read"]
+__all__ = ["RunWrite", "append", "claim", "read", "write_batch"]
 
 _READ = (
     text(
@@ -73,58 +74,58 @@ SELECT t.id, t.resource_id, t.agent_id, t.title, t.metadata, t.created_at, t.upd
     )
 )
 
-_NEW = insert(threads).values(
-    id=bindparam("b_thread"),
-    resource_id=bindparam("b_resource"),
-    agent_id=bindparam("b_agent"),
-    title=bindparam("b_title"),
-    metadata=bindparam("b_metadata"),
-    created_at=bindparam("b_now"),
-    updated_at=bindparam("b_now"),
-    state=bindparam("b_state"),
-    interrupts=bindparam("b_interrupts"),
+_CLAIM = text(
+    """
+WITH r AS (
+  SELECT * FROM json_to_recordset(CAST(:b_rows AS json))
+    AS r(id text, resource_id text, agent_id text, title text, carry boolean,
+         state json, interrupts json, now timestamptz)
 )
-_CARRY = bindparam("b_carry", type_=Boolean)
-_CLAIM = _NEW.on_conflict_do_update(
-    index_elements=[threads.c.id],
-    set_={
-        "title": case((threads.c.title == "", _NEW.excluded.title), else_=threads.c.title),
-        "state": case((_CARRY, _NEW.excluded.state), else_=threads.c.state),
-        "interrupts": case((_CARRY, _NEW.excluded.interrupts), else_=threads.c.interrupts),
-    },
-    where=threads.c.resource_id == _NEW.excluded.resource_id,
-).returning(threads.c.resource_id)
+INSERT INTO iobridge_threads AS t
+       (id, resource_id, agent_id, title, metadata, created_at, updated_at, state, interrupts)
+SELECT r.id, r.resource_id, r.agent_id, r.title, CAST('{}' AS json), r.now, r.now,
+       r.state, r.interrupts
+  FROM r ORDER BY r.id
+ON CONFLICT (id) DO UPDATE
+   SET title = CASE WHEN t.title = '' THEN excluded.title ELSE t.title END,
+       state = CASE WHEN (SELECT r.carry FROM r WHERE r.id = excluded.id)
+                    THEN excluded.state ELSE t.state END,
+       interrupts = CASE WHEN (SELECT r.carry FROM r WHERE r.id = excluded.id)
+                         THEN excluded.interrupts ELSE t.interrupts END
+ WHERE t.resource_id = excluded.resource_id
+RETURNING t.id
+"""
+).bindparams(bindparam("b_rows", type_=String))
 
 _APPEND = text(
     """
 WITH incoming AS (
-  SELECT r.ord, r.message_id, r.role, r.tool_call_id, r.data
+  SELECT r.ord, r.thread_id, r.message_id, r.role, r.tool_call_id, r.data, r.now
     FROM json_to_recordset(CAST(:b_rows AS json))
-      AS r(ord int, message_id text, role text, tool_call_id text, data json)
+      AS r(ord int, thread_id text, message_id text, role text, tool_call_id text, data json,
+           now timestamptz)
 ), fresh AS (
   SELECT i.* FROM incoming i
    WHERE (SELECT 1 FROM iobridge_messages m
-           WHERE m.thread_id = :b_thread AND m.message_id = i.message_id LIMIT 1) IS NULL
+           WHERE m.thread_id = i.thread_id AND m.message_id = i.message_id LIMIT 1) IS NULL
 ), added AS (
   INSERT INTO iobridge_messages
          (thread_id, position, message_id, role, tool_call_id, data, created_at)
-  SELECT :b_thread,
+  SELECT f.thread_id,
          (SELECT coalesce(max(m.position), -1) FROM iobridge_messages m
-           WHERE m.thread_id = :b_thread) + row_number() OVER (ORDER BY f.ord),
-         f.message_id, f.role, f.tool_call_id, f.data, :b_now
+           WHERE m.thread_id = f.thread_id)
+           + row_number() OVER (PARTITION BY f.thread_id ORDER BY f.ord),
+         f.message_id, f.role, f.tool_call_id, f.data, f.now
     FROM fresh f
-  RETURNING message_id
+  RETURNING thread_id, message_id, created_at
 ), touched AS (
-  UPDATE iobridge_threads SET updated_at = :b_now
-   WHERE id = :b_thread AND EXISTS (SELECT 1 FROM added)
+  UPDATE iobridge_threads t SET updated_at = a.at
+    FROM (SELECT thread_id, max(created_at) AS at FROM added GROUP BY thread_id) AS a
+   WHERE t.id = a.thread_id
 )
-SELECT message_id FROM added
+SELECT thread_id, message_id FROM added
 """
-).bindparams(
-    bindparam("b_thread", type_=String),
-    bindparam("b_rows", type_=String),
-    bindparam("b_now", type_=UTCDateTime),
-)
+).bindparams(bindparam("b_rows", type_=String))
 
 
 def read(
@@ -149,18 +150,70 @@ def read(
     ).first()
 
 
-def claim(conn: Connection, values: dict[str, Any], *, carry: bool) -> str | None:
-    """Create the thread or lock it, title it if untitled and, with ``carry``, set its
-    carryover; the owner, or ``None`` when the thread belongs to another resource."""
-    owner: str | None = conn.execute(_CLAIM, {**values, "b_carry": carry}).scalar()
-    return owner
+def claim(conn: Connection, rows: list[dict[str, Any]]) -> set[str]:
+    """Create each thread of ``rows`` (``id``, ``resource_id``, ``agent_id``, ``title``,
+    ``carry``, ``state``, ``interrupts``, ``now``; no id twice) or lock it, title it if
+    untitled and, with ``carry``, set its carryover; the ids claimed: a thread of another
+    resource is not among them, and nothing was written to it. Rows are locked in id order,
+    so two batches on different nodes never deadlock."""
+    payload = orjson.dumps(rows).decode()
+    return set(conn.execute(_CLAIM, {"b_rows": payload}).scalars())
 
 
-def append(
-    conn: Connection, thread_id: str, rows: list[dict[str, Any]], now: datetime
-) -> set[str]:
-    """Insert those of ``rows`` (``message_id``, ``role``, ``tool_call_id``, ``data``) whose
-    ids the thread does not hold, in order after its last position; the ids inserted."""
+def append(conn: Connection, rows: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    """Insert those of ``rows`` (``thread_id``, ``message_id``, ``role``, ``tool_call_id``,
+    ``data``, ``now``: its ``created_at``) whose ids their thread does not hold, in order
+    after its last position; the ``(thread_id, message_id)`` inserted."""
     payload = orjson.dumps([{"ord": i, **row} for i, row in enumerate(rows)]).decode()
-    result = conn.execute(_APPEND, {"b_thread": thread_id, "b_rows": payload, "b_now": now})
-    return set(result.scalars())
+    result = conn.execute(_APPEND, {"b_rows": payload})
+    return {(row.thread_id, row.message_id) for row in result}
+
+
+@dataclass(frozen=True, slots=True)
+class RunWrite:
+    """One ``write_for_run``: its thread's claim row and its message rows (``append``)."""
+
+    claim_row: dict[str, Any]
+    rows: list[dict[str, Any]]
+
+    def __call__(self, conn: Connection) -> None:
+        (outcome,) = _write_runs(conn, [self])
+        if not outcome[0]:
+            raise outcome[1]
+
+
+def write_batch(conn: Connection, jobs: list[Any]) -> list[tuple[bool, Any]]:
+    """A write batch's jobs in order, consecutive run writes of distinct threads as two
+    statements in all (one ``claim``, one ``append``); each job's ``(ok, result or error)``.
+    A foreign thread's write fails alone with nothing written; any other error raises."""
+    outcomes: list[tuple[bool, Any]] = []
+    group: list[RunWrite] = []
+    for job in jobs:
+        if isinstance(job, RunWrite) and all(
+            w.claim_row["id"] != job.claim_row["id"] for w in group
+        ):
+            group.append(job)
+            continue
+        outcomes += _write_runs(conn, group)
+        group = []
+        if isinstance(job, RunWrite):
+            group.append(job)
+        else:
+            outcomes.append((True, job(conn)))
+    outcomes += _write_runs(conn, group)
+    return outcomes
+
+
+def _write_runs(conn: Connection, group: list[RunWrite]) -> list[tuple[bool, Any]]:
+    if not group:
+        return []
+    claimed = claim(conn, [w.claim_row for w in group])
+    rows = [row for w in group if w.claim_row["id"] in claimed for row in w.rows]
+    if rows:
+        append(conn, rows)
+    return [
+        (True, None)
+        if w.claim_row["id"] in claimed
+        else (False, NotFoundError("thread not found", code="THREAD_NOT_FOUND"))
+        for w in group
+    ]

@@ -13,9 +13,10 @@ in batches, so the pool never overflows into new connections under load.
 
 ``GroupWriter`` owns the writes: jobs queued while a transaction runs are committed together in
 the next one (group commit), so N concurrent runs cost about one commit, and SQLite never
-sleeps in its busy handler for our own writes. If a batch fails its jobs run again one
-transaction each, so one bad job (a conflicting insert) fails alone. The queue is bounded: a
-caller waits for room rather than memory growing.
+sleeps in its busy handler for our own writes; a ``Combine`` may merge a batch's jobs into
+fewer statements (PostgreSQL's run writes, ``pg_run_sql.write_batch``). If a batch fails its
+jobs run again one transaction each, so one bad job (a conflicting insert) fails alone. The
+queue is bounded: a caller waits for room rather than memory growing.
 """
 
 from __future__ import annotations
@@ -30,11 +31,15 @@ from typing import Any, TypeVar
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-__all__ = ["AsyncExecutor", "GroupWriter", "Job", "SqlExecutor", "ThreadExecutor"]
+__all__ = ["AsyncExecutor", "Combine", "GroupWriter", "Job", "SqlExecutor", "ThreadExecutor"]
 
 T = TypeVar("T")
 #: A unit of work: SQLAlchemy Core statements on one connection, inside its transaction.
 Job = Callable[[Connection], Any]
+#: Runs a batch's jobs on one connection, merging what it can into fewer statements; each
+#: job's ``(True, result)`` or ``(False, error)``. A job may fail alone only if it wrote
+#: nothing; any other error is raised (the batch then runs again, one transaction a job).
+Combine = Callable[[Connection, list[Job]], list[tuple[bool, Any]]]
 
 #: Jobs committed together at most, and queued at most.
 MAX_BATCH = 256
@@ -211,15 +216,22 @@ class GroupWriter:
         executor: Where transactions run.
         max_batch: Most jobs in one transaction.
         max_queue: Most jobs waiting; ``submit`` waits for room beyond that.
+        combine: Runs a batch of several jobs (default: each job in turn).
     """
 
     def __init__(
-        self, executor: SqlExecutor, *, max_batch: int = MAX_BATCH, max_queue: int = MAX_QUEUE
+        self,
+        executor: SqlExecutor,
+        *,
+        max_batch: int = MAX_BATCH,
+        max_queue: int = MAX_QUEUE,
+        combine: Combine | None = None,
     ) -> None:
         if max_batch < 1 or max_queue < 1:
             raise ValueError("max_batch and max_queue must be at least 1")
         self._executor = executor
         self._max_batch = max_batch
+        self._combine = combine
         self._queue: asyncio.Queue[tuple[Job, asyncio.Future[Any]]] = asyncio.Queue(max_queue)
         self._task: asyncio.Task[None] | None = None
 
@@ -259,8 +271,13 @@ class GroupWriter:
         live = [(job, future) for job, future in batch if not future.done()]
         if not live:
             return
+        jobs = [job for job, _ in live]
+        combine = self._combine
         try:
-            results = await self._executor.transaction([job for job, _ in live])
+            if combine is not None and len(jobs) > 1:
+                (outcomes,) = await self._executor.transaction([lambda c: combine(c, jobs)])
+            else:
+                outcomes = [(True, r) for r in await self._executor.transaction(jobs)]
         except Exception as exc:
             if len(live) == 1:
                 _settle(live[0][1], error=exc)
@@ -273,8 +290,11 @@ class GroupWriter:
                 else:
                     _settle(future, result=result)
             return
-        for (_, future), result in zip(live, results, strict=True):
-            _settle(future, result=result)
+        for (_, future), (ok, value) in zip(live, outcomes, strict=True):
+            if ok:
+                _settle(future, result=value)
+            else:
+                _settle(future, error=value)
 
 
 def _settle(

@@ -233,7 +233,9 @@ class SqlThreadStore(ThreadStore):
         else:
             executor = AsyncExecutor(engine, engine.execution_options(**{WRITE_OPTION: True}))
         self._sql = executor
-        self._writes = GroupWriter(executor)
+        self._writes = GroupWriter(
+            executor, combine=pg_run_sql.write_batch if self._combined else None
+        )
 
     async def get_thread(self, thread_id: str) -> Thread | None:
         def read(conn: Connection) -> Thread | None:
@@ -383,8 +385,8 @@ class SqlThreadStore(ThreadStore):
             if self._combined:
                 if not batch:
                     return []
-                added = pg_run_sql.append(conn, thread_id, _append_rows(batch), now)
-                return [dict(m) for m in batch if m["id"] in added]
+                added = pg_run_sql.append(conn, _append_rows(thread_id, batch, now))
+                return [dict(m) for m in batch if (thread_id, m["id"]) in added]
             return _append(conn, thread_id, batch, now)
 
         return await self._writes.submit(append)
@@ -402,26 +404,6 @@ class SqlThreadStore(ThreadStore):
         batch = normalize_messages(messages)
         check_thread_ids(thread_id, resource_id, agent_id)
         now = self._clock()
-
-        def combined(conn: Connection) -> None:
-            owner = pg_run_sql.claim(
-                conn,
-                {
-                    "b_thread": thread_id,
-                    "b_resource": resource_id,
-                    "b_agent": agent_id,
-                    "b_title": title or "",
-                    "b_metadata": {},
-                    "b_now": now,
-                    "b_state": _wrap_state(carryover.state) if carryover is not None else None,
-                    "b_interrupts": _interrupts(carryover),
-                },
-                carry=carryover is not None,
-            )
-            if owner is None:
-                raise NotFoundError("thread not found", code="THREAD_NOT_FOUND")
-            if batch:
-                pg_run_sql.append(conn, thread_id, _append_rows(batch), now)
 
         def write(conn: Connection) -> None:
             owner = self._locked_thread(conn, thread_id)
@@ -445,7 +427,22 @@ class SqlThreadStore(ThreadStore):
             if carryover is not None:
                 _set_carryover(conn, thread_id, carryover)
 
-        await self._writes.submit(combined if self._combined else write)
+        if not self._combined:
+            await self._writes.submit(write)
+            return
+        claim_row = {
+            "id": thread_id,
+            "resource_id": resource_id,
+            "agent_id": agent_id,
+            "title": title or "",
+            "carry": carryover is not None,
+            "state": _wrap_state(carryover.state) if carryover is not None else None,
+            "interrupts": _interrupts(carryover),
+            "now": now,
+        }
+        await self._writes.submit(
+            pg_run_sql.RunWrite(claim_row, _append_rows(thread_id, batch, now))
+        )
 
     async def set_carryover(self, thread_id: str, carryover: Carryover) -> None:
         await self._writes.submit(lambda conn: _set_carryover(conn, thread_id, carryover))
@@ -575,10 +572,19 @@ def _message_rows(
     ]
 
 
-def _append_rows(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _append_rows(
+    thread_id: str, batch: list[dict[str, Any]], now: datetime
+) -> list[dict[str, Any]]:
     """``batch`` as the rows of ``pg_run_sql.append``."""
     return [
-        {"message_id": m["id"], "role": m["role"], "tool_call_id": _tool_call_id(m), "data": m}
+        {
+            "thread_id": thread_id,
+            "message_id": m["id"],
+            "role": m["role"],
+            "tool_call_id": _tool_call_id(m),
+            "data": m,
+            "now": now,
+        }
         for m in batch
     ]
 
