@@ -6,6 +6,7 @@ import asyncio
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, event, text
@@ -120,4 +121,42 @@ async def test_a_read_batch_is_bounded(tmp_path: Path) -> None:
     await asyncio.gather(*(executor.read(lambda conn: 1) for _ in range(3 * MAX_READ_BATCH)))
     assert max(sizes) == MAX_READ_BATCH
     assert sum(sizes) == 3 * MAX_READ_BATCH
+    await executor.close()
+
+
+class _Insert:
+    """A job a ``combine`` can merge: its key is visible."""
+
+    def __init__(self, key: int) -> None:
+        self.key = key
+
+    def __call__(self, conn: Connection) -> int:
+        return insert(self.key)(conn)  # type: ignore[operator, no-any-return]
+
+
+async def test_a_combine_merges_a_batch_and_its_failures_stay_alone(tmp_path: Path) -> None:
+    merges: list[int] = []
+
+    def merged(conn: Connection, jobs: list[Any]) -> list[tuple[bool, Any]]:
+        """One multi-row insert for the batch; keys of 1000 and up fail alone, unwritten."""
+        merges.append(len(jobs))
+        good = [job.key for job in jobs if job.key < 1000]
+        conn.execute(text("INSERT INTO t (k) VALUES (:k)"), [{"k": k} for k in good])
+        return [(True, j.key) if j.key < 1000 else (False, LookupError(j.key)) for j in jobs]
+
+    executor = _executor(tmp_path / "c.db")
+    writer = GroupWriter(executor, combine=merged)
+    results = await asyncio.gather(*(writer.submit(_Insert(k)) for k in [*range(20), 1000]),
+                                   return_exceptions=True)
+    assert results[:20] == list(range(20)) and isinstance(results[20], LookupError)
+    assert merges == [21]  # one merged batch: 21 jobs, one combine call
+    # A combine that raises (a duplicate key fails the multi-row insert) runs each job alone.
+    results = await asyncio.gather(*(writer.submit(_Insert(k)) for k in [30, 31, 5]),
+                                   return_exceptions=True)
+    assert results[:2] == [30, 31] and isinstance(results[2], IntegrityError)
+    stored = await executor.read(
+        lambda conn: conn.execute(text("SELECT k FROM t ORDER BY k")).scalars().all()
+    )
+    assert stored == [*range(20), 30, 31]  # nothing of the failed key 1000, 30 and 31 once
+    await writer.close()
     await executor.close()
