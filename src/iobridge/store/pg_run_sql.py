@@ -18,6 +18,11 @@ generic path (``sqlalchemy_store``) costs a run on an existing thread 13 stateme
   any was new. "Not stored" is a scalar subquery per incoming row, not ``NOT EXISTS``: the
   planner turned that into a hash anti-join over every message of the thread (73 ms on
   100,000 messages instead of an index probe per row).
+
+Both take many threads' rows: ``write_batch`` runs the run writes that group commit put in
+one transaction as one ``claim`` and one ``append`` in all (a thread at most once per pair,
+so each thread's writes stay in order), and the reasoning above holds for every row: the
+claim locks them all before the append's snapshot.
 """
 
 from __future__ import annotations
