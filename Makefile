@@ -44,7 +44,7 @@ bench: $(STAMP)
 
 # Mutation testing (slow, not in CI; docs/testing.md). One group at a time, MUTANT_CHILDREN
 # mutmut workers, each group with its own tests only. Repoint a group here when its modules move.
-MUTANT_CHILDREN ?= 2
+MUTANT_CHILDREN ?= 4
 MUTANT_GROUPS ?= protocol auth npamp runtime
 MUTANT_TARGETS := $(addprefix mutants-,protocol auth npamp runtime)
 .PHONY: $(MUTANT_TARGETS)
@@ -54,13 +54,17 @@ TESTS_protocol := tests/protocol
 DESELECT_protocol := tests/protocol/test_guard_properties.py::test_any_agent_behaviour_yields_a_valid_run \
 	tests/protocol/test_guard_properties.py::test_any_function_agent_streams_a_valid_run_and_the_thread_keeps_it
 MUTATE_auth := src/iobridge/auth.py
-TESTS_auth := tests/http/test_ownership.py tests/npamp_server/test_settings.py
+TESTS_auth := tests/http/test_ownership.py tests/npamp_server/test_settings.py \
+	tests/hostile/test_jwt_claims.py
 NPAMP := src/iobridge/npamp
 # "stream" of the issue is CC-STREAM: the session (bridge/session.py) and its state machine.
 MUTATE_npamp := $(NPAMP)/wire/frame.py $(NPAMP)/record/cipher.py $(NPAMP)/handshake/machine.py \
 	$(NPAMP)/bridge/envelope.py $(NPAMP)/bridge/session.py $(NPAMP)/bridge/state.py
+# test_connection and test_aio drive the batch paths (FrameReader.next_channel,
+# ReceiveState.open_run) that only a whole association takes.
 TESTS_npamp := tests/npamp/test_frame.py tests/npamp/test_record.py tests/npamp/test_handshake.py \
-	tests/npamp/test_handshake_kat.py tests/npamp/test_bridge.py tests/npamp/test_stream.py
+	tests/npamp/test_handshake_kat.py tests/npamp/test_bridge.py tests/npamp/test_stream.py \
+	tests/npamp/test_connection.py tests/npamp/test_aio.py
 MUTATE_runtime := src/iobridge/runtime/*.py
 TESTS_runtime := tests/runtime tests/http/test_runs.py tests/http/test_function_agents.py \
 	tests/observability/test_metrics.py tests/observability/test_tracing.py
