@@ -267,6 +267,12 @@ class NpampConnection:
             InvalidState: Not OPEN; the association enters ERROR.
         """
         self._check_channel(channel)
+        self._check_frame(channel, frame_type, payload)
+        self._move(In.SEND_DATA, local=True)
+        self._seal(channel, frame_type, payload, urgent=urgent)
+
+    def _check_frame(self, channel: int, frame_type: int, payload: bytes) -> None:
+        """Refuse an application frame :meth:`send_frame` may not send (nothing changes)."""
         if not 0 < frame_type <= 0xFFFF:
             raise LocalProtocolError(f"frame type {frame_type!r} must be in 1..0xFFFF")
         handled = _HANDLERS.get(frame_type)
@@ -277,8 +283,6 @@ class NpampConnection:
             )
         if len(payload) + TAG_SIZE > self.config.max_payload_length:
             raise PayloadTooLarge(f"payload of {len(payload)} octets exceeds the frame cap")
-        self._move(In.SEND_DATA, local=True)
-        self._seal(channel, frame_type, payload, urgent=urgent)
 
     def send_frames(self, channel: int, frames: list[tuple[int, bytes]]) -> None:
         """Seal and queue several application frames of one channel, in order: the same frames
@@ -289,18 +293,8 @@ class NpampConnection:
                 refuses the whole batch before anything is queued.
         """
         self._check_channel(channel)
-        cap = self.config.max_payload_length - TAG_SIZE
         for frame_type, payload in frames:
-            if not 0 < frame_type <= 0xFFFF:
-                raise LocalProtocolError(f"frame type {frame_type!r} must be in 1..0xFFFF")
-            handled = _HANDLERS.get(frame_type)
-            if handled is not None and (channel == Channel.CONTROL or not handled[1]):
-                raise LocalProtocolError(
-                    f"frame type 0x{frame_type:04x} on channel 0x{channel:04x} is managed by "
-                    "the association; use ping(), key_update() or close()"
-                )
-            if len(payload) > cap:
-                raise PayloadTooLarge(f"payload of {len(payload)} octets exceeds the frame cap")
+            self._check_frame(channel, frame_type, payload)
         if not frames:
             return
         self._move(In.SEND_DATA, local=True)
