@@ -28,7 +28,6 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 POSTGRES_ENV = "IOBRIDGE_TEST_POSTGRES_URL"
-_TICK = os.sysconf("SC_CLK_TCK")
 # Figures show up as they are measured, also when piped (make bench, tee).
 sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
 _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -78,7 +77,7 @@ def raise_fd_limit() -> int:
 
 
 def ratio(value: float, base: float, width: int = 6) -> str:
-    """``value / base`` as ``1.23x``; ``n/a`` when the base is zero (too few CPU ticks)."""
+    """``value / base`` as ``1.23x``; ``n/a`` when the base is zero."""
     return f"{value / base:>{width}.2f}x" if base else f"{'n/a':>{width + 1}}"
 
 
@@ -132,10 +131,9 @@ class ServerProcess:
         self._files.close()
 
     def cpu_seconds(self) -> float:
-        """User + system CPU time of the server process so far (/proc/<pid>/stat)."""
-        stat = Path(f"/proc/{self.pid}/stat").read_text()
-        fields = stat[stat.rindex(")") + 2 :].split()
-        return (int(fields[11]) + int(fields[12])) / _TICK
+        """CPU time of every thread of the server process so far (scheduler accounting, ns
+        resolution: ``cpu_ns``)."""
+        return cpu_ns(self.pid) / 1e9
 
     def rss_bytes(self) -> int:
         return int(Path(f"/proc/{self.pid}/statm").read_text().split()[1]) * _PAGE

@@ -8,9 +8,9 @@ All servers run side by side and the variants' bursts are interleaved, ``--round
 (default 3); each figure is the median over the rounds, so load from elsewhere on the machine
 hits every variant alike. Every iobridge run is a chat turn on its own threadId with one user
 message. The clients are raw asyncio sockets in this process. Per variant: events/s, median
-and p99 time to first ``data:`` frame, and server CPU per event (from /proc, including work
-that continues after the streams end; /proc counts 10 ms ticks, so small ``--quick`` loads
-read coarse), each with its ratio to ``bare``.
+and p99 time to first ``data:`` frame, and server CPU per event (every thread's scheduler
+time from /proc, in ns, including work that continues after the streams end), each with its
+ratio to ``bare``.
 
     .venv/bin/python bench/load_runs.py [--workload short long] [--runs N --deltas D]
         [--stores memory sqlite postgres] [--quick] [--rounds R]

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 from alembic import command
-from sqlalchemy import event, inspect, text
+from sqlalchemy import create_engine, event, inspect, text
+from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 from tests.backends import SQL_BACKENDS, StepClock, pg_schema_engine
 
@@ -23,8 +24,9 @@ from iobridge.store.migrate import (
     head_revision,
     upgrade_engine,
 )
+from iobridge.store.records import metadata
 from iobridge.store.sql_executor import MAX_READ_BATCH
-from iobridge.store.sqlalchemy_store import make_engine
+from iobridge.store.sqlalchemy_store import _STORED_PAIRS, make_engine
 
 
 @asynccontextmanager
@@ -358,52 +360,123 @@ async def test_a_run_costs_postgresql_five_statements(tmp_path: Path) -> None:
         assert thread is not None and (thread.title, thread.state) == ("T", 1)
 
 
-async def test_postgresql_run_writes_of_one_batch_share_two_statements() -> None:
-    """Concurrent runs' writes committed together cost one upsert and one append in all; a
-    foreign thread's write fails alone with nothing written, and a thread written twice in
-    one batch keeps its writes in order."""
-    async with pg_schema_engine() as engine:
-        await upgrade_engine(engine)
-        store = SqlThreadStore(engine)
+#: The statements one batch of run writes costs (two groups: ``t1`` is written twice), by
+#: their first word: the same whatever the number of runs in the batch.
+BATCH_STATEMENTS = {
+    # The upsert and the append of each group.
+    "postgres": ["WITH", "WITH", "WITH", "WITH"],
+    # BEGIN IMMEDIATE; owners and last positions, new threads, their messages; then for t1:
+    # owners, stored ids, its message, its touch, its title if empty.
+    "sqlite": [
+        "BEGIN", "SELECT", "INSERT", "INSERT", "SELECT", "SELECT", "INSERT", "UPDATE", "UPDATE"
+    ],
+}
+
+
+@pytest.mark.parametrize("runs", [3, 30])
+@pytest.mark.parametrize("kind", SQL_BACKENDS)
+async def test_run_writes_of_one_batch_share_a_few_statements(
+    kind: str, runs: int, tmp_path: Path
+) -> None:
+    """Concurrent runs' writes committed together cost a fixed number of statements, however
+    many runs; a foreign thread's write fails alone with nothing written, a thread written
+    twice in one batch keeps its writes in order, and a thread with history gets only the
+    messages it does not hold, after its last one."""
+    async with _one_store(kind, tmp_path) as store:
         await store.write_for_run(
             "theirs", resource_id="other", agent_id=None, title="Theirs",
             messages=[{"id": "x", "role": "user"}],
         )
         statements: list[str] = []
-        event.listen(
-            engine.sync_engine, "before_cursor_execute",
-            lambda *args: statements.append(args[2].split()[0]),
-        )
+
+        def record(*args: Any) -> None:
+            statements.append(args[2].split()[0])
+
         writes: list[Any] = [
             store.write_for_run(
                 f"t{i}", resource_id="r", agent_id="a", title=f"T{i}",
                 carryover=Carryover(state=i) if i % 2 else None,
                 messages=[{"id": f"u{i}", "role": "user"}, {"id": f"a{i}", "role": "assistant"}],
             )
-            for i in range(30)
+            for i in range(runs)
         ]
-        writes.insert(7, store.write_for_run(
+        writes.insert(2, store.write_for_run(
             "theirs", resource_id="r", agent_id="a", title="mine",
             carryover=Carryover(state="stolen"), messages=[{"id": "bad", "role": "user"}],
         ))
         writes.append(store.write_for_run(
-            "t3", resource_id="r", agent_id="a", messages=[{"id": "late", "role": "user"}]
+            "t1", resource_id="r", agent_id="a", title="later",
+            messages=[{"id": "u1", "role": "user"}, {"id": "late", "role": "user"}],
         ))
-        results = await asyncio.gather(*writes, return_exceptions=True)
-        foreign = results.pop(7)
+        event.listen(Engine, "before_cursor_execute", record)
+        try:
+            results = await asyncio.gather(*writes, return_exceptions=True)
+        finally:
+            event.remove(Engine, "before_cursor_execute", record)
+        foreign = results.pop(2)
         assert isinstance(foreign, NotFoundError) and foreign.code == "THREAD_NOT_FOUND"
-        assert results == [None] * 31
-        assert statements.count("WITH") == 4  # a second group for t3's second write
+        assert results == [None] * (runs + 1)
+        assert statements == BATCH_STATEMENTS[kind]
         theirs = await store.get_thread("theirs")
         assert theirs is not None and (theirs.title, theirs.state) == ("Theirs", None)
         assert [m["id"] for m in await store.list_messages("theirs")] == ["x"]
-        for i in range(30):
+        for i in range(runs):
             thread = await store.get_thread(f"t{i}")
             assert thread is not None
             assert (thread.title, thread.state) == (f"T{i}", i if i % 2 else None)
             ids = [m["id"] for m in await store.list_messages(f"t{i}")]
-            assert ids == [f"u{i}", f"a{i}", *(["late"] if i == 3 else [])]
-        await store.close()
+            assert ids == [f"u{i}", f"a{i}", *(["late"] if i == 1 else [])]
+
+        # A later batch on threads with history: titles stay, carryovers and touches apply.
+        before = await store.get_thread("t0")
+        assert before is not None
+        await asyncio.gather(
+            store.write_for_run("t0", resource_id="r", agent_id="a", title="ignored",
+                                carryover=Carryover(state="next"),
+                                messages=[{"id": "a0", "role": "assistant"},
+                                          {"id": "u0b", "role": "user"}]),
+            store.write_for_run("t2", resource_id="r", agent_id="a",
+                                messages=[{"id": "u2", "role": "user"}]),
+        )
+        after = await store.get_thread("t0")
+        assert after is not None and (after.title, after.state) == ("T0", "next")
+        assert after.updated_at > before.updated_at
+        assert [m["id"] for m in await store.list_messages("t0")] == ["u0", "a0", "u0b"]
+        assert [m["id"] for m in await store.list_messages("t2")] == ["u2", "a2"]
+
+
+def test_sqlite_looks_up_stored_ids_by_index() -> None:
+    """The stored-ids lookup of a batch probes the (thread, message) index per pair: a
+    row-value ``IN`` would scan every message of the database."""
+    engine = create_engine("sqlite://")
+    metadata.create_all(engine)
+    with engine.connect() as conn:
+        plan = conn.execute(
+            text("EXPLAIN QUERY PLAN " + str(_STORED_PAIRS)), {"b_pairs": '[["t", "m"]]'}
+        ).all()
+    details = [row[3] for row in plan]
+    assert any(d.startswith("SEARCH m USING") and "message_id=?" in d for d in details), details
+    assert not any(d.startswith("SCAN m") for d in details), details
+
+
+@asynccontextmanager
+async def _one_store(kind: str, tmp_path: Path) -> AsyncIterator[SqlThreadStore]:
+    """A store on a migrated, empty database (or schema)."""
+    if kind == "sqlite":
+        store = await open_store(f"sqlite+aiosqlite:///{tmp_path / 'one.db'}")
+        assert isinstance(store, SqlThreadStore)
+        try:
+            yield store
+        finally:
+            await store.close()
+        return
+    async with pg_schema_engine() as engine:
+        await upgrade_engine(engine)
+        store = SqlThreadStore(engine)
+        try:
+            yield store
+        finally:
+            await store.close()
 
 
 async def test_postgresql_reads_share_a_few_connections_and_a_bad_read_fails_alone() -> None:

@@ -19,16 +19,15 @@ generic path (``sqlalchemy_store``) costs a run on an existing thread 13 stateme
   planner turned that into a hash anti-join over every message of the thread (73 ms on
   100,000 messages instead of an index probe per row).
 
-Both take many threads' rows: ``write_batch`` runs the run writes that group commit put in
-one transaction as one ``claim`` and one ``append`` in all (a thread at most once per pair,
-so each thread's writes stay in order), and the reasoning above holds for every row: the
-claim locks them all before the append's snapshot.
+Both take many threads' rows: ``write_runs`` writes the run writes that group commit put in
+one transaction (``run_writes.write_batch``: a thread at most once per call, so each thread's
+writes stay in order) as one ``claim`` and one ``append`` in all, and the reasoning above
+holds for every row: the claim locks them all before the append's snapshot.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -38,8 +37,9 @@ from sqlalchemy.engine import Connection
 
 from iobridge.errors import NotFoundError
 from iobridge.store.records import threads
+from iobridge.store.run_writes import RunWrite
 
-__all__ = ["RunWrite", "append", "claim", "read", "write_batch"]
+__all__ = ["append", "claim", "read", "write_runs"]
 
 _READ = (
     text(
@@ -174,44 +174,9 @@ def append(conn: Connection, rows: list[dict[str, Any]]) -> set[tuple[str, str]]
     return {(row.thread_id, row.message_id) for row in result}
 
 
-@dataclass(frozen=True, slots=True)
-class RunWrite:
-    """One ``write_for_run``: its thread's claim row and its message rows (``append``)."""
-
-    claim_row: dict[str, Any]
-    rows: list[dict[str, Any]]
-
-    def __call__(self, conn: Connection) -> None:
-        (outcome,) = _write_runs(conn, [self])
-        if not outcome[0]:
-            raise outcome[1]
-
-
-def write_batch(conn: Connection, jobs: list[Any]) -> list[tuple[bool, Any]]:
-    """A write batch's jobs in order, consecutive run writes of distinct threads as two
-    statements in all (one ``claim``, one ``append``); each job's ``(ok, result or error)``.
-    A foreign thread's write fails alone with nothing written; any other error raises."""
-    outcomes: list[tuple[bool, Any]] = []
-    group: list[RunWrite] = []
-    for job in jobs:
-        if isinstance(job, RunWrite) and all(
-            w.claim_row["id"] != job.claim_row["id"] for w in group
-        ):
-            group.append(job)
-            continue
-        outcomes += _write_runs(conn, group)
-        group = []
-        if isinstance(job, RunWrite):
-            group.append(job)
-        else:
-            outcomes.append((True, job(conn)))
-    outcomes += _write_runs(conn, group)
-    return outcomes
-
-
-def _write_runs(conn: Connection, group: list[RunWrite]) -> list[tuple[bool, Any]]:
-    if not group:
-        return []
+def write_runs(conn: Connection, group: list[RunWrite]) -> list[tuple[bool, Any]]:
+    """The run writes of distinct threads as one ``claim`` and one ``append`` (a
+    ``run_writes.WriteRuns``)."""
     claimed = claim(conn, [w.claim_row for w in group])
     rows = [row for w in group if w.claim_row["id"] in claimed for row in w.rows]
     if rows:

@@ -36,6 +36,7 @@ from sqlalchemy import (
     func,
     literal,
     select,
+    text,
     tuple_,
     update,
 )
@@ -62,6 +63,7 @@ from iobridge.store.base import (
     utc_now,
 )
 from iobridge.store.records import UTCDateTime, messages, threads
+from iobridge.store.run_writes import RunWrite, WriteRuns, write_batch
 from iobridge.store.sql_executor import AsyncExecutor, GroupWriter, SqlExecutor, ThreadExecutor
 
 __all__ = ["DEFAULT_DATABASE_URL", "WRITE_OPTION", "SqlThreadStore", "make_engine"]
@@ -180,6 +182,25 @@ _CARRYOVER = (
 )
 _INSERT_THREAD = threads.insert()
 _INSERT_MESSAGES = messages.insert()
+#: Of the threads named, each one's owner and last message position (``None``: no message).
+_OWNERS_AND_LAST = select(
+    threads.c.id,
+    threads.c.resource_id,
+    select(func.max(messages.c.position))
+    .where(messages.c.thread_id == threads.c.id)
+    .scalar_subquery()
+    .label("last"),
+).where(threads.c.id.in_(bindparam("b_ids", expanding=True)))
+#: Of the ``(thread_id, message_id)`` pairs named (a JSON array of pairs), those stored: an
+#: index probe per pair (SQLite scans the whole index for a row-value ``IN (VALUES …)``).
+_STORED_PAIRS = text(
+    """
+SELECT m.thread_id, m.message_id
+  FROM json_each(:b_pairs) AS j
+ CROSS JOIN iobridge_messages AS m
+    ON m.thread_id = json_extract(j.value, '$[0]') AND m.message_id = json_extract(j.value, '$[1]')
+"""
+)
 _TITLE = (
     update(threads)
     .where(threads.c.id == bindparam("b_thread"), threads.c.title == "")
@@ -224,7 +245,7 @@ class SqlThreadStore(ThreadStore):
         self.engine = engine
         self._clock = clock
         self._lock_rows = engine.dialect.name != "sqlite"
-        #: PostgreSQL runs the run path's fewer, combined statements (``pg_run_sql``).
+        #: PostgreSQL runs the run path's combined statements (``pg_run_sql``).
         self._combined = engine.dialect.name == "postgresql"
         executor: SqlExecutor
         if engine.dialect.name == "sqlite":
@@ -233,9 +254,12 @@ class SqlThreadStore(ThreadStore):
         else:
             executor = AsyncExecutor(engine, engine.execution_options(**{WRITE_OPTION: True}))
         self._sql = executor
-        self._writes = GroupWriter(
-            executor, combine=pg_run_sql.write_batch if self._combined else None
+        #: How a batch's run writes are written (``run_writes``): the PostgreSQL statements,
+        #: or SQLite's few Core statements for the whole batch.
+        self._write_runs: WriteRuns = (
+            pg_run_sql.write_runs if self._combined else _sqlite_write_runs
         )
+        self._writes = GroupWriter(executor, combine=write_batch)
 
     async def get_thread(self, thread_id: str) -> Thread | None:
         def read(conn: Connection) -> Thread | None:
@@ -404,32 +428,6 @@ class SqlThreadStore(ThreadStore):
         batch = normalize_messages(messages)
         check_thread_ids(thread_id, resource_id, agent_id)
         now = self._clock()
-
-        def write(conn: Connection) -> None:
-            owner = self._locked_thread(conn, thread_id)
-            if owner is None:
-                thread = Thread(
-                    id=thread_id, resource_id=resource_id, agent_id=agent_id,
-                    title=title or "", created_at=now, updated_at=now,
-                    state=carryover.state if carryover is not None else None,
-                    interrupts=carryover.interrupts if carryover is not None else None,
-                )
-                conn.execute(_INSERT_THREAD, _thread_row(thread))
-                if batch:  # a new thread: nothing stored yet, positions start at 0
-                    conn.execute(_INSERT_MESSAGES, _message_rows(thread_id, batch, 0, now))
-                return
-            if owner != resource_id:
-                raise NotFoundError("thread not found", code="THREAD_NOT_FOUND")
-            if batch:
-                _append(conn, thread_id, batch, now)
-            if title:
-                _set_title_if_empty(conn, thread_id, title)
-            if carryover is not None:
-                _set_carryover(conn, thread_id, carryover)
-
-        if not self._combined:
-            await self._writes.submit(write)
-            return
         claim_row = {
             "id": thread_id,
             "resource_id": resource_id,
@@ -441,7 +439,7 @@ class SqlThreadStore(ThreadStore):
             "now": now,
         }
         await self._writes.submit(
-            pg_run_sql.RunWrite(claim_row, _append_rows(thread_id, batch, now))
+            RunWrite(claim_row, _append_rows(thread_id, batch, now), self._write_runs)
         )
 
     async def set_carryover(self, thread_id: str, carryover: Carryover) -> None:
@@ -586,6 +584,92 @@ def _append_rows(
             "now": now,
         }
         for m in batch
+    ]
+
+
+def _sqlite_write_runs(conn: Connection, group: list[RunWrite]) -> list[tuple[bool, Any]]:
+    """The run writes of distinct threads in a fixed number of statements, whatever the
+    batch holds (a ``run_writes.WriteRuns``): the owners and last positions, the incoming ids
+    already stored, then one executemany each for new threads, messages, touches, titles and
+    carryovers. SQLite's write transaction holds the database write lock from its start
+    (``BEGIN IMMEDIATE``), so what is read here still holds when the rows are written.
+    """
+    ids = [w.claim_row["id"] for w in group]
+    known: dict[str, tuple[str, int | None]] = {}
+    for i in range(0, len(ids), _CHUNK):
+        for row in conn.execute(_OWNERS_AND_LAST, {"b_ids": ids[i : i + _CHUNK]}):
+            known[row.id] = (row.resource_id, row.last)
+    outcomes: list[tuple[bool, Any]] = []
+    created: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []
+    titles: list[dict[str, Any]] = []
+    carries: list[dict[str, Any]] = []
+    existing: list[tuple[RunWrite, int]] = []
+    for w in group:
+        claim = w.claim_row
+        found = known.get(claim["id"])
+        if found is not None and found[0] != claim["resource_id"]:
+            outcomes.append((False, NotFoundError("thread not found", code="THREAD_NOT_FOUND")))
+            continue
+        outcomes.append((True, None))
+        if found is None:  # a new thread: nothing stored yet, positions start at 0
+            created.append(_new_thread_row(claim))
+            rows += _positioned(w.rows, 0)
+            continue
+        existing.append((w, 0 if found[1] is None else found[1] + 1))
+        if claim["title"]:
+            titles.append({"b_thread": claim["id"], "b_title": claim["title"]})
+        if claim["carry"]:
+            carries.append(
+                {"b_thread": claim["id"], "b_state": claim["state"],
+                 "b_interrupts": claim["interrupts"]}
+            )
+    pairs = [(r["thread_id"], r["message_id"]) for w, _ in existing for r in w.rows]
+    stored: set[tuple[str, str]] = set()
+    if pairs:
+        hits = conn.execute(_STORED_PAIRS, {"b_pairs": _json_dumps(pairs)})
+        stored.update((row.thread_id, row.message_id) for row in hits)
+    touches: list[dict[str, Any]] = []
+    for w, start in existing:
+        fresh = [r for r in w.rows if (r["thread_id"], r["message_id"]) not in stored]
+        if fresh:
+            rows += _positioned(fresh, start)
+            touches.append({"b_thread": w.claim_row["id"], "b_now": w.claim_row["now"]})
+    for statement, params in ((_INSERT_THREAD, created), (_INSERT_MESSAGES, rows),
+                              (_TOUCH, touches), (_TITLE, titles), (_CARRYOVER, carries)):
+        if params:
+            conn.execute(statement, params)
+    return outcomes
+
+
+def _new_thread_row(claim: Mapping[str, Any]) -> dict[str, Any]:
+    """The thread row a run write creates (its claim row: ``RunWrite``)."""
+    return {
+        "id": claim["id"],
+        "resource_id": claim["resource_id"],
+        "agent_id": claim["agent_id"],
+        "title": claim["title"],
+        "metadata": {},
+        "created_at": claim["now"],
+        "updated_at": claim["now"],
+        "state": claim["state"],
+        "interrupts": claim["interrupts"],
+    }
+
+
+def _positioned(rows: list[dict[str, Any]], start: int) -> list[dict[str, Any]]:
+    """Message rows of a ``RunWrite`` as table rows, from position ``start`` on."""
+    return [
+        {
+            "thread_id": r["thread_id"],
+            "position": start + offset,
+            "message_id": r["message_id"],
+            "role": r["role"],
+            "tool_call_id": r["tool_call_id"],
+            "data": r["data"],
+            "created_at": r["now"],
+        }
+        for offset, r in enumerate(rows)
     ]
 
 
