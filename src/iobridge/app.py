@@ -24,7 +24,7 @@ import gc
 import logging
 import time
 from collections.abc import AsyncGenerator, Mapping, Sequence
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, aclosing
 from typing import Any
 
 import orjson
@@ -317,14 +317,18 @@ class Backend:
         A run another replica drives is followed through the shared log; its owner counts
         the follower the same way.
         """
+        # Each inner generator is closed here, not left to the loop's finalizer hook (a task
+        # per run to close it, once the garbage collector finds it).
         if isinstance(run, RemoteRun):
-            async for batch in self._follow_remote(run, after, idle, detach_grace):
-                yield batch
+            async with aclosing(self._follow_remote(run, after, idle, detach_grace)) as remote:
+                async for batch in remote:
+                    yield batch
             return
         self.runtime.attach(run)
         try:
-            async for batch in run.log.follow(after, idle=idle):
-                yield batch
+            async with aclosing(run.log.follow(after, idle=idle)) as batches:
+                async for batch in batches:
+                    yield batch
         finally:
             self.runtime.detach(run, grace=detach_grace)
 
@@ -333,8 +337,9 @@ class Backend:
     ) -> AsyncGenerator[list[tuple[int, bytes]]]:
         await self._tell(run, {"op": "attach"})
         try:
-            async for batch in self.cluster.follow(run, after, idle=idle):
-                yield batch
+            async with aclosing(self.cluster.follow(run, after, idle=idle)) as batches:
+                async for batch in batches:
+                    yield batch
         finally:
             await asyncio.shield(self._tell(run, {"op": "detach", "grace": detach_grace}))
 

@@ -38,7 +38,7 @@ import asyncio
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from itertools import count
 from typing import Any
 
@@ -522,7 +522,7 @@ class RedisCluster:
 
     async def follow(
         self, run: RemoteRun, after: int, *, idle: float | None
-    ) -> AsyncIterator[list[tuple[int, bytes]]]:
+    ) -> AsyncGenerator[list[tuple[int, bytes]]]:
         """Read the stream after ``after`` (blocking reads of at most one heartbeat); when
         quiet, check the owner's heartbeat and declare the run lost once it expired."""
         log, record = self._key("log", run.owner, run.run_id), self._key(

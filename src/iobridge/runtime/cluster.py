@@ -13,7 +13,7 @@ the Backend uses the rest (find a run elsewhere, follow it, forward a command to
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -84,7 +84,7 @@ class Cluster(Coordinator, Protocol):
 
     def follow(
         self, run: RemoteRun, after: int, *, idle: float | None
-    ) -> AsyncIterator[list[tuple[int, bytes]]]:
+    ) -> AsyncGenerator[list[tuple[int, bytes]]]:
         """The mirrored log after ``after``, in batches, until its terminal event.
 
         Raises:
@@ -150,7 +150,7 @@ class LocalCluster:
 
     async def follow(
         self, run: RemoteRun, after: int, *, idle: float | None
-    ) -> AsyncIterator[list[tuple[int, bytes]]]:
+    ) -> AsyncGenerator[list[tuple[int, bytes]]]:
         raise RuntimeError("a single process has no remote runs")
         yield []  # pragma: no cover  (makes this an async generator)
 

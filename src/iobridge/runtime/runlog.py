@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 #: Default per-run replay window and follower batch size.
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024
@@ -136,7 +136,7 @@ class RunLog:
 
     async def follow(
         self, after: int = 0, *, idle: float | None = None
-    ) -> AsyncIterator[list[tuple[int, bytes]]]:
+    ) -> AsyncGenerator[list[tuple[int, bytes]]]:
         """Yield batches of entries after ``after`` until the log is closed.
 
         What is ready is yielded in batches of at most ``batch_bytes`` (one write for the

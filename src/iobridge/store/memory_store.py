@@ -40,6 +40,15 @@ def _copy(value: Any) -> Any:
         raise InputError("value is not JSON", code="INVALID_MESSAGE") from exc
 
 
+def _carried(carryover: Carryover) -> dict[str, Any]:
+    """The thread fields a carryover sets, copied."""
+    interrupts = carryover.interrupts
+    return {
+        "state": _copy(carryover.state),
+        "interrupts": _copy(dict(interrupts)) if interrupts is not None else None,
+    }
+
+
 class MemoryThreadStore(ThreadStore):
     """Threads in a dict. Operations never await, so each one is atomic on the event loop."""
 
@@ -179,14 +188,46 @@ class MemoryThreadStore(ThreadStore):
             self._threads[thread_id] = replace(thread, updated_at=now)
         return _copy(new)  # type: ignore[no-any-return]
 
+    async def write_for_run(
+        self,
+        thread_id: str,
+        *,
+        resource_id: str,
+        agent_id: str | None,
+        messages: Sequence[Mapping[str, Any]],
+        title: str | None = None,
+        carryover: Carryover | None = None,
+    ) -> None:
+        """The run's write in one pass (the default is four calls, each checking and copying
+        again); atomic like every operation here, since nothing in it awaits."""
+        check_thread_ids(thread_id, resource_id, agent_id)
+        if title:
+            check_thread_text(title)
+        batch = normalize_messages(_copy(list(messages)))
+        # Copied before anything changes: a carryover that is not JSON stores nothing.
+        changes = _carried(carryover) if carryover is not None else {}
+        thread = self._threads.get(thread_id)
+        now = self._clock()
+        if thread is None:
+            thread = Thread(id=thread_id, resource_id=resource_id, agent_id=agent_id,
+                            title="", metadata={}, created_at=now, updated_at=now)
+            self._messages[thread_id], self._times[thread_id] = [], []
+        elif thread.resource_id != resource_id:
+            raise NotFoundError("thread not found", code="THREAD_NOT_FOUND")
+        stored = self._messages[thread_id]
+        known = {m["id"] for m in stored}
+        new = [m for m in batch if m["id"] not in known]
+        if new:
+            stored.extend(new)
+            self._times[thread_id].extend([now] * len(new))
+            changes["updated_at"] = now
+        if title and not thread.title:
+            changes["title"] = title
+        self._threads[thread_id] = replace(thread, **changes) if changes else thread
+
     async def set_carryover(self, thread_id: str, carryover: Carryover) -> None:
         thread = self._require(thread_id)
-        interrupts = carryover.interrupts
-        self._threads[thread_id] = replace(
-            thread,
-            state=_copy(carryover.state),
-            interrupts=_copy(dict(interrupts)) if interrupts is not None else None,
-        )
+        self._threads[thread_id] = replace(thread, **_carried(carryover))
 
     async def close(self) -> None:
         return None
