@@ -160,3 +160,41 @@ async def test_a_combine_merges_a_batch_and_its_failures_stay_alone(tmp_path: Pa
     assert stored == [*range(20), 30, 31]  # nothing of the failed key 1000, 30 and 31 once
     await writer.close()
     await executor.close()
+
+
+async def test_reads_of_one_kind_are_answered_together_or_each_alone(tmp_path: Path) -> None:
+    """Reads sharing a ``read_many`` get one call of it for the batch; if that call raises,
+    each read runs alone, so a read that fails fails alone and the others get answers."""
+    executor = _executor(tmp_path / "r.db")
+    calls: list[list[int]] = []
+
+    def read_many(conn: Connection, reads: list[Any]) -> list[tuple[bool, Any]]:
+        keys = [r.key for r in reads]
+        calls.append(keys)
+        if -1 in keys:
+            raise ValueError("one bad read")
+        return [(True, k * 10) for k in keys]
+
+    class Read:
+        def __init__(self, key: int) -> None:
+            self.key, self.read_many = key, read_many
+
+        def __call__(self, conn: Connection) -> int:
+            ((_, value),) = read_many(conn, [self])
+            return int(value)
+
+    async def burst(keys: list[int]) -> list[Any]:
+        # Occupy both readers so the burst queues into one batch.
+        slow = [executor.read(lambda c: c.execute(text("SELECT 1")).scalar()) for _ in range(2)]
+        answers = await asyncio.gather(*slow, *(executor.read(Read(k)) for k in keys),
+                                       return_exceptions=True)
+        return answers[2:]
+
+    assert await burst(list(range(10))) == [k * 10 for k in range(10)]
+    assert calls == [list(range(10))]  # one call for the whole batch
+    calls.clear()
+    answers = await burst([1, -1, 2])
+    assert answers[0] == 10 and answers[2] == 20
+    assert isinstance(answers[1], ValueError)
+    assert calls == [[1, -1, 2], [1], [-1], [2]]  # together, then each alone
+    await executor.close()

@@ -479,6 +479,51 @@ async def _one_store(kind: str, tmp_path: Path) -> AsyncIterator[SqlThreadStore]
             await store.close()
 
 
+@pytest.mark.parametrize("kind", SQL_BACKENDS)
+async def test_runs_reads_of_one_batch_share_a_statement(kind: str, tmp_path: Path) -> None:
+    """A burst of runs' reads of their threads is answered a batch at a time, each batch
+    with one statement for all its new threads (PostgreSQL: for all its threads); every run
+    gets its own thread's answer, and other reads in the batch still get theirs."""
+    async with _one_store(kind, tmp_path) as store:
+        await store.write_for_run(
+            "old", resource_id="r", agent_id=None,
+            messages=[{"id": "u1", "role": "user", "content": "first"},
+                      {"id": "a1", "role": "assistant", "content": "reply"}],
+        )
+        statements: list[str] = []
+
+        def record(*args: Any) -> None:
+            statements.append(args[2].split()[0])
+
+        reads: list[Any] = [
+            store.read_for_run(f"new{i}", message_ids=[f"m{i}"], tool_call_ids=[], last_n=10)
+            for i in range(120)
+        ]
+        reads.insert(5, store.read_for_run(
+            "old", message_ids=["u1", "u2"], tool_call_ids=["c"], last_n=1, first_user=True
+        ))
+        reads.insert(9, store.get_thread("old"))
+        event.listen(Engine, "before_cursor_execute", record)
+        try:
+            answers = await asyncio.gather(*reads)
+        finally:
+            event.remove(Engine, "before_cursor_execute", record)
+        thread = answers.pop(9)
+        assert isinstance(thread, Thread) and thread.id == "old"
+        old = answers.pop(5)
+        assert old.thread is not None and old.thread.id == "old"
+        assert old.stored_ids == {"u1"} and old.answered == frozenset()
+        assert [m["id"] for m in old.window] == ["a1"]
+        assert old.first_user is not None and old.first_user["content"] == "first"
+        assert all(a.thread is None and a.window == [] for a in answers)
+        # 122 reads: the readers' first single reads (SQLite has 2, PostgreSQL 4), then
+        # batches of MAX_READ_BATCH.
+        batches = (2 if kind == "sqlite" else 4) + -(-122 // MAX_READ_BATCH)
+        per_old = 0 if kind == "postgres" else 4  # SQLite: its first user, ids, calls, window
+        selects = [s for s in statements if s == "SELECT"]
+        assert len(selects) <= batches + 1 + per_old, statements  # + get_thread's
+
+
 async def test_postgresql_reads_share_a_few_connections_and_a_bad_read_fails_alone() -> None:
     """A burst of reads is answered in batches on the readers' pooled connections: no new
     connection per read once the pool is warm (an overflowing pool opened and closed them)."""

@@ -4,9 +4,9 @@ On asyncpg each statement is a network round trip and, on the server's event loo
 much Python (SQLAlchemy, the asyncpg adapter, its protocol) as a whole SQLite query. The
 generic path (``sqlalchemy_store``) costs a run on an existing thread 13 statements; here:
 
-* ``read``: one ``SELECT`` of the thread row with, as JSON aggregates of indexed subqueries,
-  the incoming ids already stored (merge by id), the calls already answered, the newest
-  ``lastMessages`` and, when asked, the first user message.
+* ``read_many``: one ``SELECT`` of the thread rows of a batch of runs' reads with, as JSON
+  aggregates of indexed subqueries, each run's incoming ids already stored (merge by id), the
+  calls already answered, the newest ``lastMessages`` and, when asked, the first user message.
 * ``claim``: one upsert of the thread row (``INSERT … ON CONFLICT DO UPDATE``). It creates
   a missing thread, sets the title if empty and the carryover, and locks the row like
   ``SELECT … FOR UPDATE`` did; a foreign thread fails its ``WHERE`` and returns no row
@@ -20,62 +20,59 @@ generic path (``sqlalchemy_store``) costs a run on an existing thread 13 stateme
   100,000 messages instead of an index probe per row).
 
 Both take many threads' rows: ``write_runs`` writes the run writes that group commit put in
-one transaction (``run_writes.write_batch``: a thread at most once per call, so each thread's
+one transaction (``run_batches.write_batch``: a thread at most once per call, so each thread's
 writes stay in order) as one ``claim`` and one ``append`` in all, and the reasoning above
 holds for every row: the claim locks them all before the append's snapshot.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
-from sqlalchemy import Boolean, Integer, String, bindparam, text
-from sqlalchemy.dialects.postgresql import ARRAY, JSON
+from sqlalchemy import Integer, String, bindparam, text
+from sqlalchemy.dialects.postgresql import JSON
 from sqlalchemy.engine import Connection
 
 from iobridge.errors import NotFoundError
 from iobridge.store.records import threads
-from iobridge.store.run_writes import RunWrite
+from iobridge.store.run_batches import RunReadJob, RunWrite
 
-__all__ = ["append", "claim", "read", "write_runs"]
+__all__ = ["append", "claim", "read_many", "write_runs"]
 
-_READ = (
+_READ_MANY = (
     text(
         """
 SELECT t.id, t.resource_id, t.agent_id, t.title, t.metadata, t.created_at, t.updated_at,
        t.state, t.interrupts,
        (SELECT json_agg(m.message_id) FROM iobridge_messages m
-         WHERE m.thread_id = t.id AND m.message_id = ANY(:b_ids)) AS stored_ids,
+         WHERE m.thread_id = t.id AND m.message_id = ANY(r.ids)) AS stored_ids,
        (SELECT json_agg(m.tool_call_id) FROM iobridge_messages m
-         WHERE m.thread_id = t.id AND m.tool_call_id = ANY(:b_calls)
+         WHERE m.thread_id = t.id AND m.tool_call_id = ANY(r.calls)
            AND m.role = 'tool') AS answered,
        (SELECT json_agg(w.data ORDER BY w.position)
           FROM (SELECT m.data, m.position FROM iobridge_messages m
-                 WHERE m.thread_id = t.id ORDER BY m.position DESC LIMIT :b_limit) AS w
+                 WHERE m.thread_id = t.id ORDER BY m.position DESC LIMIT r.lim) AS w
        ) AS newest,
-       CASE WHEN :b_first THEN
+       CASE WHEN r.first THEN
          (SELECT m.data FROM iobridge_messages m WHERE m.thread_id = t.id AND m.role = 'user'
            ORDER BY m.position LIMIT 1)
-       END AS first_user
-  FROM iobridge_threads t
- WHERE t.id = :b_thread
+       END AS first_user,
+       r.ord
+  FROM json_to_recordset(CAST(:b_reads AS json))
+         AS r(ord int, thread text, ids text[], calls text[], lim int, first boolean)
+  JOIN iobridge_threads t ON t.id = r.thread
 """
     )
-    .bindparams(
-        bindparam("b_thread", type_=String),
-        bindparam("b_ids", type_=ARRAY(String)),
-        bindparam("b_calls", type_=ARRAY(String)),
-        bindparam("b_limit", type_=Integer),
-        bindparam("b_first", type_=Boolean),
-    )
+    .bindparams(bindparam("b_reads", type_=String))
     .columns(
         *threads.c,
         stored_ids=JSON(none_as_null=True),
         answered=JSON(none_as_null=True),
         newest=JSON(none_as_null=True),
         first_user=JSON(none_as_null=True),
+        ord=Integer,
     )
 )
 
@@ -133,26 +130,25 @@ SELECT thread_id, message_id FROM added
 ).bindparams(bindparam("b_rows", type_=String))
 
 
-def read(
-    conn: Connection,
-    thread_id: str,
-    message_ids: Collection[str],
-    tool_call_ids: Collection[str],
-    last_n: int,
-    first_user: bool,
-) -> Any:
-    """The thread row with ``stored_ids``, ``answered``, ``newest`` (oldest first; ``None``
-    for none) and ``first_user``; ``None`` when there is no thread."""
-    return conn.execute(
-        _READ,
-        {
-            "b_thread": thread_id,
-            "b_ids": list(message_ids),
-            "b_calls": list(tool_call_ids),
-            "b_limit": max(last_n, 0),
-            "b_first": first_user,
-        },
-    ).first()
+def read_many(conn: Connection, reads: Sequence[RunReadJob]) -> dict[int, Any]:
+    """For each read whose thread exists, by its index in ``reads``: the thread row with
+    ``stored_ids``, ``answered``, ``newest`` (oldest first; ``None`` for none) and
+    ``first_user``. One statement however many reads: the reads of a burst of runs are one
+    round trip, not one each."""
+    payload = orjson.dumps(
+        [
+            {
+                "ord": i,
+                "thread": r.thread_id,
+                "ids": r.message_ids,
+                "calls": r.tool_call_ids,
+                "lim": max(r.last_n, 0),
+                "first": r.first_user,
+            }
+            for i, r in enumerate(reads)
+        ]
+    ).decode()
+    return {row.ord: row for row in conn.execute(_READ_MANY, {"b_reads": payload})}
 
 
 def claim(conn: Connection, rows: list[dict[str, Any]]) -> set[str]:
@@ -176,7 +172,7 @@ def append(conn: Connection, rows: list[dict[str, Any]]) -> set[tuple[str, str]]
 
 def write_runs(conn: Connection, group: list[RunWrite]) -> list[tuple[bool, Any]]:
     """The run writes of distinct threads as one ``claim`` and one ``append`` (a
-    ``run_writes.WriteRuns``)."""
+    ``run_batches.WriteRuns``)."""
     claimed = claim(conn, [w.claim_row for w in group])
     rows = [row for w in group if w.claim_row["id"] in claimed for row in w.rows]
     if rows:

@@ -9,12 +9,13 @@ executor runs them without blocking the event loop:
 * PostgreSQL (``AsyncExecutor``): the asyncpg engine, the function driven by ``run_sync``.
 
 Both group concurrent reads (``_BatchedReads``): a few connections answer a burst of reads
-in batches, so the pool never overflows into new connections under load.
+in batches, so the pool never overflows into new connections under load; reads of one kind
+in a batch may be answered together (``ReadMany``: the runs' reads of their threads).
 
 ``GroupWriter`` owns the writes: jobs queued while a transaction runs are committed together in
 the next one (group commit), so N concurrent runs cost about one commit, and SQLite never
 sleeps in its busy handler for our own writes; a ``Combine`` may merge a batch's jobs into
-fewer statements (PostgreSQL's run writes, ``pg_run_sql.write_batch``). If a batch fails its
+fewer statements (the run writes, ``run_batches.write_batch``). If a batch fails its
 jobs run again one transaction each, so one bad job (a conflicting insert) fails alone. The
 queue is bounded: a caller waits for room rather than memory growing.
 """
@@ -31,7 +32,9 @@ from typing import Any, TypeVar
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-__all__ = ["AsyncExecutor", "Combine", "GroupWriter", "Job", "SqlExecutor", "ThreadExecutor"]
+__all__ = [
+    "AsyncExecutor", "Combine", "GroupWriter", "Job", "ReadMany", "SqlExecutor", "ThreadExecutor"
+]
 
 T = TypeVar("T")
 #: A unit of work: SQLAlchemy Core statements on one connection, inside its transaction.
@@ -40,6 +43,10 @@ Job = Callable[[Connection], Any]
 #: job's ``(True, result)`` or ``(False, error)``. A job may fail alone only if it wrote
 #: nothing; any other error is raised (the batch then runs again, one transaction a job).
 Combine = Callable[[Connection, list[Job]], list[tuple[bool, Any]]]
+#: Answers several reads of one kind (callables with this as their ``read_many``) on one
+#: connection; each one's ``(True, answer)`` or ``(False, error)``, in order. An error it
+#: raises makes each read run alone.
+ReadMany = Callable[[Connection, list[Any]], list[tuple[bool, Any]]]
 
 #: Jobs committed together at most, and queued at most.
 MAX_BATCH = 256
@@ -125,15 +132,38 @@ class _BatchedReads(SqlExecutor):
 
 
 def _answer_all(conn: Connection, fns: list[Callable[[Connection], Any]]) -> list[tuple[bool, Any]]:
-    """Each read's answer or error, in order; a failed read does not fail the others."""
-    answers: list[tuple[bool, Any]] = []
-    for fn in fns:
+    """Each read's answer or error, in order; a failed read does not fail the others.
+
+    Reads with the same ``read_many`` attribute (a ``ReadMany``) are answered by one call of
+    it, in as few statements as it can; if that call fails, each of them runs alone.
+    """
+    answers: list[tuple[bool, Any]] = [(False, None)] * len(fns)
+    groups: dict[ReadMany, list[int]] = {}
+    for index, fn in enumerate(fns):
+        many = getattr(fn, "read_many", None)
+        if many is None:
+            answers[index] = _answer_one(conn, fn)
+        else:
+            groups.setdefault(many, []).append(index)
+    for many, indexes in groups.items():
         try:
-            answers.append((True, fn(conn)))
-        except Exception as exc:  # this read's answer; the others still run
-            answers.append((False, exc))
+            results = many(conn, [fns[i] for i in indexes]) if len(indexes) > 1 else None
+        except Exception:
             conn.rollback()
+            results = None
+        if results is None:
+            results = [_answer_one(conn, fns[i]) for i in indexes]
+        for index, result in zip(indexes, results, strict=True):
+            answers[index] = result
     return answers
+
+
+def _answer_one(conn: Connection, fn: Callable[[Connection], Any]) -> tuple[bool, Any]:
+    try:
+        return True, fn(conn)
+    except Exception as exc:  # this read's answer; the others still run
+        conn.rollback()
+        return False, exc
 
 
 class ThreadExecutor(_BatchedReads):

@@ -63,8 +63,14 @@ from iobridge.store.base import (
     utc_now,
 )
 from iobridge.store.records import UTCDateTime, messages, threads
-from iobridge.store.run_writes import RunWrite, WriteRuns, write_batch
-from iobridge.store.sql_executor import AsyncExecutor, GroupWriter, SqlExecutor, ThreadExecutor
+from iobridge.store.run_batches import RunReadJob, RunWrite, WriteRuns, write_batch
+from iobridge.store.sql_executor import (
+    AsyncExecutor,
+    GroupWriter,
+    ReadMany,
+    SqlExecutor,
+    ThreadExecutor,
+)
 
 __all__ = ["DEFAULT_DATABASE_URL", "WRITE_OPTION", "SqlThreadStore", "make_engine"]
 
@@ -144,6 +150,7 @@ def _enable_wal(cursor: Any) -> None:
 # Statements of the run path, built once: building a Core statement per call costs about
 # three times what executing it costs (measured: 94 µs vs 30 µs a query on SQLite).
 _THREAD = select(threads).where(threads.c.id == bindparam("b_thread"))
+_THREADS = select(threads).where(threads.c.id.in_(bindparam("b_ids", expanding=True)))
 _OWNER = select(threads.c.resource_id).where(threads.c.id == bindparam("b_thread"))
 _OWNER_LOCKED = _OWNER.with_for_update()
 _STORED_IDS = select(messages.c.message_id).where(
@@ -254,8 +261,9 @@ class SqlThreadStore(ThreadStore):
         else:
             executor = AsyncExecutor(engine, engine.execution_options(**{WRITE_OPTION: True}))
         self._sql = executor
-        #: How a batch's run writes are written (``run_writes``): the PostgreSQL statements,
-        #: or SQLite's few Core statements for the whole batch.
+        #: How a batch of runs' reads and writes of their threads is answered and written
+        #: (``run_batches``): the PostgreSQL statements, or SQLite's few Core statements.
+        self._read_runs: ReadMany = _pg_read_runs if self._combined else _sqlite_read_runs
         self._write_runs: WriteRuns = (
             pg_run_sql.write_runs if self._combined else _sqlite_write_runs
         )
@@ -454,41 +462,10 @@ class SqlThreadStore(ThreadStore):
         last_n: int,
         first_user: bool = False,
     ) -> RunRead:
-        def combined(conn: Connection) -> RunRead:
-            row = pg_run_sql.read(
-                conn, thread_id, message_ids, tool_call_ids, last_n, first_user
-            )
-            if row is None:
-                return RunRead(thread=None)
-            newest: list[dict[str, Any]] = row.newest or []
-            if len(newest) >= last_n > 0 and _issuer_missing(newest):
-                shown = _window(conn, thread_id, last_n)  # reach back for a call's issuer
-            else:
-                shown = [dict(m) for m in window(newest, last_n)] if last_n > 0 else []
-            return RunRead(
-                thread=_thread(row),
-                stored_ids=frozenset(row.stored_ids or ()),
-                answered=frozenset(row.answered or ()),
-                window=shown,
-                first_user=row.first_user,
-            )
-
-        def read(conn: Connection) -> RunRead:
-            row = conn.execute(_THREAD, {"b_thread": thread_id}).first()
-            if row is None:
-                return RunRead(thread=None)
-            first = None
-            if first_user:
-                first = conn.execute(_FIRST_USER, {"b_thread": thread_id}).scalar()
-            return RunRead(
-                thread=_thread(row),
-                stored_ids=frozenset(_stored_ids(conn, thread_id, list(message_ids))),
-                answered=frozenset(_answered(conn, thread_id, list(tool_call_ids))),
-                window=_window(conn, thread_id, last_n),
-                first_user=first,
-            )
-
-        return await self._sql.read(combined if self._combined else read)
+        job = RunReadJob(thread_id, list(message_ids), list(tool_call_ids), last_n,
+                         first_user, self._read_runs)
+        read: RunRead = await self._sql.read(job)
+        return read
 
     def _locked_thread(self, conn: Connection, thread_id: str) -> str | None:
         """The thread's owner, its row locked against other writers (``None``: no thread)."""
@@ -587,9 +564,65 @@ def _append_rows(
     ]
 
 
+def _sqlite_read_runs(conn: Connection, reads: list[RunReadJob]) -> list[tuple[bool, Any]]:
+    """The runs' reads of their threads (a ``ReadMany``): the thread rows in one statement
+    (a new thread's read needs no other), then each existing thread's indexed queries."""
+    ids = list(dict.fromkeys(r.thread_id for r in reads))
+    rows: dict[str, Row[Any]] = {}
+    for i in range(0, len(ids), _CHUNK):
+        rows.update((row.id, row) for row in conn.execute(_THREADS, {"b_ids": ids[i : i + _CHUNK]}))
+    answers: list[tuple[bool, Any]] = []
+    for read in reads:
+        row = rows.get(read.thread_id)
+        if row is None:
+            answers.append((True, RunRead(thread=None)))
+            continue
+        try:
+            first = None
+            if read.first_user:
+                first = conn.execute(_FIRST_USER, {"b_thread": read.thread_id}).scalar()
+            answers.append((True, RunRead(
+                thread=_thread(row),
+                stored_ids=frozenset(_stored_ids(conn, read.thread_id, read.message_ids)),
+                answered=frozenset(_answered(conn, read.thread_id, read.tool_call_ids)),
+                window=_window(conn, read.thread_id, read.last_n),
+                first_user=first,
+            )))
+        except Exception as exc:  # this read's answer; the others still get theirs
+            conn.rollback()
+            answers.append((False, exc))
+    return answers
+
+
+def _pg_read_runs(conn: Connection, reads: list[RunReadJob]) -> list[tuple[bool, Any]]:
+    """The runs' reads of their threads in one statement (a ``ReadMany``, ``pg_run_sql``);
+    a window whose oldest tool result lost its call reaches back with a query of its own."""
+    rows = pg_run_sql.read_many(conn, reads)
+    answers: list[tuple[bool, Any]] = []
+    for index, read in enumerate(reads):
+        row = rows.get(index)
+        if row is None:
+            answers.append((True, RunRead(thread=None)))
+            continue
+        last_n = read.last_n
+        newest: list[dict[str, Any]] = row.newest or []
+        if len(newest) >= last_n > 0 and _issuer_missing(newest):
+            shown = _window(conn, read.thread_id, last_n)  # reach back for a call's issuer
+        else:
+            shown = [dict(m) for m in window(newest, last_n)] if last_n > 0 else []
+        answers.append((True, RunRead(
+            thread=_thread(row),
+            stored_ids=frozenset(row.stored_ids or ()),
+            answered=frozenset(row.answered or ()),
+            window=shown,
+            first_user=row.first_user,
+        )))
+    return answers
+
+
 def _sqlite_write_runs(conn: Connection, group: list[RunWrite]) -> list[tuple[bool, Any]]:
     """The run writes of distinct threads in a fixed number of statements, whatever the
-    batch holds (a ``run_writes.WriteRuns``): the owners and last positions, the incoming ids
+    batch holds (a ``run_batches.WriteRuns``): the owners and last positions, the incoming ids
     already stored, then one executemany each for new threads, messages, touches, titles and
     carryovers. SQLite's write transaction holds the database write lock from its start
     (``BEGIN IMMEDIATE``), so what is read here still holds when the rows are written.

@@ -1,11 +1,13 @@
-"""A run's write as data, so that group commit can merge a batch of them into few statements.
+"""A run's read and write of its thread as data, so that a batch of them shares statements.
 
-Each SQL dialect has its own ``WriteRuns`` (``pg_run_sql.write_runs``,
-``sqlite_run_sql.write_runs``): it takes the run writes of distinct threads and writes them all
-with a fixed number of statements, however many runs the batch holds. On PostgreSQL each
-statement is a round trip; on SQLite each costs the writer thread SQLAlchemy's Python per
-execute (about as much as the query itself), and the writer thread's CPU competes with the
-event loop for the one interpreter.
+A burst of runs reads and writes many threads at once; the executors batch them (reads on a
+few connections, writes by group commit). With the read or write as data instead of a
+closure, each SQL dialect answers a whole batch with a fixed number of statements, however
+many runs it holds (``SqlThreadStore``: PostgreSQL through ``pg_run_sql``, SQLite through
+Core statements). On PostgreSQL each statement is a round trip, and on the server's event
+loop a loop iteration per round trip; on SQLite each costs SQLAlchemy's Python per execute
+(about as much as the query itself) on a worker thread that competes with the event loop for
+the one interpreter.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-__all__ = ["RunWrite", "WriteRuns", "write_batch"]
+from iobridge.store.sql_executor import ReadMany
+
+__all__ = ["RunReadJob", "RunWrite", "WriteRuns", "write_batch"]
 
 #: Writes run writes of distinct threads; each one's ``(ok, result or error)``, in order. A
 #: foreign thread's write fails alone with nothing written; any other error raises.
@@ -72,3 +76,22 @@ def write_batch(conn: Connection, jobs: list[Any]) -> list[tuple[bool, Any]]:
 
 def _flush(conn: Connection, group: list[RunWrite]) -> list[tuple[bool, Any]]:
     return group[0].write_runs(conn, group) if group else []
+
+
+@dataclass(frozen=True, slots=True)
+class RunReadJob:
+    """One ``read_for_run`` (its arguments); the executor answers the ones it batches
+    together with one call of ``read_many``, each one's ``RunRead``."""
+
+    thread_id: str
+    message_ids: list[str]
+    tool_call_ids: list[str]
+    last_n: int
+    first_user: bool
+    read_many: ReadMany
+
+    def __call__(self, conn: Connection) -> Any:
+        ((ok, value),) = self.read_many(conn, [self])
+        if not ok:
+            raise value
+        return value
