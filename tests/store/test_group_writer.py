@@ -112,10 +112,11 @@ async def test_a_read_batch_is_bounded(tmp_path: Path) -> None:
     real = executor._read_batch
 
     def counting(
-        loop: asyncio.AbstractEventLoop, fns: list[Callable[[Connection], object]]
-    ) -> asyncio.Future[list[tuple[bool, object]]]:
+        loop: asyncio.AbstractEventLoop, fns: list[Callable[[Connection], object]],
+        deliver: Callable[[Any], None], freed: Callable[[], None],
+    ) -> None:
         sizes.append(len(fns))
-        return real(loop, fns)
+        real(loop, fns, deliver, freed)
 
     executor._read_batch = counting  # type: ignore[method-assign]
     await asyncio.gather(*(executor.read(lambda conn: 1) for _ in range(3 * MAX_READ_BATCH)))

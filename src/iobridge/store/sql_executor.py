@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -99,36 +100,61 @@ class _BatchedReads(SqlExecutor):
 
     @abstractmethod
     def _read_batch(
-        self, loop: asyncio.AbstractEventLoop, fns: list[Callable[[Connection], Any]]
-    ) -> asyncio.Future[list[tuple[bool, Any]]]:
-        """Start answering ``fns`` on one connection (``_answer_all``)."""
+        self,
+        loop: asyncio.AbstractEventLoop,
+        fns: list[Callable[[Connection], Any]],
+        deliver: Callable[[list[tuple[bool, Any]] | BaseException], None],
+        freed: Callable[[], None],
+    ) -> None:
+        """Start answering ``fns`` on one connection (``_answer_all``); on the loop, call
+        ``deliver`` with the answers (or the error that failed the connection) as soon as
+        they are there, and ``freed`` once the connection is released.
+
+        Every loop iteration between the answers and their readers counts: under load one
+        iteration is tens of milliseconds of other runs' streaming, so the answers do not
+        wait for the connection's release, nor for an executor future's done callback.
+        """
 
     def _dispatch(self, loop: asyncio.AbstractEventLoop) -> None:
         batch = self._queued[:MAX_READ_BATCH]
         del self._queued[:MAX_READ_BATCH]
         self._reading += 1
-        done = self._read_batch(loop, [fn for fn, _ in batch])
-        done.add_done_callback(lambda d: self._settle_reads(loop, batch, d))
+        futures = [future for _, future in batch]
+        self._read_batch(
+            loop,
+            [fn for fn, _ in batch],
+            functools.partial(_deliver, futures),
+            functools.partial(self._freed, loop),
+        )
 
-    def _settle_reads(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        batch: list[tuple[Callable[[Connection], Any], asyncio.Future[Any]]],
-        done: asyncio.Future[list[tuple[bool, Any]]],
-    ) -> None:
+    def _freed(self, loop: asyncio.AbstractEventLoop) -> None:
+        """A reader is free again: it takes what queued meanwhile."""
         self._reading -= 1
         if self._queued:
             self._dispatch(loop)
-        error = None if done.cancelled() else done.exception()
-        if done.cancelled() or error is not None:  # the connection itself failed
-            for _, future in batch:
-                _settle(future, error=error or asyncio.CancelledError())
-            return
-        for (_, future), (ok, value) in zip(batch, done.result(), strict=True):
-            if ok:
-                _settle(future, result=value)
-            else:
-                _settle(future, error=value)
+
+
+def _deliver(
+    futures: list[asyncio.Future[Any]], answers: list[tuple[bool, Any]] | BaseException
+) -> None:
+    if isinstance(answers, BaseException):  # the connection itself failed
+        for future in futures:
+            _settle(future, error=answers)
+        return
+    for future, (ok, value) in zip(futures, answers, strict=True):
+        if ok:
+            _settle(future, result=value)
+        else:
+            _settle(future, error=value)
+
+
+def _deliver_then_free(
+    deliver: Callable[[list[tuple[bool, Any]] | BaseException], None],
+    freed: Callable[[], None],
+    answers: list[tuple[bool, Any]] | BaseException,
+) -> None:
+    deliver(answers)
+    freed()
 
 
 def _answer_all(conn: Connection, fns: list[Callable[[Connection], Any]]) -> list[tuple[bool, Any]]:
@@ -182,13 +208,28 @@ class ThreadExecutor(_BatchedReads):
         self._writes = ThreadPoolExecutor(1, thread_name_prefix="iobridge-sql-write")
 
     def _read_batch(
-        self, loop: asyncio.AbstractEventLoop, fns: list[Callable[[Connection], Any]]
-    ) -> asyncio.Future[list[tuple[bool, Any]]]:
-        return loop.run_in_executor(self._reads, self._answer_in_thread, fns)
+        self,
+        loop: asyncio.AbstractEventLoop,
+        fns: list[Callable[[Connection], Any]],
+        deliver: Callable[[list[tuple[bool, Any]] | BaseException], None],
+        freed: Callable[[], None],
+    ) -> None:
+        self._reads.submit(self._answer_in_thread, loop, fns, deliver, freed)
 
-    def _answer_in_thread(self, fns: list[Callable[[Connection], Any]]) -> list[tuple[bool, Any]]:
-        with self.engine.connect() as conn:
-            return _answer_all(conn, fns)
+    def _answer_in_thread(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        fns: list[Callable[[Connection], Any]],
+        deliver: Callable[[list[tuple[bool, Any]] | BaseException], None],
+        freed: Callable[[], None],
+    ) -> None:
+        answers: list[tuple[bool, Any]] | BaseException
+        try:
+            with self.engine.connect() as conn:
+                answers = _answer_all(conn, fns)
+        except BaseException as exc:  # handed to the readers, like any answer
+            answers = exc
+        loop.call_soon_threadsafe(_deliver_then_free, deliver, freed, answers)
 
     async def transaction(self, jobs: Sequence[Job]) -> list[Any]:
         loop = asyncio.get_running_loop()
@@ -216,19 +257,36 @@ class AsyncExecutor(_BatchedReads):
     def __init__(self, engine: AsyncEngine, writer: AsyncEngine, *, readers: int = 4) -> None:
         super().__init__(readers)
         self.engine, self._writer = engine, writer
-        self._batches: set[asyncio.Task[list[tuple[bool, Any]]]] = set()
+        self._batches: set[asyncio.Task[None]] = set()
 
     def _read_batch(
-        self, loop: asyncio.AbstractEventLoop, fns: list[Callable[[Connection], Any]]
-    ) -> asyncio.Future[list[tuple[bool, Any]]]:
-        task = loop.create_task(self._answer(fns), name="iobridge-store-reads")
+        self,
+        loop: asyncio.AbstractEventLoop,
+        fns: list[Callable[[Connection], Any]],
+        deliver: Callable[[list[tuple[bool, Any]] | BaseException], None],
+        freed: Callable[[], None],
+    ) -> None:
+        task = loop.create_task(self._answer(fns, deliver, freed), name="iobridge-store-reads")
         self._batches.add(task)  # the loop holds tasks weakly
         task.add_done_callback(self._batches.discard)
-        return task
 
-    async def _answer(self, fns: list[Callable[[Connection], Any]]) -> list[tuple[bool, Any]]:
-        async with self.engine.connect() as conn:
-            return await conn.run_sync(_answer_all, fns)
+    async def _answer(
+        self,
+        fns: list[Callable[[Connection], Any]],
+        deliver: Callable[[list[tuple[bool, Any]] | BaseException], None],
+        freed: Callable[[], None],
+    ) -> None:
+        try:
+            async with self.engine.connect() as conn:
+                # Delivered before the connection's release (its ROLLBACK is a round trip).
+                deliver(await conn.run_sync(_answer_all, fns))
+        except asyncio.CancelledError:
+            deliver(asyncio.CancelledError())
+            raise
+        except Exception as exc:  # answers already delivered are kept
+            deliver(exc)
+        finally:
+            freed()
 
     async def transaction(self, jobs: Sequence[Job]) -> list[Any]:
         async with self._writer.begin() as conn:
