@@ -10,7 +10,8 @@ settings of both ends (``server_ssl_context`` there, ``connect()``'s default cli
 here). After a warm-up round that is not counted, ``--rounds`` rounds alternate the two
 phases (so load from other jobs falls on both alike); it prints each round's rates, ratio and
 CPU per association / handshake on each side (this process's ``time.process_time``, the
-server's scheduler time in ns), then the medians with the spread of the ratio, the p50/p99
+server's scheduler time in ns), then the medians with the spread of the ratio, the ratio of
+CPU per association (client plus server, bare TLS over N-PAMP), the p50/p99
 time from ``connect()`` to the first AG-UI event over every counted round, and the median of
 sequential ``connect()`` calls. Run: ``.venv/bin/python bench/npamp_associations.py
 [--associations N] [--sequential M] [--rounds R]``.
@@ -164,6 +165,11 @@ async def main(associations: int, sequential: int, rounds: int) -> None:
               f"{server / associations * 1e3:15.2f}")
     print(f"ratio (associations / TLS):         {statistics.median(ratios):8.2f}x"
           f"  (rounds {min(ratios):.2f}-{max(ratios):.2f}x)")
+    # Both ends share the machine's cores, so the CPU of both is what bounds the rate; it
+    # moves less with the load of other jobs than the wall-clock rates do.
+    cpu = [(row[1][1] + row[1][2]) / (row[0][1] + row[0][2]) for row in rows]
+    print(f"CPU ratio (TLS / association, client + server): {statistics.median(cpu):.2f}x"
+          f"  (rounds {min(cpu):.2f}-{max(cpu):.2f}x)")
     print(
         f"connect() to first event: p50 {_pct(firsts, 0.5) * 1e3:.0f} ms, "
         f"p99 {_pct(firsts, 0.99) * 1e3:.0f} ms"
