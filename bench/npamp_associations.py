@@ -7,10 +7,14 @@ side (this process, one event loop) opens ``--associations`` N-PAMP associations
 through :func:`iobridge.npamp_server.client.connect` with its default TLS settings, each
 running one short run to its end, then N bare TLS handshakes at once with the very TLS
 settings of both ends (``server_ssl_context`` there, ``connect()``'s default client context
-here). It prints both rates, their ratio, each side's CPU per association / handshake (this
-process's ``time.process_time``, the server's scheduler time in ns), the p50/p99 time from
-``connect()`` to the first AG-UI event, and the median of sequential ``connect()`` calls. Run:
-``.venv/bin/python bench/npamp_associations.py [--associations N] [--sequential M]``.
+here). After a warm-up round that is not counted, ``--rounds`` rounds alternate the two
+phases (so load from other jobs falls on both alike); it prints each round's rates, ratio and
+CPU per association / handshake on each side (this process's ``time.process_time``, the
+server's scheduler time in ns), then the medians with the spread of the ratio, the ratio of
+CPU per association (client plus server, bare TLS over N-PAMP), the p50/p99
+time from ``connect()`` to the first AG-UI event over every counted round, and the median of
+sequential ``connect()`` calls. Run: ``.venv/bin/python bench/npamp_associations.py
+[--associations N] [--sequential M] [--rounds R]``.
 """
 
 from __future__ import annotations
@@ -112,8 +116,11 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def main(associations: int, sequential: int) -> None:
+async def main(associations: int, sequential: int, rounds: int) -> None:
     identity = IdentityKey.generate(SignatureScheme.ED25519)
+    ctx = client_ssl_context(verify=False)  # what connect() uses by default
+    rows: list[tuple[tuple[float, float, float], tuple[float, float, float]]] = []
+    firsts: list[float] = []
     with tempfile.TemporaryDirectory() as tmp, _servers(Path(tmp)) as servers:
         port, tls_port, pin, npamp_pid, tls_pid = servers
         await _association(port, identity, pin, -1)  # warm both ends up
@@ -122,31 +129,55 @@ async def main(associations: int, sequential: int) -> None:
             start = time.perf_counter()
             async with connect("127.0.0.1", port, identity=identity, pinned=[pin]):
                 seq.append(time.perf_counter() - start)
-        cpu = _Cpu(npamp_pid)
-        firsts = await asyncio.gather(
-            *(_association(port, identity, pin, i) for i in range(associations))
-        )
-        assoc = cpu.stop()
-        ctx = client_ssl_context(verify=False)  # what connect() uses by default
-        cpu = _Cpu(tls_pid)
-        await asyncio.gather(*(_bare_tls(tls_port, ctx) for _ in range(associations)))
-        tls = cpu.stop()
+        # Round 0 warms both ends up (first runs, allocator, caches) and is not counted; then
+        # the two phases alternate, so load from other jobs falls on both alike.
+        for round_no in range(rounds + 1):
+            cpu = _Cpu(npamp_pid)
+            got = await asyncio.gather(
+                *(_association(port, identity, pin, round_no * associations + i)
+                  for i in range(associations))
+            )
+            assoc = cpu.stop()
+            cpu = _Cpu(tls_pid)
+            await asyncio.gather(*(_bare_tls(tls_port, ctx) for _ in range(associations)))
+            tls = cpu.stop()
+            if round_no:
+                rows.append((assoc, tls))
+                firsts.extend(got)
 
-    assoc_rate, tls_rate = associations / assoc[0], associations / tls[0]
     print(f"{associations} concurrent, server in its own process, client on one event loop")
     print(f"sequential connect(), median of {sequential}: {statistics.median(seq) * 1e3:.1f} ms")
-    print(f"{'':36}{'per s':>8}{'client CPU ms':>15}{'server CPU ms':>15}  (each)")
-    for name, rate, (_, client, server) in (
-        ("N-PAMP associations (one run each)", assoc_rate, assoc),
-        ("bare TLS 1.3 handshakes", tls_rate, tls),
-    ):
-        print(f"{name:36}{rate:8.1f}{client / associations * 1e3:15.2f}"
+    print(f"{rounds} alternating rounds after a warm-up round; per round:")
+    print(f"{'round':>6}{'assoc/s':>9}{'TLS/s':>9}{'ratio':>8}"
+          f"{'assoc CPU ms client/server':>29}{'TLS CPU ms client/server':>27}")
+    ratios = []
+    for i, ((aw, ac, as_), (tw, tc, ts)) in enumerate(rows, 1):
+        ratios.append(tw / aw)
+        print(f"{i:6}{associations / aw:9.1f}{associations / tw:9.1f}{tw / aw:7.2f}x"
+              f"{_each(ac, associations) + ' / ' + _each(as_, associations):>29}"
+              f"{_each(tc, associations) + ' / ' + _each(ts, associations):>27}")
+    print(f"{'':36}{'per s':>8}{'client CPU ms':>15}{'server CPU ms':>15}  (each, median)")
+    for name, index in (("N-PAMP associations (one run each)", 0), ("bare TLS 1.3 handshakes", 1)):
+        wall = statistics.median(row[index][0] for row in rows)
+        client = statistics.median(row[index][1] for row in rows)
+        server = statistics.median(row[index][2] for row in rows)
+        print(f"{name:36}{associations / wall:8.1f}{client / associations * 1e3:15.2f}"
               f"{server / associations * 1e3:15.2f}")
-    print(f"ratio (associations / TLS):         {assoc_rate / tls_rate:8.2f}x")
+    print(f"ratio (associations / TLS):         {statistics.median(ratios):8.2f}x"
+          f"  (rounds {min(ratios):.2f}-{max(ratios):.2f}x)")
+    # Both ends share the machine's cores, so the CPU of both is what bounds the rate; it
+    # moves less with the load of other jobs than the wall-clock rates do.
+    cpu = [(row[1][1] + row[1][2]) / (row[0][1] + row[0][2]) for row in rows]
+    print(f"CPU ratio (TLS / association, client + server): {statistics.median(cpu):.2f}x"
+          f"  (rounds {min(cpu):.2f}-{max(cpu):.2f}x)")
     print(
         f"connect() to first event: p50 {_pct(firsts, 0.5) * 1e3:.0f} ms, "
         f"p99 {_pct(firsts, 0.99) * 1e3:.0f} ms"
     )
+
+
+def _each(seconds: float, count: int) -> str:
+    return f"{seconds / count * 1e3:.2f}"
 
 
 class _Cpu:
@@ -169,5 +200,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--associations", type=int, default=200)
     parser.add_argument("--sequential", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    asyncio.run(main(args.associations, args.sequential))
+    asyncio.run(main(args.associations, args.sequential, args.rounds))

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import Any
 
 import pytest
 
+from iobridge.agents import demo
 from iobridge.agents.demo import MAX_CALLS, DemoAgent, calculate, find_expression
+from iobridge.app import Backend
+from iobridge.auth import ANONYMOUS
+from iobridge.config import Settings
 from iobridge.errors import InputError
 
 
@@ -116,3 +122,38 @@ async def test_calculate(expression: str, value: Any) -> None:
 async def test_calculate_refuses_beyond_its_bounds(expression: str, message: str) -> None:
     with pytest.raises(InputError, match=message):
         await calculate.invoke({"expression": expression})
+
+
+async def _reply(text: str, monkeypatch: pytest.MonkeyPatch) -> tuple[str, int]:
+    """The demo agent's answer to ``text`` through a Backend, and how many plans ran in a
+    worker thread."""
+    threaded = 0
+    real_to_thread = asyncio.to_thread
+
+    async def counting_to_thread(func: Any, /, *args: Any, **kwargs: Any) -> Any:
+        nonlocal threaded
+        threaded += 1
+        return await real_to_thread(func, *args, **kwargs)
+
+    monkeypatch.setattr(demo.asyncio, "to_thread", counting_to_thread)
+    async with Backend(Settings(database_url="memory://")) as backend:
+        run = await backend.start_run(ANONYMOUS, {
+            "threadId": "t", "runId": "r",
+            "messages": [{"id": "m", "role": "user", "content": text}]})
+        await run.task
+        events = [json.loads(data) for _, data in run.log.entries(0)]
+    words = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+    return words, threaded
+
+
+async def test_short_messages_are_planned_on_the_loop_long_ones_in_a_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    short = "hello there"  # asks for no tool: the only worker thread can be the plan's
+    words, threaded = await _reply(short, monkeypatch)
+    assert words.startswith("You said: hello there. I am the offline demo agent")
+    assert threaded == 0
+    at_limit = short + " " * (demo.INLINE_PLAN_CHARS - len(short))
+    quoted = words.replace("there.", "there….")  # beyond ECHO_LENGTH: the echo is cut
+    assert await _reply(at_limit, monkeypatch) == (quoted, 0)
+    assert await _reply(at_limit + " ", monkeypatch) == (quoted, 1)  # same plan, off the loop

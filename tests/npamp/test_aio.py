@@ -264,6 +264,30 @@ async def test_handshake_timeout(certs: tuple[Path, Path]) -> None:
         server.close()
 
 
+async def test_tls_handshake_timeout_is_transport_error(certs: tuple[Path, Path]) -> None:
+    """A TCP server that never answers TLS: connect() gives up after the step timeout with a
+    TransportError, and the caller's task is not left cancelled."""
+    client_cfg, _ = _configs(timeout=0.3)
+    held: list[asyncio.StreamWriter] = []
+    server = await asyncio.start_server(lambda r, w: held.append(w), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    loop = asyncio.get_running_loop()
+    try:
+        start = loop.time()
+        async with asyncio.timeout(5):
+            with pytest.raises(TransportError, match="TLS connection to"):
+                async with connect("127.0.0.1", port, client_ssl_context(certs[0]), client_cfg):
+                    pass
+        assert loop.time() - start < 3
+        current = asyncio.current_task()
+        assert current is not None and current.cancelling() == 0
+        assert held  # the TCP connection was accepted: only TLS stayed silent
+    finally:
+        for writer in held:
+            writer.close()
+        server.close()
+
+
 async def test_tampered_frame_from_raw_server_kills_association(certs: tuple[Path, Path]) -> None:
     """A server that is not N-PAMP at all answers with a corrupt header."""
     client_cfg, _ = _configs()

@@ -212,3 +212,32 @@ def test_hkdf_expand_length_bounds(length: int) -> None:
     with pytest.raises(ValueError):
         ks.hkdf_expand(bytes(32), b"", length, "sha256")
     assert len(ks.hkdf_expand(bytes(32), b"", 255 * 32, "sha256")) == 255 * 32
+
+
+@given(
+    secret=st.binary(min_size=32, max_size=48),
+    direction=st.integers(0, 1),
+    epoch=st.integers(0, (1 << 64) - 1),
+    suite=st.integers(0, 0xFFFF),
+    channel=st.integers(0, 0xFFFF),
+    hash_name=st.sampled_from(["sha256", "sha384"]),
+)
+def test_traffic_derivations_equal_expand_label(
+    secret: bytes, direction: int, epoch: int, suite: int, channel: int, hash_name: ks.HashName
+) -> None:
+    """The one-HMAC paths of traffic_secret / traffic_keys are HKDF-Expand-Label exactly."""
+    ctx = ks.traffic_context(direction, epoch, suite, channel)
+    size = ks.hash_len(hash_name)
+    expected = ks.hkdf_expand_label(secret, "traffic", ctx, size, hash_name)
+    assert ks.traffic_secret(secret, direction, epoch, suite, channel, hash_name) == expected
+    assert ks.traffic_keys(secret, hash_name) == (
+        ks.hkdf_expand_label(secret, "key", b"", 32, hash_name),
+        ks.hkdf_expand_label(secret, "iv", b"", 12, hash_name),
+    )
+
+
+def test_traffic_derivations_refuse_an_unsupported_hash() -> None:
+    with pytest.raises(ValueError, match="unsupported KDF hash"):
+        ks.traffic_secret(bytes(32), 0, 0, 1, 0, "md5")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unsupported KDF hash"):
+        ks.traffic_keys(bytes(32), "md5")  # type: ignore[arg-type]

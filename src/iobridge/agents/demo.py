@@ -17,8 +17,9 @@ tools; at most ``MAX_CALLS``). Replies stream word by word; after tool results (
 run, or in the next run in next-run mode) it reports each result.
 
 It is what a fresh server exposes, so hostile text must not hurt: it reads the first
-``MAX_TEXT`` characters of a message, in linear passes off the event loop (no backtracking
-regex over user text; the cost does not grow with the number of declared tools), and
+``MAX_TEXT`` characters of a message, in linear passes, off the event loop beyond
+``INLINE_PLAN_CHARS`` characters (no backtracking regex over user text; the cost does not
+grow with the number of declared tools), and
 ``calculate`` refuses, with a tool error,
 expressions beyond ``MAX_EXPRESSION_LENGTH`` characters or ``MAX_NODES`` parts, exponents
 beyond ``MAX_EXPONENT`` and integers beyond ``MAX_INT_BITS`` bits, *before* computing them.
@@ -55,6 +56,9 @@ MAX_CALLS = 16
 ECHO_LENGTH = 200
 #: Characters of a message the agent reads (tool names, arguments, expressions).
 MAX_TEXT = 100_000
+#: Messages up to this many characters are planned on the event loop: a worker thread's
+#: hand-off (submit, wake-up, GIL hand-over, the loop's wake-up) costs more than reading them.
+INLINE_PLAN_CHARS = 4096
 #: The command that asks for an approval (an interrupt), and the answer it expects.
 APPROVE = "approve"
 APPROVAL_SCHEMA = {
@@ -298,7 +302,10 @@ class DemoAgent(Agent):
                 yield word
             return
         # Reading a long message is linear but not free: keep it off the event loop.
-        calls = await asyncio.to_thread(self.plan, text[:MAX_TEXT], ctx.frontend_tools)
+        if len(text) <= INLINE_PLAN_CHARS:
+            calls = self.plan(text, ctx.frontend_tools)
+        else:
+            calls = await asyncio.to_thread(self.plan, text[:MAX_TEXT], ctx.frontend_tools)
         if not calls:
             quoted = " ".join(text[:ECHO_LENGTH].split()) or "(nothing)"
             if len(text) > ECHO_LENGTH:

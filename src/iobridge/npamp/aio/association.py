@@ -321,12 +321,11 @@ async def connect(
         HandshakeFailure: The N-PAMP handshake failed (subclass says why).
     """
     try:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(
+        # A timeout scope, not wait_for: that would run the connect in a task of its own.
+        async with asyncio.timeout(config.handshake_timeout):
+            reader, writer = await asyncio.open_connection(
                 host, port, ssl=ssl_ctx, ssl_handshake_timeout=config.handshake_timeout
-            ),
-            config.handshake_timeout,
-        )
+            )
     except (OSError, ssl.SSLError, TimeoutError) as exc:
         raise TransportError(f"TLS connection to {host}:{port} failed: {exc!r}") from exc
     conn = NpampConnection(ClientHandshake(config.handshake), config=config.association)

@@ -196,14 +196,42 @@ def traffic_secret(
     ``parent`` is ``c_hs``/``s_hs`` for the AUTH frames and ``master`` afterwards.
     """
     ctx = traffic_context(direction, epoch, suite, channel)
-    return hkdf_expand_label(parent, "traffic", ctx, hash_len(hash_name), hash_name)
+    try:
+        info = _TRAFFIC_INFO[hash_name]
+    except KeyError:
+        raise ValueError(f"unsupported KDF hash {hash_name!r}") from None
+    return hmac.digest(parent, info + ctx + b"\x01", hash_name)
 
 
 def traffic_keys(secret: bytes, hash_name: HashName) -> tuple[bytes, bytes]:
     """Return ``(key[32], iv[12])`` from a traffic secret."""
-    key = hkdf_expand_label(secret, "key", b"", AEAD_KEY_LEN, hash_name)
-    iv = hkdf_expand_label(secret, "iv", b"", AEAD_IV_LEN, hash_name)
+    hash_len(hash_name)  # refuses an unsupported hash, as hkdf_expand_label does
+    key = hmac.digest(secret, _KEY_INFO, hash_name)[:AEAD_KEY_LEN]
+    iv = hmac.digest(secret, _IV_INFO, hash_name)[:AEAD_IV_LEN]
     return key, iv
+
+
+def _one_block_info(label: str, length: int, context_len: int) -> bytes:
+    """The Expand-Label ``info`` up to the context's length octet, for a one-block expand
+    (``length`` <= HashLen: ``T(1) = HMAC(PRK, info || 0x01)``).
+
+    Every cipher an association sets up derives a traffic secret, a key and an IV: with these
+    octets built once per process, each is one HMAC call (the KATs pin the output, a test
+    compares it with :func:`hkdf_expand_label`).
+    """
+    full = LABEL_PREFIX + label.encode("ascii")
+    return length.to_bytes(2, "big") + bytes([len(full)]) + full + bytes([context_len])
+
+
+_TRAFFIC_CONTEXT_LEN = 13
+#: ``info`` of the traffic secret without its 13-octet context, per hash.
+_TRAFFIC_INFO: dict[str, bytes] = {
+    name: _one_block_info("traffic", size, _TRAFFIC_CONTEXT_LEN)
+    for name, size in _HASH_LENS.items()
+}
+#: ``info || 0x01`` of the AEAD key and IV (empty context).
+_KEY_INFO = _one_block_info("key", AEAD_KEY_LEN, 0) + b"\x01"
+_IV_INFO = _one_block_info("iv", AEAD_IV_LEN, 0) + b"\x01"
 
 
 def application_keys(
