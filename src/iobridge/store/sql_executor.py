@@ -48,6 +48,10 @@ Combine = Callable[[Connection, list[Job]], list[tuple[bool, Any]]]
 #: connection; each one's ``(True, answer)`` or ``(False, error)``, in order. An error it
 #: raises makes each read run alone.
 ReadMany = Callable[[Connection, list[Any]], list[tuple[bool, Any]]]
+#: Each read's ``(True, answer)`` or ``(False, error)``, in order.
+Answers = list[tuple[bool, Any]]
+#: Hands a batch's answers (or the error that failed its connection) to its readers.
+Deliver = Callable[[Answers | BaseException], None]
 
 #: Jobs committed together at most, and queued at most.
 MAX_BATCH = 256
@@ -103,7 +107,7 @@ class _BatchedReads(SqlExecutor):
         self,
         loop: asyncio.AbstractEventLoop,
         fns: list[Callable[[Connection], Any]],
-        deliver: Callable[[list[tuple[bool, Any]] | BaseException], None],
+        deliver: Deliver,
         freed: Callable[[], None],
     ) -> None:
         """Start answering ``fns`` on one connection (``_answer_all``); on the loop, call
@@ -135,7 +139,7 @@ class _BatchedReads(SqlExecutor):
 
 
 def _deliver(
-    futures: list[asyncio.Future[Any]], answers: list[tuple[bool, Any]] | BaseException
+    futures: list[asyncio.Future[Any]], answers: Answers | BaseException
 ) -> None:
     if isinstance(answers, BaseException):  # the connection itself failed
         for future in futures:
@@ -149,9 +153,9 @@ def _deliver(
 
 
 def _deliver_then_free(
-    deliver: Callable[[list[tuple[bool, Any]] | BaseException], None],
+    deliver: Deliver,
     freed: Callable[[], None],
-    answers: list[tuple[bool, Any]] | BaseException,
+    answers: Answers | BaseException,
 ) -> None:
     deliver(answers)
     freed()
@@ -211,7 +215,7 @@ class ThreadExecutor(_BatchedReads):
         self,
         loop: asyncio.AbstractEventLoop,
         fns: list[Callable[[Connection], Any]],
-        deliver: Callable[[list[tuple[bool, Any]] | BaseException], None],
+        deliver: Deliver,
         freed: Callable[[], None],
     ) -> None:
         self._reads.submit(self._answer_in_thread, loop, fns, deliver, freed)
@@ -220,10 +224,10 @@ class ThreadExecutor(_BatchedReads):
         self,
         loop: asyncio.AbstractEventLoop,
         fns: list[Callable[[Connection], Any]],
-        deliver: Callable[[list[tuple[bool, Any]] | BaseException], None],
+        deliver: Deliver,
         freed: Callable[[], None],
     ) -> None:
-        answers: list[tuple[bool, Any]] | BaseException
+        answers: Answers | BaseException
         try:
             with self.engine.connect() as conn:
                 answers = _answer_all(conn, fns)
@@ -263,7 +267,7 @@ class AsyncExecutor(_BatchedReads):
         self,
         loop: asyncio.AbstractEventLoop,
         fns: list[Callable[[Connection], Any]],
-        deliver: Callable[[list[tuple[bool, Any]] | BaseException], None],
+        deliver: Deliver,
         freed: Callable[[], None],
     ) -> None:
         task = loop.create_task(self._answer(fns, deliver, freed), name="iobridge-store-reads")
@@ -273,7 +277,7 @@ class AsyncExecutor(_BatchedReads):
     async def _answer(
         self,
         fns: list[Callable[[Connection], Any]],
-        deliver: Callable[[list[tuple[bool, Any]] | BaseException], None],
+        deliver: Deliver,
         freed: Callable[[], None],
     ) -> None:
         try:
