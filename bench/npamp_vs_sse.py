@@ -13,10 +13,11 @@ before TLS. Run: ``.venv/bin/python bench/npamp_vs_sse.py [--deltas N] [--rounds
 [--processes]``.
 
 The replays are done ``--rounds`` times (default 7), N-PAMP and SSE alternated so both see the
-same share of a shared machine's load, after one uncounted warm-up replay of each (the first
-transfer of each paid for cold caches and first-call set-up, and was always the slowest round);
-the table shows the fastest of each, and the ratio line also the median of the rounds' own
-ratios and each of them. Every row has this process's (the client's) CPU per event.
+same share of a shared machine's load, after one uncounted warm-up replay of each (so no
+counted round pays for first connections, first calls and cold caches); the table shows the
+fastest of each, and the ratio line also the median of the rounds' own ratios (steadier than
+best vs best on a loaded machine) and each of them. Every row has this process's (the
+client's) CPU per event.
 
 ``--processes``: the server (HTTP and N-PAMP listeners on one Backend) runs in its own process
 and this process is only the client, so neither end's work is counted in the other's time.
