@@ -64,7 +64,7 @@ MUTATE_npamp := $(NPAMP)/wire/frame.py $(NPAMP)/record/cipher.py $(NPAMP)/handsh
 # ReceiveState.open_run) that only a whole association takes.
 TESTS_npamp := tests/npamp/test_frame.py tests/npamp/test_record.py tests/npamp/test_handshake.py \
 	tests/npamp/test_handshake_kat.py tests/npamp/test_bridge.py tests/npamp/test_stream.py \
-	tests/npamp/test_connection.py tests/npamp/test_aio.py
+	tests/npamp/test_connection.py tests/npamp/test_aio.py tests/npamp/test_compiled_paths.py
 MUTATE_runtime := src/iobridge/runtime/*.py
 TESTS_runtime := tests/runtime tests/http/test_runs.py tests/http/test_function_agents.py \
 	tests/observability/test_metrics.py tests/observability/test_tracing.py

@@ -9,11 +9,15 @@ Both clients decode every event's JSON. Client and server share one process and 
 the N-PAMP figures include both ends' per-frame work (seal/open, Bridge TLVs, one write per
 frame). Wire bytes: SSE counts the HTTP response body (``id:``/``data:`` framing, before TLS, no
 headers); N-PAMP counts whole frames (36-octet header + Bridge TLVs + event + 16-octet AEAD tag),
-before TLS. Run: ``.venv/bin/python bench/npamp_vs_sse.py [--deltas N] [--rounds R]``.
+before TLS. Run: ``.venv/bin/python bench/npamp_vs_sse.py [--deltas N] [--rounds R]
+[--processes]``.
 
-The replays are done ``--rounds`` times (default 3), N-PAMP and SSE alternated so both see the
-same share of a shared machine's load; the table shows the fastest of each, and the ratio line
-also each round's own ratio. Every row has this process's (the client's) CPU per event.
+The replays are done ``--rounds`` times (default 7), N-PAMP and SSE alternated so both see the
+same share of a shared machine's load, after one uncounted warm-up replay of each (so no
+counted round pays for first connections, first calls and cold caches); the table shows the
+fastest of each, and the ratio line also the median of the rounds' own ratios (steadier than
+best vs best on a loaded machine) and each of them. Every row has this process's (the
+client's) CPU per event.
 
 ``--processes``: the server (HTTP and N-PAMP listeners on one Backend) runs in its own process
 and this process is only the client, so neither end's work is counted in the other's time.
@@ -27,6 +31,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -167,6 +172,9 @@ async def _client(
         corr = stream.correlation_id
     replays: list[_Transfer] = []
     sses: list[_Transfer] = []
+    async with connect("127.0.0.1", npamp_port, identity=client_key, pinned=pins) as c:
+        await _npamp(c, c.resume(corr, 0))  # warm-up of each transport, not counted
+    await _sse(http_port)
     for _ in range(rounds):  # alternated, so both see the same share of the machine's load
         async with connect("127.0.0.1", npamp_port, identity=client_key, pinned=pins) as c:
             replays.append(await _measure(pid, _npamp(c, c.resume(corr, 0))))
@@ -176,7 +184,7 @@ async def _client(
     sse = min(sses, key=lambda t: t.seconds)
     where = "server in its own process" if pid is not None else "client and server in one process"
     print(f"one run, {deltas} text deltas, {sse.events} AG-UI events (same log, same octets); "
-          f"{where}; replays: best of {rounds}, alternated")
+          f"{where}; replays: best of {rounds}, alternated, after one warm-up each")
     cpu_head = f"{'server CPU us/ev':>17}" if pid is not None else ""
     print(f"{'transport':<28}{'events':>8}{'seconds':>10}{'events/s':>12}{'bytes/event':>13}"
           f"{cpu_head}{'client CPU us/ev':>17}")
@@ -194,7 +202,8 @@ async def _client(
     )
     per_round = ", ".join(f"{x:.2f}" for x in ratios)
     print(f"events/s ratio, N-PAMP replay / SSE replay: {sse.seconds / replay.seconds:.2f}x "
-          f"(best vs best; each round: {per_round})")
+          f"best vs best, {statistics.median(ratios):.2f}x median of rounds "
+          f"(each round, sorted: {per_round})")
     if pid is not None and sse.server_cpu > 0:
         per_npamp, per_sse = replay.server_cpu / replay.events, sse.server_cpu / sse.events
         print(f"server CPU per event, N-PAMP replay / SSE replay: {per_npamp / per_sse:.2f}x")
@@ -235,7 +244,7 @@ def processes(deltas: int, rounds: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--deltas", type=int, default=10_000)
-    parser.add_argument("--rounds", type=int, default=3,
+    parser.add_argument("--rounds", type=int, default=7,
                         help="replays of each transport, alternated; the best of each is shown")
     parser.add_argument("--processes", action="store_true",
                         help="server in its own process; report its CPU per event")

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from iobridge.npamp.bridge import AGUI_PROTOCOL_ID, BridgeSession
 from iobridge.npamp.bridge import envelope as b
+from iobridge.npamp.bridge import session as session_module
 from iobridge.npamp.bridge.events import (
     BridgeErrorReceived,
     BridgeFrameRejected,
@@ -49,6 +50,14 @@ def pump(src: BridgeSession, dst: BridgeSession) -> list[Event]:
 
 def decode(frames: list[tuple[int, bytes]]) -> list[b.BridgeMessage]:
     return [b.pull_bridge_message(ft, p, stream_control_required=True) for ft, p in frames]
+
+
+@pytest.fixture(autouse=True, params=["compiled", "reference"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test on both session paths: the compiled data runs and the Python reference."""
+    if request.param == "reference":
+        monkeypatch.setattr(session_module, "_speedups", None)
+    return str(request.param)
 
 
 @pytest.fixture

@@ -32,6 +32,7 @@ from iobridge.npamp.bridge.envelope import (
     push_envelope,
 )
 from iobridge.npamp_server import client as agui_client
+from iobridge.npamp_server import server as server_module
 from iobridge.npamp_server.client import AgUiEvent, RunRefused
 
 from .conftest import BRIDGE, DISCOVERY, INTERACTION, WAIT, Harness, StartHarness
@@ -460,6 +461,25 @@ async def test_clause5_resume_on_a_new_association_delivers_every_event_once(
         assert [(e.event_id, e.raw) for e in seen] == log_of(h, "r1")
         assert seen[-1].type == "RUN_FINISHED"
         assert resumed.ended and not resumed.cancelled
+
+
+async def test_a_replay_larger_than_one_write_is_carried_in_slices_in_order(
+    harness: StartHarness, client_key: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resume from 0 replays the retained log as one batch, written SEND_SLICE events at a
+    time: every event once, in order, then the END (here 2 per write: 8 writes)."""
+    monkeypatch.setattr(server_module, "SEND_SLICE", 2)
+    async with harness(agents=[counting_agent()]) as h:
+        async with h.client(client_key) as client:
+            stream = client.run(run_body("x", agentId="count"))
+            await collect(stream)
+        async with h.client(client_key) as client:
+            replayed = client.resume(stream.correlation_id, 0)
+            events = await collect(replayed)
+        log = log_of(h, "r1")
+        assert len(log) > 2 * server_module.SEND_SLICE
+        assert [(e.event_id, e.raw) for e in events] == log
+        assert replayed.ended and events[-1].type == "RUN_FINISHED"
 
 
 async def test_resume_is_refused_for_another_principal(

@@ -9,6 +9,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <openssl/evp.h>
 #include <stdint.h>
 #include <string.h>
@@ -146,25 +147,30 @@ static int seal_one(Cipher *self, unsigned char *buf, unsigned verflags, unsigne
            EVP_CIPHER_CTX_ctrl(self->enc, EVP_CTRL_GCM_GET_TAG, TAG, buf + HEADER + n) == 1;
 }
 
-/* seal_many(verflags, channel, seq, [(frame_type, plaintext), ...]) -> the frames back to back,
- * sequence numbers seq, seq+1, ...: one allocation for the whole batch (one write). Every
- * plaintext must be bytes. */
+/* seal_many(verflags, channel, seq, [(frame_type, plaintext), ...], limit) -> the frames back
+ * to back, sequence numbers seq, seq+1, ...: one allocation for the whole batch (one write).
+ * None, before sealing anything, when a plaintext is not bytes or is longer than ``limit``
+ * (the caller then seals frame by frame). */
 static PyObject *Cipher_seal_many(Cipher *self, PyObject *args) {
     unsigned verflags, ch;
     unsigned long long seq;
     PyObject *frames;
-    if (!PyArg_ParseTuple(args, "IIKO!", &verflags, &ch, &seq, &PyList_Type, &frames)) return NULL;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTuple(args, "IIKO!n", &verflags, &ch, &seq, &PyList_Type, &frames, &limit))
+        return NULL;
     Py_ssize_t count = PyList_GET_SIZE(frames), total = 0;
     if (!check_fields(verflags, 1, ch)) return NULL;
+    if (limit > 0x7FFFFFFF - HEADER - TAG) limit = 0x7FFFFFFF - HEADER - TAG;
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *item = PyList_GET_ITEM(frames, i);
-        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2 ||
-            !PyBytes_Check(PyTuple_GET_ITEM(item, 1))) {
-            PyErr_SetString(PyExc_TypeError, "frames must be (frame_type, bytes) tuples");
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
+            PyErr_SetString(PyExc_TypeError, "frames must be (frame_type, plaintext) tuples");
             return NULL;
         }
-        Py_ssize_t n = PyBytes_GET_SIZE(PyTuple_GET_ITEM(item, 1));
-        if (n > 0x7FFFFFFF - HEADER - TAG || total > PY_SSIZE_T_MAX - HEADER - TAG - n) {
+        PyObject *pt = PyTuple_GET_ITEM(item, 1);
+        if (!PyBytes_CheckExact(pt) || PyBytes_GET_SIZE(pt) > limit) Py_RETURN_NONE;
+        Py_ssize_t n = PyBytes_GET_SIZE(pt);
+        if (total > PY_SSIZE_T_MAX - HEADER - TAG - n) {
             PyErr_SetString(PyExc_OverflowError, "payload too large");
             return NULL;
         }
@@ -439,8 +445,8 @@ static PyObject *pull_frame(PyObject *module, PyObject *args) {
     return out;
 }
 
-/* open_frames(buf, pos, channel, seq, cap, max_sealed, stop) -> (pos, seq, [(type, seq, urgent,
- * plaintext), ...]).
+/* open_frames(buf, pos, channel, seq, cap, max_sealed, stop, make) -> (pos, seq,
+ * [make(channel, type, plaintext, seq, urgent), ...]).
  *
  * The receive loop of an open association for a run of ordinary frames on one channel: decode
  * each whole frame at buf[pos:], check it (header rules, this channel, ENC, exactly the expected
@@ -454,11 +460,12 @@ static PyObject *Cipher_open_frames(Cipher *self, PyObject *args) {
     Py_ssize_t pos, max_sealed;
     unsigned ch;
     unsigned long long seq, cap;
-    PyObject *stop;
-    if (!PyArg_ParseTuple(args, "y*nIKKnO!", &view, &pos, &ch, &seq, &cap, &max_sealed,
-                          &PyFrozenSet_Type, &stop))
+    PyObject *stop, *make;
+    if (!PyArg_ParseTuple(args, "y*nIKKnO!O", &view, &pos, &ch, &seq, &cap, &max_sealed,
+                          &PyFrozenSet_Type, &stop, &make))
         return NULL;
-    PyObject *frames = PyList_New(0);
+    PyObject *channel = PyLong_FromUnsignedLong(ch);
+    PyObject *frames = channel == NULL ? NULL : PyList_New(0);
     const unsigned char *base = (const unsigned char *)view.buf;
     while (frames != NULL && pos >= 0 && view.len - pos >= HEADER) {
         const unsigned char *h = base + pos;
@@ -488,8 +495,12 @@ static PyObject *Cipher_open_frames(Cipher *self, PyObject *args) {
                  EVP_CIPHER_CTX_ctrl(self->dec, EVP_CTRL_GCM_SET_TAG, TAG, (void *)(in + n)) == 1 &&
                  EVP_DecryptFinal_ex(self->dec, out + len, &fin) == 1;
         if (!ok) { Py_DECREF(type); Py_DECREF(plaintext); break; } /* forged: the caller raises */
-        PyObject *item = Py_BuildValue("(NKON)", type, seq, (f.flags & 0x01) ? Py_True : Py_False,
-                                       plaintext);
+        PyObject *seq_obj = PyLong_FromUnsignedLongLong(seq);
+        PyObject *argv[5] = {channel, type, plaintext, seq_obj, (f.flags & 0x01) ? Py_True : Py_False};
+        PyObject *item = seq_obj == NULL ? NULL : PyObject_Vectorcall(make, argv, 5, NULL);
+        Py_DECREF(type);
+        Py_DECREF(plaintext);
+        Py_XDECREF(seq_obj);
         if (item == NULL || PyList_Append(frames, item) < 0) {
             Py_XDECREF(item);
             Py_CLEAR(frames);
@@ -500,8 +511,319 @@ static PyObject *Cipher_open_frames(Cipher *self, PyObject *args) {
         seq++;
     }
     PyBuffer_Release(&view);
+    Py_XDECREF(channel);
     if (frames == NULL) return NULL;
     return Py_BuildValue("(nKN)", pos, seq, frames);
+}
+
+
+/* Maker(cls, slots) -> a callable: maker(v0, v1, ...) builds ``cls`` without calling its
+ * __init__, storing each value through the matching slot descriptor (the slots' own __set__,
+ * which a frozen dataclass's __setattr__ does not guard). The compiled twin of
+ * _makers.positional_maker: the same objects, for values the caller already checked. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyTypeObject *cls;
+    PyObject *slots; /* tuple of member descriptors, in argument order */
+} Maker;
+
+static PyObject *maker_build(Maker *self, PyObject *const *args, Py_ssize_t n) {
+    PyObject *obj = self->cls->tp_alloc(self->cls, 0);
+    if (obj == NULL) return NULL;
+    int tracked = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *slot = PyTuple_GET_ITEM(self->slots, i);
+        if (Py_TYPE(slot)->tp_descr_set(slot, obj, args[i]) < 0) {
+            Py_DECREF(obj);
+            return NULL;
+        }
+        tracked |= PyObject_GC_IsTracked(args[i]);
+    }
+    /* Like a tuple of atoms (which the collector untracks): an object whose values can hold
+     * no reference cycle need not be scanned by the cyclic GC. Thousands of events waiting in
+     * a stream's queue otherwise make every collection walk them. */
+    if (!tracked && PyObject_GC_IsTracked(obj)) PyObject_GC_UnTrack(obj);
+    return obj;
+}
+
+static PyObject *Maker_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf,
+                                  PyObject *kwnames) {
+    Maker *self = (Maker *)callable;
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if ((kwnames != NULL && PyTuple_GET_SIZE(kwnames)) || n != PyTuple_GET_SIZE(self->slots)) {
+        PyErr_Format(PyExc_TypeError, "%s maker takes exactly %zd positional arguments",
+                     self->cls->tp_name, PyTuple_GET_SIZE(self->slots));
+        return NULL;
+    }
+    return maker_build(self, args, n);
+}
+
+static int Maker_init(Maker *self, PyObject *args, PyObject *kwds) {
+    PyTypeObject *cls;
+    PyObject *slots;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyType_Type, &cls, &PyTuple_Type, &slots)) return -1;
+    if (cls->tp_new != PyBaseObject_Type.tp_new) {
+        PyErr_SetString(PyExc_TypeError, "the class must not define __new__");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(slots); i++) {
+        PyObject *slot = PyTuple_GET_ITEM(slots, i);
+        if (!PyObject_TypeCheck(slot, &PyMemberDescr_Type) ||
+            !PyType_IsSubtype(cls, PyDescr_TYPE(slot))) {
+            PyErr_SetString(PyExc_TypeError, "slots must be the class's slot descriptors");
+            return -1;
+        }
+    }
+    Py_INCREF(cls);
+    Py_INCREF(slots);
+    Py_XSETREF(self->cls, cls);
+    Py_XSETREF(self->slots, slots);
+    self->vectorcall = Maker_vectorcall;
+    return 0;
+}
+
+static int Maker_traverse(Maker *self, visitproc visit, void *arg) {
+    Py_VISIT(self->cls);
+    Py_VISIT(self->slots);
+    return 0;
+}
+
+static int Maker_clear(Maker *self) {
+    Py_CLEAR(self->cls);
+    Py_CLEAR(self->slots);
+    return 0;
+}
+
+static void Maker_dealloc(Maker *self) {
+    PyObject_GC_UnTrack(self);
+    Maker_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Maker_call(PyObject *self, PyObject *args, PyObject *kwds) {
+    if (((Maker *)self)->cls == NULL) {
+        PyErr_SetString(PyExc_TypeError, "uninitialised maker");
+        return NULL;
+    }
+    return PyVectorcall_Call(self, args, kwds);
+}
+
+static PyMemberDef Maker_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(Maker, vectorcall), READONLY, NULL},
+    {NULL},
+};
+
+static PyTypeObject MakerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "iobridge.npamp._speedups.Maker",
+    .tp_basicsize = sizeof(Maker),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "Positional constructor of a slotted class (internal).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Maker_init,
+    .tp_dealloc = (destructor)Maker_dealloc,
+    .tp_traverse = (traverseproc)Maker_traverse,
+    .tp_clear = (inquiry)Maker_clear,
+    .tp_call = Maker_call,
+    .tp_vectorcall_offset = offsetof(Maker, vectorcall),
+    .tp_members = Maker_members,
+};
+
+
+#define TLV_HEADER 4
+#define SC_TLV 15 /* StreamControl TLV: type(2) length(2) version(1) control(1) flags(1) id(8) */
+#define BRIDGE_STREAM_DATA 0x0104
+
+/* stream_data(frames, start, envelope, last_event_id, correlation_id, make, events)
+ *   -> (index, last_event_id, resumable)
+ *
+ * The consumer's per-event path of one CC-STREAM stream (bridge/session.py has the Python
+ * twin). From frames[start], for each (BRIDGE_STREAM_DATA, payload) whose payload is exactly:
+ * the stream's learned envelope TLV octets, then a StreamControl TLV of Length 11, version 1,
+ * control DATA, cancel_ack clear, an event_id above the last one, then anything but another
+ * StreamControl (0x0011) or SafetyLabel (0x0013) TLV: append make(correlation_id, event_id,
+ * body, resumable) to ``events``. It stops at the first item that is anything else, which the
+ * caller's full decoder then takes (and rejects with the precise error, or accepts). Returns
+ * the index it stopped at, the last event_id taken and that frame's resumable flag. */
+static PyObject *stream_data(PyObject *module, PyObject *args) {
+    PyObject *frames, *envelope, *corr, *make, *events;
+    Py_ssize_t i;
+    unsigned long long last;
+    if (!PyArg_ParseTuple(args, "O!nO!KOOO!", &PyList_Type, &frames, &i, &PyBytes_Type,
+                          &envelope, &last, &corr, &make, &PyList_Type, &events))
+        return NULL;
+    const char *env = PyBytes_AS_STRING(envelope);
+    Py_ssize_t env_len = PyBytes_GET_SIZE(envelope);
+    int resumable = 0;
+    for (; i >= 0 && i < PyList_GET_SIZE(frames); i++) {
+        PyObject *item = PyList_GET_ITEM(frames, i);
+        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2) break;
+        PyObject *type = PyTuple_GET_ITEM(item, 0), *payload = PyTuple_GET_ITEM(item, 1);
+        if (!PyLong_Check(type) || !PyBytes_CheckExact(payload)) break;
+        int overflow = 0;
+        if (PyLong_AsLongAndOverflow(type, &overflow) != BRIDGE_STREAM_DATA) break;
+        const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(payload);
+        Py_ssize_t n = PyBytes_GET_SIZE(payload), end = env_len + SC_TLV;
+        if (n < end || memcmp(p, env, (size_t)env_len) != 0) break;
+        const unsigned char *sc = p + env_len;
+        if (sc[0] != 0x00 || sc[1] != 0x11 || sc[2] != 0x00 || sc[3] != 11 || sc[4] != 0x01 ||
+            sc[5] != 0x00 || (sc[6] & 0x02))
+            break;
+        uint64_t event_id = 0;
+        for (int k = 7; k < SC_TLV; k++) event_id = (event_id << 8) | sc[k];
+        if (event_id <= last) break;
+        if (n - end >= TLV_HEADER && p[end] == 0x00 && (p[end + 1] == 0x11 || p[end + 1] == 0x13))
+            break;
+        PyObject *argv[4] = {corr, NULL, NULL, (sc[6] & 0x01) ? Py_True : Py_False};
+        argv[1] = PyLong_FromUnsignedLongLong(event_id);
+        argv[2] = argv[1] ? PyBytes_FromStringAndSize((const char *)p + end, n - end) : NULL;
+        PyObject *event = argv[2] ? PyObject_Vectorcall(make, argv, 4, NULL) : NULL;
+        Py_XDECREF(argv[1]);
+        Py_XDECREF(argv[2]);
+        if (event == NULL) return NULL;
+        int failed = PyList_Append(events, event);
+        Py_DECREF(event);
+        if (failed) return NULL;
+        last = event_id;
+        resumable = sc[6] & 0x01;
+    }
+    return Py_BuildValue("(nKO)", i, last, resumable ? Py_True : Py_False);
+}
+
+
+/* sendable(frames, refused, max_plaintext) -> how many leading (frame_type, payload) items
+ * an application frame may be (NpampConnection._check_frame is the reference): a frame type in
+ * 1..0xFFFF not in ``refused``, a bytes payload of at most ``max_plaintext`` octets. The caller
+ * checks the items from there on with the reference, which raises the precise error. */
+static PyObject *sendable(PyObject *module, PyObject *args) {
+    PyObject *frames, *refused;
+    Py_ssize_t limit, i = 0;
+    if (!PyArg_ParseTuple(args, "O!O!n", &PyList_Type, &frames, &PyFrozenSet_Type, &refused,
+                          &limit))
+        return NULL;
+    PyObject *last_type = NULL; /* a run of one frame type is checked once */
+    for (; i < PyList_GET_SIZE(frames); i++) {
+        PyObject *item = PyList_GET_ITEM(frames, i);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) break;
+        PyObject *type = PyTuple_GET_ITEM(item, 0), *payload = PyTuple_GET_ITEM(item, 1);
+        if (!PyBytes_CheckExact(payload) || PyBytes_GET_SIZE(payload) > limit) break;
+        if (type == last_type) continue;
+        if (!PyLong_Check(type)) break;
+        int overflow = 0;
+        long value = PyLong_AsLongAndOverflow(type, &overflow);
+        if (overflow || value < 1 || value > 0xFFFF) break;
+        int stopped = PySet_Contains(refused, type);
+        if (stopped < 0) return NULL;
+        if (stopped) break;
+        last_type = type;
+    }
+    return PyLong_FromSsize_t(i);
+}
+
+/* stream_frames(envelope, last_event_id, resumable, frame_type, datas, start) -> [(frame_type,
+ * payload), ...]
+ *
+ * The producer's per-event path (BridgeSession.send_events has the Python twin): for each
+ * data of datas[start:], the BRIDGE_STREAM_DATA payload envelope || StreamControl TLV (DATA,
+ * the next event_id, the resumable flag) || data, built in one allocation. It stops before a
+ * data that is not bytes or when the u64 event_id space is used up: the caller's reference
+ * loop takes over there (and raises). */
+static PyObject *stream_frames(PyObject *module, PyObject *args) {
+    PyObject *envelope, *type, *datas;
+    unsigned long long last;
+    int resumable;
+    Py_ssize_t i;
+    if (!PyArg_ParseTuple(args, "O!KpOO!n", &PyBytes_Type, &envelope, &last, &resumable, &type,
+                          &PyList_Type, &datas, &i))
+        return NULL;
+    const char *env = PyBytes_AS_STRING(envelope);
+    Py_ssize_t env_len = PyBytes_GET_SIZE(envelope);
+    PyObject *out = PyList_New(0);
+    for (; out != NULL && i >= 0 && i < PyList_GET_SIZE(datas) && last < UINT64_MAX; i++) {
+        PyObject *data = PyList_GET_ITEM(datas, i);
+        if (!PyBytes_CheckExact(data) ||
+            PyBytes_GET_SIZE(data) > PY_SSIZE_T_MAX - env_len - SC_TLV)
+            break;
+        Py_ssize_t n = PyBytes_GET_SIZE(data);
+        PyObject *payload = PyBytes_FromStringAndSize(NULL, env_len + SC_TLV + n);
+        if (payload == NULL) { Py_CLEAR(out); break; }
+        unsigned char *p = (unsigned char *)PyBytes_AS_STRING(payload);
+        memcpy(p, env, (size_t)env_len);
+        p += env_len;
+        last++;
+        p[0] = 0x00; p[1] = 0x11; p[2] = 0x00; p[3] = 11; /* StreamControl TLV, Length 11 */
+        p[4] = 0x01; p[5] = 0x00; p[6] = resumable ? 0x01 : 0x00; /* version 1, DATA, flags */
+        put_be(p + 7, last, 8);
+        memcpy(p + SC_TLV, PyBytes_AS_STRING(data), (size_t)n);
+        PyObject *item = PyTuple_Pack(2, type, payload);
+        Py_DECREF(payload);
+        if (item == NULL || PyList_Append(out, item) < 0) { Py_XDECREF(item); Py_CLEAR(out); break; }
+        Py_DECREF(item);
+    }
+    return out;
+}
+
+/* decode_run(events, start, event_type, correlation_id, make, loads, refused)
+ *   -> (index, [made, ...], resumable)
+ *
+ * The AG-UI client's per-event path (npamp_server/client.py RunStream._deliver is the Python
+ * twin): from events[start], for each event exactly of ``event_type`` (StreamDataReceived)
+ * whose correlation_id equals ``correlation_id``, make(event_id, data, loads(data)). It stops
+ * at the first other event, or at the first ``data`` that ``loads`` refuses with ``refused``
+ * (cleared: the caller's reference path decodes that one again, with its fallback); any other
+ * error propagates. ``resumable`` is the last event's flag (False when none was taken). */
+static PyObject *str_correlation_id, *str_event_id, *str_data, *str_resumable;
+
+static PyObject *decode_run(PyObject *module, PyObject *args) {
+    PyObject *events, *type, *corr, *make, *loads, *refused;
+    Py_ssize_t i;
+    if (!PyArg_ParseTuple(args, "O!nO!OOOO", &PyList_Type, &events, &i, &PyType_Type, &type,
+                          &corr, &make, &loads, &refused))
+        return NULL;
+    PyObject *made = PyList_New(0);
+    if (made == NULL) return NULL;
+    PyObject *resumable = Py_NewRef(Py_False);
+    for (; i >= 0 && i < PyList_GET_SIZE(events); i++) {
+        PyObject *event = PyList_GET_ITEM(events, i);
+        if (Py_TYPE(event) != (PyTypeObject *)type) break;
+        PyObject *owner = PyObject_GetAttr(event, str_correlation_id);
+        int same = owner == NULL ? -1 : PyObject_RichCompareBool(owner, corr, Py_EQ);
+        Py_XDECREF(owner);
+        if (same < 0) goto error;
+        if (!same) break;
+        PyObject *data = PyObject_GetAttr(event, str_data);
+        if (data == NULL) goto error;
+        PyObject *decoded = PyObject_CallOneArg(loads, data);
+        if (decoded == NULL) {
+            Py_DECREF(data);
+            if (!PyErr_ExceptionMatches(refused)) goto error;
+            PyErr_Clear();
+            break;
+        }
+        PyObject *event_id = PyObject_GetAttr(event, str_event_id);
+        PyObject *flag = event_id == NULL ? NULL : PyObject_GetAttr(event, str_resumable);
+        PyObject *item = NULL;
+        if (flag != NULL) {
+            PyObject *argv[3] = {event_id, data, decoded};
+            item = PyObject_Vectorcall(make, argv, 3, NULL);
+        }
+        Py_DECREF(data);
+        Py_DECREF(decoded);
+        Py_XDECREF(event_id);
+        if (item == NULL || PyList_Append(made, item) < 0) {
+            Py_XDECREF(item);
+            Py_XDECREF(flag);
+            goto error;
+        }
+        Py_DECREF(item);
+        Py_SETREF(resumable, flag);
+    }
+    return Py_BuildValue("(nNN)", i, made, resumable);
+error:
+    Py_DECREF(made);
+    Py_DECREF(resumable);
+    return NULL;
 }
 
 static PyObject *crc32c_py(PyObject *module, PyObject *arg) {
@@ -538,6 +860,10 @@ static PyMethodDef module_methods[] = {
     {"crc32c", crc32c_py, METH_O, "CRC-32C (Castagnoli) of a buffer."},
     {"pull_header", pull_header, METH_VARARGS, "Decode a valid header, or None."},
     {"pull_frame", pull_frame, METH_VARARGS, "Decode a valid whole frame, or None."},
+    {"stream_data", stream_data, METH_VARARGS, "Take a run of one stream's data frames."},
+    {"decode_run", decode_run, METH_VARARGS, "Make a run of one stream's decoded events."},
+    {"stream_frames", stream_frames, METH_VARARGS, "Build a run of data frame payloads."},
+    {"sendable", sendable, METH_VARARGS, "How many leading frames may be sent."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -547,13 +873,25 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__speedups(void) {
     crc_init();
+    str_correlation_id = PyUnicode_InternFromString("correlation_id");
+    str_event_id = PyUnicode_InternFromString("event_id");
+    str_data = PyUnicode_InternFromString("data");
+    str_resumable = PyUnicode_InternFromString("resumable");
+    if (!str_correlation_id || !str_event_id || !str_data || !str_resumable) return NULL;
     if (PyType_Ready(&WindowType) < 0) return NULL;
     if (PyType_Ready(&CipherType) < 0) return NULL;
+    if (PyType_Ready(&MakerType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     Py_INCREF(&CipherType);
     if (PyModule_AddObject(m, "Cipher", (PyObject *)&CipherType) < 0) {
         Py_DECREF(&CipherType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&MakerType);
+    if (PyModule_AddObject(m, "Maker", (PyObject *)&MakerType) < 0) {
+        Py_DECREF(&MakerType);
         Py_DECREF(m);
         return NULL;
     }

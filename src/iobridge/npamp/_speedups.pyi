@@ -1,5 +1,5 @@
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 _T = TypeVar("_T")
 _F = TypeVar("_F")
@@ -13,8 +13,8 @@ class Cipher:
         self, verflags: int, frame_type: int, channel: int, seq: int, length: int, sealed: bytes
     ) -> bytes | None: ...
     def seal_many(
-        self, verflags: int, channel: int, seq: int, frames: list[tuple[int, bytes]]
-    ) -> bytes: ...
+        self, verflags: int, channel: int, seq: int, frames: list[tuple[int, bytes]], limit: int
+    ) -> bytes | None: ...
     def open_frames(
         self,
         buf: bytes | bytearray,
@@ -24,7 +24,8 @@ class Cipher:
         cap: int,
         max_sealed: int,
         stop: frozenset[int],
-    ) -> tuple[int, int, list[tuple[int, int, bool, bytes]]]: ...
+        make: Callable[[int, int, bytes, int, bool], _T],
+    ) -> tuple[int, int, list[_T]]: ...
     def seal_with(
         self,
         encrypt_into: Callable[..., int],
@@ -45,7 +46,21 @@ class Cipher:
         sealed: bytes,
     ) -> bytes: ...
 
+class Maker:
+    def __init__(self, cls: type, slots: tuple[object, ...]) -> None: ...
+    def __call__(self, *values: object) -> Any: ...
+
 def crc32c(data: bytes) -> int: ...
+
+def stream_data(
+    frames: list[tuple[int, bytes]],
+    start: int,
+    envelope: bytes,
+    last_event_id: int,
+    correlation_id: bytes,
+    make: Callable[[bytes, int, bytes, bool], _T],
+    events: list[Any],
+) -> tuple[int, int, bool]: ...
 
 def pull_header(
     header_type: type[_T], buf: bytes | bytearray | memoryview, offset: int, cap: int
@@ -54,3 +69,26 @@ def pull_header(
 def pull_frame(
     frame_type: type[_F], header_type: type[_T], buf: bytes | bytearray | memoryview, cap: int
 ) -> _F | None: ...
+
+def decode_run(
+    events: list[Any],
+    start: int,
+    event_type: type,
+    correlation_id: bytes,
+    make: Callable[[int, bytes, Any], _T],
+    loads: Callable[[bytes], Any],
+    refused: type[BaseException],
+) -> tuple[int, list[_T], bool]: ...
+
+def stream_frames(
+    envelope: bytes,
+    last_event_id: int,
+    resumable: bool,
+    frame_type: _T,
+    datas: list[bytes],
+    start: int,
+) -> list[tuple[_T, bytes]]: ...
+
+def sendable(
+    frames: list[tuple[int, bytes]], refused: frozenset[int], max_plaintext: int
+) -> int: ...

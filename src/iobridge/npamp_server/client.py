@@ -29,9 +29,15 @@ from typing import Any, ClassVar
 
 import orjson
 
+try:
+    from iobridge.npamp import _speedups
+except ImportError:  # pragma: no cover - the extension is optional; the reference path remains
+    _speedups = None  # type: ignore[assignment]
+
 from iobridge.npamp._makers import positional_maker
 from iobridge.npamp.aio import Association, TransportConfig, client_ssl_context
 from iobridge.npamp.aio import connect as npamp_connect
+from iobridge.npamp.association import FrameReceived
 from iobridge.npamp.bridge import (
     AGUI_PROTOCOL_ID,
     DISCOVERY_CHANNEL,
@@ -121,6 +127,8 @@ class AgUiEvent:
 
 _End = StreamEnded | CancelAcked
 _make_event = positional_maker(AgUiEvent)
+#: The compiled run of :meth:`RunStream._deliver` (``None``: the Python path, event by event).
+_decode_run = None if _speedups is None else _speedups.decode_run
 
 
 class RunStream:
@@ -176,6 +184,22 @@ class RunStream:
     def _wake(self) -> None:
         if self._items:
             self._ready.set()
+
+    def _deliver_from(self, events: list[Event], index: int) -> int:
+        """Queue ``events[index]`` for this stream, with the run of data events of this
+        stream after it when the compiled path takes them in one call (the same events
+        :meth:`_deliver` makes one by one); returns the index of the first event left."""
+        if _decode_run is not None and type(events[index]) is StreamDataReceived:
+            taken, made, resumable = _decode_run(
+                events, index, StreamDataReceived, self.correlation_id, _make_event,
+                orjson.loads, orjson.JSONDecodeError,
+            )
+            if taken > index:
+                self._items.extend(made)
+                self.resumable = resumable
+                return taken
+        self._deliver(events[index])
+        return index + 1
 
     def _deliver(self, event: Event) -> None:
         """Queue what one session event means for this stream; the reader wakes the
@@ -293,24 +317,13 @@ class AgUiClient:
             await self.association.send(self.channel, frame_type, payload)
 
     async def _read(self) -> None:
-        """Feed each batch of frames the association read to the session; deliver the events
-        to their streams and wake every stream that got some once per batch."""
+        """Feed each batch of frames the association read to the session (:meth:`_handle`),
+        send what the session queued, and wake every stream that got events once per batch."""
         error: BaseException = TransportError("association closed")
-        session, streams, channel = self.session, self._streams, self.channel
+        session = self.session
         try:
             while True:
-                frames = []
-                for frame in await self.association.receive_all():
-                    if frame.channel == channel:
-                        frames.append((frame.frame_type, frame.payload))
-                    elif frame.channel == DISCOVERY_CHANNEL:
-                        self.announcements.append(frame.payload)
-                woken: set[RunStream] = set()
-                for event in session.receive_frames(frames):
-                    stream = streams.get(getattr(event, "correlation_id", None) or b"")
-                    if stream is not None:
-                        stream._deliver(event)
-                        woken.add(stream)
+                woken = self._handle(await self.association.receive_all())
                 if session.wants_to_send():
                     async with self._lock:
                         await self._flush_locked()
@@ -321,6 +334,25 @@ class AgUiClient:
         finally:
             for stream in self._streams.values():
                 stream._put(error)
+
+    def _handle(self, received: list[FrameReceived]) -> set[RunStream]:
+        """Hand one batch's Bridge frames to the session in one call and deliver the events
+        to their streams; returns the streams that got some."""
+        channel = self.channel
+        frames = [(f.frame_type, f.payload) for f in received if f.channel == channel]
+        if len(frames) != len(received):
+            self.announcements += [f.payload for f in received if f.channel == DISCOVERY_CHANNEL]
+        events = self.session.receive_frames(frames)
+        streams, woken = self._streams, set()
+        index, count = 0, len(events)
+        while index < count:
+            stream = streams.get(getattr(events[index], "correlation_id", None) or b"")
+            if stream is None:
+                index += 1
+                continue
+            woken.add(stream)
+            index = stream._deliver_from(events, index)
+        return woken
 
 
 class OpaqueRunStream:

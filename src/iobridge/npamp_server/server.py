@@ -92,6 +92,8 @@ logger = logging.getLogger("iobridge.npamp")
 DISCO_ANNOUNCE = 0x0103
 _PRODUCING = frozenset({StreamState.PRODUCING, StreamState.RESUME_RECEIVED})
 _GONE = (NpampError, OSError, ssl.SSLError)
+#: Events per write when a run-log batch is forwarded (a replay batch holds thousands).
+SEND_SLICE = 256
 
 
 class AgUiServer:
@@ -357,9 +359,13 @@ class _Peer:
                     async with self.lock:
                         if session.state_of(Role.PRODUCER, corr) not in _PRODUCING:
                             break
-                        # event_id == the log sequence number: both count from ``after``
-                        session.send_events(corr, [data for _seq, data in batch])
-                        await self._flush_locked(channel)
+                        # event_id == the log sequence number: both count from ``after``.
+                        # Written in slices: the peer starts on the first while the rest
+                        # of a large (replay) batch is still being sealed.
+                        for start in range(0, len(batch), SEND_SLICE):
+                            chunk = batch[start : start + SEND_SLICE]
+                            session.send_events(corr, [data for _seq, data in chunk])
+                            await self._flush_locked(channel)
                 async with self.lock:
                     if session.state_of(Role.PRODUCER, corr) in _PRODUCING:
                         session.end_stream(corr)

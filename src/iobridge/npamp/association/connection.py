@@ -41,6 +41,11 @@ from contextlib import suppress
 from dataclasses import dataclass
 from functools import partial
 
+try:
+    from iobridge.npamp import _speedups
+except ImportError:  # pragma: no cover - the extension is optional; the reference path remains
+    _speedups = None  # type: ignore[assignment]
+
 from iobridge.npamp._makers import positional_maker
 from iobridge.npamp.association.events import (
     CloseReceived,
@@ -103,6 +108,8 @@ _HANDSHAKE_TYPES = frozenset(range(FrameType.CLIENT_HELLO, FrameType.REKEM_ACK +
 _MARKER_KNOWN = frozenset({TlvType.KEY_UPDATE_MARKER})
 _UNSUPPORTED_FLAGS = int(Flags.COMP | Flags.FRAG)
 _make_frame_received = positional_maker(FrameReceived)
+#: The compiled twin of the per-frame checks of send_frames (``None``: the reference only).
+_sendable = None if _speedups is None else _speedups.sendable
 
 In = AssociationInput
 
@@ -242,12 +249,13 @@ class NpampConnection:
             if st is None:
                 st = self._recv_state(channel)
             stop = _HANDLED_ON_CONTROL if channel == Channel.CONTROL else _HANDLED_ANYWHERE
-            frames = reader.take(partial(st.open_run, max_payload_length=cap, stop=stop))
+            # The frames are made in the same call (u16s out of the checked header).
+            frames = reader.take(
+                partial(st.open_run, max_payload_length=cap, stop=stop, make=_make_frame_received)
+            )
             if not frames:
                 return
-            make, append = _make_frame_received, events.append
-            for frame_type, seq, urgent, payload in frames:  # u16s out of the checked header
-                append(make(channel, frame_type, payload, seq, urgent))
+            events.extend(frames)
 
     def send_frame(
         self, channel: int, frame_type: int, payload: bytes, *, urgent: bool = False
@@ -293,7 +301,11 @@ class NpampConnection:
                 refuses the whole batch before anything is queued.
         """
         self._check_channel(channel)
-        for frame_type, payload in frames:
+        checked = 0
+        if _sendable is not None:  # the leading frames the compiled check vouches for
+            refused = _HANDLED_ON_CONTROL if channel == Channel.CONTROL else _HANDLED_ANYWHERE
+            checked = _sendable(frames, refused, self.config.max_payload_length - TAG_SIZE)
+        for frame_type, payload in frames[checked:]:  # the reference, which raises
             self._check_frame(channel, frame_type, payload)
         if not frames:
             return

@@ -25,6 +25,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+try:
+    from iobridge.npamp import _speedups
+except ImportError:  # pragma: no cover - the extension is optional; the reference path remains
+    _speedups = None  # type: ignore[assignment]
+
 from iobridge.npamp._makers import positional_maker
 from iobridge.npamp.bridge.envelope import (
     FRAME_MESSAGE_KIND,
@@ -143,6 +148,8 @@ class BridgeSession:
             method_len 0). Off by default: the corpus sends one and the digest §10.11 accepts it.
         max_closed_streams: How many terminated streams to remember (to refuse resuming a
             cancelled stream); older ones are forgotten, bounding memory (CC-STREAM §12).
+        compiled: Take runs of data frames through the compiled extension when it is
+            installed (``False``: the Python reference, frame by frame; same events).
     """
 
     def __init__(
@@ -153,6 +160,7 @@ class BridgeSession:
         resumable: bool = False,
         strict_stream_method: bool = False,
         max_closed_streams: int = 1024,
+        compiled: bool = True,
     ) -> None:
         self.protocol_id = protocol_id
         self.content_types = content_types
@@ -164,6 +172,8 @@ class BridgeSession:
         self._outbox: list[tuple[int, bytes]] = []
         #: Envelope TLV octets → the consumer stream whose data frames carry them (fast path).
         self._recv_envelopes: dict[bytes, _Stream] = {}
+        self._compiled = compiled and _speedups is not None
+        self._fast_data = self._data_run if self._compiled else self._data_frame
         self._handlers = {
             BridgeFrameType.BRIDGE_REQUEST: self._recv_request,
             BridgeFrameType.BRIDGE_RESPONSE: self._recv_response,
@@ -209,29 +219,54 @@ class BridgeSession:
         A data frame that starts with the very envelope octets an earlier data frame of a
         CONSUMING stream passed every check with (so the same envelope, carriage and method
         rules hold), followed by a DATA StreamControl with a fresh event_id and no further
-        Bridge TLV, is taken here without the full decoder; anything else, valid or not, goes
-        through :meth:`_receive_checked`, which raises the precise error.
+        Bridge TLV, is taken here without the full decoder (a run of them in one compiled
+        call when the extension is installed); anything else, valid or not, goes through
+        :meth:`_receive_checked`, which raises the precise error.
         """
+        items = frames if type(frames) is list else list(frames)
         events: list[Event] = []
-        envelopes, peek, data_type = self._recv_envelopes, peek_data_stream_control, _DATA_TYPE
-        make = _make_stream_data
-        for frame_type, payload in frames:
+        envelopes, data_type, fast = self._recv_envelopes, _DATA_TYPE, self._fast_data
+        index, count = 0, len(items)
+        while index < count:
+            frame_type, payload = items[index]
             if frame_type == data_type and len(payload) >= TLV_HEADER_SIZE:
                 end = TLV_HEADER_SIZE + ((payload[2] << 8) | payload[3])
                 stream = envelopes.get(payload[:end])
                 if stream is not None and stream.state is _CONSUMING:
-                    control = peek(payload, end)
-                    if control is not None and control[0] > stream.last_event_id:
-                        event_id, resumable, pos = control
-                        if stream.floor is not None and event_id <= stream.floor:
-                            continue  # already consumed before the resume (CC-STREAM §6.3)
-                        stream.last_event_id, stream.resumable = event_id, resumable
-                        events.append(
-                            make(stream.correlation_id, event_id, payload[pos:], resumable)
-                        )
+                    taken = fast(items, index, stream, events)
+                    if taken > index:
+                        index = taken
                         continue
             events.extend(self._receive_checked(frame_type, payload))
+            index += 1
         return events
+
+    def _data_run(
+        self, items: list[tuple[int, bytes]], index: int, stream: _Stream, events: list[Event]
+    ) -> int:
+        """The compiled data-frame path: the run of ``stream``'s data frames from ``index``
+        that pass the fast path's checks, in one call; returns the index after it."""
+        taken, last, resumable = _speedups.stream_data(
+            items, index, stream.recv_envelope, stream.last_event_id, stream.correlation_id,
+            _make_stream_data, events,
+        )
+        if taken > index:
+            stream.last_event_id, stream.resumable = last, resumable
+        return taken
+
+    def _data_frame(
+        self, items: list[tuple[int, bytes]], index: int, stream: _Stream, events: list[Event]
+    ) -> int:
+        """The reference of :meth:`_data_run`, one frame: ``index + 1`` when it took the
+        frame at ``index``, else ``index`` (the full decoder takes that frame)."""
+        payload = items[index][1]
+        control = peek_data_stream_control(payload, len(stream.recv_envelope))
+        if control is None or control[0] <= stream.last_event_id:
+            return index
+        event_id, resumable, pos = control
+        stream.last_event_id, stream.resumable = event_id, resumable
+        events.append(_make_stream_data(stream.correlation_id, event_id, payload[pos:], resumable))
+        return index + 1
 
     def _receive_checked(self, frame_type: int, payload: bytes) -> list[Event]:
         """The full decoder and rule checks for one frame."""
@@ -360,7 +395,8 @@ class BridgeSession:
 
     def send_events(self, correlation_id: bytes, events: Iterable[bytes]) -> int:
         """Queue several AG-UI events, in order, as :meth:`send_event` does one by one (the
-        same frames; the stream state and envelope are looked up once per batch).
+        same frames; the stream state and envelope are looked up once per batch, and the
+        payloads built in one compiled call when the extension is installed).
 
         Returns:
             The last event_id assigned (the stream's current one if ``events`` is empty).
@@ -368,16 +404,21 @@ class BridgeSession:
         Raises:
             InvalidState: The stream is not producing (ended, cancelled, failed, unknown).
         """
-        iterator = iter(events)
-        first = next(iterator, None)
-        if first is None:
+        datas = events if type(events) is list else list(events)
+        if not datas:
             return self._get(Role.PRODUCER, correlation_id).last_event_id
-        self.send_event(correlation_id, first)  # the checked path: state, first envelope
+        self.send_event(correlation_id, datas[0])  # the checked path: state, first envelope
         stream = self._streams[(Role.PRODUCER, correlation_id)]
         envelope, event_id, outbox = stream.data_envelope, stream.last_event_id, self._outbox
         resumable, data_type, control = self.resumable, BridgeFrameType.BRIDGE_STREAM_DATA, _DATA
+        start = 1
+        if self._compiled:  # PRODUCING --SEND_DATA--> PRODUCING: no state change
+            made = _speedups.stream_frames(envelope, event_id, resumable, data_type, datas, 1)
+            outbox += made
+            start += len(made)
+            event_id += len(made)
         try:
-            for data in iterator:  # PRODUCING --SEND_DATA--> PRODUCING: no state change
+            for data in datas[start:]:  # the reference; also what the compiled call left
                 if event_id >= _MAX_U64:
                     raise InvalidState("the stream's u64 event_id space is exhausted")
                 event_id += 1

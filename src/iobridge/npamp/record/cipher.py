@@ -30,6 +30,8 @@ compiled=False)`` forces the reference; tests run the KATs and the corpus throug
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
+from typing import TypeVar
 
 import google_crc32c
 from cryptography.exceptions import InvalidTag
@@ -81,6 +83,8 @@ __all__ = [
     "open_frame",
     "seal_frame",
 ]
+
+_T = TypeVar("_T")
 
 #: AES-256-GCM code point (registries/aead.csv); the default application suite.
 SUITE_AES_256_GCM = 0x0001
@@ -340,13 +344,16 @@ class SendState:
                 "KEY_UPDATE required"
             )
         fast = self._cipher._fast
-        limit = COMPILED_MAX_SEALED - TAG_SIZE
-        if fast is None or any(len(p) > limit or type(p) is not bytes for _, p in frames):
+        out = None
+        if fast is not None:  # None when a plaintext is too large for it (or not bytes)
+            try:
+                out = fast.seal_many(
+                    _VERFLAGS, self.channel, seq, frames, COMPILED_MAX_SEALED - TAG_SIZE
+                )
+            except OverflowError as exc:
+                raise LocalProtocolError(f"header field out of range: {exc}") from exc
+        if out is None:
             return b"".join([self.seal(frame_type, payload) for frame_type, payload in frames])
-        try:
-            out = fast.seal_many(_VERFLAGS, self.channel, seq, frames)
-        except OverflowError as exc:
-            raise LocalProtocolError(f"header field out of range: {exc}") from exc
         self.next_seq = seq + len(frames)
         return out
 
@@ -438,10 +445,16 @@ class ReceiveState:
         return plaintext
 
     def open_run(
-        self, buf: bytearray, pos: int, max_payload_length: int, stop: frozenset[int]
-    ) -> tuple[int, list[tuple[int, int, bool, bytes]]]:
+        self,
+        buf: bytearray,
+        pos: int,
+        max_payload_length: int,
+        stop: frozenset[int],
+        make: Callable[[int, int, bytes, int, bool], _T],
+    ) -> tuple[int, list[_T]]:
         """Open, in one compiled call, the whole frames at ``buf[pos:]`` that are ordinary
-        sealed frames of this channel: ``(new position, [(frame_type, seq, urgent, plaintext)])``.
+        sealed frames of this channel: ``(new position, [make(channel, frame_type, plaintext,
+        seq, urgent), ...])``.
 
         It stops, without consuming it, before the first frame that is incomplete, of another
         channel, of a type in ``stop``, not exactly the next sequence number, too large for
@@ -453,7 +466,7 @@ class ReceiveState:
             return pos, []
         pos, self.expected_seq, frames = fast.open_frames(
             buf, pos, self.channel, self.expected_seq, max_payload_length, COMPILED_MAX_SEALED,
-            stop,
+            stop, make,
         )
         return pos, frames
 
