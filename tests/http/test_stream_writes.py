@@ -6,6 +6,7 @@ writes; a recorder around the real app (served over loopback) sees them.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from iobridge.agents.function import FunctionAgent
 from iobridge.agents.outputs import AgentOutput
 from iobridge.config import Settings
 from iobridge.http.app import create_app
+from iobridge.http.event_stream import WATCH_AFTER
 
 
 class Recorder:
@@ -27,19 +29,30 @@ class Recorder:
     def __init__(self, app: Any) -> None:
         self.app = app
         self.bodies: dict[str, list[tuple[bytes, bool]]] = {}
+        #: The ``receive`` calls of each path: the type of message each returned, or
+        #: ``"waiting"`` (still waiting, or cancelled while it waited).
+        self.received: dict[str, list[str]] = {}
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         kept = self.bodies.setdefault(scope["path"], [])
+        received = self.received.setdefault(scope["path"], [])
 
         async def record(message: Any) -> None:
             if message["type"] == "http.response.body":
                 kept.append((message.get("body", b""), message.get("more_body", False)))
             await send(message)
 
-        await self.app(scope, receive, record)
+        async def counted() -> Any:
+            index = len(received)
+            received.append("waiting")
+            message = await receive()
+            received[index] = message["type"]
+            return message
+
+        await self.app(scope, counted, record)
 
 
 async def five(ctx: Any) -> AsyncIterator[AgentOutput]:
@@ -52,12 +65,20 @@ async def broken(ctx: Any) -> AsyncIterator[AgentOutput]:
     raise RuntimeError("boom")
 
 
+async def slow(ctx: Any) -> AsyncIterator[AgentOutput]:
+    yield "wait "
+    await asyncio.sleep(WATCH_AFTER * 6)
+    yield "done"
+
+
 @pytest.fixture
 def recorded(tmp_path: Path) -> Iterator[tuple[LiveServer, Recorder]]:
     settings = Settings(database_url=f"sqlite+aiosqlite:///{tmp_path}/iobridge.db")
     app = Recorder(
         create_app(
-            settings, agents=[FunctionAgent(five, id="five"), FunctionAgent(broken, id="broken")]
+            settings,
+            agents=[FunctionAgent(five, id="five"), FunctionAgent(broken, id="broken"),
+                    FunctionAgent(slow, id="slow")],
         )
     )
     server = LiveServer(app)  # type: ignore[arg-type]
@@ -113,3 +134,28 @@ async def test_resume_of_an_ended_run_ends_with_its_terminal_batch(
     total = sum(line.startswith("id: ") for line in first.text.splitlines())
     assert ids == [str(n) for n in range(3, total + 1)]  # exactly the events after 2
     assert_ends_with_terminal(app.bodies["/io-bridge/runs/r1/events"], "RUN_FINISHED")
+
+
+async def test_a_stream_is_watched_for_a_disconnect_only_once_it_lasts(
+    recorded: tuple[LiveServer, Recorder],
+) -> None:
+    """A run over before WATCH_AFTER never starts the disconnect watcher (only the body is
+    received); one that lasts longer has a watcher waiting on ``receive`` by then, and a
+    client that leaves it is seen: the watcher gets ``http.disconnect``."""
+    server, app = recorded
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        short = await client.post("/io-bridge/run", json=run_body("hi", agentId="five"))
+        assert types(parse_sse(short.text))[-1] == "RUN_FINISHED"
+        assert app.received["/io-bridge/run"] == ["http.request"]
+        app.received.clear()
+        async with client.stream(
+            "POST", "/io-bridge/run", json=run_body("hi", agentId="slow", runId="r2")
+        ) as response:
+            async for line in response.aiter_lines():
+                if "TEXT_MESSAGE_CONTENT" in line:
+                    break  # the first delta is out: leave mid-run
+    for _ in range(200):
+        if app.received.get("/io-bridge/run", [])[-1:] == ["http.disconnect"]:
+            break
+        await asyncio.sleep(0.02)
+    assert app.received["/io-bridge/run"] == ["http.request", "http.disconnect"]

@@ -4,7 +4,10 @@ Starlette's ``StreamingResponse`` watches for the client's disconnect through an
 group (a cancel scope, two tasks and their events per response). A run's stream can sit idle
 for minutes while a frontend tool waits, and a server holds thousands of them, so this
 response does the same with one watcher task: the body is written from the request's own
-task, and the watcher cancels it when ``http.disconnect`` arrives.
+task, and the watcher cancels it when ``http.disconnect`` arrives. The watcher starts only
+once the stream has lasted ``WATCH_AFTER`` seconds: most chat turns are over by then, and
+for them a timer handle is all the watching costs (a client that left sooner is noticed
+that much later).
 
 Each ``send`` is one socket write (uvicorn writes every message at once), so the batch that
 holds a local run's terminal event goes out with the chunked body's end in the same write;
@@ -26,6 +29,8 @@ from iobridge.runtime.run import Run
 from iobridge.runtime.runlog import LogTrimmed
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+#: Seconds a stream runs before a task watches for the client's disconnect.
+WATCH_AFTER = 0.05
 #: The response head, encoded once (each response gets its own copy of the list: middleware
 #: such as CORS appends to it).
 _RAW_HEADERS = [
@@ -56,7 +61,11 @@ class RunEventStream(Response):
         task = asyncio.current_task()
         assert task is not None
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-        watcher = asyncio.get_running_loop().create_task(self._watch(receive, task))
+        loop = asyncio.get_running_loop()
+        watchers: list[asyncio.Task[None]] = []
+        timer = loop.call_later(
+            WATCH_AFTER, lambda: watchers.append(loop.create_task(self._watch(receive, task)))
+        )
         try:
             await self._stream(send)
         except asyncio.CancelledError:
@@ -66,7 +75,9 @@ class RunEventStream(Response):
         except OSError:
             pass  # the socket broke while writing: the same as a disconnect
         finally:
-            watcher.cancel()
+            timer.cancel()
+            for watcher in watchers:
+                watcher.cancel()
 
     async def _stream(self, send: Send) -> None:
         backend = self._backend
