@@ -19,8 +19,8 @@ from tests.helpers import LiveServer, parse_sse, run_body, types
 from iobridge.agents.function import FunctionAgent
 from iobridge.agents.outputs import AgentOutput
 from iobridge.config import Settings
+from iobridge.http import event_stream
 from iobridge.http.app import create_app
-from iobridge.http.event_stream import WATCH_AFTER
 
 
 class Recorder:
@@ -67,7 +67,7 @@ async def broken(ctx: Any) -> AsyncIterator[AgentOutput]:
 
 async def slow(ctx: Any) -> AsyncIterator[AgentOutput]:
     yield "wait "
-    await asyncio.sleep(WATCH_AFTER * 6)
+    await asyncio.sleep(event_stream.WATCH_AFTER * 3)
     yield "done"
 
 
@@ -137,11 +137,13 @@ async def test_resume_of_an_ended_run_ends_with_its_terminal_batch(
 
 
 async def test_a_stream_is_watched_for_a_disconnect_only_once_it_lasts(
-    recorded: tuple[LiveServer, Recorder],
+    recorded: tuple[LiveServer, Recorder], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A run over before WATCH_AFTER never starts the disconnect watcher (only the body is
     received); one that lasts longer has a watcher waiting on ``receive`` by then, and a
     client that leaves it is seen: the watcher gets ``http.disconnect``."""
+    # Long enough that the short run ends first on a loaded machine (it takes milliseconds).
+    monkeypatch.setattr(event_stream, "WATCH_AFTER", 0.5)
     server, app = recorded
     async with httpx.AsyncClient(base_url=server.url) as client:
         short = await client.post("/io-bridge/run", json=run_body("hi", agentId="five"))
