@@ -524,6 +524,22 @@ async def test_runs_reads_of_one_batch_share_a_statement(kind: str, tmp_path: Pa
         assert len(selects) <= batches + 1 + per_old, statements  # + get_thread's
 
 
+async def test_postgresql_reads_run_in_autocommit_and_writes_in_a_transaction() -> None:
+    """A read batch sends no BEGIN and no ROLLBACK (under READ COMMITTED each statement takes
+    its own snapshot either way): one round trip fewer on each side of its statements."""
+    async with pg_schema_engine() as engine:
+        await upgrade_engine(engine)
+        store = SqlThreadStore(engine)
+
+        def in_transaction(conn: Any) -> bool:
+            conn.execute(text("SELECT 1"))
+            return bool(conn.connection.driver_connection.is_in_transaction())
+
+        assert await store._sql.read(in_transaction) is False
+        assert await store._sql.transaction([in_transaction]) == [True]
+        await store.close()
+
+
 async def test_postgresql_reads_share_a_few_connections_and_a_bad_read_fails_alone() -> None:
     """A burst of reads is answered in batches on the readers' pooled connections: no new
     connection per read once the pool is warm (an overflowing pool opened and closed them)."""

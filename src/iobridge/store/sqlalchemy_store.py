@@ -259,7 +259,12 @@ class SqlThreadStore(ThreadStore):
             sync = _sqlite_sync_engine(engine, readers=2)
             executor = ThreadExecutor(sync, sync.execution_options(**{WRITE_OPTION: True}))
         else:
-            executor = AsyncExecutor(engine, engine.execution_options(**{WRITE_OPTION: True}))
+            # Reads in autocommit: under READ COMMITTED every statement takes its own snapshot
+            # anyway, and a read batch then costs no BEGIN and no ROLLBACK round trip.
+            executor = AsyncExecutor(
+                engine.execution_options(isolation_level="AUTOCOMMIT"),
+                engine.execution_options(**{WRITE_OPTION: True}),
+            )
         self._sql = executor
         #: How a batch of runs' reads and writes of their threads is answered and written
         #: (``run_batches``): the PostgreSQL statements, or SQLite's few Core statements.
