@@ -176,3 +176,40 @@ async def test_a_failed_run_reports_the_usage_it_spent(serve: Any) -> None:
         {"provider": "openai", "model": "gpt", "inputTokens": 7, "outputTokens": 2}]
     assert unspent == {"type": "RUN_ERROR", "message": "the model gave up",
                        "code": "MODEL_GAVE_UP"}
+
+
+async def nul_outputs(ctx: RunContext) -> AsyncIterator[out.AgentOutput]:
+    yield "a\x00b"
+    handle = ctx.start_tool_call("upstream", tool_call_id="call-nul")
+    handle.add_args('{"q": 1}')
+    handle.complete(ToolResult(content="said \x00"))
+    yield out.CustomEvent(name="n\x00", value={"k\x00": ["v\x00"]})
+    yield "done"
+
+
+async def test_u0000_from_an_agent_is_replaced_on_the_wire_and_in_the_thread(
+    serve: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An agent's text, tool result and custom event holding U+0000 (no store can hold it):
+    the client sees U+FFFD in its place, the thread stores exactly what the client saw, and
+    the run's messages are all stored (the write is not refused)."""
+    server = serve(agents=[FunctionAgent(nul_outputs, id="nul")])
+    caplog.set_level(logging.ERROR, logger="iobridge")
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        response = await client.post("/io-bridge/run", json=run_body("x", agentId="nul"))
+        stored = (await client.get("/io-bridge/threads/t1/messages?format=agui")).json()
+    assert "\\u0000" not in response.text
+    events = parse_sse(response.text)
+    assert events[-1]["type"] == "RUN_FINISHED"
+    text = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+    assert text == "a\ufffdbdone"
+    custom = next(e for e in events if e["type"] == "CUSTOM")
+    assert (custom["name"], custom["value"]) == ("n\ufffd", {"k\ufffd": ["v\ufffd"]})
+    result = next(e for e in events if e["type"] == "TOOL_CALL_RESULT")
+    assert result["content"] == "said \ufffd"
+    messages = stored["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
+    assert messages[1]["content"] == "a\ufffdb"
+    assert messages[2]["content"] == "said \ufffd"
+    assert messages[3]["content"] == "done"
+    assert not [r for r in caplog.records if "could not store" in r.getMessage()]

@@ -12,11 +12,16 @@ from typing import Any
 
 from iobridge.errors import InputError
 
-__all__ = ["MAX_ID_LENGTH", "NUL_ESCAPE", "find_nul", "reject_nul", "validate_id"]
+__all__ = [
+    "MAX_ID_LENGTH", "NUL_ESCAPE", "REPLACEMENT", "find_nul", "reject_nul", "replace_nul",
+    "validate_id",
+]
 
 MAX_ID_LENGTH = 256
 #: The only way JSON text can spell U+0000 (a raw NUL byte is not valid JSON).
 NUL_ESCAPE = b"\\u0000"
+#: What U+0000 in an agent's output becomes (U+FFFD REPLACEMENT CHARACTER).
+REPLACEMENT = "\ufffd"
 
 
 def validate_id(value: object, what: str = "id") -> str:
@@ -78,3 +83,32 @@ def reject_nul(value: Any, raw: bytes | str | None = None, *, code: str = "INVAL
             code=code,
             details=[{"loc": loc, "message": "U+0000 is not accepted"}],
         )
+
+
+def replace_nul(value: Any) -> Any:
+    """``value`` (decoded JSON) with U+0000 in every string and object key replaced by
+    ``REPLACEMENT``; a copy where anything changed. For what an agent produces, which no
+    request check saw: the thread must store what the wire showed, and no store can hold
+    U+0000 on every database.
+
+    Iterative, like ``find_nul``: a deeply nested value cannot exhaust the recursion limit.
+    """
+    if isinstance(value, str):
+        return value.replace("\x00", REPLACEMENT)
+    root: list[Any] = [value]
+    stack: list[tuple[Any, Any]] = [(root, 0)]
+    while stack:
+        parent, key = stack.pop()
+        item = parent[key]
+        if isinstance(item, str):
+            parent[key] = item.replace("\x00", REPLACEMENT)
+        elif isinstance(item, dict):
+            copy = {k.replace("\x00", REPLACEMENT) if isinstance(k, str) else k: v
+                    for k, v in item.items()}
+            parent[key] = copy
+            stack.extend((copy, k) for k in copy)
+        elif isinstance(item, list):
+            copy_list = list(item)
+            parent[key] = copy_list
+            stack.extend((copy_list, i) for i in range(len(copy_list)))
+    return root[0]

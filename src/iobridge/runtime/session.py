@@ -17,6 +17,7 @@ from iobridge.agents.context import ToolResult
 from iobridge.protocol import events as ev
 from iobridge.protocol.events import Event, encode_event
 from iobridge.protocol.guard import DEFAULT_MAX_STATE_BYTES, LifecycleGuard
+from iobridge.protocol.text import NUL_ESCAPE, replace_nul
 from iobridge.protocol.transcript import Transcript
 from iobridge.runtime.runlog import RunLog
 
@@ -95,11 +96,17 @@ class Session:
             # What the guard closes on the way to RUN_ERROR was cut short: not persisted.
             self.transcript.seal(complete=False)
         for event in events:
+            data = encode_event(event)
+            if NUL_ESCAPE in data:
+                # U+0000 from the agent: replaced on the wire and in the transcript alike,
+                # so the thread can store what the client saw (no store holds U+0000).
+                event = replace_nul(event)
+                data = encode_event(event)
             self.transcript.apply(event)
             if event["type"] in ev.TERMINAL_TYPES:
                 # Held until the run is concluded (messages stored, thread free), so a
                 # client that sees the terminal event can read the thread or run again.
-                self._terminal = encode_event(event)
+                self._terminal = data
                 outcome = event.get("outcome")
                 kind = outcome.get("type") if isinstance(outcome, dict) else None
                 self.succeeded = event["type"] == ev.RUN_FINISHED and kind != "cancelled"
@@ -111,7 +118,7 @@ class Session:
                 elif isinstance(kind, str):
                     self.outcome = kind
             else:
-                log.append(encode_event(event))
+                log.append(data)
 
     def release_terminal(self) -> None:
         """Append the held terminal event and close the log (the run is over)."""
