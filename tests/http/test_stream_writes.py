@@ -161,3 +161,30 @@ async def test_a_stream_is_watched_for_a_disconnect_only_once_it_lasts(
             break
         await asyncio.sleep(0.02)
     assert app.received["/io-bridge/run"] == ["http.request", "http.disconnect"]
+
+
+async def test_a_short_run_in_memory_is_two_writes_after_the_head() -> None:
+    """On the in-memory store a run's writes are done as they are begun, so a chat turn
+    whose agent never waits leaves as RUN_STARTED (at once: time to first event) and one
+    batch holding the rest, its terminal event and the body's end: no write, task or loop
+    turn waits for a store that has nothing to wait for."""
+    app = Recorder(create_app(Settings(database_url="memory://"),
+                              agents=[FunctionAgent(five, id="five")]))
+    with LiveServer(app) as server:  # type: ignore[arg-type]
+        async with httpx.AsyncClient(base_url=server.url) as client:
+            response = await client.post("/io-bridge/run", json=run_body("hi", agentId="five"))
+            thread = await client.get("/io-bridge/threads/t1/messages")
+    assert types(parse_sse(response.text))[-1] == "RUN_FINISHED"
+    bodies = app.bodies["/io-bridge/run"]
+    assert [
+        [json.loads(line[6:])["type"] for line in body.decode().splitlines()
+         if line.startswith("data: ")]
+        for body, _ in bodies
+    ] == [
+        ["RUN_STARTED"],
+        ["TEXT_MESSAGE_START", *["TEXT_MESSAGE_CONTENT"] * 5, "TEXT_MESSAGE_END",
+         "RUN_FINISHED"],
+    ]
+    assert_ends_with_terminal(bodies, "RUN_FINISHED")
+    # Stored before the terminal event left: the thread holds the turn.
+    assert [m["role"] for m in thread.json()["messages"]] == ["user", "assistant"]

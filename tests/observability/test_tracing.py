@@ -189,3 +189,28 @@ asyncio.run(main())
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_without_tracing_fastapi_does_not_look_for_providers_per_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Tracing off: FastAPI's own telemetry is off too, so a request never asks the global
+    OpenTelemetry providers whether someone configured them (environment lookups on the
+    run path); a run still streams to its end."""
+    from opentelemetry import _logs, metrics, trace
+
+    from iobridge.http.app import create_app
+
+    asked: list[str] = []
+    for module, name in ((trace, "get_tracer_provider"), (metrics, "get_meter_provider"),
+                         (_logs, "get_logger_provider")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name,
+                            lambda real=real, name=name: asked.append(name) or real())
+    app = create_app(Settings(database_url="memory://", playground=False))
+    with LiveServer(app) as server:
+        asked.clear()  # startup may look once
+        response = httpx.post(f"{server.url}/io-bridge/run", json=run_body("hello"), timeout=10)
+    assert response.status_code == 200
+    assert [e["type"] for e in parse_sse(response.text)][-1] == "RUN_FINISHED"
+    assert asked == []

@@ -352,6 +352,27 @@ async def test_write_for_run_refuses_a_foreign_thread_and_bad_messages(store: Th
     assert [m["id"] for m in await store.list_messages("t")] == ["u1"]
 
 
+async def test_a_started_run_write_settles_as_the_awaited_one_would(store: ThreadStore) -> None:
+    """``start_write_for_run`` (how the engine writes): the future settles once the write is
+    stored, or with the same error as ``write_for_run`` and nothing stored."""
+    await store.start_write_for_run(
+        "t", resource_id="r", agent_id="demo", messages=[user("u1")], title="Hello"
+    )
+    assert [m["id"] for m in await store.list_messages("t")] == ["u1"]
+    thread = await store.get_thread("t")
+    assert thread is not None and thread.title == "Hello"
+    foreign = store.start_write_for_run("t", resource_id="other", agent_id=None,
+                                        messages=[user("x")])
+    bad = store.start_write_for_run("t2", resource_id="r", agent_id=None,
+                                    messages=[{"id": "m", "role": 3}])
+    with pytest.raises(NotFoundError):
+        await foreign
+    with pytest.raises(InputError):
+        await bad
+    assert await store.get_thread("t2") is None
+    assert [m["id"] for m in await store.list_messages("t")] == ["u1"]
+
+
 # --- U+0000 and printable roles: refused alike on every store, nothing written -----------------
 
 

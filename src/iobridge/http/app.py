@@ -13,6 +13,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi.telemetry import TelemetryConfig
 
 from iobridge import __version__
 from iobridge.agents.base import Agent
@@ -35,6 +36,18 @@ from iobridge.web import playground_router
 from iobridge.web.docs import install_docs
 
 __all__ = ["create_app", "mount"]
+
+
+def _fastapi_telemetry(settings: Settings) -> TelemetryConfig:
+    """FastAPI's own OpenTelemetry (HTTP spans, metrics, logs) follows ``tracing.enabled``.
+
+    Off, iobridge emits no OpenTelemetry signal at all, and FastAPI is told so: otherwise it
+    asks the global providers on every request whether someone configured them (three
+    environment lookups; 2 % of a short run's server time in ``bench/load_runs.py``).
+    """
+    if settings.tracing.enabled:
+        return {}
+    return {"tracing": False, "metrics": False, "logs": False, "operation_spans": False}
 
 
 def _install_routes(app: FastAPI, backend: Backend) -> None:
@@ -97,6 +110,7 @@ def create_app(
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
+        telemetry=_fastapi_telemetry(backend.settings),
     )
     install_docs(app)
     app.add_middleware(RunRoute, backend=backend)  # innermost: inside CORS and the guards

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import functools
 import logging
 import time
 from collections import OrderedDict
@@ -117,8 +116,6 @@ class Runtime:
         self.tracer: RunTracer | None = None
         self.pending = PendingRegistry()
         self._runs: dict[RunKey, Run] = {}
-        #: The start writes in flight (held here, so a task is never collected mid-write).
-        self._writing: set[asyncio.Task[None]] = set()
         self._retained: OrderedDict[RunKey, float] = OrderedDict()
         self._retained_bytes = 0
         self._busy_threads: set[tuple[str, str]] = set()
@@ -262,30 +259,15 @@ class Runtime:
         self.metrics.run_started(agent.id, started - admitted)
         # RUN_STARTED is in the log: the new messages are written while the agent works.
         loop = asyncio.get_running_loop()
-        saved: asyncio.Future[None] | None = None
-        if memory is not None:
-            saved = loop.create_future()
-            writing = loop.create_task(memory.save_start(), context=_run_context(run))
-            self._writing.add(writing)
-            writing.add_done_callback(functools.partial(self._started_write_done, saved))
+        context = _run_context(run)
+        # Begun, not awaited: queued for the store's next commit (or done at once in memory).
+        saved = context.run(memory.save_start) if memory is not None else None
         run.task = loop.create_task(
             self._drive(run, agent, session, ctx, memory, saved, started, state_from_thread),
             name=f"run-{run.run_id}",
-            context=_run_context(run),
+            context=context,
         )
         return run
-
-    def _started_write_done(self, saved: asyncio.Future[None], writing: asyncio.Task[None]) -> None:
-        """Hand the start write's outcome to the run and let its task go: a finished task
-        (and its context) kept for the life of a run waiting on a frontend tool would be
-        a tenth of what such a run costs."""
-        self._writing.discard(writing)
-        if writing.cancelled():
-            saved.cancel()
-        elif (error := writing.exception()) is not None:
-            saved.set_exception(error)
-        else:
-            saved.set_result(None)
 
     def _count(self, owner: str, delta: int) -> None:
         active = self._active.get(owner, 0) + delta
@@ -425,17 +407,16 @@ class Runtime:
                     cancelled = await _settle(saved)
                     _log_failure(saved, run)
                 self._close_unanswered(run, session)
-                write = asyncio.ensure_future(
-                    memory.save_end(
-                        session.transcript.messages,
-                        finished=session.succeeded,
-                        failed=session.failed,
-                        raised=session.interrupts,
-                        state=session.guard.shared_state,
-                    )
+                write = memory.save_end(
+                    session.transcript.messages,
+                    finished=session.succeeded,
+                    failed=session.failed,
+                    raised=session.interrupts,
+                    state=session.guard.shared_state,
                 )
-                cancelled = await _settle(write) or cancelled
-                _log_failure(write, run)
+                if write is not None:
+                    cancelled = await _settle(write) or cancelled
+                    _log_failure(write, run)
         finally:
             self._busy_threads.discard((run.resource_id, run.thread_id))
             self._count(run.owner, -1)

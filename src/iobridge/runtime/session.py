@@ -17,7 +17,7 @@ from iobridge.agents.context import ToolResult
 from iobridge.protocol import events as ev
 from iobridge.protocol.events import Event, encode_event
 from iobridge.protocol.guard import DEFAULT_MAX_STATE_BYTES, LifecycleGuard
-from iobridge.protocol.text import NUL_ESCAPE, replace_nul
+from iobridge.protocol.text import has_nul_escape, replace_nul
 from iobridge.protocol.transcript import Transcript
 from iobridge.runtime.runlog import RunLog
 
@@ -97,7 +97,7 @@ class Session:
             self.transcript.seal(complete=False)
         for event in events:
             data = encode_event(event)
-            if NUL_ESCAPE in data:
+            if has_nul_escape(data):
                 # U+0000 from the agent: replaced on the wire and in the transcript alike,
                 # so the thread can store what the client saw (no store holds U+0000).
                 event = replace_nul(event)

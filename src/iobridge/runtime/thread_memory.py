@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from iobridge.agents.base import Agent
 from iobridge.errors import InputError, NotFoundError
 from iobridge.protocol.interrupts import check_resume, next_record
 from iobridge.protocol.messages import answered_call, merge_incoming, model_view, window
@@ -41,13 +42,14 @@ from iobridge.protocol.text import reject_nul
 from iobridge.store.base import Carryover, normalize_messages
 
 if TYPE_CHECKING:
-    from iobridge.agents.base import Agent
     from iobridge.observability.metrics import Metrics
     from iobridge.protocol.options import RunOptions
     from iobridge.protocol.run_input import RunInput
     from iobridge.store.base import ThreadStore
 
 logger = logging.getLogger("iobridge.runtime")
+
+Titler = Callable[[Sequence[dict[str, Any]]], Awaitable[str | None]]
 
 TITLE_LENGTH = 80
 #: Messages an agent sees to title a thread, and the longest its ``title`` hook may take.
@@ -73,11 +75,12 @@ class RunMemory(Protocol):
     #: Every answer of the series of resumed runs, this run's last (empty: not resuming).
     answered: list[dict[str, Any]]
 
-    async def save_start(self) -> None:
-        """Store the run's new incoming messages (right after RUN_STARTED)."""
+    def save_start(self) -> asyncio.Future[None] | None:
+        """Begin storing the run's new incoming messages (right after RUN_STARTED); the
+        future settles once they are stored (``None``: nothing to store)."""
         ...
 
-    async def save_end(
+    def save_end(
         self,
         produced: Sequence[dict[str, Any]],
         *,
@@ -85,8 +88,9 @@ class RunMemory(Protocol):
         failed: bool = False,  # pragma: no mutate
         raised: Sequence[dict[str, Any]] = (),
         state: Any = None,
-    ) -> None:
-        """Store what the run produced (after ``save_start`` settled), titling the thread.
+    ) -> asyncio.Future[None] | None:
+        """Begin storing what the run produced (after ``save_start`` settled), titling the
+        thread; the future settles once it is stored (``None``: nothing to store).
 
         ``finished``: the run ended with RUN_FINISHED (only then is the agent asked for a
         title; otherwise the first message's text is used). ``failed``: it ended with
@@ -137,8 +141,9 @@ class _StoreRun:
     #: The fallback title (first user message) when the thread is to be titled, else None.
     title: str | None
     history: list[dict[str, Any]]
-    #: The agent's ``title`` hook, and what it is shown besides what the run produces.
-    titler: Callable[[Sequence[dict[str, Any]]], Awaitable[str | None]]
+    #: The agent's ``title`` hook (``None``: it has none of its own), and what it is shown
+    #: besides what the run produces.
+    titler: Titler | None
     context: list[dict[str, Any]]
     metrics: Metrics | None = None
     snapshot: list[dict[str, Any]] | None = None
@@ -149,12 +154,12 @@ class _StoreRun:
     resume: list[dict[str, Any]] = field(default_factory=list)
     answered: list[dict[str, Any]] = field(default_factory=list)
 
-    async def save_start(self) -> None:
+    def save_start(self) -> asyncio.Future[None] | None:
         if self.read_only or not self.incoming:
-            return
-        await self._write(self.incoming, None)
+            return None
+        return self._write(self.incoming, None)
 
-    async def save_end(
+    def save_end(
         self,
         produced: Sequence[dict[str, Any]],
         *,
@@ -162,16 +167,27 @@ class _StoreRun:
         failed: bool = False,  # pragma: no mutate
         raised: Sequence[dict[str, Any]] = (),
         state: Any = None,
-    ) -> None:
+    ) -> asyncio.Future[None] | None:
         # The incoming messages go again: ids already stored are skipped, so the thread is
         # complete even if the start write failed.
         if self.read_only:
-            return
-        title = self.title
-        if title is not None and finished and not self.hydrate_only:
-            title = await self._generated_title(produced) or title
+            return None
         carryover = self._carryover(failed, raised, state)
-        await self._write([*self.incoming, *produced], title, carryover)
+        messages = [*self.incoming, *produced]
+        titler = self.titler
+        if self.title is not None and finished and not self.hydrate_only and titler is not None:
+            return asyncio.ensure_future(self._titled_write(titler, messages, produced, carryover))
+        return self._write(messages, self.title, carryover)
+
+    async def _titled_write(
+        self,
+        titler: Titler,
+        messages: list[dict[str, Any]],
+        produced: Sequence[dict[str, Any]],
+        carryover: Carryover | None,
+    ) -> None:
+        title = await self._generated_title(titler, produced) or self.title
+        await self._write(messages, title, carryover)
 
     def _carryover(
         self, failed: bool, raised: Sequence[dict[str, Any]], state: Any
@@ -191,24 +207,26 @@ class _StoreRun:
             return None
         return Carryover(state=state, interrupts=record)
 
-    async def _generated_title(self, produced: Sequence[dict[str, Any]]) -> str | None:
+    async def _generated_title(
+        self, titler: Titler, produced: Sequence[dict[str, Any]]
+    ) -> str | None:
         conversation = [*self.context, *self.incoming, *produced]
         try:
             async with asyncio.timeout(TITLE_DEADLINE):
-                return await self.titler(conversation[:TITLE_CONTEXT])
+                return await titler(conversation[:TITLE_CONTEXT])
         except Exception as exc:  # any failure falls back to the first message
             logger.warning("agent %s could not title thread %s: %s",
                            self.agent_id, self.thread_id, type(exc).__name__)
             return None
 
-    async def _write(
+    def _write(
         self,
         messages: Sequence[dict[str, Any]],
         title: str | None,
         carryover: Carryover | None = None,
-    ) -> None:
+    ) -> asyncio.Future[None]:
         begun = time.perf_counter()
-        await self.store.write_for_run(
+        write = self.store.start_write_for_run(
             self.thread_id,
             resource_id=self.resource_id,
             agent_id=self.agent_id,
@@ -216,8 +234,17 @@ class _StoreRun:
             title=title,
             carryover=carryover,
         )
-        if self.metrics is not None:
-            self.metrics.store_operation("write_for_run", time.perf_counter() - begun)
+        metrics = self.metrics
+        if metrics is not None:
+            def timed(done: asyncio.Future[None]) -> None:
+                if not done.cancelled() and done.exception() is None:
+                    metrics.store_operation("write_for_run", time.perf_counter() - begun)
+
+            if write.done():
+                timed(write)  # no callback handle for a write that is already done
+            else:
+                write.add_done_callback(timed)
+        return write
 
 
 class StoreMemory:
@@ -278,7 +305,8 @@ class StoreMemory:
             incoming=incoming,
             title=title,
             history=[dict(m) for m in model_view(visible)],
-            titler=agent.title,
+            # An agent without its own ``title`` hook has nothing to add to the fallback.
+            titler=agent.title if type(agent).title is not Agent.title else None,
             context=[*first, *(m for m in read.window if m.get("id") not in first_ids)],
             metrics=self.metrics,
             snapshot=snapshot,

@@ -7,6 +7,7 @@ and non-JSON content fails the same way it would against a database.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -27,6 +28,7 @@ from iobridge.store.base import (
     decode_cursor,
     encode_cursor,
     normalize_messages,
+    settled,
     utc_now,
 )
 
@@ -200,6 +202,39 @@ class MemoryThreadStore(ThreadStore):
     ) -> None:
         """The run's write in one pass (the default is four calls, each checking and copying
         again); atomic like every operation here, since nothing in it awaits."""
+        self._write_for_run(thread_id, resource_id, agent_id, messages, title, carryover)
+
+    def start_write_for_run(
+        self,
+        thread_id: str,
+        *,
+        resource_id: str,
+        agent_id: str | None,
+        messages: Sequence[Mapping[str, Any]],
+        title: str | None = None,
+        carryover: Carryover | None = None,
+    ) -> asyncio.Future[None]:
+        """Done at once: an already settled future, no task."""
+        if not self._own_write_for_run(MemoryThreadStore):
+            return super().start_write_for_run(
+                thread_id, resource_id=resource_id, agent_id=agent_id, messages=messages,
+                title=title, carryover=carryover,
+            )
+        try:
+            self._write_for_run(thread_id, resource_id, agent_id, messages, title, carryover)
+        except Exception as exc:
+            return settled(exc)
+        return settled(None)
+
+    def _write_for_run(
+        self,
+        thread_id: str,
+        resource_id: str,
+        agent_id: str | None,
+        messages: Sequence[Mapping[str, Any]],
+        title: str | None,
+        carryover: Carryover | None,
+    ) -> None:
         check_thread_ids(thread_id, resource_id, agent_id)
         if title:
             check_thread_text(title)

@@ -21,6 +21,7 @@ into fewer statements (``pg_run_sql``): there each one is a round trip.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import time
 from collections.abc import Collection, Mapping, Sequence
@@ -60,6 +61,7 @@ from iobridge.store.base import (
     decode_cursor,
     encode_cursor,
     normalize_messages,
+    settled,
     utc_now,
 )
 from iobridge.store.records import UTCDateTime, messages, threads
@@ -438,6 +440,42 @@ class SqlThreadStore(ThreadStore):
         title: str | None = None,
         carryover: Carryover | None = None,
     ) -> None:
+        await self._writes.submit(
+            self._run_write(thread_id, resource_id, agent_id, messages, title, carryover)
+        )
+
+    def start_write_for_run(
+        self,
+        thread_id: str,
+        *,
+        resource_id: str,
+        agent_id: str | None,
+        messages: Sequence[Mapping[str, Any]],
+        title: str | None = None,
+        carryover: Carryover | None = None,
+    ) -> asyncio.Future[None]:
+        """Queued for the next group commit at once (no task while the queue has room)."""
+        if not self._own_write_for_run(SqlThreadStore):
+            return super().start_write_for_run(
+                thread_id, resource_id=resource_id, agent_id=agent_id, messages=messages,
+                title=title, carryover=carryover,
+            )
+        try:
+            job = self._run_write(thread_id, resource_id, agent_id, messages, title, carryover)
+        except Exception as exc:
+            return settled(exc)
+        return self._writes.start(job)
+
+    def _run_write(
+        self,
+        thread_id: str,
+        resource_id: str,
+        agent_id: str | None,
+        messages: Sequence[Mapping[str, Any]],
+        title: str | None,
+        carryover: Carryover | None,
+    ) -> RunWrite:
+        """The checked write job (raises before anything is queued)."""
         batch = normalize_messages(messages)
         check_thread_ids(thread_id, resource_id, agent_id)
         now = self._clock()
@@ -451,9 +489,7 @@ class SqlThreadStore(ThreadStore):
             "interrupts": _interrupts(carryover),
             "now": now,
         }
-        await self._writes.submit(
-            RunWrite(claim_row, _append_rows(thread_id, batch, now), self._write_runs)
-        )
+        return RunWrite(claim_row, _append_rows(thread_id, batch, now), self._write_runs)
 
     async def set_carryover(self, thread_id: str, carryover: Carryover) -> None:
         await self._writes.submit(lambda conn: _set_carryover(conn, thread_id, carryover))
