@@ -99,8 +99,9 @@ async def test_run_started_and_text_leave_while_the_store_write_waits(
         assert seen[0] == "RUN_STARTED" and seen[-1] == "RUN_FINISHED"
         stored = (await client.get("/io-bridge/threads/t1/messages?format=agui")).json()["messages"]
     assert [m["role"] for m in stored] == ["user", "assistant"]
-    # One write when the run started (the user message), one when it ended (idempotent).
-    assert store.writes == [["u-r1"], ["u-r1", stored[1]["id"]]]
+    # One write when the run started (the user message), one when it ended (the reply: the
+    # user message was stored by then).
+    assert store.writes == [["u-r1"], [stored[1]["id"]]]
 
 
 async def test_one_run_id_started_twice_at_once_runs_once(
@@ -445,3 +446,35 @@ async def test_a_run_whose_writes_fail_still_ends_and_the_operator_is_told(
     assert [r.getMessage().rsplit(" ", 1)[-1] for r in failures] == ["r1", "r1", "r2", "r2"]
     assert failures[0].getMessage() == "could not store the messages of run r1"
     assert all(r.exc_info is not None and r.exc_info[0] is RuntimeError for r in failures)
+
+
+class FirstWriteFailingStore(GatedStore):
+    """A store whose first run write fails (a lost connection, say), the rest succeed."""
+
+    failed = False
+
+    async def write_for_run(self, thread_id: str, **kwargs: Any) -> None:
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("connection lost")
+        await super().write_for_run(thread_id, **kwargs)
+
+
+@pytest.mark.parametrize("first_fails", [False, True])
+async def test_the_end_write_carries_the_new_messages_again_only_if_the_start_write_failed(
+    first_fails: bool,
+) -> None:
+    store = FirstWriteFailingStore() if first_fails else GatedStore()
+    with LiveServer(create_app(Settings(), store=store)) as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
+            events = parse_sse((await client.post("/io-bridge/run", json=run_body("hi"))).text)
+            stored = (await client.get("/io-bridge/threads/t1/messages")).json()["messages"]
+    assert events[-1]["type"] == "RUN_FINISHED"
+    user_id = run_body("hi")["messages"][0]["id"]
+    reply_id = next(e["messageId"] for e in events if e["type"] == "TEXT_MESSAGE_START")
+    # Either way the thread holds the whole turn, once.
+    assert [m["id"] for m in stored] == [user_id, reply_id]
+    if first_fails:
+        assert store.writes == [[user_id, reply_id]]  # the end write stored both
+    else:
+        assert store.writes == [[user_id], [reply_id]]  # not sent twice

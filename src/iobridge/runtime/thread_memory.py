@@ -153,11 +153,14 @@ class _StoreRun:
     record: dict[str, Any] | None = None
     resume: list[dict[str, Any]] = field(default_factory=list)
     answered: list[dict[str, Any]] = field(default_factory=list)
+    #: The start write, once begun.
+    _started: asyncio.Future[None] | None = field(default=None, init=False)
 
     def save_start(self) -> asyncio.Future[None] | None:
         if self.read_only or not self.incoming:
             return None
-        return self._write(self.incoming, None)
+        self._started = self._write(self.incoming, None)
+        return self._started
 
     def save_end(
         self,
@@ -168,12 +171,17 @@ class _StoreRun:
         raised: Sequence[dict[str, Any]] = (),
         state: Any = None,
     ) -> asyncio.Future[None] | None:
-        # The incoming messages go again: ids already stored are skipped, so the thread is
-        # complete even if the start write failed.
         if self.read_only:
             return None
         carryover = self._carryover(failed, raised, state)
-        messages = [*self.incoming, *produced]
+        # The incoming messages go again unless the start write stored them (ids already
+        # stored are skipped): the thread is complete even if the start write failed.
+        started = self._started
+        stored = (
+            started is not None and started.done() and not started.cancelled()
+            and started.exception() is None
+        )
+        messages = list(produced) if stored else [*self.incoming, *produced]
         titler = self.titler
         if self.title is not None and finished and not self.hydrate_only and titler is not None:
             return asyncio.ensure_future(self._titled_write(titler, messages, produced, carryover))
