@@ -7,14 +7,17 @@ side (this process, one event loop) opens ``--associations`` N-PAMP associations
 through :func:`iobridge.npamp_server.client.connect` with its default TLS settings, each
 running one short run to its end, then N bare TLS handshakes at once with the very TLS
 settings of both ends (``server_ssl_context`` there, ``connect()``'s default client context
-here). After a warm-up round that is not counted, ``--rounds`` rounds alternate the two
-phases (so load from other jobs falls on both alike); it prints each round's rates, ratio and
-CPU per association / handshake on each side (this process's ``time.process_time``, the
-server's scheduler time in ns), then the medians with the spread of the ratio, the ratio of
-CPU per association (client plus server, bare TLS over N-PAMP), the p50/p99
-time from ``connect()`` to the first AG-UI event over every counted round, and the median of
+here). Both phases of the client run on one event loop, ``--loop`` (default ``auto``: uvloop
+when installed, the selection ``iobridge serve`` and ``iobridge npamp run`` make; ``asyncio``
+for the stock loop with its Python TLS), so the baseline always gets the same loop. After a
+warm-up round that is not counted, ``--rounds`` rounds alternate the two phases (so load from
+other jobs falls on both alike); it prints each round's rates, ratio and CPU per association /
+handshake on each side (this process's ``time.process_time``, the server's scheduler time in
+ns), then the medians with the spread of the ratio, the ratio of CPU per association (client
+plus server, bare TLS over N-PAMP), the p50/p99 time from ``connect()`` to the first AG-UI
+event over every counted round, and the median of
 sequential ``connect()`` calls. Run: ``.venv/bin/python bench/npamp_associations.py
-[--associations N] [--sequential M] [--rounds R]``.
+[--associations N] [--sequential M] [--rounds R] [--loop auto|asyncio|uvloop]``.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from pathlib import Path
 
 from _harness import cpu_ns, free_port, wait_for_port
 
+from iobridge.eventloop import run
 from iobridge.npamp.aio import client_ssl_context, self_signed_certificate
 from iobridge.npamp.handshake import IdentityKey, SignatureScheme, keygen, load_identity
 from iobridge.npamp_server.client import connect
@@ -48,8 +52,8 @@ RUN = {
 # installed): the baseline differs from an association only by what N-PAMP adds.
 BARE_TLS_SERVER = """
 import asyncio, sys
-from iobridge.cli import run_loop
 from iobridge.config import NpampSettings
+from iobridge.eventloop import run
 from iobridge.npamp.aio import server_ssl_context
 ctx = server_ssl_context(sys.argv[1], sys.argv[2])
 async def main():
@@ -59,7 +63,7 @@ async def main():
         done, "127.0.0.1", int(sys.argv[3]), ssl=ctx, backlog=NpampSettings().backlog
     )
     await server.serve_forever()
-run_loop(main(), "auto")
+run(main(), "auto")
 """
 
 
@@ -145,7 +149,8 @@ async def main(associations: int, sequential: int, rounds: int) -> None:
                 rows.append((assoc, tls))
                 firsts.extend(got)
 
-    print(f"{associations} concurrent, server in its own process, client on one event loop")
+    loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
+    print(f"{associations} concurrent, server in its own process, client on one {loop} loop")
     print(f"sequential connect(), median of {sequential}: {statistics.median(seq) * 1e3:.1f} ms")
     print(f"{rounds} alternating rounds after a warm-up round; per round:")
     print(f"{'round':>6}{'assoc/s':>9}{'TLS/s':>9}{'ratio':>8}"
@@ -201,5 +206,6 @@ if __name__ == "__main__":
     parser.add_argument("--associations", type=int, default=200)
     parser.add_argument("--sequential", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--loop", choices=["auto", "asyncio", "uvloop"], default="auto")
     args = parser.parse_args()
-    asyncio.run(main(args.associations, args.sequential, args.rounds))
+    run(main(args.associations, args.sequential, args.rounds), args.loop)

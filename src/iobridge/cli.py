@@ -188,19 +188,12 @@ def _serve_worker(settings: Settings, sock: Any) -> None:
 
 def run_loop(main: Coroutine[Any, Any, None], kind: str) -> None:
     """Run the server's coroutine on the chosen loop (``auto``: uvloop when installed)."""
-    import asyncio
+    from iobridge.eventloop import LoopUnavailable, run
 
-    if kind != "asyncio":
-        try:
-            import uvloop
-        except ImportError:
-            if kind == "uvloop":
-                main.close()
-                _fail("event_loop: uvloop is not installed (pip install uvloop, or use auto)")
-        else:
-            uvloop.run(main)
-            return
-    asyncio.run(main)
+    try:
+        run(main, kind)
+    except LoopUnavailable as exc:
+        _fail(str(exc))
 
 
 def _env_problem(exc: Exception) -> str:

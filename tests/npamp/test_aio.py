@@ -1,4 +1,7 @@
-"""Loopback TCP + TLS 1.3 tests of the asyncio shell (127.0.0.1 only, every wait bounded)."""
+"""Loopback TCP + TLS 1.3 tests of the asyncio shell (127.0.0.1 only, every wait bounded).
+
+Each test runs on the stock asyncio loop and on uvloop (``conftest.py``).
+"""
 
 from __future__ import annotations
 
@@ -43,6 +46,13 @@ from .test_connection import handshake_configs
 
 pytestmark = pytest.mark.timeout(30)
 BRIDGE, INTERACTION = 0x000D, 0x000F
+
+
+async def test_each_test_runs_on_the_loop_its_id_names(request: pytest.FixtureRequest) -> None:
+    """The loop factories of ``conftest.py`` are really used (the ids are not labels only)."""
+    expected = "uvloop" if "[uvloop" in request.node.name else "asyncio"
+    assert "[" in request.node.name
+    assert type(asyncio.get_running_loop()).__module__.split(".")[0] == expected
 
 
 @pytest.fixture(scope="module")

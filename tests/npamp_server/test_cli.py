@@ -78,3 +78,49 @@ async def test_run_prints_the_refusal_it_received(
     assert result.exit_code == 1
     line = _one_line_error(result, "the server refused the run: ProtocolUnsupported")
     assert "agui_peers" in line
+
+
+@pytest.mark.parametrize(
+    ("flag", "env", "loop_module"),
+    [
+        (None, None, "uvloop"),  # auto: uvloop is installed (uvicorn[standard]), as for serve
+        ("asyncio", None, "asyncio"),
+        (None, "asyncio", "asyncio"),  # the server's own setting, IOBRIDGE_EVENT_LOOP
+        ("uvloop", "asyncio", "uvloop"),  # the flag wins over the environment
+    ],
+)
+def test_run_picks_its_event_loop_like_the_server(
+    monkeypatch: pytest.MonkeyPatch, flag: str | None, env: str | None, loop_module: str
+) -> None:
+    from iobridge.npamp_server import cli as npamp_cli
+
+    seen: list[str] = []
+
+    async def record(*args: object) -> int:
+        seen.append(type(asyncio.get_running_loop()).__module__.split(".")[0])
+        return 0
+
+    monkeypatch.setattr(npamp_cli, "_run", record)
+    if env is None:
+        monkeypatch.delenv("IOBRIDGE_EVENT_LOOP", raising=False)
+    else:
+        monkeypatch.setenv("IOBRIDGE_EVENT_LOOP", env)
+    args = ["npamp", "run", "--connect", "127.0.0.1:1", "--pin", "sha256:" + "0" * 64, "-m", "hi"]
+    result = CliRunner().invoke(app, args + (["--event-loop", flag] if flag else []))
+    assert result.exit_code == 0, result.output
+    assert seen == [loop_module]
+
+
+def test_run_without_uvloop_installed_is_a_one_line_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import sys
+
+    key = tmp_path / "client.key"
+    assert CliRunner().invoke(app, ["npamp", "keygen", str(key)]).exit_code == 0
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # import uvloop raises ImportError
+    args = ["npamp", "run", "--connect", "127.0.0.1:1", "--pin", "sha256:" + "0" * 64,
+            "-m", "hi", "--identity", str(key), "--event-loop", "uvloop"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2
+    _one_line_error(result, "uvloop is not installed")

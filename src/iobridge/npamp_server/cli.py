@@ -9,6 +9,8 @@ from typing import Annotated
 
 import typer
 
+from iobridge.eventloop import LoopKind, LoopUnavailable
+from iobridge.eventloop import run as run_on_loop
 from iobridge.npamp.bridge import Effect, TransportErrorCode
 from iobridge.npamp.handshake import IdentityKey, SignatureScheme, keygen, load_identity
 from iobridge.npamp_server.client import RunRefused
@@ -83,6 +85,13 @@ def run_command(
         bool, typer.Option(help="Label the run destructive (default non_idempotent_write)")
     ] = False,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the whole run")] = 120.0,
+    event_loop: Annotated[
+        LoopKind,
+        typer.Option(
+            envvar="IOBRIDGE_EVENT_LOOP",
+            help="auto (uvloop when installed, as iobridge serve), asyncio or uvloop",
+        ),
+    ] = "auto",
 ) -> None:
     """Send one message as an AG-UI run and print each event as it arrives (JSON lines)."""
     host, port = _address(connect)
@@ -105,7 +114,11 @@ def run_command(
         "forwardedProps": props,
     }
     safety = Effect.DESTRUCTIVE if destructive else Effect.NON_IDEMPOTENT_WRITE
-    code = asyncio.run(_run(host, port, key, pin, run_input, safety, timeout))
+    try:
+        code = run_on_loop(_run(host, port, key, pin, run_input, safety, timeout), event_loop)
+    except LoopUnavailable as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     raise typer.Exit(code)
 
 
