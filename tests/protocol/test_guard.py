@@ -432,3 +432,25 @@ def test_an_invalid_outcome_is_dropped_from_run_finished(outcome: dict[str, Any]
     guard.start()
     assert guard.feed({"type": "RUN_FINISHED", "result": "r", "outcome": outcome}) == [
         {**FINISHED, "result": "r"}]
+
+
+@pytest.mark.parametrize("bad", ["", "a\nb", "x" * 257, "\ud800"])
+def test_ids_no_store_could_keep_are_refused_like_missing_ones(bad: str) -> None:
+    """An agent's empty, non-printable or overlong message or tool-call id opens nothing
+    (the thread would refuse the message after the client saw it); a tool result's id is
+    replaced, a call's parentMessageId dropped."""
+    emitted = run(
+        text("START", bad), text("CONTENT", bad, delta="lost"), text("END", bad),
+        {"type": "TEXT_MESSAGE_CHUNK", "messageId": bad, "delta": "lost"},
+        call("START", bad, toolCallName="f"), call("ARGS", bad, delta="{}"), call("END", bad),
+        {"type": "TOOL_CALL_CHUNK", "toolCallId": bad, "toolCallName": "f", "delta": "{}"},
+        {"type": "REASONING_MESSAGE_START", "messageId": bad, "role": "reasoning"},
+        call("START", "ok", toolCallName="f", parentMessageId=bad), call("END", "ok"),
+        {"type": "TOOL_CALL_RESULT", "toolCallId": "ok", "messageId": bad, "content": "1"},
+    )
+    assert [e["type"] for e in body(emitted)] == [
+        "TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "TOOL_CALL_RESULT"]
+    start, *_, result = body(emitted)
+    assert start["toolCallId"] == "ok"
+    assert "parentMessageId" not in start
+    assert result["messageId"] == "id1"

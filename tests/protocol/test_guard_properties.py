@@ -440,6 +440,9 @@ async def _two_runs(kind: str, agent: FunctionAgent) -> tuple[Any, ...]:
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(script=st.lists(OUTPUTS, max_size=12), raise_at=st.one_of(st.none(), st.integers(0, 12)))
 @example(script=["\x00"], raise_at=None)  # U+0000 from the agent: found once by a CI run
+# An empty messageId from the agent: streamed, then refused by the store (found by a CI run).
+@example(script=[out.RawEvent(event={"type": "TEXT_MESSAGE_START", "messageId": ""})],
+         raise_at=None)
 def test_any_function_agent_streams_a_valid_run_and_the_thread_keeps_it(
     kind: str, script: list[Any], raise_at: int | None
 ) -> None:

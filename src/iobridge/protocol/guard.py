@@ -59,6 +59,7 @@ import orjson
 
 from iobridge.protocol import events as ev
 from iobridge.protocol.events import Event
+from iobridge.protocol.text import is_id
 
 
 class GuardState(enum.Enum):
@@ -312,7 +313,7 @@ class LifecycleGuard:
     def _on_text_start(self, event: Event) -> None:
         message_id = event.get("messageId")
         if (
-            not isinstance(message_id, str)
+            not is_id(message_id)
             or message_id in self._texts
             or message_id in self._closed_texts
         ):
@@ -327,7 +328,7 @@ class LifecycleGuard:
     def _on_text_content(self, event: Event) -> None:
         message_id = event.get("messageId")
         delta = event.get("delta")
-        if not isinstance(message_id, str) or not isinstance(delta, str) or not delta:
+        if not is_id(message_id) or not isinstance(delta, str) or not delta:
             return
         if message_id in self._closed_texts:
             return
@@ -338,7 +339,7 @@ class LifecycleGuard:
 
     def _on_text_end(self, event: Event) -> None:
         message_id = event.get("messageId")
-        if isinstance(message_id, str) and message_id in self._texts:
+        if is_id(message_id) and message_id in self._texts:
             del self._texts[message_id]
             self._closed_texts.add(message_id)
             if self._chunk_text == message_id:
@@ -347,7 +348,7 @@ class LifecycleGuard:
 
     def _on_text_chunk(self, event: Event) -> None:
         message_id = event.get("messageId")
-        if isinstance(message_id, str) and message_id != self._chunk_text:
+        if is_id(message_id) and message_id != self._chunk_text:
             if self._chunk_text is not None and self._chunk_text in self._texts:
                 self._on_text_end(ev.text_end(self._chunk_text))
             self._chunk_text = message_id
@@ -366,7 +367,7 @@ class LifecycleGuard:
         call_id = event.get("toolCallId")
         name = event.get("toolCallName")
         if (
-            not isinstance(call_id, str)
+            not is_id(call_id)
             or not call_id
             or not isinstance(name, str)
             or not name
@@ -374,20 +375,20 @@ class LifecycleGuard:
             or call_id in self._closed_calls
         ):
             return
-        if "parentMessageId" in event and not isinstance(event["parentMessageId"], str):
+        if "parentMessageId" in event and not is_id(event["parentMessageId"]):
             del event["parentMessageId"]
         self._calls[call_id] = _PendingCall(start=event)
 
     def _on_tool_args(self, event: Event) -> None:
         call_id = event.get("toolCallId")
-        call = self._calls.get(call_id) if isinstance(call_id, str) else None
+        call = self._calls.get(call_id) if is_id(call_id) else None
         delta = event.get("delta")
         if call is not None and isinstance(delta, str) and delta:
             call.fragments.append(delta)
 
     def _on_tool_end(self, event: Event) -> None:
         call_id = event.get("toolCallId")
-        if not isinstance(call_id, str):
+        if not is_id(call_id):
             return
         call = self._calls.pop(call_id, None)
         if call is None:
@@ -414,14 +415,14 @@ class LifecycleGuard:
 
     def _on_tool_chunk(self, event: Event) -> None:
         call_id = event.get("toolCallId")
-        if isinstance(call_id, str) and call_id != self._chunk_call:
+        if is_id(call_id) and call_id != self._chunk_call:
             if self._chunk_call is not None:
                 self._on_tool_end(ev.tool_call_end(self._chunk_call))
                 if self.ended:
                     return
             name = event.get("toolCallName")
             start = ev.tool_call_start(call_id, name if isinstance(name, str) else "")
-            if isinstance(event.get("parentMessageId"), str):
+            if is_id(event.get("parentMessageId")):
                 start["parentMessageId"] = event["parentMessageId"]
             self._on_tool_start(start)
             self._chunk_call = call_id if call_id in self._calls else None
@@ -432,12 +433,12 @@ class LifecycleGuard:
 
     def _on_tool_result(self, event: Event) -> None:
         call_id = event.get("toolCallId")
-        if not isinstance(call_id, str) or self._closed_calls.get(call_id, True):
+        if not is_id(call_id) or self._closed_calls.get(call_id, True):
             return
         content = event.get("content")
         if not isinstance(content, (str, list)):
             event["content"] = json.dumps(content, separators=(",", ":"), default=str)
-        if not isinstance(event.get("messageId"), str):
+        if not is_id(event.get("messageId")):
             event["messageId"] = self._new_id()
         if "role" in event:
             event["role"] = "tool"
@@ -460,13 +461,13 @@ class LifecycleGuard:
 
     def _on_reasoning_start(self, event: Event) -> None:
         span_id = event.get("messageId")
-        if isinstance(span_id, str) and span_id not in self._reasoning_spans:
+        if is_id(span_id) and span_id not in self._reasoning_spans:
             self._reasoning_spans[span_id] = None
             self._emit(event)
 
     def _on_reasoning_end(self, event: Event) -> None:
         span_id = event.get("messageId")
-        if isinstance(span_id, str) and span_id in self._reasoning_spans:
+        if is_id(span_id) and span_id in self._reasoning_spans:
             for message_id in list(self._reasoning_messages):
                 self._on_reasoning_message_end(ev.reasoning_message_end(message_id))
             del self._reasoning_spans[span_id]
@@ -474,7 +475,7 @@ class LifecycleGuard:
 
     def _on_reasoning_message_start(self, event: Event) -> None:
         message_id = event.get("messageId")
-        if isinstance(message_id, str) and message_id not in self._reasoning_messages:
+        if is_id(message_id) and message_id not in self._reasoning_messages:
             self._reasoning_messages[message_id] = None
             event["role"] = "reasoning"
             self._emit(event)
@@ -482,7 +483,7 @@ class LifecycleGuard:
     def _on_reasoning_message_content(self, event: Event) -> None:
         message_id = event.get("messageId")
         delta = event.get("delta")
-        if not isinstance(message_id, str) or not isinstance(delta, str) or not delta:
+        if not is_id(message_id) or not isinstance(delta, str) or not delta:
             return
         if message_id not in self._reasoning_messages:
             self._on_reasoning_message_start(ev.reasoning_message_start(message_id))
@@ -490,7 +491,7 @@ class LifecycleGuard:
 
     def _on_reasoning_chunk(self, event: Event) -> None:
         message_id = event.get("messageId")
-        if isinstance(message_id, str) and message_id != self._chunk_reasoning:
+        if is_id(message_id) and message_id != self._chunk_reasoning:
             if self._chunk_reasoning is not None:
                 self._on_reasoning_message_end(ev.reasoning_message_end(self._chunk_reasoning))
             self._chunk_reasoning = message_id
@@ -503,7 +504,7 @@ class LifecycleGuard:
 
     def _on_reasoning_message_end(self, event: Event) -> None:
         message_id = event.get("messageId")
-        if isinstance(message_id, str) and message_id in self._reasoning_messages:
+        if is_id(message_id) and message_id in self._reasoning_messages:
             del self._reasoning_messages[message_id]
             if self._chunk_reasoning == message_id:
                 self._chunk_reasoning = None

@@ -8,13 +8,20 @@ than only where a store would fail) makes every store answer the same.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 from iobridge.errors import InputError
 
 __all__ = [
-    "MAX_ID_LENGTH", "NUL_ESCAPE", "REPLACEMENT", "find_nul", "has_nul_escape", "reject_nul",
-    "replace_nul", "validate_id",
+    "MAX_ID_LENGTH",
+    "NUL_ESCAPE",
+    "REPLACEMENT",
+    "find_nul",
+    "has_nul_escape",
+    "is_id",
+    "reject_nul",
+    "replace_nul",
+    "validate_id",
 ]
 
 MAX_ID_LENGTH = 256
@@ -22,6 +29,14 @@ MAX_ID_LENGTH = 256
 NUL_ESCAPE = b"\\u0000"
 #: What U+0000 in an agent's output becomes (U+FFFD REPLACEMENT CHARACTER).
 REPLACEMENT = "\ufffd"
+
+
+def is_id(value: object) -> TypeGuard[str]:
+    """Whether ``value`` passes :func:`validate_id` (for ids an agent makes up: the guard
+    drops what no store could keep, rather than stream a message the thread then refuses)."""
+    return (
+        isinstance(value, str) and 0 < len(value) <= MAX_ID_LENGTH and value.isprintable()
+    )
 
 
 def validate_id(value: object, what: str = "id") -> str:
