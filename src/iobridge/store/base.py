@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -249,6 +250,17 @@ def settled(error: Exception | None) -> asyncio.Future[None]:
     return future
 
 
+@functools.cache
+def _begins_its_own_writes(cls: type[ThreadStore]) -> bool:
+    """Whether ``cls``'s ``_begin_write_for_run`` comes from the class that also defines the
+    ``write_for_run`` it has (a subclass that wraps only ``write_for_run`` says no)."""
+
+    def owner(name: str) -> type:
+        return next(c for c in cls.__mro__ if name in c.__dict__)
+
+    return owner("_begin_write_for_run") is owner("write_for_run")
+
+
 class ThreadStore(ABC):
     """Threads and their messages. Every method is safe to call concurrently.
 
@@ -457,18 +469,37 @@ class ThreadStore(ABC):
         """Begin :meth:`write_for_run` now; the future settles when it committed or failed.
 
         The run engine starts its writes this way and waits only where it must (before the
-        terminal event). This default runs ``write_for_run`` in a task; a store that can queue
-        (or do) the write at once answers without one.
+        terminal event). A store whose :meth:`_begin_write_for_run` can queue (or do) the
+        write at once answers without a task; otherwise, and whenever a subclass overrides
+        ``write_for_run`` (a test's slow or failing store, an audit layer: every write must
+        go through it), ``write_for_run`` runs in a task.
         """
+        if _begins_its_own_writes(type(self)):
+            try:
+                write = self._begin_write_for_run(
+                    thread_id, resource_id, agent_id, messages, title, carryover
+                )
+            except Exception as exc:
+                return settled(exc)
+            if write is not None:
+                return write
         return asyncio.ensure_future(self.write_for_run(
             thread_id, resource_id=resource_id, agent_id=agent_id, messages=messages,
             title=title, carryover=carryover,
         ))
 
-    def _own_write_for_run(self, cls: type[ThreadStore]) -> bool:
-        """Whether ``write_for_run`` is still ``cls``'s own: a subclass that wraps it (a
-        test's slow or failing store, an audit layer) must see every write go through it."""
-        return type(self).write_for_run is cls.write_for_run
+    def _begin_write_for_run(
+        self,
+        thread_id: str,
+        resource_id: str,
+        agent_id: str | None,
+        messages: Sequence[Mapping[str, Any]],
+        title: str | None,
+        carryover: Carryover | None,
+    ) -> asyncio.Future[None] | None:
+        """The same write as this class's ``write_for_run``, begun without a task; ``None``
+        (this default): the store has no such way. May raise what ``write_for_run`` would."""
+        return None
 
     async def set_carryover(self, thread_id: str, carryover: Carryover) -> None:
         """Replace the thread's state and interrupt record (stores that use the default

@@ -204,26 +204,17 @@ class MemoryThreadStore(ThreadStore):
         again); atomic like every operation here, since nothing in it awaits."""
         self._write_for_run(thread_id, resource_id, agent_id, messages, title, carryover)
 
-    def start_write_for_run(
+    def _begin_write_for_run(
         self,
         thread_id: str,
-        *,
         resource_id: str,
         agent_id: str | None,
         messages: Sequence[Mapping[str, Any]],
-        title: str | None = None,
-        carryover: Carryover | None = None,
+        title: str | None,
+        carryover: Carryover | None,
     ) -> asyncio.Future[None]:
-        """Done at once: an already settled future, no task."""
-        if not self._own_write_for_run(MemoryThreadStore):
-            return super().start_write_for_run(
-                thread_id, resource_id=resource_id, agent_id=agent_id, messages=messages,
-                title=title, carryover=carryover,
-            )
-        try:
-            self._write_for_run(thread_id, resource_id, agent_id, messages, title, carryover)
-        except Exception as exc:
-            return settled(exc)
+        """Done at once: an already settled future."""
+        self._write_for_run(thread_id, resource_id, agent_id, messages, title, carryover)
         return settled(None)
 
     def _write_for_run(

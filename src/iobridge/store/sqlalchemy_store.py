@@ -61,7 +61,6 @@ from iobridge.store.base import (
     decode_cursor,
     encode_cursor,
     normalize_messages,
-    settled,
     utc_now,
 )
 from iobridge.store.records import UTCDateTime, messages, threads
@@ -444,27 +443,19 @@ class SqlThreadStore(ThreadStore):
             self._run_write(thread_id, resource_id, agent_id, messages, title, carryover)
         )
 
-    def start_write_for_run(
+    def _begin_write_for_run(
         self,
         thread_id: str,
-        *,
         resource_id: str,
         agent_id: str | None,
         messages: Sequence[Mapping[str, Any]],
-        title: str | None = None,
-        carryover: Carryover | None = None,
+        title: str | None,
+        carryover: Carryover | None,
     ) -> asyncio.Future[None]:
         """Queued for the next group commit at once (no task while the queue has room)."""
-        if not self._own_write_for_run(SqlThreadStore):
-            return super().start_write_for_run(
-                thread_id, resource_id=resource_id, agent_id=agent_id, messages=messages,
-                title=title, carryover=carryover,
-            )
-        try:
-            job = self._run_write(thread_id, resource_id, agent_id, messages, title, carryover)
-        except Exception as exc:
-            return settled(exc)
-        return self._writes.start(job)
+        return self._writes.start(
+            self._run_write(thread_id, resource_id, agent_id, messages, title, carryover)
+        )
 
     def _run_write(
         self,
