@@ -231,23 +231,85 @@ def test_serve_refuses_to_start_without_the_token_variable(tmp_path: Any) -> Non
     )
 
 
-def test_labelled_children_are_cached_up_to_the_bound_and_count_past_it(
+def test_the_exposition_is_what_prometheus_client_makes_of_the_same_updates() -> None:
+    """The loop-kept families against prometheus-client's own Counter and Histogram (the
+    oracle), fed the same updates, values on bucket bounds included: every line but the
+    ``_created`` timestamps is the same, in the text and the OpenMetrics format."""
+    from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+    from prometheus_client.openmetrics.exposition import generate_latest as generate_om
+
+    from iobridge.observability import metrics as metrics_module
+
+    ours = metrics_module.Metrics()
+    oracle = CollectorRegistry()
+    started = Counter("iobridge_runs_started", "Runs that emitted RUN_STARTED.", ["agent"],
+                      registry=oracle)
+    finished = Counter("iobridge_runs_finished",
+                       "Runs concluded, by outcome (success, interrupt, cancelled, error).",
+                       ["agent", "outcome"], registry=oracle)
+    errors = Counter("iobridge_run_errors", "Runs that ended with RUN_ERROR, by its code.",
+                     ["agent", "code"], registry=oracle)
+    first = Histogram(
+        "iobridge_run_first_event_seconds",
+        "Seconds from a run's admission to RUN_STARTED in its log (the thread read).",
+        ["agent"], buckets=metrics_module.FIRST_EVENT_BUCKETS, registry=oracle)
+    duration = Histogram(
+        "iobridge_run_duration_seconds",
+        "Seconds from RUN_STARTED to the terminal event (messages stored).",
+        ["agent", "outcome"], buckets=metrics_module.RUN_BUCKETS, registry=oracle)
+    tools = Counter("iobridge_tool_calls",
+                    "Tool calls an agent awaited, by kind (server, frontend, deferred, unknown).",
+                    ["agent", "kind"], registry=oracle)
+    store = Histogram(
+        "iobridge_store_operation_seconds",
+        "Seconds of thread-store operations (run reads and writes, readiness probes).",
+        ["operation"], buckets=metrics_module.STORE_BUCKETS, registry=oracle)
+    seconds = [0.0, 0.0005, 0.0004, 0.001, 0.0100001, 0.05, 2.5, 7.0, 1800, 5000.0]
+    for i, value in enumerate(seconds):
+        agent = ("a", "b")[i % 2]
+        ours.run_started(agent, value)
+        started.labels(agent).inc()
+        first.labels(agent).observe(value)
+        outcome, code = (("error", "ORDERS_DOWN") if i % 3 else ("success", None))
+        ours.run_finished(agent, outcome, code, value)
+        finished.labels(agent, outcome).inc()
+        duration.labels(agent, outcome).observe(value)
+        if code is not None:
+            errors.labels(agent, code).inc()
+        ours.tool_call(agent, "server")
+        tools.labels(agent, "server").inc()
+        for operation in ("read_for_run", "write_for_run"):
+            ours.store_operation(operation, value)
+            store.labels(operation).observe(value)
+
+    def lines(text: bytes) -> list[str]:
+        return [line for line in text.decode().splitlines() if "_created" not in line]
+
+    assert lines(generate_latest(ours.registry)) == lines(generate_latest(oracle))
+    assert lines(generate_om(ours.registry)) == lines(generate_om(oracle))
+    created = [line for line in generate_latest(ours.registry).decode().splitlines()
+               if line.startswith("iobridge_store_operation_seconds_created")]
+    assert len(created) == 2
+
+
+def test_label_combinations_past_the_bound_are_counted_under_other(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from prometheus_client import generate_latest
 
     from iobridge.observability import metrics as metrics_module
 
-    monkeypatch.setattr(metrics_module, "MAX_CACHED_CHILDREN", 3)
+    monkeypatch.setattr(metrics_module, "MAX_SERIES", 3)
     metrics = metrics_module.Metrics()
     for code in ("A", "B", "C", "D", "E", "A", "E"):
         metrics.run_finished("bench", "error", code, 0.01)
-    assert len(metrics._run_errors._cache) == 3  # bounded: D and E are looked up each time
     families = {f.name: f for f in text_string_to_metric_families(
         generate_latest(metrics.registry).decode())}
-    errors = {s.labels["code"]: s.value for s in families["iobridge_run_errors"].samples
-              if s.name.endswith("_total")}
-    assert errors == {"A": 2.0, "B": 1.0, "C": 1.0, "D": 1.0, "E": 2.0}
+    errors = {(s.labels["agent"], s.labels["code"]): s.value
+              for s in families["iobridge_run_errors"].samples if s.name.endswith("_total")}
+    # Three combinations kept; D, E and E again counted under "other", nothing lost.
+    assert errors == {("bench", "A"): 2.0, ("bench", "B"): 1.0, ("bench", "C"): 1.0,
+                      ("other", "other"): 3.0}
     finished = [s.value for s in families["iobridge_runs_finished"].samples
                 if s.name.endswith("_total")]
     assert finished == [7.0]

@@ -9,13 +9,23 @@ and labels are listed in ``docs/observability.md``.
 from __future__ import annotations
 
 import asyncio
+import time
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 __all__ = ["EngineSample", "Metrics"]
 
@@ -38,73 +48,140 @@ class EngineSample:
     events: Mapping[str, int]
 
 
-class _EngineCollector(Collector):
-    """The live figures; read on the event loop's thread even when scraped from another."""
+#: prometheus-client's own spelling of a bucket's ``le`` (the function is untyped there).
+_le: Callable[[float], str] = floatToGoString
+#: Label combinations one metric keeps; past it, new ones are counted under ``other``
+#: (label values such as an upstream agent's error codes are not ours to bound).
+MAX_SERIES = 1024
+#: The label value that stands for every combination past ``MAX_SERIES``.
+OVERFLOW_LABEL = "other"
 
-    def __init__(self, sample: Callable[[], EngineSample]) -> None:
-        self._sample = sample
-        #: Set while a listener thread scrapes: the engine's state belongs to this loop.
+
+class _Family:
+    """A labelled counter or histogram whose numbers the event loop keeps in plain lists.
+
+    prometheus-client's ``Counter`` and ``Histogram`` take a lock on every update (a
+    histogram several), about 5 % of a chat turn's instructions; every update here happens
+    on the event loop, and the registry reads the numbers on that loop too
+    (:class:`_LoopCollector`), so no lock is needed. What is exposed is the same: the
+    families are built with prometheus-client's own metric families at scrape time.
+    """
+
+    __slots__ = ("bounds", "created", "doc", "edges", "labelnames", "name", "series")
+
+    def __init__(
+        self, name: str, doc: str, labelnames: tuple[str, ...],
+        bounds: tuple[float, ...] = (),
+    ) -> None:
+        self.name, self.doc, self.labelnames, self.bounds = name, doc, labelnames, bounds
+        self.edges = [_le(b) for b in bounds] + ["+Inf"]
+        #: Per label values: a counter's ``[value]``; a histogram's count per bucket (the
+        #: last is +Inf) followed by its sum.
+        self.series: dict[tuple[str, ...], list[float]] = {}
+        self.created: dict[tuple[str, ...], float] = {}
+
+    def _series(self, labels: tuple[str, ...]) -> list[float]:
+        if len(self.series) >= MAX_SERIES:
+            labels = (OVERFLOW_LABEL,) * len(labels)
+            series = self.series.get(labels)
+            if series is not None:
+                return series
+        series = self.series[labels] = [0.0] * (len(self.bounds) + 2 if self.bounds else 1)
+        self.created[labels] = time.time()
+        return series
+
+    def inc(self, *labels: str) -> None:
+        """Add one to a counter."""
+        series = self.series.get(labels)
+        if series is None:
+            series = self._series(labels)
+        series[0] += 1
+
+    def observe(self, value: float, *labels: str) -> None:
+        """Count ``value`` in its histogram bucket (``le``: the first bound at or above it)."""
+        series = self.series.get(labels)
+        if series is None:
+            series = self._series(labels)
+        series[bisect_left(self.bounds, value)] += 1
+        series[-1] += value
+
+    def family(self) -> Metric:
+        """The numbers as prometheus-client's metric family (counts cumulative per ``le``)."""
+        if not self.bounds:
+            counter = CounterMetricFamily(self.name, self.doc, labels=self.labelnames)
+            for labels, (value,) in self.series.items():
+                counter.add_metric(labels, value, created=self.created[labels])
+            return counter
+        histogram = HistogramMetricFamily(self.name, self.doc, labels=self.labelnames)
+        for labels, series in self.series.items():
+            histogram.add_metric(
+                labels, list(zip(self.edges, accumulate(series[:-1]), strict=True)), series[-1]
+            )
+            histogram.samples.append(
+                Sample(f"{self.name}_created", dict(zip(self.labelnames, labels, strict=True)),
+                       self.created[labels])
+            )
+        return histogram
+
+
+class _LoopCollector(Collector):
+    """Everything the Backend counts, read on the event loop's thread even when scraped
+    from another (the ``metrics.port`` listener): the engine's live figures and the
+    families belong to that loop."""
+
+    def __init__(self, families: list[_Family]) -> None:
+        self._families = families
+        self._sample: Callable[[], EngineSample] | None = None
+        #: Set while a listener thread scrapes.
         self.loop: asyncio.AbstractEventLoop | None = None
 
-    def _read(self) -> EngineSample:
+    def _read(self) -> list[Metric]:
         loop = self.loop
         try:
             on_loop = loop is None or asyncio.get_running_loop() is loop
         except RuntimeError:
             on_loop = False
         if on_loop or loop is None:
-            return self._sample()
+            return self._metrics()
 
-        async def read() -> EngineSample:
-            return self._sample()
+        async def read() -> list[Metric]:
+            return self._metrics()
 
         return asyncio.run_coroutine_threadsafe(read(), loop).result(SAMPLE_TIMEOUT)
 
+    def _metrics(self) -> list[Metric]:
+        metrics = [family.family() for family in self._families]
+        if self._sample is not None:
+            metrics += _engine_metrics(self._sample())
+        return metrics
+
     def collect(self) -> Iterable[Metric]:
-        sample = self._read()
-        yield GaugeMetricFamily(
-            "iobridge_active_runs", "Runs admitted and not yet concluded.", sample.active_runs
-        )
-        yield GaugeMetricFamily(
-            "iobridge_retained_runs", "Finished runs kept for resume.", sample.retained_runs
-        )
-        yield GaugeMetricFamily(
-            "iobridge_pending_frontend_tool_calls",
-            "In-run frontend tool calls waiting for the client's result.",
-            sample.pending_tool_calls,
-        )
-        events = CounterMetricFamily(
-            "iobridge_events", "AG-UI events appended to run logs.", labels=["agent"]
-        )
-        for agent, count in sorted(sample.events.items()):
-            events.add_metric([agent], count)
-        yield events
+        return self._read()
 
     def describe(self) -> Iterable[Metric]:
         return ()
 
 
-#: Label combinations whose child a metric keeps at hand; past it ``labels()`` is called as is.
-MAX_CACHED_CHILDREN = 1024
-
-
-class _Children:
-    """A labelled metric's children by label values, each looked up once: ``labels()``
-    validates its arguments and takes a lock on every call, several times per run."""
-
-    __slots__ = ("_cache", "_metric")
-
-    def __init__(self, metric: Counter | Histogram) -> None:
-        self._metric = metric
-        self._cache: dict[tuple[str, ...], Any] = {}
-
-    def __call__(self, *values: str) -> Any:
-        child = self._cache.get(values)
-        if child is None:
-            child = self._metric.labels(*values)
-            if len(self._cache) < MAX_CACHED_CHILDREN:
-                self._cache[values] = child
-        return child
+def _engine_metrics(sample: EngineSample) -> list[Metric]:
+    events = CounterMetricFamily(
+        "iobridge_events", "AG-UI events appended to run logs.", labels=["agent"]
+    )
+    for agent, count in sorted(sample.events.items()):
+        events.add_metric([agent], count)
+    return [
+        GaugeMetricFamily(
+            "iobridge_active_runs", "Runs admitted and not yet concluded.", sample.active_runs
+        ),
+        GaugeMetricFamily(
+            "iobridge_retained_runs", "Finished runs kept for resume.", sample.retained_runs
+        ),
+        GaugeMetricFamily(
+            "iobridge_pending_frontend_tool_calls",
+            "In-run frontend tool calls waiting for the client's result.",
+            sample.pending_tool_calls,
+        ),
+        events,
+    ]
 
 
 class Metrics:
@@ -112,73 +189,68 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        registry = self.registry
-        self.runs_started = Counter(
-            "iobridge_runs_started", "Runs that emitted RUN_STARTED.", ["agent"],
-            registry=registry,
+        self._runs_started = _Family(
+            "iobridge_runs_started", "Runs that emitted RUN_STARTED.", ("agent",)
         )
-        self.runs_finished = Counter(
+        self._runs_finished = _Family(
             "iobridge_runs_finished",
             "Runs concluded, by outcome (success, interrupt, cancelled, error).",
-            ["agent", "outcome"], registry=registry,
+            ("agent", "outcome"),
         )
-        self.run_errors = Counter(
+        self._run_errors = _Family(
             "iobridge_run_errors", "Runs that ended with RUN_ERROR, by its code.",
-            ["agent", "code"], registry=registry,
+            ("agent", "code"),
         )
-        self.first_event = Histogram(
+        self._first_event = _Family(
             "iobridge_run_first_event_seconds",
             "Seconds from a run's admission to RUN_STARTED in its log (the thread read).",
-            ["agent"], buckets=FIRST_EVENT_BUCKETS, registry=registry,
+            ("agent",), FIRST_EVENT_BUCKETS,
         )
-        self.run_duration = Histogram(
+        self._run_duration = _Family(
             "iobridge_run_duration_seconds",
             "Seconds from RUN_STARTED to the terminal event (messages stored).",
-            ["agent", "outcome"], buckets=RUN_BUCKETS, registry=registry,
+            ("agent", "outcome"), RUN_BUCKETS,
         )
-        self.tool_calls = Counter(
+        self._tool_calls = _Family(
             "iobridge_tool_calls",
             "Tool calls an agent awaited, by kind (server, frontend, deferred, unknown).",
-            ["agent", "kind"], registry=registry,
+            ("agent", "kind"),
         )
-        self.store_seconds = Histogram(
+        self._store_seconds = _Family(
             "iobridge_store_operation_seconds",
             "Seconds of thread-store operations (run reads and writes, readiness probes).",
-            ["operation"], buckets=STORE_BUCKETS, registry=registry,
+            ("operation",), STORE_BUCKETS,
         )
-        self._runs_started = _Children(self.runs_started)
-        self._runs_finished = _Children(self.runs_finished)
-        self._run_errors = _Children(self.run_errors)
-        self._first_event = _Children(self.first_event)
-        self._run_duration = _Children(self.run_duration)
-        self._tool_calls = _Children(self.tool_calls)
-        self._store_seconds = _Children(self.store_seconds)
+        self._collector = _LoopCollector([
+            self._runs_started, self._runs_finished, self._run_errors, self._first_event,
+            self._run_duration, self._tool_calls, self._store_seconds,
+        ])
+        self.registry.register(self._collector)
 
     def watch(self, sample: Callable[[], EngineSample]) -> None:
         """Report the engine's live figures (read at scrape time) from ``sample``."""
-        self._engine = _EngineCollector(sample)
-        self.registry.register(self._engine)
+        self._collector._sample = sample
 
     def serve(self, host: str, port: int) -> Any:
         """Serve the registry on its own port (``metrics.port``) with prometheus_client's
         standard-library server, in a thread; call from the event loop. Returns the server
         (``shutdown()`` and ``server_close()`` it)."""
-        self._engine.loop = asyncio.get_running_loop()
+        self._collector.loop = asyncio.get_running_loop()
         server, _thread = start_http_server(port, host, registry=self.registry)
         return server
 
     def run_started(self, agent: str, seconds_to_start: float) -> None:
-        self._runs_started(agent).inc()
-        self._first_event(agent).observe(seconds_to_start)
+        self._runs_started.inc(agent)
+        self._first_event.observe(seconds_to_start, agent)
 
     def run_finished(self, agent: str, outcome: str, code: str | None, seconds: float) -> None:
-        self._runs_finished(agent, outcome).inc()
-        self._run_duration(agent, outcome).observe(seconds)
+        self._runs_finished.inc(agent, outcome)
+        self._run_duration.observe(seconds, agent, outcome)
         if code is not None:
-            self._run_errors(agent, code).inc()
+            self._run_errors.inc(agent, code)
 
     def tool_call(self, agent: str, kind: str) -> None:
-        self._tool_calls(agent, kind).inc()
+        self._tool_calls.inc(agent, kind)
 
     def store_operation(self, operation: str, seconds: float) -> None:
-        self._store_seconds(operation).observe(seconds)
+        self._store_seconds.observe(seconds, operation)
