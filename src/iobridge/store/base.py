@@ -43,6 +43,7 @@ __all__ = [
     "check_thread_text",
     "decode_cursor",
     "encode_cursor",
+    "encode_messages",
     "format_timestamp",
     "is_outage",
     "normalize_messages",
@@ -171,8 +172,13 @@ def normalize_messages(messages: Iterable[object]) -> list[dict[str, Any]]:
     Raises:
         InputError: a message is not storable (code ``INVALID_MESSAGE``); nothing is stored.
     """
+    return [message for message, _ in encode_messages(messages)]
+
+
+def encode_messages(messages: Iterable[object]) -> list[tuple[dict[str, Any], bytes]]:
+    """:func:`normalize_messages`, each message with its JSON octets (checking encodes it)."""
     seen: set[str] = set()
-    out: list[dict[str, Any]] = []
+    out: list[tuple[dict[str, Any], bytes]] = []
     for index, message in enumerate(messages):
         if not isinstance(message, dict):
             raise InputError(f"message {index} is not an object", code="INVALID_MESSAGE")
@@ -195,7 +201,7 @@ def normalize_messages(messages: Iterable[object]) -> list[dict[str, Any]]:
             raise InputError(f"message {index} is not JSON", code="INVALID_MESSAGE") from exc
         reject_nul(message, encoded, code="INVALID_MESSAGE")
         seen.add(message_id)
-        out.append(message)
+        out.append((message, encoded))
     return out
 
 

@@ -27,7 +27,7 @@ from iobridge.store.base import (
     check_thread_text,
     decode_cursor,
     encode_cursor,
-    normalize_messages,
+    encode_messages,
     settled,
     utc_now,
 )
@@ -60,6 +60,8 @@ class MemoryThreadStore(ThreadStore):
         self._messages: dict[str, list[dict[str, Any]]] = {}
         #: Append time of each message, parallel to ``_messages``.
         self._times: dict[str, list[datetime]] = {}
+        #: The ids of each thread's messages (a write skips ids already stored).
+        self._ids: dict[str, set[str]] = {}
 
     async def get_thread(self, thread_id: str) -> Thread | None:
         return self._threads.get(thread_id)
@@ -88,8 +90,7 @@ class MemoryThreadStore(ThreadStore):
             updated_at=now,
         )
         self._threads[thread_id] = thread
-        self._messages[thread_id] = []
-        self._times[thread_id] = []
+        self._messages[thread_id], self._times[thread_id], self._ids[thread_id] = [], [], set()
         return thread
 
     def _require(self, thread_id: str) -> Thread:
@@ -127,6 +128,7 @@ class MemoryThreadStore(ThreadStore):
     async def delete_thread(self, thread_id: str) -> bool:
         self._messages.pop(thread_id, None)
         self._times.pop(thread_id, None)
+        self._ids.pop(thread_id, None)
         return self._threads.pop(thread_id, None) is not None
 
     async def list_threads(
@@ -179,16 +181,28 @@ class MemoryThreadStore(ThreadStore):
         self, thread_id: str, messages: Sequence[Mapping[str, Any]]
     ) -> list[dict[str, Any]]:
         thread = self._require(thread_id)
-        batch = normalize_messages(_copy(list(messages)))
-        stored = self._messages[thread_id]
-        known = {m["id"] for m in stored}
-        new = [m for m in batch if m["id"] not in known]
+        new = self._new_messages(thread_id, messages)
         if new:
             now = self._clock()
-            stored.extend(new)
-            self._times[thread_id].extend([now] * len(new))
+            self._add(thread_id, new, now)
             self._threads[thread_id] = replace(thread, updated_at=now)
         return _copy(new)  # type: ignore[no-any-return]
+
+    def _new_messages(
+        self, thread_id: str, messages: Sequence[Mapping[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """The checked messages whose ids the thread does not hold yet, copied."""
+        known = self._ids.get(thread_id, ())
+        return [
+            orjson.loads(encoded)
+            for message, encoded in encode_messages(messages)
+            if message["id"] not in known
+        ]
+
+    def _add(self, thread_id: str, new: list[dict[str, Any]], now: datetime) -> None:
+        self._messages[thread_id].extend(new)
+        self._times[thread_id].extend([now] * len(new))
+        self._ids[thread_id].update(m["id"] for m in new)
 
     async def write_for_run(
         self,
@@ -229,27 +243,29 @@ class MemoryThreadStore(ThreadStore):
         check_thread_ids(thread_id, resource_id, agent_id)
         if title:
             check_thread_text(title)
-        batch = normalize_messages(_copy(list(messages)))
+        new = self._new_messages(thread_id, messages)
         # Copied before anything changes: a carryover that is not JSON stores nothing.
         changes = _carried(carryover) if carryover is not None else {}
         thread = self._threads.get(thread_id)
-        now = self._clock()
-        if thread is None:
-            thread = Thread(id=thread_id, resource_id=resource_id, agent_id=agent_id,
-                            title="", metadata={}, created_at=now, updated_at=now)
-            self._messages[thread_id], self._times[thread_id] = [], []
-        elif thread.resource_id != resource_id:
+        if thread is not None and thread.resource_id != resource_id:
             raise NotFoundError("thread not found", code="THREAD_NOT_FOUND")
-        stored = self._messages[thread_id]
-        known = {m["id"] for m in stored}
-        new = [m for m in batch if m["id"] not in known]
+        now = self._clock()
         if new:
-            stored.extend(new)
-            self._times[thread_id].extend([now] * len(new))
             changes["updated_at"] = now
-        if title and not thread.title:
+        if title and (thread is None or not thread.title):
             changes["title"] = title
-        self._threads[thread_id] = replace(thread, **changes) if changes else thread
+        if thread is None:
+            self._threads[thread_id] = Thread(
+                id=thread_id, resource_id=resource_id, agent_id=agent_id, metadata={},
+                created_at=now, **{"updated_at": now, **changes},
+            )
+            self._messages[thread_id], self._times[thread_id], self._ids[thread_id] = (
+                [], [], set()
+            )
+        elif changes:
+            self._threads[thread_id] = replace(thread, **changes)
+        if new:
+            self._add(thread_id, new, now)
 
     async def set_carryover(self, thread_id: str, carryover: Carryover) -> None:
         thread = self._require(thread_id)
