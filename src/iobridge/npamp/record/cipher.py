@@ -132,11 +132,15 @@ def make_nonce(iv: bytes, seq: int) -> bytes:
 class RecordCipher:
     """One AEAD key and IV, with the AEAD object built once.
 
+    With the compiled per-frame path (AES-256-GCM), ``cryptography``'s AEAD object is built
+    only when a frame needs it (sealed regions above :data:`COMPILED_MAX_SEALED`): most
+    ciphers of an association (the AUTH frames, Control's CLOSE / CLOSE_ACK) never do.
+
     Attributes:
         suite: The AEAD suite code point.
     """
 
-    __slots__ = ("_aead", "_decrypt", "_encrypt", "_encrypt_into", "_fast", "_iv", "suite")
+    __slots__ = ("_aead_object", "_fast", "_iv", "_key", "suite")
 
     def __init__(self, suite: int, key: bytes, iv: bytes, *, compiled: bool = True) -> None:
         """Build the cipher.
@@ -152,24 +156,45 @@ class RecordCipher:
         """
         if len(key) != KEY_SIZE or len(iv) != IV_SIZE:
             raise LocalProtocolError(f"need a {KEY_SIZE}-octet key and a {IV_SIZE}-octet IV")
-        self._aead: AESGCM | ChaCha20Poly1305
-        if suite == SUITE_AES_256_GCM:
-            self._aead = AESGCM(key)
-        elif suite == SUITE_CHACHA20_POLY1305:
-            self._aead = ChaCha20Poly1305(key)
-        else:
+        if suite != SUITE_AES_256_GCM and suite != SUITE_CHACHA20_POLY1305:
             raise LocalProtocolError(f"unsupported AEAD suite 0x{suite:04x}")
         self.suite = suite
+        self._key = key
         self._iv = int.from_bytes(iv, "big")
-        # Bound once: the per-frame paths of SendState/ReceiveState call these directly.
-        self._encrypt = self._aead.encrypt
-        self._encrypt_into = self._aead.encrypt_into
-        self._decrypt = self._aead.decrypt
+        self._aead_object: AESGCM | ChaCha20Poly1305 | None = None
         self._fast = (
             _speedups.Cipher(key, iv)
             if compiled and _speedups is not None and suite == SUITE_AES_256_GCM
             else None
         )
+        if self._fast is None:
+            self._aead_object = self._new_aead()
+
+    def _new_aead(self) -> AESGCM | ChaCha20Poly1305:
+        if self.suite == SUITE_AES_256_GCM:
+            return AESGCM(self._key)
+        return ChaCha20Poly1305(self._key)
+
+    @property
+    def _aead(self) -> AESGCM | ChaCha20Poly1305:
+        """``cryptography``'s AEAD object for this key (built on first use)."""
+        aead = self._aead_object
+        if aead is None:
+            aead = self._aead_object = self._new_aead()
+        return aead
+
+    # The per-frame paths of SendState/ReceiveState call these directly.
+    @property
+    def _encrypt(self) -> Callable[[bytes, bytes, bytes | None], bytes]:
+        return self._aead.encrypt
+
+    @property
+    def _encrypt_into(self) -> Callable[[bytes, bytes, bytearray, bytes | None], int]:
+        return self._aead.encrypt_into  # type: ignore[return-value]
+
+    @property
+    def _decrypt(self) -> Callable[[bytes, bytes, bytes | None], bytes]:
+        return self._aead.decrypt
 
     @property
     def compiled(self) -> bool:
@@ -321,7 +346,8 @@ class SendState:
             prefix = _pack_prefix(MAGIC, verflags, frame_type, self.channel, seq, sealed_len)
         except struct.error as exc:
             raise LocalProtocolError(f"header field out of range: {exc}") from exc
-        sealed = cipher._encrypt((cipher._iv ^ seq).to_bytes(IV_SIZE, "big"), plaintext, prefix)
+        aead = cipher._aead_object or cipher._aead  # always built without the compiled path
+        sealed = aead.encrypt((cipher._iv ^ seq).to_bytes(IV_SIZE, "big"), plaintext, prefix)
         self.next_seq = seq + 1
         return prefix + _pack_tail(_crc(prefix)) + sealed
 
@@ -438,7 +464,8 @@ class ReceiveState:
         aad = _pack_prefix(MAGIC, (version << 4) | flags, frame_type, channel, seq, length)
         nonce = (cipher._iv ^ seq).to_bytes(IV_SIZE, "big")
         try:
-            plaintext: bytes = cipher._decrypt(nonce, payload, aad)
+            aead = cipher._aead_object or cipher._aead  # always built without the compiled path
+            plaintext: bytes = aead.decrypt(nonce, payload, aad)
         except InvalidTag as exc:
             raise AeadFailure("AEAD tag did not verify") from exc
         self.expected_seq = expected + 1
