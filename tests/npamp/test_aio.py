@@ -150,13 +150,13 @@ async def test_client_auth_goes_out_with_the_first_frame(certs: tuple[Path, Path
         connect("127.0.0.1", srv.port, client_ssl_context(certs[0]), client_cfg) as assoc,
     ):
         writes: list[bytes] = []
-        real = assoc._writer.write
+        real = assoc._shell.write
 
         def spy(data: bytes) -> None:
             writes.append(data)
             real(data)
 
-        assoc._writer.write = spy  # type: ignore[method-assign]
+        assoc._shell.write = spy
         await assoc.send(BRIDGE, 0x0200, b"first")
         assert (await assoc.receive(BRIDGE)).payload == b"echo:first"
         assert len(writes[0]) > 36 + 80 + len(b"first")  # CLIENT_AUTH and the frame, one write
@@ -483,3 +483,53 @@ def test_unverified_client_context_loads_no_trust_store(certs: tuple[Path, Path]
     verifying = client_ssl_context(certs[0])
     assert verifying.verify_mode is ssl.CERT_REQUIRED and verifying.check_hostname
     assert verifying.cert_store_stats()["x509_ca"] == 1  # exactly the given anchor
+
+
+async def test_replies_to_a_peer_that_does_not_read_wait_for_it(certs: tuple[Path, Path]) -> None:
+    """PONGs to a client that sends PINGs without reading fill the server's socket and write
+    buffer: the server then stops reading (as a reader awaiting drain() after its replies
+    would) and resumes once the client reads, so every PONG arrives, in order."""
+    client_cfg, server_cfg = _configs()
+    async with _start(certs, server_cfg, echo) as srv, asyncio.timeout(20):
+        conn, reader, writer = await _raw_client(srv.port, certs, client_cfg)
+        payloads = [i.to_bytes(2, "big") * 30_000 for i in range(200)]  # 12 MB of PONGs owed
+
+        async def pings() -> None:
+            for payload in payloads:
+                conn.ping(0x0000, payload)
+                writer.write(conn.data_to_send())
+                await writer.drain()
+
+        sending = asyncio.create_task(pings())
+        await asyncio.sleep(0.5)  # the server's buffers fill up meanwhile
+        pongs: list[bytes] = []
+        while len(pongs) < len(payloads):
+            chunk = await reader.read(1 << 16)
+            assert chunk
+            pongs += [e.payload for e in conn.receive_data(chunk) if hasattr(e, "payload")]
+        await sending
+        assert pongs == payloads
+        writer.close()
+
+
+async def test_wait_closed_abandons_a_connection_still_in_its_handshake(
+    certs: tuple[Path, Path],
+) -> None:
+    """A TLS client that never sends CLIENT_HELLO: closing the server does not wait for its
+    handshake timeout, only close_timeout, and the connection is closed."""
+    _, server_cfg = _configs(timeout=30.0)
+    server_cfg = replace(server_cfg, close_timeout=0.2)
+    server = await serve("127.0.0.1", 0, server_ssl_context(*certs), server_cfg, echo)
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", server.port, ssl=client_ssl_context(certs[0])
+    )
+    try:
+        await asyncio.sleep(0.1)  # TLS is up on the server side too
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        async with asyncio.timeout(5):
+            await server.wait_closed()
+            assert await reader.read(1) == b""
+        assert loop.time() - start < 3
+    finally:
+        writer.close()

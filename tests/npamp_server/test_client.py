@@ -71,6 +71,29 @@ def test_pinned_allowlists_are_parsed_once_and_bounded(other_key: IdentityKey) -
     agui_client._pinned.clear()
 
 
+def test_transport_settings_are_built_once_per_identity_verifier_and_timeout(
+    client_key: IdentityKey, other_key: IdentityKey
+) -> None:
+    agui_client._configs.clear()
+    pins = agui_client._pinned_peers([other_key.fingerprint])
+    config = agui_client._transport_config(client_key, pins, 10.0)
+    assert agui_client._transport_config(client_key, pins, 10.0) is config
+    assert config.handshake.identities == [client_key] and config.handshake_timeout == 10.0
+    assert config.handshake.peer_verifier is pins
+    others = [
+        agui_client._transport_config(other_key, pins, 10.0),
+        agui_client._transport_config(client_key, pins, 2.5),
+        agui_client._transport_config(client_key, lambda scheme, key: True, 10.0),
+    ]
+    assert all(o is not config for o in others) and len(set(map(id, others))) == 3
+    assert others[1].handshake_timeout == 2.5 and others[0].handshake.identities == [other_key]
+    limit = agui_client.CONFIG_CACHE_SIZE
+    for _ in range(limit + 5):  # a new verifier each time: each its own entry, bounded
+        agui_client._transport_config(client_key, lambda scheme, key: True, 10.0)
+    assert len(agui_client._configs) == limit
+    agui_client._configs.clear()
+
+
 @pytest.mark.parametrize(
     "raw",
     [

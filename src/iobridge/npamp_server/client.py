@@ -23,9 +23,10 @@ import json
 import os
 import ssl
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from types import TracebackType
+from typing import Any, ClassVar, TypeVar
 
 import orjson
 
@@ -576,26 +577,89 @@ def _default_ssl_context() -> ssl.SSLContext:
     return client_ssl_context(verify=False)
 
 
-@contextlib.asynccontextmanager
-async def _associate(
-    host: str,
-    port: int,
-    identity: IdentityKey,
-    pinned: PeerVerifier | Iterable[str | os.PathLike[str]],
-    ssl_context: ssl.SSLContext | None,
-    handshake_timeout: float,
-) -> AsyncIterator[Association]:
-    verifier = pinned if callable(pinned) else _pinned_peers(pinned)
+#: Transport settings built from (identity, verifier, timeout), most recently used last (at
+#: most this many): every association with the same ones shares one, and with it what its
+#: handshake configuration derives once (the CLIENT_HELLO offers, our IdentityKey TLV, the
+#: negotiation results).
+CONFIG_CACHE_SIZE = 64
+_configs: OrderedDict[tuple[int, int, float], tuple[IdentityKey, PeerVerifier, TransportConfig]] = (
+    OrderedDict()
+)
+
+
+def _transport_config(
+    identity: IdentityKey, verifier: PeerVerifier, handshake_timeout: float
+) -> TransportConfig:
+    """The settings of an association with these; the same object while it stays cached (the
+    cache holds the identity and verifier it was built from, so their ids stay theirs)."""
+    key = (id(identity), id(verifier), handshake_timeout)
+    cached = _configs.get(key)
+    if cached is not None and cached[0] is identity and cached[1] is verifier:
+        _configs.move_to_end(key)
+        return cached[2]
     config = TransportConfig(
         handshake=HandshakeConfig(identities=[identity], peer_verifier=verifier),
         handshake_timeout=handshake_timeout,
     )
-    async with npamp_connect(host, port, ssl_context or _default_ssl_context(), config) as assoc:
-        yield assoc
+    _configs[key] = (identity, verifier, config)
+    if len(_configs) > CONFIG_CACHE_SIZE:
+        _configs.popitem(last=False)
+    return config
 
 
-@contextlib.asynccontextmanager
-async def connect(
+_C = TypeVar("_C", "AgUiClient", "OpaqueAgUiClient")
+
+
+class _Connected(contextlib.AbstractAsyncContextManager[_C]):
+    """``async with``: the association, then a client over it; on exit the client stops
+    reading and the association closes (a class, not nested generator context managers:
+    one object per association instead of three generators and their frames)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        identity: IdentityKey,
+        pinned: PeerVerifier | Iterable[str | os.PathLike[str]],
+        ssl_context: ssl.SSLContext | None,
+        handshake_timeout: float,
+        make: Callable[[Association], _C],
+    ) -> None:
+        self._args = (host, port, identity, pinned, ssl_context, handshake_timeout)
+        self._make: Callable[[Association], _C] = make
+        self._association: contextlib.AbstractAsyncContextManager[Association] | None = None
+        self._client: _C | None = None
+
+    async def __aenter__(self) -> _C:
+        host, port, identity, pinned, ssl_context, handshake_timeout = self._args
+        verifier = pinned if callable(pinned) else _pinned_peers(pinned)
+        config = _transport_config(identity, verifier, handshake_timeout)
+        self._association = npamp_connect(
+            host, port, ssl_context or _default_ssl_context(), config
+        )
+        assoc = await self._association.__aenter__()
+        try:
+            self._client = self._make(assoc)
+        except BaseException as exc:
+            await self._association.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        return self._client
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if self._client is not None:
+                await self._client.aclose()
+        finally:
+            if self._association is not None:
+                await self._association.__aexit__(exc_type, exc, tb)
+
+
+def connect(
     host: str,
     port: int,
     *,
@@ -606,7 +670,7 @@ async def connect(
     protocol_id: int = AGUI_PROTOCOL_ID,
     safety: Effect = Effect.NON_IDEMPOTENT_WRITE,
     handshake_timeout: float = 10.0,
-) -> AsyncIterator[AgUiClient]:
+) -> contextlib.AbstractAsyncContextManager[AgUiClient]:
     """Open an association to an AG-UI server and yield a client for it.
 
     Args:
@@ -625,16 +689,18 @@ async def connect(
         TransportError: TCP/TLS failure.
         HandshakeFailure: The server key is not pinned, or the handshake failed.
     """
-    async with _associate(host, port, identity, pinned, ssl_context, handshake_timeout) as assoc:
-        client = AgUiClient(assoc, channel=channel, protocol_id=protocol_id, safety=safety)
-        try:
-            yield client
-        finally:
-            await client.aclose()
+    return _Connected(
+        host,
+        port,
+        identity,
+        pinned,
+        ssl_context,
+        handshake_timeout,
+        lambda assoc: AgUiClient(assoc, channel=channel, protocol_id=protocol_id, safety=safety),
+    )
 
 
-@contextlib.asynccontextmanager
-async def connect_opaque(
+def connect_opaque(
     host: str,
     port: int,
     *,
@@ -645,12 +711,17 @@ async def connect_opaque(
     channel: int = BRIDGE_CHANNEL,
     safety: Effect = Effect.NON_IDEMPOTENT_WRITE,
     handshake_timeout: float = 10.0,
-) -> AsyncIterator[OpaqueAgUiClient]:
+) -> contextlib.AbstractAsyncContextManager[OpaqueAgUiClient]:
     """Like :func:`connect`, for a server agreed with us on ``protocol_id`` for opaque
     carriage (NPAMP-CC-OPAQUE) instead of the STREAM mapping."""
-    async with _associate(host, port, identity, pinned, ssl_context, handshake_timeout) as assoc:
-        client = OpaqueAgUiClient(assoc, protocol_id=protocol_id, channel=channel, safety=safety)
-        try:
-            yield client
-        finally:
-            await client.aclose()
+    return _Connected(
+        host,
+        port,
+        identity,
+        pinned,
+        ssl_context,
+        handshake_timeout,
+        lambda assoc: OpaqueAgUiClient(
+            assoc, protocol_id=protocol_id, channel=channel, safety=safety
+        ),
+    )
