@@ -144,7 +144,8 @@ class RunStream:
     """
 
     def __init__(self, client: AgUiClient, correlation_id: bytes, request: Any) -> None:
-        self._client, self._request = client, request
+        self._client: AgUiClient | None = client
+        self._request = request
         # A deque and one wake-up per batch, not an asyncio.Queue: events of one read are
         # yielded without an await each (the per-event path).
         self._items: deque[AgUiEvent | _End | BaseException] = deque()
@@ -159,9 +160,12 @@ class RunStream:
         return self._events()
 
     async def _events(self) -> AsyncIterator[AgUiEvent]:
-        if self._request is not None:
+        if self._request is not None and self._client is not None:
             request, self._request = self._request, None
-            await self._client._send(request)
+            # Let go of the client once the request is out: the client holds its streams, so
+            # the other way round too would be a cycle only the collector frees.
+            client, self._client = self._client, None
+            await client._send(request)
         items = self._items
         while not self.ended:
             if not items:

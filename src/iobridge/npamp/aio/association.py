@@ -48,9 +48,6 @@ Handler = Callable[["Association"], Awaitable[None]]
 
 #: Seconds to wait for the transport to finish closing (TLS close_notify, TCP FIN).
 _CLOSE_WAIT = 1.0
-#: Octets written in one loop turn above which they are handed to the transport at once (a
-#: TLS record's worth); below it they wait for the end of the turn.
-_COALESCE_LIMIT = 16384
 _HANDSHAKING = AssociationState.HANDSHAKING
 
 
@@ -81,9 +78,6 @@ class _Shell(asyncio.Protocol):
         self.config = config
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
-        #: Octets written during this loop turn, not yet handed to the transport.
-        self._pending: list[bytes] | None = None
-        self._pending_size = 0
         self.assoc: Association | None = None
         #: Whether the handshake phase is over (established or failed).
         self.settled = False
@@ -186,10 +180,13 @@ class _Shell(asyncio.Protocol):
             self._settle(None, TransportError("peer closed the stream during the handshake"))
 
     def connection_lost(self, exc: Exception | None) -> None:
-        """The transport is closed: fail or end what waits on it."""
+        """The transport is closed: fail or end what waits on it, then let go of the
+        association and the transport (they and the shell refer to each other: without this
+        each association is garbage only the cyclic collector frees)."""
         self.lost, self.lost_error = True, exc
         if self.assoc is not None:
             self.assoc._lost(exc)
+            self.assoc = None
         else:
             self._settle(
                 None, exc or TransportError("peer closed the stream during the handshake")
@@ -203,6 +200,7 @@ class _Shell(asyncio.Protocol):
             if not waiter.done():
                 waiter.set_result(None)
         self._close_waiters.clear()
+        self.transport = None
 
     def pause_writing(self) -> None:
         """Above the high-water mark: senders wait in :meth:`drain`."""
@@ -247,38 +245,18 @@ class _Shell(asyncio.Protocol):
         await waiter
 
     def write(self, data: bytes) -> None:
-        """Queue ``data`` for the transport: what is written during one loop turn goes out as
-        one TLS write (one record, one send) at the end of the turn, in order. At
-        :data:`_COALESCE_LIMIT` octets it goes out at once, so the transport's flow control
-        (``pause_writing``, :meth:`drain`) sees every large write as it happens."""
-        pending = self._pending
-        if pending is None:
-            pending = self._pending = [data]
-            self._pending_size = len(data)
-            if self._pending_size < _COALESCE_LIMIT:
-                self.loop.call_soon(self._write_out)
-                return
-        else:
-            pending.append(data)
-            self._pending_size += len(data)
-            if self._pending_size < _COALESCE_LIMIT:
-                return
-        self._write_out()
-
-    def _write_out(self) -> None:
-        pending, self._pending = self._pending, None
-        if pending and self.transport is not None and not self.transport.is_closing():
-            self.transport.write(pending[0] if len(pending) == 1 else b"".join(pending))
+        """Hand ``data`` to the transport at once: a reply deferred to the end of the loop turn
+        would wait behind every other connection's callbacks of that turn (handshakes...),
+        and the peer with it."""
+        if self.transport is not None:
+            self.transport.write(data)
 
     def is_closing(self) -> bool:
         return self.transport is None or self.transport.is_closing()
 
     def close(self) -> None:
-        """Close the transport once what was written is handed over (the transport still sends
-        its buffer); nothing is awaited."""
+        """Close the transport (it still sends what it buffered); nothing is awaited."""
         if self.transport is not None:
-            if self._pending is not None:
-                self._write_out()
             self.transport.close()
 
     async def close_and_wait(self) -> None:
@@ -296,19 +274,27 @@ class _Shell(asyncio.Protocol):
 class _ClientShell(_Shell):
     """The client's connection: :func:`connect` awaits :attr:`outcome`."""
 
-    def __init__(self, conn: NpampConnection, config: TransportConfig) -> None:
+    def __init__(
+        self,
+        conn: NpampConnection,
+        config: TransportConfig,
+        outcome: asyncio.Future[Association],
+    ) -> None:
         super().__init__(config)
         self.conn = conn
-        self.outcome: asyncio.Future[Association] = self.loop.create_future()
+        #: What connect() awaits; let go of once settled (it would hold the association).
+        self.outcome: asyncio.Future[Association] | None = outcome
 
     def _established(self, assoc: Association) -> None:
-        if not self.outcome.done():
-            self.outcome.set_result(assoc)
+        outcome, self.outcome = self.outcome, None
+        if outcome is not None and not outcome.done():
+            outcome.set_result(assoc)
 
     def _refused(self, error: BaseException) -> None:
-        if not self.outcome.done():
-            self.outcome.set_exception(error)
-            self.outcome.exception()  # retrieved: connect() may have been cancelled meanwhile
+        outcome, self.outcome = self.outcome, None
+        if outcome is not None and not outcome.done():
+            outcome.set_exception(error)
+            outcome.exception()  # retrieved: connect() may have been cancelled meanwhile
 
 
 class _ServerShell(_Shell):
@@ -631,11 +617,12 @@ class _Connect(contextlib.AbstractAsyncContextManager[Association]):
         host, port, config = self._host, self._port, self._config
         conn = NpampConnection(ClientHandshake(config.handshake), config=config.association)
         loop = asyncio.get_running_loop()
+        outcome: asyncio.Future[Association] = loop.create_future()
         try:
             # A timeout scope, not wait_for: that would run the connect in a task of its own.
             async with asyncio.timeout(config.handshake_timeout):
                 _, shell = await loop.create_connection(
-                    lambda: _ClientShell(conn, config),
+                    lambda: _ClientShell(conn, config, outcome),
                     host,
                     port,
                     ssl=self._ssl_ctx,
@@ -644,7 +631,7 @@ class _Connect(contextlib.AbstractAsyncContextManager[Association]):
         except (OSError, ssl.SSLError, TimeoutError) as exc:
             raise TransportError(f"TLS connection to {host}:{port} failed: {exc!r}") from exc
         try:
-            assoc = await shell.outcome
+            assoc = await outcome
         except BaseException:
             await shell.close_and_wait()
             raise
