@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -533,3 +534,44 @@ async def test_wait_closed_abandons_a_connection_still_in_its_handshake(
         assert loop.time() - start < 3
     finally:
         writer.close()
+
+
+async def test_an_association_leaves_no_reference_cycles(certs: tuple[Path, Path]) -> None:
+    """Once both ends closed, reference counting frees every object of the association: none
+    of ours is left to the cyclic collector (a cycle per association made the collector walk
+    each of them, and promote them, under load)."""
+    client_cfg, server_cfg = _configs()
+    done = asyncio.Event()
+
+    async def one_shot(assoc: Association) -> None:
+        await echo(assoc)
+        done.set()
+
+    async with _start(certs, server_cfg, one_shot) as srv, asyncio.timeout(10):
+        ctx = client_ssl_context(certs[0])
+        async with connect("127.0.0.1", srv.port, ctx, client_cfg) as assoc:  # warm up
+            await assoc.send(BRIDGE, 0x0200, b"warm")
+            await assoc.receive(BRIDGE)
+        await done.wait()
+        done.clear()
+        gc.collect()
+        gc.disable()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            async with connect("127.0.0.1", srv.port, ctx, client_cfg) as assoc:
+                await assoc.send(BRIDGE, 0x0200, b"hello")
+                assert (await assoc.receive(BRIDGE)).payload == b"echo:hello"
+            await done.wait()
+            del assoc
+            await asyncio.sleep(0.05)  # the server's side finishes closing
+            gc.collect()
+            ours = [
+                type(o).__qualname__
+                for o in gc.garbage
+                if type(o).__module__.startswith("iobridge")
+            ]
+        finally:
+            gc.garbage.clear()
+            gc.set_debug(0)
+            gc.enable()
+    assert ours == []
