@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import json
 import os
 from pathlib import Path
@@ -55,6 +57,38 @@ async def test_the_listener_serves_with_the_smallest_backlog(
             async with h.client(client_key) as client:
                 events = [e.type async for e in client.run(run_body("hi", run_id=run_id))]
             assert events[-1] == "RUN_FINISHED"
+
+
+async def test_a_run_over_an_association_leaves_no_reference_cycles_of_the_client(
+    harness: StartHarness, client_key: Any
+) -> None:
+    """The AG-UI client, its streams and sessions, the association and its connection are
+    freed by reference counting once the run and the association ended: nothing of the N-PAMP
+    client and server is left to the cyclic collector."""
+    async with harness() as h:
+        async with h.client(client_key) as client:  # warm up
+            [e.type async for e in client.run(run_body("hi", run_id="c0"))]
+        await asyncio.sleep(0.1)
+        gc.collect()
+        gc.disable()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            async with h.client(client_key) as client:
+                events = [e.type async for e in client.run(run_body("hi", run_id="c1"))]
+            del client
+            await asyncio.sleep(0.1)  # the server's side finishes closing
+            gc.collect()
+            ours = sorted(
+                type(o).__qualname__
+                for o in gc.garbage
+                if type(o).__module__.startswith(("iobridge.npamp", "iobridge.npamp_server"))
+            )
+        finally:
+            gc.garbage.clear()
+            gc.set_debug(0)
+            gc.enable()
+    assert events[-1] == "RUN_FINISHED"
+    assert ours == []
 
 
 def test_pinned_allowlists_are_parsed_once_and_bounded(other_key: IdentityKey) -> None:
