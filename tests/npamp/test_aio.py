@@ -575,3 +575,39 @@ async def test_an_association_leaves_no_reference_cycles(certs: tuple[Path, Path
             gc.set_debug(0)
             gc.enable()
     assert ours == []
+
+
+async def test_deliver_to_hands_over_frames_as_they_are_read_then_the_end(
+    certs: tuple[Path, Path],
+) -> None:
+    """Frames already queued are handed over first, later ones batch by batch in order;
+    the end is reported once; receive() then finds nothing queued."""
+    client_cfg, server_cfg = _configs()
+
+    async def talker(assoc: Association) -> None:
+        await assoc.send(BRIDGE, 0x0201, b"one")
+        await assoc.send(BRIDGE, 0x0201, b"two")
+        await assoc.receive()  # the client's go
+        await assoc.send_many(BRIDGE, [(0x0201, b"three"), (0x0201, b"four")])
+
+    async with (
+        _start(certs, server_cfg, talker) as srv,
+        asyncio.timeout(10),
+        connect("127.0.0.1", srv.port, client_ssl_context(certs[0]), client_cfg) as assoc,
+    ):
+        while len(assoc._frames) < 2:
+            await asyncio.sleep(0.01)
+        got: list[bytes] = []
+        ends: list[BaseException] = []
+        assoc.deliver_to(lambda frames: got.extend(f.payload for f in frames), ends.append)
+        assert got == [b"one", b"two"]
+        await assoc.send(BRIDGE, 0x0200, b"go")
+        while assoc.terminated is None:  # the handler returned: the server closed
+            await asyncio.sleep(0.01)
+        assert got == [b"one", b"two", b"three", b"four"]
+        assert len(ends) == 1 and isinstance(ends[0], TransportError)
+        assoc.deliver_to(None, None)
+        assoc.deliver_to(None, ends.append)  # already ended: reported at once, once
+        assert len(ends) == 2
+        with pytest.raises(TransportError):
+            await assoc.receive()

@@ -247,7 +247,11 @@ class AgUiClient:
         self.announcements: list[bytes] = []
         self._streams: dict[bytes, RunStream] = {}
         self._lock = asyncio.Lock()
-        self._reader = asyncio.create_task(self._read())
+        #: Sends the session's replies to what it received (a task only when there are some).
+        self._replying: asyncio.Task[None] | None = None
+        self._reading = True
+        # Frames are handled as they are read, in the association's callback: no reader task.
+        association.deliver_to(self._received, self._stop)
 
     def run(
         self,
@@ -298,9 +302,11 @@ class AgUiClient:
 
     async def aclose(self) -> None:
         """Stop reading (the association itself is closed by :func:`connect`)."""
-        self._reader.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._reader
+        self._stop(TransportError("association closed"))
+        if self._replying is not None:
+            self._replying.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._replying
 
     def _open(self, corr: bytes, request: Any) -> RunStream:
         stream = RunStream(self, corr, request)
@@ -321,24 +327,35 @@ class AgUiClient:
         for frame_type, payload in self.session.data_to_send():
             await self.association.send(self.channel, frame_type, payload)
 
-    async def _read(self) -> None:
-        """Feed each batch of frames the association read to the session (:meth:`_handle`),
-        send what the session queued, and wake every stream that got events once per batch."""
-        error: BaseException = TransportError("association closed")
-        session = self.session
+    def _received(self, received: list[FrameReceived]) -> None:
+        """One batch of frames the association read (its callback): the session gets them
+        (:meth:`_handle`), its replies are sent, and every stream that got events is woken
+        once per batch."""
+        woken = self._handle(received)
+        if self.session.wants_to_send() and self._replying is None:
+            self._replying = asyncio.get_running_loop().create_task(self._reply())
+        for stream in woken:
+            stream._wake()
+
+    async def _reply(self) -> None:
         try:
-            while True:
-                woken = self._handle(await self.association.receive_all())
-                if session.wants_to_send():
-                    async with self._lock:
-                        await self._flush_locked()
-                for stream in woken:
-                    stream._wake()
+            async with self._lock:
+                while self.session.wants_to_send():
+                    await self._flush_locked()
         except (NpampError, OSError, ssl.SSLError) as exc:
-            error = exc if isinstance(exc, NpampError) else TransportError(str(exc))
+            self._stop(exc if isinstance(exc, NpampError) else TransportError(str(exc)))
         finally:
-            for stream in self._streams.values():
-                stream._put(error)
+            self._replying = None
+
+    def _stop(self, error: BaseException) -> None:
+        """Stop reading (the association ended, a reply failed, or aclose()): every stream
+        gets ``error``."""
+        if not self._reading:
+            return
+        self._reading = False
+        self.association.deliver_to(None, None)
+        for stream in self._streams.values():
+            stream._put(error)
 
     def _handle(self, received: list[FrameReceived]) -> set[RunStream]:
         """Hand one batch's Bridge frames to the session in one call and deliver the events

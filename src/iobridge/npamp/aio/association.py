@@ -372,6 +372,9 @@ class Association:
         self._readers: list[asyncio.Future[None]] = []
         self._waiters: dict[tuple[type, int], asyncio.Future[None]] = {}
         self._ended: list[asyncio.Future[None]] = []
+        #: Where frames go as they are read instead of the queue (:meth:`deliver_to`).
+        self._on_frames: Callable[[list[FrameReceived]], None] | None = None
+        self._on_end: Callable[[BaseException], None] | None = None
         #: Set once the association ended; ``error`` is ``None`` after a graceful close.
         self.terminated: ConnectionTerminated | None = None
         #: The completed handshake (profile, AEAD suite, peer identity key).
@@ -455,6 +458,28 @@ class Association:
         frames = list(self._frames)
         self._frames.clear()
         return frames
+
+    def deliver_to(
+        self,
+        on_frames: Callable[[list[FrameReceived]], None] | None,
+        on_end: Callable[[BaseException], None] | None,
+    ) -> None:
+        """Hand each batch of application frames to ``on_frames`` as it is read (in order,
+        from the event loop's callback) instead of queueing it for :meth:`receive`, and call
+        ``on_end(error)`` once when the association ends (at once if it has): for a consumer
+        that processes frames without awaiting, with no task of its own. Frames already
+        queued are handed over first; ``deliver_to(None, None)`` queues them again."""
+        self._on_frames, self._on_end = on_frames, on_end
+        self._deliver()
+        if on_end is not None and self.terminated is not None:
+            self._on_end = None
+            on_end(self.terminated.error or TransportError("association closed"))
+
+    def _deliver(self) -> None:
+        if self._on_frames is not None and self._frames:
+            batch = list(self._frames)
+            self._frames.clear()
+            self._on_frames(batch)
 
     def __aiter__(self) -> AsyncIterator[FrameReceived]:
         """Iterate over application frames until the association ends."""
@@ -564,7 +589,9 @@ class Association:
                 if waiter is not None and not waiter.done():
                     waiter.set_result(None)
             elif isinstance(event, ConnectionTerminated):
+                self._deliver()  # what came before the end first
                 self._end(event)
+        self._deliver()
         self._wake()
 
     def _wake(self) -> None:
@@ -578,6 +605,9 @@ class Association:
     def _end(self, event: ConnectionTerminated) -> None:
         if self.terminated is None:
             self.terminated = event
+            on_end, self._on_end = self._on_end, None
+            if on_end is not None:
+                on_end(event.error or TransportError("association closed"))
         for waiter in self._waiters.values():
             if not waiter.done():
                 waiter.set_exception(event.error or TransportError("association closed"))
