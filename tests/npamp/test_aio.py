@@ -40,7 +40,7 @@ from iobridge.npamp.errors import (
     SequenceGap,
     TransportError,
 )
-from iobridge.npamp.handshake import ClientHandshake, Profile
+from iobridge.npamp.handshake import ClientHandshake, Profile, ServerHandshake
 from iobridge.npamp.wire import FrameReader, FrameType, push_frame
 
 from .test_connection import handshake_configs
@@ -611,3 +611,33 @@ async def test_deliver_to_hands_over_frames_as_they_are_read_then_the_end(
         assert len(ends) == 2
         with pytest.raises(TransportError):
             await assoc.receive()
+
+
+async def test_close_waits_for_close_ack_only_close_timeout(certs: tuple[Path, Path]) -> None:
+    """A peer that completes the handshake but never answers CLOSE: aclose() gives up after
+    close_timeout (then closes the socket), and the association is ended locally."""
+    client_cfg, server_cfg = _configs()
+    client_cfg = replace(client_cfg, close_timeout=0.3)
+
+    async def mute(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        core = NpampConnection(ServerHandshake(server_cfg.handshake))
+        while core.state is AssociationState.HANDSHAKING:
+            core.receive_data(await reader.read(65536))
+            if core.state is AssociationState.HANDSHAKING:
+                writer.write(core.data_to_send())  # SERVER_HELLO, SERVER_AUTH: nothing more
+        await reader.read()  # CLOSE arrives; never answered
+        writer.close()
+
+    server = await asyncio.start_server(mute, "127.0.0.1", 0, ssl=server_ssl_context(*certs))
+    port = server.sockets[0].getsockname()[1]
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(5):
+            async with connect("127.0.0.1", port, client_ssl_context(certs[0]), client_cfg) as a:
+                await a.send(BRIDGE, 0x0200, b"hi")
+                start = loop.time()
+            assert 0.25 < loop.time() - start < 2
+            assert a.terminated is not None and isinstance(a.terminated.error, TransportError)
+            assert str(a.terminated.error) == "association closed locally"
+    finally:
+        server.close()

@@ -266,9 +266,25 @@ class _Shell(asyncio.Protocol):
             return
         waiter = self.loop.create_future()
         self._close_waiters.append(waiter)
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(_CLOSE_WAIT):
-                await waiter
+        await _bounded(self.loop, waiter, _CLOSE_WAIT)
+
+
+async def _bounded(
+    loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[None], seconds: float
+) -> None:
+    """Await ``waiter`` at most ``seconds``; then it is resolved as if it were done. A timer
+    rather than an ``asyncio.timeout`` scope (its object, handle and cancellation bookkeeping,
+    for the two bounded waits of every close)."""
+    timer = loop.call_later(seconds, _resolve, waiter)
+    try:
+        await waiter
+    finally:
+        timer.cancel()
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class _ClientShell(_Shell):
@@ -530,11 +546,13 @@ class Association:
             with contextlib.suppress(OSError, ssl.SSLError):
                 await self._flush()
             if self.terminated is None:
-                waiter = self._shell.loop.create_future()
+                loop = self._shell.loop
+                waiter = loop.create_future()
                 self._ended.append(waiter)
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self._config.close_timeout):
-                        await waiter
+                await _bounded(loop, waiter, self._config.close_timeout)
+        # Nothing more is read: what the peer does while the socket closes (its EOF...) no
+        # longer decides how the association ended.
+        self._shell.assoc = None
         await self._shell.close_and_wait()
         self._end(ConnectionTerminated(error=TransportError("association closed locally")))
 

@@ -25,8 +25,10 @@ Everything here is a pure function of its arguments: no state, no randomness, no
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
+import struct
 from enum import IntEnum
 from typing import Literal
 
@@ -187,6 +189,9 @@ def traffic_context(direction: int, epoch: int, suite: int, channel: int) -> byt
     Raises:
         ValueError: A field is out of range for its width.
     """
+    if direction == 0 or direction == 1:
+        with contextlib.suppress(struct.error):  # out of range: the checks below say which
+            return _TRAFFIC_TUPLE.pack(direction, epoch, suite, channel)
     if direction not in (0, 1):
         raise ValueError("direction must be 0 (c->s) or 1 (s->c)")
     if not 0 <= epoch < 1 << 64:
@@ -237,6 +242,7 @@ def _one_block_info(label: str, length: int, context_len: int) -> bytes:
 
 
 _TRAFFIC_CONTEXT_LEN = 13
+_TRAFFIC_TUPLE = struct.Struct(">BQHH")
 #: ``info`` of the traffic secret without its 13-octet context, per hash.
 _TRAFFIC_INFO: dict[str, bytes] = {
     name: _one_block_info("traffic", size, _TRAFFIC_CONTEXT_LEN)
