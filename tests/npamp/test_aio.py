@@ -641,3 +641,29 @@ async def test_close_waits_for_close_ack_only_close_timeout(certs: tuple[Path, P
             assert str(a.terminated.error) == "association closed locally"
     finally:
         server.close()
+
+
+async def test_the_handshake_timeout_is_per_step_not_in_total(certs: tuple[Path, Path]) -> None:
+    """Each flight gets handshake_timeout: a client that takes 0.2 s per step with a 0.35 s
+    step timeout (0.4 s in all) is served."""
+    client_cfg, server_cfg = _configs(timeout=0.35)
+    async with _start(certs, server_cfg, echo) as srv, asyncio.timeout(10):
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", srv.port, ssl=client_ssl_context(certs[0])
+        )
+        conn = NpampConnection(ClientHandshake(client_cfg.handshake))
+        conn.initiate()
+        await asyncio.sleep(0.2)
+        writer.write(conn.data_to_send())
+        while conn.state is AssociationState.HANDSHAKING:
+            conn.receive_data(await reader.read(65536))
+        await asyncio.sleep(0.2)
+        conn.send_frame(BRIDGE, 0x0200, b"late")
+        writer.write(conn.data_to_send())  # CLIENT_AUTH and the frame
+        got: list[bytes] = []
+        while not got:
+            chunk = await reader.read(65536)
+            assert chunk, "the server closed: it timed the handshake out"
+            got = [e.payload for e in conn.receive_data(chunk) if isinstance(e, FrameReceived)]
+        assert got == [b"echo:late"]
+        writer.close()

@@ -82,6 +82,8 @@ class _Shell(asyncio.Protocol):
         #: Whether the handshake phase is over (established or failed).
         self.settled = False
         self._timer: asyncio.TimerHandle | None = None
+        #: When the current handshake step times out (loop time).
+        self._deadline = 0.0
         self.paused = False  # the transport's write buffer is above its high-water mark
         self.reading_paused = False
         self.lost = False
@@ -114,11 +116,16 @@ class _Shell(asyncio.Protocol):
         self._established(self.assoc)
 
     def _arm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = self.loop.call_later(self.config.handshake_timeout, self._timed_out)
+        """Give the next handshake step ``handshake_timeout`` from now: one timer per
+        connection, moved on when it fires early rather than replaced at every flight."""
+        self._deadline = self.loop.time() + self.config.handshake_timeout
+        if self._timer is None:
+            self._timer = self.loop.call_at(self._deadline, self._timed_out)
 
     def _timed_out(self) -> None:
+        if self.loop.time() < self._deadline:  # a later step re-armed it
+            self._timer = self.loop.call_at(self._deadline, self._timed_out)
+            return
         self._timer = None
         self._settle(None, HandshakeTimeout("peer did not answer the handshake in time"))
 
