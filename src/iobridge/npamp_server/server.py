@@ -239,7 +239,8 @@ class _Peer:
                     await self.opaque.receive(frame.channel, frame.frame_type, frame.payload)
                     continue
                 events = session.receive_frame(frame.frame_type, frame.payload)
-                await self._flush(frame.channel)
+                if session.wants_to_send():  # (a lock and a call less when nothing is owed)
+                    await self._flush(frame.channel)
                 for event in events:
                     self._dispatch(frame.channel, event)
         except _GONE:
