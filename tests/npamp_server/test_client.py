@@ -13,6 +13,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from tests.helpers import run_body
 
+from iobridge.npamp.errors import TransportError
 from iobridge.npamp.handshake import IdentityKey
 from iobridge.npamp.handshake.machine import UntrustedPeer
 from iobridge.npamp_server import client as agui_client
@@ -89,6 +90,23 @@ async def test_a_run_over_an_association_leaves_no_reference_cycles_of_the_clien
             gc.enable()
     assert events[-1] == "RUN_FINISHED"
     assert ours == []
+
+
+async def test_a_batch_the_client_cannot_handle_ends_its_streams_and_surfaces_at_close(
+    harness: StartHarness, client_key: Any
+) -> None:
+    """As when its reader task failed: the stream ends with TransportError, nothing more is
+    read, and leaving the client raises what the handling raised."""
+
+    def broken(received: Any) -> Any:
+        raise ValueError("undecodable batch")
+
+    async with harness() as h:
+        with pytest.raises(ValueError, match="undecodable batch"):
+            async with h.client(client_key) as client:
+                client._handle = broken  # type: ignore[method-assign]
+                with pytest.raises(TransportError):
+                    [e async for e in client.run(run_body("hi", run_id="broken"))]
 
 
 def test_pinned_allowlists_are_parsed_once_and_bounded(other_key: IdentityKey) -> None:

@@ -249,6 +249,7 @@ class AgUiClient:
         self._lock = asyncio.Lock()
         #: Sends the session's replies to what it received (a task only when there are some).
         self._replying: asyncio.Task[None] | None = None
+        self._failure: Exception | None = None
         self._reading = True
         # Frames are handled as they are read, in the association's callback: no reader task.
         association.deliver_to(self._received, self._stop)
@@ -301,12 +302,20 @@ class AgUiClient:
             await self._flush_locked()
 
     async def aclose(self) -> None:
-        """Stop reading (the association itself is closed by :func:`connect`)."""
+        """Stop reading (the association itself is closed by :func:`connect`).
+
+        Raises:
+            Exception: What handling a received batch raised, if it did (every stream ended
+                with ``TransportError`` then).
+        """
         self._stop(TransportError("association closed"))
         if self._replying is not None:
             self._replying.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._replying
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise failure
 
     def _open(self, corr: bytes, request: Any) -> RunStream:
         stream = RunStream(self, corr, request)
@@ -331,7 +340,14 @@ class AgUiClient:
         """One batch of frames the association read (its callback): the session gets them
         (:meth:`_handle`), its replies are sent, and every stream that got events is woken
         once per batch."""
-        woken = self._handle(received)
+        try:
+            woken = self._handle(received)
+        except Exception as exc:  # a bug or an event the decoder refuses: what a failed reader
+            # task did, every stream ends with the reader's error, nothing more is read, and
+            # aclose() raises the exception
+            self._failure = exc
+            self._stop(TransportError("association closed"))
+            return
         if self.session.wants_to_send() and self._replying is None:
             self._replying = asyncio.get_running_loop().create_task(self._reply())
         for stream in woken:
