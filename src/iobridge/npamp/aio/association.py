@@ -491,7 +491,9 @@ class Association:
         from the event loop's callback) instead of queueing it for :meth:`receive`, and call
         ``on_end(error)`` once when the association ends (at once if it has): for a consumer
         that processes frames without awaiting, with no task of its own. Frames already
-        queued are handed over first; ``deliver_to(None, None)`` queues them again."""
+        queued are handed over first; ``deliver_to(None, None)`` queues them again. The
+        callbacks run inside the connection's callback: they must not raise (the event loop
+        would report it and close the connection)."""
         self._on_frames, self._on_end = on_frames, on_end
         self._deliver()
         if on_end is not None and self.terminated is not None:
