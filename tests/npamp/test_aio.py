@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -39,7 +40,7 @@ from iobridge.npamp.errors import (
     SequenceGap,
     TransportError,
 )
-from iobridge.npamp.handshake import ClientHandshake, Profile
+from iobridge.npamp.handshake import ClientHandshake, Profile, ServerHandshake
 from iobridge.npamp.wire import FrameReader, FrameType, push_frame
 
 from .test_connection import handshake_configs
@@ -150,13 +151,13 @@ async def test_client_auth_goes_out_with_the_first_frame(certs: tuple[Path, Path
         connect("127.0.0.1", srv.port, client_ssl_context(certs[0]), client_cfg) as assoc,
     ):
         writes: list[bytes] = []
-        real = assoc._writer.write
+        real = assoc._shell.write
 
         def spy(data: bytes) -> None:
             writes.append(data)
             real(data)
 
-        assoc._writer.write = spy  # type: ignore[method-assign]
+        assoc._shell.write = spy
         await assoc.send(BRIDGE, 0x0200, b"first")
         assert (await assoc.receive(BRIDGE)).payload == b"echo:first"
         assert len(writes[0]) > 36 + 80 + len(b"first")  # CLIENT_AUTH and the frame, one write
@@ -483,3 +484,186 @@ def test_unverified_client_context_loads_no_trust_store(certs: tuple[Path, Path]
     verifying = client_ssl_context(certs[0])
     assert verifying.verify_mode is ssl.CERT_REQUIRED and verifying.check_hostname
     assert verifying.cert_store_stats()["x509_ca"] == 1  # exactly the given anchor
+
+
+async def test_replies_to_a_peer_that_does_not_read_wait_for_it(certs: tuple[Path, Path]) -> None:
+    """PONGs to a client that sends PINGs without reading fill the server's socket and write
+    buffer: the server then stops reading (as a reader awaiting drain() after its replies
+    would) and resumes once the client reads, so every PONG arrives, in order."""
+    client_cfg, server_cfg = _configs()
+    async with _start(certs, server_cfg, echo) as srv, asyncio.timeout(20):
+        conn, reader, writer = await _raw_client(srv.port, certs, client_cfg)
+        payloads = [i.to_bytes(2, "big") * 30_000 for i in range(200)]  # 12 MB of PONGs owed
+
+        async def pings() -> None:
+            for payload in payloads:
+                conn.ping(0x0000, payload)
+                writer.write(conn.data_to_send())
+                await writer.drain()
+
+        sending = asyncio.create_task(pings())
+        await asyncio.sleep(0.5)  # the server's buffers fill up meanwhile
+        pongs: list[bytes] = []
+        while len(pongs) < len(payloads):
+            chunk = await reader.read(1 << 16)
+            assert chunk
+            pongs += [e.payload for e in conn.receive_data(chunk) if hasattr(e, "payload")]
+        await sending
+        assert pongs == payloads
+        writer.close()
+
+
+async def test_wait_closed_abandons_a_connection_still_in_its_handshake(
+    certs: tuple[Path, Path],
+) -> None:
+    """A TLS client that never sends CLIENT_HELLO: closing the server does not wait for its
+    handshake timeout, only close_timeout, and the connection is closed."""
+    _, server_cfg = _configs(timeout=30.0)
+    server_cfg = replace(server_cfg, close_timeout=0.2)
+    server = await serve("127.0.0.1", 0, server_ssl_context(*certs), server_cfg, echo)
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", server.port, ssl=client_ssl_context(certs[0])
+    )
+    try:
+        await asyncio.sleep(0.1)  # TLS is up on the server side too
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        async with asyncio.timeout(5):
+            await server.wait_closed()
+            assert await reader.read(1) == b""
+        assert loop.time() - start < 3
+    finally:
+        writer.close()
+
+
+async def test_an_association_leaves_no_reference_cycles(certs: tuple[Path, Path]) -> None:
+    """Once both ends closed, reference counting frees every object of the association: none
+    of ours is left to the cyclic collector (a cycle per association made the collector walk
+    each of them, and promote them, under load)."""
+    client_cfg, server_cfg = _configs()
+    done = asyncio.Event()
+
+    async def one_shot(assoc: Association) -> None:
+        await echo(assoc)
+        done.set()
+
+    async with _start(certs, server_cfg, one_shot) as srv, asyncio.timeout(10):
+        ctx = client_ssl_context(certs[0])
+        async with connect("127.0.0.1", srv.port, ctx, client_cfg) as assoc:  # warm up
+            await assoc.send(BRIDGE, 0x0200, b"warm")
+            await assoc.receive(BRIDGE)
+        await done.wait()
+        done.clear()
+        gc.collect()
+        gc.disable()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            async with connect("127.0.0.1", srv.port, ctx, client_cfg) as assoc:
+                await assoc.send(BRIDGE, 0x0200, b"hello")
+                assert (await assoc.receive(BRIDGE)).payload == b"echo:hello"
+            await done.wait()
+            del assoc
+            await asyncio.sleep(0.05)  # the server's side finishes closing
+            gc.collect()
+            ours = [
+                type(o).__qualname__
+                for o in gc.garbage
+                if type(o).__module__.startswith("iobridge")
+            ]
+        finally:
+            gc.garbage.clear()
+            gc.set_debug(0)
+            gc.enable()
+    assert ours == []
+
+
+async def test_deliver_to_hands_over_frames_as_they_are_read_then_the_end(
+    certs: tuple[Path, Path],
+) -> None:
+    """Frames already queued are handed over first, later ones batch by batch in order;
+    the end is reported once; receive() then finds nothing queued."""
+    client_cfg, server_cfg = _configs()
+
+    async def talker(assoc: Association) -> None:
+        await assoc.send(BRIDGE, 0x0201, b"one")
+        await assoc.send(BRIDGE, 0x0201, b"two")
+        await assoc.receive()  # the client's go
+        await assoc.send_many(BRIDGE, [(0x0201, b"three"), (0x0201, b"four")])
+
+    async with (
+        _start(certs, server_cfg, talker) as srv,
+        asyncio.timeout(10),
+        connect("127.0.0.1", srv.port, client_ssl_context(certs[0]), client_cfg) as assoc,
+    ):
+        while len(assoc._frames) < 2:
+            await asyncio.sleep(0.01)
+        got: list[bytes] = []
+        ends: list[BaseException] = []
+        assoc.deliver_to(lambda frames: got.extend(f.payload for f in frames), ends.append)
+        assert got == [b"one", b"two"]
+        await assoc.send(BRIDGE, 0x0200, b"go")
+        while assoc.terminated is None:  # the handler returned: the server closed
+            await asyncio.sleep(0.01)
+        assert got == [b"one", b"two", b"three", b"four"]
+        assert len(ends) == 1 and isinstance(ends[0], TransportError)
+        assoc.deliver_to(None, None)
+        assoc.deliver_to(None, ends.append)  # already ended: reported at once, once
+        assert len(ends) == 2
+        with pytest.raises(TransportError):
+            await assoc.receive()
+
+
+async def test_close_waits_for_close_ack_only_close_timeout(certs: tuple[Path, Path]) -> None:
+    """A peer that completes the handshake but never answers CLOSE: aclose() gives up after
+    close_timeout (then closes the socket), and the association is ended locally."""
+    client_cfg, server_cfg = _configs()
+    client_cfg = replace(client_cfg, close_timeout=0.3)
+
+    async def mute(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        core = NpampConnection(ServerHandshake(server_cfg.handshake))
+        while core.state is AssociationState.HANDSHAKING:
+            core.receive_data(await reader.read(65536))
+            if core.state is AssociationState.HANDSHAKING:
+                writer.write(core.data_to_send())  # SERVER_HELLO, SERVER_AUTH: nothing more
+        await reader.read()  # CLOSE arrives; never answered
+        writer.close()
+
+    server = await asyncio.start_server(mute, "127.0.0.1", 0, ssl=server_ssl_context(*certs))
+    port = server.sockets[0].getsockname()[1]
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(5):
+            async with connect("127.0.0.1", port, client_ssl_context(certs[0]), client_cfg) as a:
+                await a.send(BRIDGE, 0x0200, b"hi")
+                start = loop.time()
+            assert 0.25 < loop.time() - start < 2
+            assert a.terminated is not None and isinstance(a.terminated.error, TransportError)
+            assert str(a.terminated.error) == "association closed locally"
+    finally:
+        server.close()
+
+
+async def test_the_handshake_timeout_is_per_step_not_in_total(certs: tuple[Path, Path]) -> None:
+    """Each flight gets handshake_timeout: a client that takes 0.2 s per step with a 0.35 s
+    step timeout (0.4 s in all) is served."""
+    client_cfg, server_cfg = _configs(timeout=0.35)
+    async with _start(certs, server_cfg, echo) as srv, asyncio.timeout(10):
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", srv.port, ssl=client_ssl_context(certs[0])
+        )
+        conn = NpampConnection(ClientHandshake(client_cfg.handshake))
+        conn.initiate()
+        await asyncio.sleep(0.2)
+        writer.write(conn.data_to_send())
+        while conn.state is AssociationState.HANDSHAKING:
+            conn.receive_data(await reader.read(65536))
+        await asyncio.sleep(0.2)
+        conn.send_frame(BRIDGE, 0x0200, b"late")
+        writer.write(conn.data_to_send())  # CLIENT_AUTH and the frame
+        got: list[bytes] = []
+        while not got:
+            chunk = await reader.read(65536)
+            assert chunk, "the server closed: it timed the handshake out"
+            got = [e.payload for e in conn.receive_data(chunk) if isinstance(e, FrameReceived)]
+        assert got == [b"echo:late"]
+        writer.close()

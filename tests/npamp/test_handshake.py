@@ -717,3 +717,52 @@ def test_the_peer_verifier_is_asked_with_the_negotiated_scheme() -> None:
     pair = Pair(config("client", peer_verifier=verifier), config("server"))
     pair.run()
     assert asked == [(ED, KEYS[("server", ED)].public_key)]
+
+
+def test_one_server_configuration_negotiates_every_offer_on_its_own() -> None:
+    """The server keeps its negotiation results per offer: each client's offer gets its own
+    selection from the same configuration, and a refused or malformed offer is not kept."""
+    server_cfg = config(
+        "server",
+        (ED, ML),
+        profiles=(STD, HIGH, SOV),
+        aead_suites=(AeadSuite.AES_256_GCM, AeadSuite.CHACHA20_POLY1305),
+    )
+    cases: list[tuple[HandshakeConfig, tuple[Profile, SignatureScheme, AeadSuite]]] = [
+        (config("client"), (STD, ED, AeadSuite.AES_256_GCM)),
+        (
+            config("client", aead_suites=(AeadSuite.CHACHA20_POLY1305,)),
+            (STD, ED, AeadSuite.CHACHA20_POLY1305),
+        ),
+        (config("client", (ED, ML), profiles=(HIGH, SOV)), (SOV, ML, AeadSuite.AES_256_GCM)),
+    ]
+    for client_cfg, expected in cases * 2:  # the second pass answers from what was kept
+        c_done, s_done = Pair(client_cfg, server_cfg).run()
+        assert (s_done.profile, s_done.signature_scheme, s_done.aead_suite) == expected
+        assert (c_done.profile, c_done.signature_scheme, c_done.aead_suite) == expected
+    assert len(server_cfg._memo.selections) == 3
+    ch, _ = client_hello()
+    with pytest.raises(NegotiationFailure):
+        ServerHandshake(replace_config(server_cfg, min_profile=HIGH)).receive_frame(ch)
+    with pytest.raises(HandshakeDecodeError):
+        ServerHandshake(server_cfg).receive_frame(retlv(ch, replace(2, b"\x08")))  # odd SigOffer
+    assert len(server_cfg._memo.selections) == 3
+
+
+def test_remembered_negotiations_are_bounded() -> None:
+    from iobridge.npamp.handshake.machine import NEGOTIATION_MEMO_SIZE
+
+    server_cfg = config("server")
+    for extra in range(NEGOTIATION_MEMO_SIZE + 4):
+        ch, _ = client_hello()
+        # A distinct (unknown, ignored) profile code in each offer: a new key every time.
+        server = ServerHandshake(server_cfg)
+        server.receive_frame(retlv(ch, replace(0, bytes([STD, 0x10 + extra]))))
+        assert frames(server.data_to_send())[0].frame_type == 0x0101
+    assert len(server_cfg._memo.selections) == NEGOTIATION_MEMO_SIZE
+
+
+def replace_config(cfg: HandshakeConfig, **kw: Any) -> HandshakeConfig:
+    from dataclasses import replace as dc_replace
+
+    return dc_replace(cfg, **kw)

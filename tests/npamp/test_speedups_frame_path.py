@@ -139,3 +139,21 @@ def test_decode_run_reads_slots_and_plain_attributes_alike(cls: type) -> None:
     )
     assert index == 3 and resumable is False
     assert made == [(i, b'{"n":%d}' % i, {"n": i}) for i in range(1, 4)]
+
+
+def test_each_direction_is_keyed_on_first_use_and_reinit_takes_the_new_key() -> None:
+    """A cipher keys its sealing and its opening context when each is first used (a send
+    state never opens, a receive state never seals); re-initialising it drops both."""
+    sealer, opener = _speedups.Cipher(KEY, IV), _speedups.Cipher(KEY, IV)
+    wire = sealer.seal(0x22, 0x0200, 13, 0, b"hello")
+    assert opener.open(0x22, 0x0200, 13, 0, len(wire) - 36, wire[36:]) == b"hello"
+    assert sealer.open(0x22, 0x0200, 13, 0, len(wire) - 36, wire[36:]) == b"hello"  # both now
+    other = bytes(range(1, 33))
+    for cipher in (sealer, opener):
+        cipher.__init__(other, IV)
+        assert cipher.open(0x22, 0x0200, 13, 0, len(wire) - 36, wire[36:]) is None
+        assert cipher.seal(0x22, 0x0200, 13, 0, b"hello") == _speedups.Cipher(other, IV).seal(
+            0x22, 0x0200, 13, 0, b"hello"
+        )
+    with pytest.raises(ValueError):
+        _speedups.Cipher(KEY[:31], IV)

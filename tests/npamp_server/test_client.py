@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import json
 import os
 from pathlib import Path
@@ -11,6 +13,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from tests.helpers import run_body
 
+from iobridge.npamp.errors import TransportError
 from iobridge.npamp.handshake import IdentityKey
 from iobridge.npamp.handshake.machine import UntrustedPeer
 from iobridge.npamp_server import client as agui_client
@@ -57,6 +60,55 @@ async def test_the_listener_serves_with_the_smallest_backlog(
             assert events[-1] == "RUN_FINISHED"
 
 
+async def test_a_run_over_an_association_leaves_no_reference_cycles_of_the_client(
+    harness: StartHarness, client_key: Any
+) -> None:
+    """The AG-UI client, its streams and sessions, the association and its connection are
+    freed by reference counting once the run and the association ended: nothing of the N-PAMP
+    client and server is left to the cyclic collector."""
+    async with harness() as h:
+        async with h.client(client_key) as client:  # warm up
+            [e.type async for e in client.run(run_body("hi", run_id="c0"))]
+        await asyncio.sleep(0.1)
+        gc.collect()
+        gc.disable()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            async with h.client(client_key) as client:
+                events = [e.type async for e in client.run(run_body("hi", run_id="c1"))]
+            del client
+            await asyncio.sleep(0.1)  # the server's side finishes closing
+            gc.collect()
+            ours = sorted(
+                type(o).__qualname__
+                for o in gc.garbage
+                if type(o).__module__.startswith(("iobridge.npamp", "iobridge.npamp_server"))
+            )
+        finally:
+            gc.garbage.clear()
+            gc.set_debug(0)
+            gc.enable()
+    assert events[-1] == "RUN_FINISHED"
+    assert ours == []
+
+
+async def test_a_batch_the_client_cannot_handle_ends_its_streams_and_surfaces_at_close(
+    harness: StartHarness, client_key: Any
+) -> None:
+    """As when its reader task failed: the stream ends with TransportError, nothing more is
+    read, and leaving the client raises what the handling raised."""
+
+    def broken(received: Any) -> Any:
+        raise ValueError("undecodable batch")
+
+    async with harness() as h:
+        with pytest.raises(ValueError, match="undecodable batch"):
+            async with h.client(client_key) as client:
+                client._handle = broken  # type: ignore[method-assign]
+                with pytest.raises(TransportError):
+                    [e async for e in client.run(run_body("hi", run_id="broken"))]
+
+
 def test_pinned_allowlists_are_parsed_once_and_bounded(other_key: IdentityKey) -> None:
     agui_client._pinned.clear()
     first = agui_client._pinned_peers([other_key.fingerprint])
@@ -69,6 +121,29 @@ def test_pinned_allowlists_are_parsed_once_and_bounded(other_key: IdentityKey) -
         agui_client._pinned_peers(["sha256:nothex"])
     assert len(agui_client._pinned) == limit
     agui_client._pinned.clear()
+
+
+def test_transport_settings_are_built_once_per_identity_verifier_and_timeout(
+    client_key: IdentityKey, other_key: IdentityKey
+) -> None:
+    agui_client._configs.clear()
+    pins = agui_client._pinned_peers([other_key.fingerprint])
+    config = agui_client._transport_config(client_key, pins, 10.0)
+    assert agui_client._transport_config(client_key, pins, 10.0) is config
+    assert config.handshake.identities == [client_key] and config.handshake_timeout == 10.0
+    assert config.handshake.peer_verifier is pins
+    others = [
+        agui_client._transport_config(other_key, pins, 10.0),
+        agui_client._transport_config(client_key, pins, 2.5),
+        agui_client._transport_config(client_key, lambda scheme, key: True, 10.0),
+    ]
+    assert all(o is not config for o in others) and len(set(map(id, others))) == 3
+    assert others[1].handshake_timeout == 2.5 and others[0].handshake.identities == [other_key]
+    limit = agui_client.CONFIG_CACHE_SIZE
+    for _ in range(limit + 5):  # a new verifier each time: each its own entry, bounded
+        agui_client._transport_config(client_key, lambda scheme, key: True, 10.0)
+    assert len(agui_client._configs) == limit
+    agui_client._configs.clear()
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,9 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/opensslv.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -74,12 +76,39 @@ static void put_prefix(unsigned char *h, unsigned verflags, unsigned ft, unsigne
     put_be(h + 17, len, 4);
 }
 
+/* AES-256-GCM, fetched once at import where OpenSSL has fetching (3.0+): handing
+ * EVP_aes_256_gcm() to every context set-up makes OpenSSL fetch it again each time. */
+static EVP_CIPHER *aes_gcm_fetched;
+
+static const EVP_CIPHER *aes_gcm(void) {
+    return aes_gcm_fetched != NULL ? aes_gcm_fetched : EVP_aes_256_gcm();
+}
+
+/* One key and IV. Each direction's context is keyed on its first use: a send state only
+ * seals and a receive state only opens, so each cipher keys one context, not two. */
 typedef struct {
     PyObject_HEAD
     EVP_CIPHER_CTX *enc;
     EVP_CIPHER_CTX *dec;
+    unsigned char key[32]; /* wiped once both contexts are keyed, and on deallocation */
     unsigned char iv[IVLEN];
 } Cipher;
+
+/* The context that seals (encrypt = 1) or opens (0), keyed on first use; NULL with an
+ * exception set if OpenSSL fails. */
+static EVP_CIPHER_CTX *cipher_ctx(Cipher *self, int encrypt) {
+    EVP_CIPHER_CTX **slot = encrypt ? &self->enc : &self->dec;
+    if (*slot != NULL) return *slot;
+    EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
+    if (ctx == NULL || EVP_CipherInit_ex(ctx, aes_gcm(), NULL, self->key, NULL, encrypt) != 1) {
+        EVP_CIPHER_CTX_free(ctx);
+        PyErr_SetString(PyExc_RuntimeError, "AES-256-GCM key set-up failed");
+        return NULL;
+    }
+    *slot = ctx;
+    if (self->enc != NULL && self->dec != NULL) OPENSSL_cleanse(self->key, sizeof self->key);
+    return ctx;
+}
 
 static void nonce_for(const Cipher *self, uint64_t seq, unsigned char *out) {
     memcpy(out, self->iv, IVLEN);
@@ -91,12 +120,12 @@ static int Cipher_init(Cipher *self, PyObject *args, PyObject *kwds) {
     if (!PyArg_ParseTuple(args, "y*y*", &key, &iv)) return -1;
     int ok = key.len == 32 && iv.len == IVLEN;
     if (ok) {
+        /* (Re-)initialised: contexts keyed with an earlier key go. */
+        EVP_CIPHER_CTX_free(self->enc);
+        EVP_CIPHER_CTX_free(self->dec);
+        self->enc = self->dec = NULL;
+        memcpy(self->key, key.buf, 32);
         memcpy(self->iv, iv.buf, IVLEN);
-        if (self->enc == NULL) self->enc = EVP_CIPHER_CTX_new();
-        if (self->dec == NULL) self->dec = EVP_CIPHER_CTX_new();
-        ok = self->enc && self->dec &&
-             EVP_EncryptInit_ex(self->enc, EVP_aes_256_gcm(), NULL, key.buf, NULL) == 1 &&
-             EVP_DecryptInit_ex(self->dec, EVP_aes_256_gcm(), NULL, key.buf, NULL) == 1;
     }
     PyBuffer_Release(&key);
     PyBuffer_Release(&iv);
@@ -110,6 +139,7 @@ static int Cipher_init(Cipher *self, PyObject *args, PyObject *kwds) {
 static void Cipher_dealloc(Cipher *self) {
     EVP_CIPHER_CTX_free(self->enc);
     EVP_CIPHER_CTX_free(self->dec);
+    OPENSSL_cleanse(self->key, sizeof self->key);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -175,6 +205,8 @@ static PyObject *Cipher_seal(Cipher *self, PyObject *const *args, Py_ssize_t nar
         PyBuffer_Release(&pt);
         return NULL;
     }
+    EVP_CIPHER_CTX *ctx = cipher_ctx(self, 1);
+    if (ctx == NULL) { PyBuffer_Release(&pt); return NULL; }
     Py_ssize_t sealed = pt.len + TAG;
     PyObject *out = PyBytes_FromStringAndSize(NULL, HEADER + sealed);
     if (out == NULL) { PyBuffer_Release(&pt); return NULL; }
@@ -185,11 +217,11 @@ static PyObject *Cipher_seal(Cipher *self, PyObject *const *args, Py_ssize_t nar
     unsigned char nonce[IVLEN];
     nonce_for(self, seq, nonce);
     int len = 0, fin = 0;
-    int ok = EVP_EncryptInit_ex(self->enc, NULL, NULL, NULL, nonce) == 1 &&
-             EVP_EncryptUpdate(self->enc, NULL, &len, buf, PREFIX) == 1 &&
-             EVP_EncryptUpdate(self->enc, buf + HEADER, &len, pt.buf, (int)pt.len) == 1 &&
-             EVP_EncryptFinal_ex(self->enc, buf + HEADER + len, &fin) == 1 &&
-             EVP_CIPHER_CTX_ctrl(self->enc, EVP_CTRL_GCM_GET_TAG, TAG, buf + HEADER + pt.len) == 1;
+    int ok = EVP_EncryptInit_ex(ctx, NULL, NULL, NULL, nonce) == 1 &&
+             EVP_EncryptUpdate(ctx, NULL, &len, buf, PREFIX) == 1 &&
+             EVP_EncryptUpdate(ctx, buf + HEADER, &len, pt.buf, (int)pt.len) == 1 &&
+             EVP_EncryptFinal_ex(ctx, buf + HEADER + len, &fin) == 1 &&
+             EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, TAG, buf + HEADER + pt.len) == 1;
     PyBuffer_Release(&pt);
     if (!ok) {
         Py_DECREF(out);
@@ -200,19 +232,19 @@ static PyObject *Cipher_seal(Cipher *self, PyObject *const *args, Py_ssize_t nar
 }
 
 /* Seal one frame into buf (HEADER + len + TAG octets). 1 on success. */
-static int seal_one(Cipher *self, unsigned char *buf, unsigned verflags, unsigned ft, unsigned ch,
-                    uint64_t seq, const unsigned char *pt, Py_ssize_t n) {
+static int seal_one(Cipher *self, EVP_CIPHER_CTX *ctx, unsigned char *buf, unsigned verflags,
+                    unsigned ft, unsigned ch, uint64_t seq, const unsigned char *pt, Py_ssize_t n) {
     put_prefix(buf, verflags, ft, ch, seq, (uint64_t)(n + TAG));
     put_be(buf + PREFIX, crc32c(buf, PREFIX), 4);
     memset(buf + 25, 0, HEADER - 25);
     unsigned char nonce[IVLEN];
     nonce_for(self, seq, nonce);
     int len = 0, fin = 0;
-    return EVP_EncryptInit_ex(self->enc, NULL, NULL, NULL, nonce) == 1 &&
-           EVP_EncryptUpdate(self->enc, NULL, &len, buf, PREFIX) == 1 &&
-           EVP_EncryptUpdate(self->enc, buf + HEADER, &len, pt, (int)n) == 1 &&
-           EVP_EncryptFinal_ex(self->enc, buf + HEADER + len, &fin) == 1 &&
-           EVP_CIPHER_CTX_ctrl(self->enc, EVP_CTRL_GCM_GET_TAG, TAG, buf + HEADER + n) == 1;
+    return EVP_EncryptInit_ex(ctx, NULL, NULL, NULL, nonce) == 1 &&
+           EVP_EncryptUpdate(ctx, NULL, &len, buf, PREFIX) == 1 &&
+           EVP_EncryptUpdate(ctx, buf + HEADER, &len, pt, (int)n) == 1 &&
+           EVP_EncryptFinal_ex(ctx, buf + HEADER + len, &fin) == 1 &&
+           EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, TAG, buf + HEADER + n) == 1;
 }
 
 /* seal_many(verflags, channel, seq, [(frame_type, plaintext), ...], limit) -> the frames back
@@ -244,6 +276,8 @@ static PyObject *Cipher_seal_many(Cipher *self, PyObject *args) {
         }
         total += HEADER + n + TAG;
     }
+    EVP_CIPHER_CTX *ctx = cipher_ctx(self, 1);
+    if (ctx == NULL) return NULL;
     PyObject *out = PyBytes_FromStringAndSize(NULL, total);
     if (out == NULL) return NULL;
     unsigned char *buf = (unsigned char *)PyBytes_AS_STRING(out);
@@ -257,7 +291,7 @@ static PyObject *Cipher_seal_many(Cipher *self, PyObject *args) {
         }
         PyObject *pt = PyTuple_GET_ITEM(item, 1);
         Py_ssize_t n = PyBytes_GET_SIZE(pt);
-        if (!seal_one(self, buf, verflags, (unsigned)ft, ch, seq,
+        if (!seal_one(self, ctx, buf, verflags, (unsigned)ft, ch, seq,
                       (const unsigned char *)PyBytes_AS_STRING(pt), n)) {
             Py_DECREF(out);
             PyErr_SetString(PyExc_RuntimeError, "AES-256-GCM encryption failed");
@@ -282,6 +316,8 @@ static PyObject *Cipher_open(Cipher *self, PyObject *const *args, Py_ssize_t nar
         PyBuffer_Release(&ct);
         return NULL;
     }
+    EVP_CIPHER_CTX *ctx = cipher_ctx(self, 0);
+    if (ctx == NULL) { PyBuffer_Release(&ct); return NULL; }
     unsigned char aad[PREFIX], nonce[IVLEN];
     put_prefix(aad, verflags, ft, ch, seq, length);
     nonce_for(self, seq, nonce);
@@ -291,11 +327,11 @@ static PyObject *Cipher_open(Cipher *self, PyObject *const *args, Py_ssize_t nar
     unsigned char *buf = (unsigned char *)PyBytes_AS_STRING(out);
     const unsigned char *in = (const unsigned char *)ct.buf;
     int len = 0, fin = 0;
-    int ok = EVP_DecryptInit_ex(self->dec, NULL, NULL, NULL, nonce) == 1 &&
-             EVP_DecryptUpdate(self->dec, NULL, &len, aad, PREFIX) == 1 &&
-             EVP_DecryptUpdate(self->dec, buf, &len, in, (int)n) == 1 &&
-             EVP_CIPHER_CTX_ctrl(self->dec, EVP_CTRL_GCM_SET_TAG, TAG, (void *)(in + n)) == 1 &&
-             EVP_DecryptFinal_ex(self->dec, buf + len, &fin) == 1;
+    int ok = EVP_DecryptInit_ex(ctx, NULL, NULL, NULL, nonce) == 1 &&
+             EVP_DecryptUpdate(ctx, NULL, &len, aad, PREFIX) == 1 &&
+             EVP_DecryptUpdate(ctx, buf, &len, in, (int)n) == 1 &&
+             EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, TAG, (void *)(in + n)) == 1 &&
+             EVP_DecryptFinal_ex(ctx, buf + len, &fin) == 1;
     PyBuffer_Release(&ct);
     if (!ok) {
         Py_DECREF(out);
@@ -543,6 +579,8 @@ static PyObject *Cipher_open_frames(Cipher *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*nIKKnO!O", &view, &pos, &ch, &seq, &cap, &max_sealed,
                           &PyFrozenSet_Type, &stop, &make))
         return NULL;
+    EVP_CIPHER_CTX *ctx = cipher_ctx(self, 0);
+    if (ctx == NULL) { PyBuffer_Release(&view); return NULL; }
     PyObject *channel = PyLong_FromUnsignedLong(ch);
     PyObject *frames = channel == NULL ? NULL : PyList_New(0);
     PyObject *type = NULL; /* the frame type of the last frame taken: a run of one type (the
@@ -573,11 +611,11 @@ static PyObject *Cipher_open_frames(Cipher *self, PyObject *args) {
         unsigned char *out = (unsigned char *)PyBytes_AS_STRING(plaintext);
         const unsigned char *in = h + HEADER;
         int len = 0, fin = 0;
-        int ok = EVP_DecryptInit_ex(self->dec, NULL, NULL, NULL, nonce) == 1 &&
-                 EVP_DecryptUpdate(self->dec, NULL, &len, h, PREFIX) == 1 &&
-                 EVP_DecryptUpdate(self->dec, out, &len, in, (int)n) == 1 &&
-                 EVP_CIPHER_CTX_ctrl(self->dec, EVP_CTRL_GCM_SET_TAG, TAG, (void *)(in + n)) == 1 &&
-                 EVP_DecryptFinal_ex(self->dec, out + len, &fin) == 1;
+        int ok = EVP_DecryptInit_ex(ctx, NULL, NULL, NULL, nonce) == 1 &&
+                 EVP_DecryptUpdate(ctx, NULL, &len, h, PREFIX) == 1 &&
+                 EVP_DecryptUpdate(ctx, out, &len, in, (int)n) == 1 &&
+                 EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, TAG, (void *)(in + n)) == 1 &&
+                 EVP_DecryptFinal_ex(ctx, out + len, &fin) == 1;
         if (!ok) { Py_DECREF(plaintext); break; } /* forged: the caller raises */
         PyObject *seq_obj = PyLong_FromUnsignedLongLong(seq);
         PyObject *argv[5] = {channel, type, plaintext, seq_obj, (f.flags & 0x01) ? Py_True : Py_False};
@@ -992,6 +1030,9 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__speedups(void) {
     crc_init();
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+    if (aes_gcm_fetched == NULL) aes_gcm_fetched = EVP_CIPHER_fetch(NULL, "AES-256-GCM", NULL);
+#endif
     str_correlation_id = PyUnicode_InternFromString("correlation_id");
     str_event_id = PyUnicode_InternFromString("event_id");
     str_data = PyUnicode_InternFromString("data");

@@ -23,9 +23,10 @@ import json
 import os
 import ssl
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from types import TracebackType
+from typing import Any, ClassVar, TypeVar
 
 import orjson
 
@@ -143,7 +144,8 @@ class RunStream:
     """
 
     def __init__(self, client: AgUiClient, correlation_id: bytes, request: Any) -> None:
-        self._client, self._request = client, request
+        self._client: AgUiClient | None = client
+        self._request = request
         # A deque and one wake-up per batch, not an asyncio.Queue: events of one read are
         # yielded without an await each (the per-event path).
         self._items: deque[AgUiEvent | _End | BaseException] = deque()
@@ -158,9 +160,12 @@ class RunStream:
         return self._events()
 
     async def _events(self) -> AsyncIterator[AgUiEvent]:
-        if self._request is not None:
+        if self._request is not None and self._client is not None:
             request, self._request = self._request, None
-            await self._client._send(request)
+            # Let go of the client once the request is out: the client holds its streams, so
+            # the other way round too would be a cycle only the collector frees.
+            client, self._client = self._client, None
+            await client._send(request)
         items = self._items
         while not self.ended:
             if not items:
@@ -242,7 +247,12 @@ class AgUiClient:
         self.announcements: list[bytes] = []
         self._streams: dict[bytes, RunStream] = {}
         self._lock = asyncio.Lock()
-        self._reader = asyncio.create_task(self._read())
+        #: Sends the session's replies to what it received (a task only when there are some).
+        self._replying: asyncio.Task[None] | None = None
+        self._failure: Exception | None = None
+        self._reading = True
+        # Frames are handled as they are read, in the association's callback: no reader task.
+        association.deliver_to(self._received, self._stop)
 
     def run(
         self,
@@ -292,10 +302,20 @@ class AgUiClient:
             await self._flush_locked()
 
     async def aclose(self) -> None:
-        """Stop reading (the association itself is closed by :func:`connect`)."""
-        self._reader.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._reader
+        """Stop reading (the association itself is closed by :func:`connect`).
+
+        Raises:
+            Exception: What handling a received batch raised, if it did (every stream ended
+                with ``TransportError`` then).
+        """
+        self._stop(TransportError("association closed"))
+        if self._replying is not None:
+            self._replying.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._replying
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise failure
 
     def _open(self, corr: bytes, request: Any) -> RunStream:
         stream = RunStream(self, corr, request)
@@ -316,24 +336,42 @@ class AgUiClient:
         for frame_type, payload in self.session.data_to_send():
             await self.association.send(self.channel, frame_type, payload)
 
-    async def _read(self) -> None:
-        """Feed each batch of frames the association read to the session (:meth:`_handle`),
-        send what the session queued, and wake every stream that got events once per batch."""
-        error: BaseException = TransportError("association closed")
-        session = self.session
+    def _received(self, received: list[FrameReceived]) -> None:
+        """One batch of frames the association read (its callback): the session gets them
+        (:meth:`_handle`), its replies are sent, and every stream that got events is woken
+        once per batch."""
         try:
-            while True:
-                woken = self._handle(await self.association.receive_all())
-                if session.wants_to_send():
-                    async with self._lock:
-                        await self._flush_locked()
-                for stream in woken:
-                    stream._wake()
+            woken = self._handle(received)
+        except Exception as exc:  # a bug or an event the decoder refuses: what a failed reader
+            # task did, every stream ends with the reader's error, nothing more is read, and
+            # aclose() raises the exception
+            self._failure = exc
+            self._stop(TransportError("association closed"))
+            return
+        if self.session.wants_to_send() and self._replying is None:
+            self._replying = asyncio.get_running_loop().create_task(self._reply())
+        for stream in woken:
+            stream._wake()
+
+    async def _reply(self) -> None:
+        try:
+            async with self._lock:
+                while self.session.wants_to_send():
+                    await self._flush_locked()
         except (NpampError, OSError, ssl.SSLError) as exc:
-            error = exc if isinstance(exc, NpampError) else TransportError(str(exc))
+            self._stop(exc if isinstance(exc, NpampError) else TransportError(str(exc)))
         finally:
-            for stream in self._streams.values():
-                stream._put(error)
+            self._replying = None
+
+    def _stop(self, error: BaseException) -> None:
+        """Stop reading (the association ended, a reply failed, or aclose()): every stream
+        gets ``error``."""
+        if not self._reading:
+            return
+        self._reading = False
+        self.association.deliver_to(None, None)
+        for stream in self._streams.values():
+            stream._put(error)
 
     def _handle(self, received: list[FrameReceived]) -> set[RunStream]:
         """Hand one batch's Bridge frames to the session in one call and deliver the events
@@ -576,26 +614,89 @@ def _default_ssl_context() -> ssl.SSLContext:
     return client_ssl_context(verify=False)
 
 
-@contextlib.asynccontextmanager
-async def _associate(
-    host: str,
-    port: int,
-    identity: IdentityKey,
-    pinned: PeerVerifier | Iterable[str | os.PathLike[str]],
-    ssl_context: ssl.SSLContext | None,
-    handshake_timeout: float,
-) -> AsyncIterator[Association]:
-    verifier = pinned if callable(pinned) else _pinned_peers(pinned)
+#: Transport settings built from (identity, verifier, timeout), most recently used last (at
+#: most this many): every association with the same ones shares one, and with it what its
+#: handshake configuration derives once (the CLIENT_HELLO offers, our IdentityKey TLV, the
+#: negotiation results).
+CONFIG_CACHE_SIZE = 64
+_configs: OrderedDict[tuple[int, int, float], tuple[IdentityKey, PeerVerifier, TransportConfig]] = (
+    OrderedDict()
+)
+
+
+def _transport_config(
+    identity: IdentityKey, verifier: PeerVerifier, handshake_timeout: float
+) -> TransportConfig:
+    """The settings of an association with these; the same object while it stays cached (the
+    cache holds the identity and verifier it was built from, so their ids stay theirs)."""
+    key = (id(identity), id(verifier), handshake_timeout)
+    cached = _configs.get(key)
+    if cached is not None and cached[0] is identity and cached[1] is verifier:
+        _configs.move_to_end(key)
+        return cached[2]
     config = TransportConfig(
         handshake=HandshakeConfig(identities=[identity], peer_verifier=verifier),
         handshake_timeout=handshake_timeout,
     )
-    async with npamp_connect(host, port, ssl_context or _default_ssl_context(), config) as assoc:
-        yield assoc
+    _configs[key] = (identity, verifier, config)
+    if len(_configs) > CONFIG_CACHE_SIZE:
+        _configs.popitem(last=False)
+    return config
 
 
-@contextlib.asynccontextmanager
-async def connect(
+_C = TypeVar("_C", "AgUiClient", "OpaqueAgUiClient")
+
+
+class _Connected(contextlib.AbstractAsyncContextManager[_C]):
+    """``async with``: the association, then a client over it; on exit the client stops
+    reading and the association closes (a class, not nested generator context managers:
+    one object per association instead of three generators and their frames)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        identity: IdentityKey,
+        pinned: PeerVerifier | Iterable[str | os.PathLike[str]],
+        ssl_context: ssl.SSLContext | None,
+        handshake_timeout: float,
+        make: Callable[[Association], _C],
+    ) -> None:
+        self._args = (host, port, identity, pinned, ssl_context, handshake_timeout)
+        self._make: Callable[[Association], _C] = make
+        self._association: contextlib.AbstractAsyncContextManager[Association] | None = None
+        self._client: _C | None = None
+
+    async def __aenter__(self) -> _C:
+        host, port, identity, pinned, ssl_context, handshake_timeout = self._args
+        verifier = pinned if callable(pinned) else _pinned_peers(pinned)
+        config = _transport_config(identity, verifier, handshake_timeout)
+        self._association = npamp_connect(
+            host, port, ssl_context or _default_ssl_context(), config
+        )
+        assoc = await self._association.__aenter__()
+        try:
+            self._client = self._make(assoc)
+        except BaseException as exc:
+            await self._association.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        return self._client
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if self._client is not None:
+                await self._client.aclose()
+        finally:
+            if self._association is not None:
+                await self._association.__aexit__(exc_type, exc, tb)
+
+
+def connect(
     host: str,
     port: int,
     *,
@@ -606,7 +707,7 @@ async def connect(
     protocol_id: int = AGUI_PROTOCOL_ID,
     safety: Effect = Effect.NON_IDEMPOTENT_WRITE,
     handshake_timeout: float = 10.0,
-) -> AsyncIterator[AgUiClient]:
+) -> contextlib.AbstractAsyncContextManager[AgUiClient]:
     """Open an association to an AG-UI server and yield a client for it.
 
     Args:
@@ -625,16 +726,18 @@ async def connect(
         TransportError: TCP/TLS failure.
         HandshakeFailure: The server key is not pinned, or the handshake failed.
     """
-    async with _associate(host, port, identity, pinned, ssl_context, handshake_timeout) as assoc:
-        client = AgUiClient(assoc, channel=channel, protocol_id=protocol_id, safety=safety)
-        try:
-            yield client
-        finally:
-            await client.aclose()
+    return _Connected(
+        host,
+        port,
+        identity,
+        pinned,
+        ssl_context,
+        handshake_timeout,
+        lambda assoc: AgUiClient(assoc, channel=channel, protocol_id=protocol_id, safety=safety),
+    )
 
 
-@contextlib.asynccontextmanager
-async def connect_opaque(
+def connect_opaque(
     host: str,
     port: int,
     *,
@@ -645,12 +748,17 @@ async def connect_opaque(
     channel: int = BRIDGE_CHANNEL,
     safety: Effect = Effect.NON_IDEMPOTENT_WRITE,
     handshake_timeout: float = 10.0,
-) -> AsyncIterator[OpaqueAgUiClient]:
+) -> contextlib.AbstractAsyncContextManager[OpaqueAgUiClient]:
     """Like :func:`connect`, for a server agreed with us on ``protocol_id`` for opaque
     carriage (NPAMP-CC-OPAQUE) instead of the STREAM mapping."""
-    async with _associate(host, port, identity, pinned, ssl_context, handshake_timeout) as assoc:
-        client = OpaqueAgUiClient(assoc, protocol_id=protocol_id, channel=channel, safety=safety)
-        try:
-            yield client
-        finally:
-            await client.aclose()
+    return _Connected(
+        host,
+        port,
+        identity,
+        pinned,
+        ssl_context,
+        handshake_timeout,
+        lambda assoc: OpaqueAgUiClient(
+            assoc, protocol_id=protocol_id, channel=channel, safety=safety
+        ),
+    )

@@ -122,6 +122,20 @@ class AgUiServer:
         #: ``host:port`` once listening.
         self.address: str | None = None
 
+    @functools.cached_property
+    def agui_record(self) -> ProtocolRecord:
+        """The AG-UI protocol record (NPAMP-DISC §5.1) for the channels this server carries:
+        built once (the settings it reads do not change while serving), not per association."""
+        return ProtocolRecord(
+            record_id=b"agui",
+            revision=1,
+            protocol_id=self.settings.agui_protocol_id,
+            carriage_class=CARRIAGE_CLASS_STREAM,
+            channels=tuple(self.settings.channels),
+            content_types=(0x01,),
+            methods=(RUN_METHOD,),
+        )
+
     @property
     def resumable(self) -> bool:
         """Whether finished runs are retained, so streams may be advertised resumable."""
@@ -225,7 +239,8 @@ class _Peer:
                     await self.opaque.receive(frame.channel, frame.frame_type, frame.payload)
                     continue
                 events = session.receive_frame(frame.frame_type, frame.payload)
-                await self._flush(frame.channel)
+                if session.wants_to_send():  # (a lock and a call less when nothing is owed)
+                    await self._flush(frame.channel)
                 for event in events:
                     self._dispatch(frame.channel, event)
         except _GONE:
@@ -408,15 +423,7 @@ class _Peer:
 
     def _record(self) -> ProtocolRecord:
         """The AG-UI protocol record (NPAMP-DISC §5.1) for the channels this server carries."""
-        return ProtocolRecord(
-            record_id=b"agui",
-            revision=1,
-            protocol_id=self.server.settings.agui_protocol_id,
-            carriage_class=CARRIAGE_CLASS_STREAM,
-            channels=tuple(self.server.settings.channels),
-            content_types=(0x01,),
-            methods=(RUN_METHOD,),
-        )
+        return self.server.agui_record
 
 
 # --- serving ------------------------------------------------------------------------------

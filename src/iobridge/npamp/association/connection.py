@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 try:
@@ -128,8 +128,11 @@ class AssociationConfig:
     channels: frozenset[int] = DEFAULT_CHANNELS
     max_payload_length: int = DEFAULT_MAX_PAYLOAD_LENGTH
     key_update_interval: int | None = DEFAULT_KEY_UPDATE_INTERVAL
+    #: ``channels`` with Control: what an association enables (derived once, not a setting).
+    enabled: frozenset[int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "enabled", frozenset(self.channels) | {Channel.CONTROL})
         bad = [c for c in self.channels if not 0 <= c < 0xF000]
         if bad:
             raise ValueError(f"channels must be in 0x0000-0xEFFF, got {bad}")
@@ -161,7 +164,7 @@ class NpampConnection:
         """
         self.client = isinstance(handshake, ClientHandshake)
         self.config = config or AssociationConfig()
-        self._channels = self.config.channels | {Channel.CONTROL}
+        self._channels = self.config.enabled
         self._handshake = handshake
         self._state = AssociationState.HANDSHAKING
         self._reader = FrameReader(max_payload_length=self.config.max_payload_length)

@@ -33,6 +33,11 @@ __all__ = [
 class AssociationState(Enum):
     """Where an association is."""
 
+    # Members are singletons compared by identity: the identity hash (C) instead of Enum's
+    # hash of the name (a Python call on every table look-up, several per frame handled).
+    __hash__ = object.__hash__
+
+
     #: Waiting for the N-PAMP handshake to complete; only handshake frames move.
     HANDSHAKING = "HANDSHAKING"
     #: Established: encrypted frames both ways on the enabled channels.
@@ -47,6 +52,11 @@ class AssociationState(Enum):
 
 class AssociationInput(Enum):
     """What can happen to an association."""
+
+    # Members are singletons compared by identity: the identity hash (C) instead of Enum's
+    # hash of the name (a Python call on every table look-up, several per frame handled).
+    __hash__ = object.__hash__
+
 
     SEND_HANDSHAKE = "SEND_HANDSHAKE"
     RECV_HANDSHAKE = "RECV_HANDSHAKE"

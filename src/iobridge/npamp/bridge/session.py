@@ -22,7 +22,7 @@ Readings of places the specs leave open (digest §10) are cited where they are a
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 try:
@@ -173,15 +173,9 @@ class BridgeSession:
         #: Envelope TLV octets → the consumer stream whose data frames carry them (fast path).
         self._recv_envelopes: dict[bytes, _Stream] = {}
         self._compiled = compiled and _speedups is not None
-        self._fast_data = self._data_run if self._compiled else self._data_frame
-        self._handlers = {
-            BridgeFrameType.BRIDGE_REQUEST: self._recv_request,
-            BridgeFrameType.BRIDGE_RESPONSE: self._recv_response,
-            BridgeFrameType.BRIDGE_ERROR: self._recv_error,
-            BridgeFrameType.BRIDGE_NOTIFY: self._recv_notify,
-            BridgeFrameType.BRIDGE_STREAM_DATA: self._recv_data,
-            BridgeFrameType.BRIDGE_STREAM_END: self._recv_end,
-        }
+        # Functions, not bound methods: a session holding its own bound methods is a
+        # reference cycle, freed only by the cyclic collector (one per association).
+        self._fast_data = BridgeSession._data_run if self._compiled else BridgeSession._data_frame
 
     # -- I/O surface ------------------------------------------------------------------------
 
@@ -233,7 +227,7 @@ class BridgeSession:
                 end = TLV_HEADER_SIZE + ((payload[2] << 8) | payload[3])
                 stream = envelopes.get(payload[:end])
                 if stream is not None and stream.state is _CONSUMING:
-                    taken = fast(items, index, stream, events)
+                    taken = fast(self, items, index, stream, events)
                     if taken > index:
                         index = taken
                         continue
@@ -274,7 +268,7 @@ class BridgeSession:
         try:
             msg = pull_bridge_message(frame_type, payload)
             self._check_carriage(msg)
-            events = self._handlers[msg.frame_type](msg)
+            events = _HANDLERS[msg.frame_type](self, msg)
             if events and msg.frame_type is BridgeFrameType.BRIDGE_STREAM_DATA:
                 self._learn_envelope(msg.envelope.correlation_id, payload)
             return events
@@ -703,3 +697,14 @@ class BridgeSession:
             frame_type=ft, envelope=envelope, stream_control=sc, safety_label=label, body=body
         )
         return push_bridge_message(msg)
+
+
+#: Bridge frame type → the session's handler for a checked message of it.
+_HANDLERS: dict[BridgeFrameType, Callable[[BridgeSession, BridgeMessage], list[Event]]] = {
+    BridgeFrameType.BRIDGE_REQUEST: BridgeSession._recv_request,
+    BridgeFrameType.BRIDGE_RESPONSE: BridgeSession._recv_response,
+    BridgeFrameType.BRIDGE_ERROR: BridgeSession._recv_error,
+    BridgeFrameType.BRIDGE_NOTIFY: BridgeSession._recv_notify,
+    BridgeFrameType.BRIDGE_STREAM_DATA: BridgeSession._recv_data,
+    BridgeFrameType.BRIDGE_STREAM_END: BridgeSession._recv_end,
+}

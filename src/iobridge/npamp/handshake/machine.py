@@ -28,17 +28,20 @@ from __future__ import annotations
 
 import hmac
 import os
+import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
+from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.asymmetric import x25519
 
 from iobridge.npamp.errors import (
+    AeadFailure,
     ErrorCode,
     HandshakeFailure,
     InvalidState,
     NpampError,
-    map_exceptions,
 )
 from iobridge.npamp.handshake.identity import IdentityKey, PeerVerifier
 from iobridge.npamp.handshake.profiles import (
@@ -46,6 +49,7 @@ from iobridge.npamp.handshake.profiles import (
     AeadSuite,
     Encapsulator,
     Kem,
+    KemParams,
     MlKemPrivateKey,
     NegotiationFailure,
     Profile,
@@ -67,7 +71,7 @@ from iobridge.npamp.handshake.state import (
 )
 from iobridge.npamp.handshake.transcript import Transcript
 from iobridge.npamp.record import keyschedule as ks
-from iobridge.npamp.record.cipher import RecordCipher, open_frame, seal_frame
+from iobridge.npamp.record.cipher import ReceiveState, RecordCipher, SendState
 from iobridge.npamp.wire.frame import Flags, Frame, push_frame
 from iobridge.npamp.wire.tlv import Tlv, TlvType, pull_tlvs, push_tlv
 
@@ -108,6 +112,27 @@ del T
 #: AEAD suites this implementation can seal with (record.py supports both).
 SUPPORTED_AEADS = (AeadSuite.AES_256_GCM, AeadSuite.CHACHA20_POLY1305)
 
+#: Negotiation results kept per configuration (keyed by the peer's offer or selection octets;
+#: only successful ones, and only this many, so a peer cannot grow the table).
+NEGOTIATION_MEMO_SIZE = 16
+
+_TL = struct.Struct(">HH")
+#: SERVER_HELLO's four select TLVs: ProfileSelect(1), KEMSelect(2), SigSelect(2), AEADSelect(2).
+_SELECTS = struct.Struct(">HHBHHHHHHHHH")
+#: CertVerify's type, length and the 2-octet scheme that starts its value.
+_CV_HEAD = struct.Struct(">HHH")
+_CH_TYPE = CLIENT_HELLO.to_bytes(2, "big")
+_SH_TYPE = SERVER_HELLO.to_bytes(2, "big")
+_FRAME_TYPE_OCTETS = {t: t.to_bytes(2, "big") for t in (SERVER_AUTH, CLIENT_AUTH)}
+_NOT_CLEARTEXT = int(Flags.ENC | Flags.COMP | Flags.FRAG)
+_COMP_FRAG = int(Flags.COMP | Flags.FRAG)
+_ENC = int(Flags.ENC)
+_C2S = ks.Direction.CLIENT_TO_SERVER
+_S2C = ks.Direction.SERVER_TO_CLIENT
+_ERROR = HandshakeState.ERROR
+_V = TypeVar("_V")
+_ESTABLISHED = HandshakeState.ESTABLISHED
+
 
 # --- errors ----------------------------------------------------------------------------------
 
@@ -137,6 +162,40 @@ class UntrustedPeer(HandshakeFailure):
 # --- configuration and event -----------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class _ClientOffer:
+    """What every CLIENT_HELLO of one configuration shares."""
+
+    #: The KEM of the single share.
+    kem: Kem
+    #: Its wire sizes and operations.
+    params: KemParams
+    #: The four offer TLVs and the KEMShare TLV's type and length: all of the payload but the
+    #: share itself.
+    prefix: bytes
+
+
+class _Memo:
+    """Values a :class:`HandshakeConfig` derives once instead of on every handshake.
+
+    Everything here is a pure function of the configuration (and, for the negotiation tables,
+    of the peer's octets that key them).
+    """
+
+    __slots__ = ("floor", "offer", "selected", "selections", "sig_preference", "tlvs")
+
+    def __init__(self) -> None:
+        self.floor: Profile | None = None
+        self.sig_preference: tuple[SignatureScheme, ...] | None = None
+        self.offer: _ClientOffer | None = None
+        #: Our IdentityKey TLV per scheme.
+        self.tlvs: dict[SignatureScheme, bytes] = {}
+        #: Server: CLIENT_HELLO offer values → (selection, KEM row, SERVER_HELLO select TLVs).
+        self.selections: dict[tuple[bytes, ...], tuple[Selection, KemParams, bytes]] = {}
+        #: Client: SERVER_HELLO select values → selection.
+        self.selected: dict[tuple[bytes, ...], Selection] = {}
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class HandshakeConfig:
     """What one endpoint offers (client) or accepts (server).
@@ -158,6 +217,8 @@ class HandshakeConfig:
     min_profile: Profile | None = None
     signatures: Sequence[SignatureScheme] | None = None
     aead_suites: Sequence[AeadSuite] = (AeadSuite.AES_256_GCM,)
+    #: Derived once, used by every handshake of this configuration (not a setting).
+    _memo: _Memo = field(default_factory=_Memo, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.profiles:
@@ -173,21 +234,67 @@ class HandshakeConfig:
     @property
     def floor(self) -> Profile:
         """The lowest profile this endpoint accepts."""
-        return self.min_profile if self.min_profile is not None else min(self.profiles)
+        floor = self._memo.floor
+        if floor is None:
+            floor = self._memo.floor = (
+                self.min_profile if self.min_profile is not None else min(self.profiles)
+            )
+        return floor
 
     @property
     def sig_preference(self) -> tuple[SignatureScheme, ...]:
         """Signature schemes we can use, in preference order."""
-        held = {i.scheme for i in self.identities}
-        if self.signatures is not None:
-            return tuple(s for s in self.signatures if s in held)
-        allowed = set().union(*(PROFILES[p].signatures for p in self.profiles))
-        order = (SignatureScheme.MLDSA87, SignatureScheme.ED25519)
-        return tuple(s for s in order if s in held and s in allowed)
+        preference = self._memo.sig_preference
+        if preference is None:
+            held = {i.scheme for i in self.identities}
+            if self.signatures is not None:
+                preference = tuple(s for s in self.signatures if s in held)
+            else:
+                allowed = set().union(*(PROFILES[p].signatures for p in self.profiles))
+                order = (SignatureScheme.MLDSA87, SignatureScheme.ED25519)
+                preference = tuple(s for s in order if s in held and s in allowed)
+            self._memo.sig_preference = preference
+        return preference
 
     def identity_for(self, scheme: SignatureScheme) -> IdentityKey:
         """Our identity key for ``scheme``."""
         return next(i for i in self.identities if i.scheme is scheme)
+
+    def _identity_tlv(self, scheme: SignatureScheme) -> bytes:
+        """Our IdentityKey TLV for ``scheme``, encoded once."""
+        tlv = self._memo.tlvs.get(scheme)
+        if tlv is None:
+            tlv = self._memo.tlvs[scheme] = push_tlv(
+                TlvType.IDENTITY_KEY, self.identity_for(scheme).public_key
+            )
+        return tlv
+
+    def _client_offer(self) -> _ClientOffer:
+        """The parts of CLIENT_HELLO fixed by this configuration.
+
+        Raises:
+            ValueError: The profiles share no KEM, or no identity fits them.
+        """
+        offer = self._memo.offer
+        if offer is None:
+            kem = common_kem(self.profiles)
+            schemes = self.sig_preference
+            if not schemes:
+                raise ValueError("no identity key fits the offered profiles")
+            params = kem_params(kem)
+            prefix = b"".join(
+                (
+                    push_tlv(TlvType.PROFILE_OFFER, bytes(self.profiles)),
+                    push_tlv(TlvType.KEM_OFFER, kem.to_bytes(2, "big")),
+                    push_tlv(TlvType.SIG_OFFER, b"".join(s.to_bytes(2, "big") for s in schemes)),
+                    push_tlv(
+                        TlvType.AEAD_OFFER, b"".join(a.to_bytes(2, "big") for a in self.aead_suites)
+                    ),
+                    _TL.pack(TlvType.KEM_SHARE, params.share_len),
+                )
+            )
+            offer = self._memo.offer = _ClientOffer(kem=kem, params=params, prefix=prefix)
+        return offer
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -237,12 +344,64 @@ def _u16(value: bytes, what: str) -> int:
     return int.from_bytes(value, "big")
 
 
+def _tlv_values(payload: bytes, layout: tuple[TlvType, ...]) -> list[bytes]:
+    """The values of exactly the TLVs of ``layout``, in that order, filling ``payload``.
+
+    The valid case is read in one pass with no :class:`Tlv` objects; anything else goes to the
+    reference (:func:`pull_tlvs`, then the layout check), which raises the precise error.
+
+    Raises:
+        TlvDecodeError: A TLV is truncated.
+        HandshakeDecodeError: Other TLVs than the layout, or in another order.
+    """
+    values: list[bytes] = []
+    pos, end = 0, len(payload)
+    unpack = _TL.unpack_from
+    for expected in layout:
+        if end - pos < 4:
+            break
+        tlv_type, length = unpack(payload, pos)
+        pos += 4
+        if tlv_type != expected or length > end - pos:
+            break
+        values.append(payload[pos : pos + length])
+        pos += length
+    else:
+        if pos == end:
+            return values
+    return [t.value for t in _exact(pull_tlvs(payload), layout)]
+
+
+def _exact(tlvs: list[Tlv], layout: tuple[TlvType, ...]) -> list[Tlv]:
+    got = tuple(t.type for t in tlvs)
+    if got != layout:
+        raise HandshakeDecodeError(
+            "TLVs "
+            + ",".join(f"0x{t:02x}" for t in got)
+            + " != required "
+            + ",".join(f"0x{t:02x}" for t in layout)
+        )
+    return tlvs
+
+
+def _remember(table: dict[tuple[bytes, ...], _V], key: tuple[bytes, ...], value: _V) -> None:
+    if len(table) < NEGOTIATION_MEMO_SIZE:
+        table[key] = value
+
+
 class _Handshake:
-    """State, transcript and key-schedule plumbing shared by both roles."""
+    """State, transcript and key-schedule plumbing shared by both roles.
+
+    The transcript absorbs octets in their canonical form: a frame type, then whole TLVs as
+    they travel (a received payload whose TLVs matched the required layout exactly *is* the
+    concatenation of its canonical TLVs), in one update per run of octets instead of one per
+    TLV.
+    """
 
     _initial: HandshakeState
-    _sign_context: bytes
-    _verify_context: bytes
+    #: ``0x20 x 64 || context || 0x00`` of the CertVerify we sign and of the one we verify.
+    _sign_prefix: bytes
+    _verify_prefix: bytes
 
     def __init__(
         self, config: HandshakeConfig, *, rng: Callable[[int], bytes] = os.urandom
@@ -255,6 +414,7 @@ class _Handshake:
         #: Transcript points reached so far (``th_kem`` ... ``th_ccv``); hashes, not secrets.
         self.transcript_points: dict[str, bytes] = {}
         self._selection: Selection | None = None
+        self._hash: ks.HashName = "sha256"  # the selection's, once there is one
         self._hs: bytes = b""
         self._c_hs: bytes = b""
         self._s_hs: bytes = b""
@@ -291,29 +451,40 @@ class _Handshake:
             HandshakeFailure: The frame breaks a rule (subclass says which); the handshake is
                 now in ``ERROR``.
         """
-        if self._machine.state in (HandshakeState.ERROR, HandshakeState.ESTABLISHED):
-            raise InvalidState(f"handshake is {self._machine.state.name}; no more frames")
-        event = RECV_INPUTS.get(frame.frame_type) if frame.channel == CONTROL_CHANNEL else None
+        machine = self._machine
+        state = machine.state
+        if state is _ERROR or state is _ESTABLISHED:
+            raise InvalidState(f"handshake is {state.name}; no more frames")
+        header = frame[0]
+        event = RECV_INPUTS.get(header[0]) if header[1] == CONTROL_CHANNEL else None
         try:
             if event is None:
                 raise UnexpectedHandshakeFrame(
-                    f"frame 0x{frame.frame_type:04x} on channel 0x{frame.channel:04x} "
+                    f"frame 0x{header[0]:04x} on channel 0x{header[1]:04x} "
                     "is not a handshake frame"
                 )
             try:
-                next_state = self._machine.next_state(event)
+                next_state = machine.next_state(event)
             except KeyError:
                 raise UnexpectedHandshakeFrame(
-                    f"{event.name} not allowed in {self._machine.state.name}"
+                    f"{event.name} not allowed in {state.name}"
                 ) from None
-            if frame.seq != 0:
+            if header[2] != 0:
                 raise HandshakeDecodeError("handshake frames carry sequence number 0")
-            with map_exceptions(HandshakeDecodeError, "handshake frame"):
+            # What map_exceptions does, inline: low-level decoding errors become the
+            # handshake's decode error, a failed tag an AeadFailure.
+            try:
                 events = self._handle(event, frame)
+            except NpampError:
+                raise
+            except InvalidTag as exc:
+                raise AeadFailure("handshake frame: authentication tag mismatch") from exc
+            except (struct.error, IndexError, ValueError, OverflowError) as exc:
+                raise HandshakeDecodeError(f"handshake frame: {exc}") from exc
         except NpampError:
             self._fail()
             raise
-        self._machine.state = next_state
+        machine.state = next_state
         return events
 
     # -- helpers for subclasses --
@@ -332,46 +503,32 @@ class _Handshake:
             raise InvalidState("no negotiated parameters yet")
         return self._selection
 
-    @property
-    def _hash(self) -> ks.HashName:
-        return self._sel.hash_name
+    def _select(self, selection: Selection) -> None:
+        self._selection = selection
+        self._hash = selection.hash_name
+        self._transcript.set_hash(self._hash)
 
     def _mark(self, name: str) -> bytes:
         point = self._transcript.digest()
         self.transcript_points[name] = point
         return point
 
-    def _absorb(self, frame_type: int | None, tlvs: Sequence[Tlv]) -> None:
-        if frame_type is not None:
-            self._transcript.add_frame_type(frame_type)
-        for t in tlvs:
-            self._transcript.add_tlv(t.type, t.value)
-
-    def _cleartext_tlvs(self, frame: Frame, layout: tuple[TlvType, ...]) -> list[Tlv]:
-        if frame.header.flags & (Flags.ENC | Flags.COMP | Flags.FRAG):
-            raise HandshakeDecodeError(f"frame 0x{frame.frame_type:04x} must be cleartext")
-        return self._exact(pull_tlvs(frame.payload), layout)
-
     @staticmethod
-    def _exact(tlvs: list[Tlv], layout: tuple[TlvType, ...]) -> list[Tlv]:
-        got = tuple(t.type for t in tlvs)
-        if got != layout:
-            raise HandshakeDecodeError(
-                "TLVs "
-                + ",".join(f"0x{t:02x}" for t in got)
-                + " != required "
-                + ",".join(f"0x{t:02x}" for t in layout)
-            )
-        return tlvs
+    def _cleartext(frame: Frame) -> bytes:
+        header, payload = frame
+        if header[4] & _NOT_CLEARTEXT:
+            raise HandshakeDecodeError(f"frame 0x{header[0]:04x} must be cleartext")
+        return payload
 
     def _key_schedule(self, mlkem_ss: bytes, x_ss: bytes) -> None:
         th_kem = self._mark("th_kem")
-        self._hs = ks.handshake_secret(mlkem_ss, x_ss, self._hash)
-        self._c_hs = ks.c_hs_secret(self._hs, th_kem, self._hash)
-        self._s_hs = ks.s_hs_secret(self._hs, th_kem, self._hash)
+        name = self._hash
+        hs = self._hs = ks.handshake_secret(mlkem_ss, x_ss, name)
+        self._c_hs = ks.c_hs_secret(hs, th_kem, name)
+        self._s_hs = ks.s_hs_secret(hs, th_kem, name)
 
     def _auth_cipher(self, direction: ks.Direction) -> RecordCipher:
-        parent = self._c_hs if direction is ks.Direction.CLIENT_TO_SERVER else self._s_hs
+        parent = self._c_hs if direction is _C2S else self._s_hs
         aead = self._sel.aead
         secret = ks.traffic_secret(parent, direction, 0, aead, CONTROL_CHANNEL, self._hash)
         key, iv = ks.traffic_keys(secret, self._hash)
@@ -380,58 +537,58 @@ class _Handshake:
     def _build_auth(self, frame_type: int, direction: ks.Direction) -> bytes:
         """Absorb and seal our AUTH frame: IdentityKey, CertVerify, Finished."""
         scheme = self._sel.signature
-        me = self.config.identity_for(scheme)
-        ik = Tlv(TlvType.IDENTITY_KEY, me.public_key)
-        self._absorb(frame_type, [ik])
-        th_id = self._mark("th_sid" if frame_type == SERVER_AUTH else "th_cid")
-        sig = me.sign(cert_verify_input(self._sign_context, th_id))
-        cv = Tlv(TlvType.CERT_VERIFY, scheme.to_bytes(2, "big") + sig)
-        self._absorb(None, [cv])
-        th_cv = self._mark("th_scv" if frame_type == SERVER_AUTH else "th_ccv")
-        base = self._s_hs if frame_type == SERVER_AUTH else self._c_hs
-        fin = Tlv(
-            TlvType.FINISHED, ks.finished_mac(ks.finished_key(base, self._hash), th_cv, self._hash)
-        )
-        self._absorb(None, [fin])
-        plaintext = b"".join(push_tlv(t.type, t.value) for t in (ik, cv, fin))
-        return seal_frame(
-            self._auth_cipher(direction),
-            frame_type=frame_type,
-            channel=CONTROL_CHANNEL,
-            seq=0,
-            plaintext=plaintext,
+        server_side = frame_type == SERVER_AUTH
+        transcript = self._transcript
+        ik = self.config._identity_tlv(scheme)
+        transcript.absorb(_FRAME_TYPE_OCTETS[frame_type] + ik)
+        th_id = self._mark("th_sid" if server_side else "th_cid")
+        sig = self.config.identity_for(scheme).sign(self._sign_prefix + th_id)
+        cv = _CV_HEAD.pack(TlvType.CERT_VERIFY, 2 + len(sig), scheme) + sig
+        transcript.absorb(cv)
+        th_cv = self._mark("th_scv" if server_side else "th_ccv")
+        base = self._s_hs if server_side else self._c_hs
+        mac = ks.finished_mac(ks.finished_key(base, self._hash), th_cv, self._hash)
+        fin = _TL.pack(TlvType.FINISHED, len(mac)) + mac
+        transcript.absorb(fin)
+        # seq 0 of the Control channel under the AUTH keys: seal_frame's octets, through the
+        # per-frame path.
+        return SendState(CONTROL_CHANNEL, self._auth_cipher(direction)).seal(
+            frame_type, ik + cv + fin
         )
 
     def _verify_auth(self, frame: Frame, direction: ks.Direction) -> bytes:
         """Open and verify the peer's AUTH frame; return its trusted identity key."""
         scheme = self._sel.signature
-        if frame.header.flags & (Flags.COMP | Flags.FRAG) or not frame.header.encrypted:
+        header = frame[0]
+        flags = header[4]
+        if flags & _COMP_FRAG or not flags & _ENC:
             raise HandshakeDecodeError("AUTH frames must set ENC and not COMP or FRAG")
-        ik, cv, fin = self._exact(
-            pull_tlvs(open_frame(self._auth_cipher(direction), frame)), AUTH_TLVS
-        )
+        # open_frame's checks and octets (seq 0 was checked), through the per-frame path.
+        plaintext = ReceiveState(CONTROL_CHANNEL, self._auth_cipher(direction)).open(frame)
+        ik, cv, fin = _tlv_values(plaintext, AUTH_TLVS)
         pub_len, sig_len = signature_lengths(scheme)
-        if len(ik.value) != pub_len:
+        if len(ik) != pub_len:
             raise HandshakeDecodeError(f"IdentityKey must be {pub_len} octets for {scheme.name}")
-        server_side = frame.frame_type == SERVER_AUTH
-        self._absorb(frame.frame_type, [ik])
+        server_side = header[0] == SERVER_AUTH
+        transcript = self._transcript
+        cv_start = 4 + len(ik)
+        fin_start = cv_start + 4 + len(cv)
+        transcript.absorb(_FRAME_TYPE_OCTETS[header[0]] + plaintext[:cv_start])
         th_id = self._mark("th_sid" if server_side else "th_cid")
-        if len(cv.value) != 2 + sig_len or cv.value[:2] != scheme.to_bytes(2, "big"):
+        if len(cv) != 2 + sig_len or cv[:2] != scheme.to_bytes(2, "big"):
             raise AuthenticationFailure(f"CertVerify is not a {scheme.name} signature")
-        if not verify_signature(
-            scheme, ik.value, cert_verify_input(self._verify_context, th_id), cv.value[2:]
-        ):
+        if not verify_signature(scheme, ik, self._verify_prefix + th_id, cv[2:]):
             raise AuthenticationFailure("CertVerify signature does not verify")
-        self._absorb(None, [cv])
+        transcript.absorb(plaintext[cv_start:fin_start])
         th_cv = self._mark("th_scv" if server_side else "th_ccv")
         base = self._s_hs if server_side else self._c_hs
         expected = ks.finished_mac(ks.finished_key(base, self._hash), th_cv, self._hash)
-        if not hmac.compare_digest(expected, fin.value):
+        if not hmac.compare_digest(expected, fin):
             raise AuthenticationFailure("Finished MAC does not verify")
-        self._absorb(None, [fin])
-        if not self.config.peer_verifier(scheme, ik.value):
+        transcript.absorb(plaintext[fin_start:])
+        if not self.config.peer_verifier(scheme, ik):
             raise UntrustedPeer("peer identity key is not trusted")
-        return ik.value
+        return ik
 
     def _completed(self, peer: bytes) -> HandshakeCompleted:
         sel = self._sel
@@ -444,7 +601,7 @@ class _Handshake:
             kem=sel.kem,
             signature_scheme=sel.signature,
             aead_suite=sel.aead,
-            hash_name=sel.hash_name,
+            hash_name=self._hash,
             master_secret=master,
             peer_identity=peer,
             transcript_hash=th_ccv,
@@ -462,8 +619,8 @@ class ClientHandshake(_Handshake):
     """
 
     _initial = HandshakeState.CLIENT_START
-    _sign_context = CLIENT_CONTEXT
-    _verify_context = SERVER_CONTEXT
+    _sign_prefix = cert_verify_input(CLIENT_CONTEXT, b"")
+    _verify_prefix = cert_verify_input(SERVER_CONTEXT, b"")
 
     def __init__(
         self, config: HandshakeConfig, *, rng: Callable[[int], bytes] = os.urandom
@@ -479,9 +636,8 @@ class ClientHandshake(_Handshake):
                 single KEM share and there is no retry), or no identity fits them.
         """
         super().__init__(config, rng=rng)
-        self._offer_kem = common_kem(config.profiles)
-        if not config.sig_preference:
-            raise ValueError("no identity key fits the offered profiles")
+        self._offer = config._client_offer()
+        self._offer_kem = self._offer.kem
         self._mlkem_key: MlKemPrivateKey | None = None
         self._x_key: x25519.X25519PrivateKey | None = None
 
@@ -495,20 +651,12 @@ class ClientHandshake(_Handshake):
             next_state = self._machine.next_state(HandshakeInput.SEND_CLIENT_HELLO)
         except KeyError:
             raise InvalidState(f"initiate() not allowed in {self.state.name}") from None
-        cfg = self.config
-        params = kem_params(self._offer_kem)
+        offer = self._offer
+        params = offer.params
         self._mlkem_key, ek = params.keygen(self._rng(params.seed_len))
         self._x_key = x25519.X25519PrivateKey.from_private_bytes(self._rng(32))
-        x_pub = self._x_key.public_key().public_bytes_raw()
-        tlvs = [
-            Tlv(TlvType.PROFILE_OFFER, bytes(cfg.profiles)),
-            Tlv(TlvType.KEM_OFFER, self._offer_kem.to_bytes(2, "big")),
-            Tlv(TlvType.SIG_OFFER, b"".join(s.to_bytes(2, "big") for s in cfg.sig_preference)),
-            Tlv(TlvType.AEAD_OFFER, b"".join(a.to_bytes(2, "big") for a in cfg.aead_suites)),
-            Tlv(TlvType.KEM_SHARE, ek + x_pub),
-        ]
-        self._absorb(CLIENT_HELLO, tlvs)
-        payload = b"".join(push_tlv(t.type, t.value) for t in tlvs)
+        payload = offer.prefix + ek + self._x_key.public_key().public_bytes_raw()
+        self._transcript.absorb(_CH_TYPE + payload)
         self._out.append(push_frame(CLIENT_HELLO, CONTROL_CHANNEL, 0, payload))
         self._machine.state = next_state
 
@@ -516,34 +664,40 @@ class ClientHandshake(_Handshake):
         if event is HandshakeInput.RECV_SERVER_HELLO:
             self._on_server_hello(frame)
             return []
-        peer = self._verify_auth(frame, ks.Direction.SERVER_TO_CLIENT)
-        self._out.append(self._build_auth(CLIENT_AUTH, ks.Direction.CLIENT_TO_SERVER))
+        peer = self._verify_auth(frame, _S2C)
+        self._out.append(self._build_auth(CLIENT_AUTH, _C2S))
         return [self._completed(peer)]
 
     def _on_server_hello(self, frame: Frame) -> None:
         cfg = self.config
-        prof_t, kem_t, sig_t, aead_t, ct_t = self._cleartext_tlvs(frame, SERVER_HELLO_TLVS)
-        if len(prof_t.value) != 1:
-            raise HandshakeDecodeError("ProfileSelect must be exactly 1 octet")
-        self._selection = check_selection(
-            profile=prof_t.value[0],
-            kem=_u16(kem_t.value, "KEMSelect"),
-            sig=_u16(sig_t.value, "SigSelect"),
-            aead=_u16(aead_t.value, "AEADSelect"),
-            offered=cfg.profiles,
-            floor=cfg.floor,
-            offer_kem=self._offer_kem,
-            schemes=cfg.sig_preference,
-            aead_suites=cfg.aead_suites,
-        )
-        params = kem_params(self._offer_kem)
-        if len(ct_t.value) != params.ciphertext_len:
-            raise HandshakeDecodeError(
-                f"KEMCiphertext must be {params.ciphertext_len} octets, got {len(ct_t.value)}"
+        payload = self._cleartext(frame)
+        prof, kem, sig, aead, ct_value = _tlv_values(payload, SERVER_HELLO_TLVS)
+        selected = cfg._memo.selected
+        key = (prof, kem, sig, aead)
+        selection = selected.get(key)
+        if selection is None:
+            if len(prof) != 1:
+                raise HandshakeDecodeError("ProfileSelect must be exactly 1 octet")
+            selection = check_selection(
+                profile=prof[0],
+                kem=_u16(kem, "KEMSelect"),
+                sig=_u16(sig, "SigSelect"),
+                aead=_u16(aead, "AEADSelect"),
+                offered=cfg.profiles,
+                floor=cfg.floor,
+                offer_kem=self._offer_kem,
+                schemes=cfg.sig_preference,
+                aead_suites=cfg.aead_suites,
             )
-        self._transcript.set_hash(self._hash)
-        self._absorb(SERVER_HELLO, [prof_t, kem_t, sig_t, aead_t, ct_t])
-        ct, server_pub = ct_t.value[: params.ct_len], ct_t.value[params.ct_len :]
+            _remember(selected, key, selection)
+        params = self._offer.params
+        if len(ct_value) != params.ciphertext_len:
+            raise HandshakeDecodeError(
+                f"KEMCiphertext must be {params.ciphertext_len} octets, got {len(ct_value)}"
+            )
+        self._select(selection)
+        self._transcript.absorb(_SH_TYPE + payload)
+        ct, server_pub = ct_value[: params.ct_len], ct_value[params.ct_len :]
         if self._x_key is None or self._mlkem_key is None:  # pragma: no cover - state table
             raise InvalidState("SERVER_HELLO before CLIENT_HELLO was sent")
         mlkem_ss = self._mlkem_key.decapsulate(ct)
@@ -565,8 +719,8 @@ class ServerHandshake(_Handshake):
     """
 
     _initial = HandshakeState.SERVER_EXPECT_CLIENT_HELLO
-    _sign_context = SERVER_CONTEXT
-    _verify_context = CLIENT_CONTEXT
+    _sign_prefix = cert_verify_input(SERVER_CONTEXT, b"")
+    _verify_prefix = cert_verify_input(CLIENT_CONTEXT, b"")
 
     def __init__(
         self,
@@ -590,20 +744,21 @@ class ServerHandshake(_Handshake):
         if event is HandshakeInput.RECV_CLIENT_HELLO:
             self._on_client_hello(frame)
             return []
-        peer = self._verify_auth(frame, ks.Direction.CLIENT_TO_SERVER)
+        peer = self._verify_auth(frame, _C2S)
         return [self._completed(peer)]
 
-    def _on_client_hello(self, frame: Frame) -> None:
-        ch = self._cleartext_tlvs(frame, CLIENT_HELLO_TLVS)
-        prof_t, kem_t, sig_t, aead_t, share_t = ch
-        if not prof_t.value:
+    def _negotiate(self, offer: tuple[bytes, ...]) -> tuple[Selection, KemParams, bytes]:
+        """Apply the selection policy to CLIENT_HELLO's four offers: the selection, its KEM
+        row and SERVER_HELLO's four select TLVs."""
+        profiles, kem, sig, aead = offer
+        if not profiles:
             raise HandshakeDecodeError("ProfileOffer must not be empty")
-        kems = _u16_list(kem_t.value, "KEMOffer")
-        sigs = _u16_list(sig_t.value, "SigOffer")
-        aeads = _u16_list(aead_t.value, "AEADOffer")
+        kems = _u16_list(kem, "KEMOffer")
+        sigs = _u16_list(sig, "SigOffer")
+        aeads = _u16_list(aead, "AEADOffer")
         cfg = self.config
-        sel = self._selection = select(
-            offered=prof_t.value,
+        sel = select(
+            offered=profiles,
             kem=kems[0],
             sigs=sigs,
             aeads=aeads,
@@ -612,29 +767,39 @@ class ServerHandshake(_Handshake):
             schemes=cfg.sig_preference,
             aead_suites=cfg.aead_suites,
         )
-        params = kem_params(sel.kem)
-        if len(share_t.value) != params.share_len:
+        head = _SELECTS.pack(
+            TlvType.PROFILE_SELECT, 1, sel.profile,
+            TlvType.KEM_SELECT, 2, sel.kem,
+            TlvType.SIG_SELECT, 2, sel.signature,
+            TlvType.AEAD_SELECT, 2, sel.aead,
+        )  # fmt: skip
+        return sel, kem_params(sel.kem), head
+
+    def _on_client_hello(self, frame: Frame) -> None:
+        payload = self._cleartext(frame)
+        values = _tlv_values(payload, CLIENT_HELLO_TLVS)
+        offer, share = tuple(values[:4]), values[4]
+        selections = self.config._memo.selections
+        negotiated = selections.get(offer)
+        if negotiated is None:
+            negotiated = self._negotiate(offer)
+            _remember(selections, offer, negotiated)
+        sel, params, head = negotiated
+        if len(share) != params.share_len:
             raise HandshakeDecodeError(
-                f"KEMShare must be {params.share_len} octets, got {len(share_t.value)}"
+                f"KEMShare must be {params.share_len} octets, got {len(share)}"
             )
-        ek, client_pub = share_t.value[: params.ek_len], share_t.value[params.ek_len :]
+        ek, client_pub = share[: params.ek_len], share[params.ek_len :]
         x_key = x25519.X25519PrivateKey.from_private_bytes(self._rng(32))
         x_ss = x25519_shared(x_key, client_pub)
         if self._encapsulate is not None:
             mlkem_ss, ct = self._encapsulate(params.kem, ek)
         else:
             mlkem_ss, ct = params.encapsulate(ek)
-        sh = [
-            Tlv(TlvType.PROFILE_SELECT, bytes([sel.profile])),
-            Tlv(TlvType.KEM_SELECT, sel.kem.to_bytes(2, "big")),
-            Tlv(TlvType.SIG_SELECT, sel.signature.to_bytes(2, "big")),
-            Tlv(TlvType.AEAD_SELECT, sel.aead.to_bytes(2, "big")),
-            Tlv(TlvType.KEM_CIPHERTEXT, ct + x_key.public_key().public_bytes_raw()),
-        ]
-        self._transcript.set_hash(self._hash)
-        self._absorb(CLIENT_HELLO, ch)
-        self._absorb(SERVER_HELLO, sh)
+        ct_value = ct + x_key.public_key().public_bytes_raw()
+        sh = head + _TL.pack(TlvType.KEM_CIPHERTEXT, len(ct_value)) + ct_value
+        self._select(sel)
+        self._transcript.absorb(_CH_TYPE + payload + _SH_TYPE + sh)
         self._key_schedule(mlkem_ss, x_ss)
-        payload = b"".join(push_tlv(t.type, t.value) for t in sh)
-        self._out.append(push_frame(SERVER_HELLO, CONTROL_CHANNEL, 0, payload))
-        self._out.append(self._build_auth(SERVER_AUTH, ks.Direction.SERVER_TO_CLIENT))
+        self._out.append(push_frame(SERVER_HELLO, CONTROL_CHANNEL, 0, sh))
+        self._out.append(self._build_auth(SERVER_AUTH, _S2C))

@@ -42,6 +42,11 @@ __all__ = [
 class HandshakeState(Enum):
     """Where a handshake is, named after what it waits for."""
 
+    # Members are singletons compared by identity: the identity hash (C) instead of Enum's
+    # hash of the name (a Python call on every table look-up, several per frame handled).
+    __hash__ = object.__hash__
+
+
     #: Client created, CLIENT_HELLO not sent yet (``initiate()`` pending).
     CLIENT_START = "CLIENT_START"
     #: Client sent CLIENT_HELLO and waits for SERVER_HELLO.
@@ -60,6 +65,11 @@ class HandshakeState(Enum):
 
 class HandshakeInput(Enum):
     """What can happen to a handshake."""
+
+    # Members are singletons compared by identity: the identity hash (C) instead of Enum's
+    # hash of the name (a Python call on every table look-up, several per frame handled).
+    __hash__ = object.__hash__
+
 
     SEND_CLIENT_HELLO = "SEND_CLIENT_HELLO"
     RECV_CLIENT_HELLO = "RECV_CLIENT_HELLO"

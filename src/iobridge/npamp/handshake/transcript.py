@@ -70,6 +70,15 @@ class Transcript:
         """Absorb one TLV in canonical form (AddTLV)."""
         self._update(tlv_type.to_bytes(2, "big") + len(value).to_bytes(2, "big") + value)
 
+    def absorb(self, data: bytes) -> None:
+        """Absorb octets that are already canonical: frame types and whole encoded TLVs, in
+        transcript order (one update for what :meth:`add_frame_type` and :meth:`add_tlv` would
+        absorb piece by piece)."""
+        if self._hash is None:
+            self._pending += data
+        else:
+            self._hash.update(data)
+
     def digest(self) -> bytes:
         """Return ``H`` over everything absorbed so far, leaving the running state intact.
 

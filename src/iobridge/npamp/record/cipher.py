@@ -132,11 +132,24 @@ def make_nonce(iv: bytes, seq: int) -> bytes:
 class RecordCipher:
     """One AEAD key and IV, with the AEAD object built once.
 
+    With the compiled per-frame path (AES-256-GCM), ``cryptography``'s AEAD object is built
+    only when a frame needs it (sealed regions above :data:`COMPILED_MAX_SEALED`): most
+    ciphers of an association (the AUTH frames, Control's CLOSE / CLOSE_ACK) never do.
+
     Attributes:
         suite: The AEAD suite code point.
     """
 
-    __slots__ = ("_aead", "_decrypt", "_encrypt", "_encrypt_into", "_fast", "_iv", "suite")
+    __slots__ = (
+        "_aead_object",
+        "_decrypt",
+        "_encrypt",
+        "_encrypt_into",
+        "_fast",
+        "_iv",
+        "_key",
+        "suite",
+    )
 
     def __init__(self, suite: int, key: bytes, iv: bytes, *, compiled: bool = True) -> None:
         """Build the cipher.
@@ -152,24 +165,40 @@ class RecordCipher:
         """
         if len(key) != KEY_SIZE or len(iv) != IV_SIZE:
             raise LocalProtocolError(f"need a {KEY_SIZE}-octet key and a {IV_SIZE}-octet IV")
-        self._aead: AESGCM | ChaCha20Poly1305
-        if suite == SUITE_AES_256_GCM:
-            self._aead = AESGCM(key)
-        elif suite == SUITE_CHACHA20_POLY1305:
-            self._aead = ChaCha20Poly1305(key)
-        else:
+        if suite != SUITE_AES_256_GCM and suite != SUITE_CHACHA20_POLY1305:
             raise LocalProtocolError(f"unsupported AEAD suite 0x{suite:04x}")
         self.suite = suite
+        self._key = key
         self._iv = int.from_bytes(iv, "big")
-        # Bound once: the per-frame paths of SendState/ReceiveState call these directly.
-        self._encrypt = self._aead.encrypt
-        self._encrypt_into = self._aead.encrypt_into
-        self._decrypt = self._aead.decrypt
+        self._aead_object: AESGCM | ChaCha20Poly1305 | None = None
+        # Bound once the AEAD object exists; the per-frame paths of SendState/ReceiveState
+        # call these directly (``None`` until then: ``_bind()`` builds it).
+        self._encrypt: Callable[[bytes, bytes, bytes | None], bytes] | None = None
+        self._encrypt_into: Callable[[bytes, bytes, bytearray, bytes | None], int] | None = None
+        self._decrypt: Callable[[bytes, bytes, bytes | None], bytes] | None = None
         self._fast = (
             _speedups.Cipher(key, iv)
             if compiled and _speedups is not None and suite == SUITE_AES_256_GCM
             else None
         )
+        if self._fast is None:
+            self._bind()
+
+    def _bind(self) -> AESGCM | ChaCha20Poly1305:
+        """Build ``cryptography``'s AEAD object for this key and bind its calls."""
+        aead: AESGCM | ChaCha20Poly1305 = (
+            AESGCM(self._key) if self.suite == SUITE_AES_256_GCM else ChaCha20Poly1305(self._key)
+        )
+        self._aead_object = aead
+        self._encrypt, self._decrypt = aead.encrypt, aead.decrypt
+        self._encrypt_into = aead.encrypt_into  # type: ignore[assignment]
+        return aead
+
+    @property
+    def _aead(self) -> AESGCM | ChaCha20Poly1305:
+        """``cryptography``'s AEAD object for this key (built on first use)."""
+        aead = self._aead_object
+        return aead if aead is not None else self._bind()
 
     @property
     def compiled(self) -> bool:
@@ -311,7 +340,12 @@ class SendState:
                     out = fast.seal(verflags, frame_type, self.channel, seq, plaintext)
                 else:
                     out = fast.seal_with(
-                        cipher._encrypt_into, verflags, frame_type, self.channel, seq, plaintext
+                        cipher._encrypt_into or cipher._bind().encrypt_into,
+                        verflags,
+                        frame_type,
+                        self.channel,
+                        seq,
+                        plaintext,
                     )
             except OverflowError as exc:
                 raise LocalProtocolError(f"header field out of range: {exc}") from exc
@@ -321,7 +355,8 @@ class SendState:
             prefix = _pack_prefix(MAGIC, verflags, frame_type, self.channel, seq, sealed_len)
         except struct.error as exc:
             raise LocalProtocolError(f"header field out of range: {exc}") from exc
-        sealed = cipher._encrypt((cipher._iv ^ seq).to_bytes(IV_SIZE, "big"), plaintext, prefix)
+        encrypt = cipher._encrypt or cipher._bind().encrypt  # bound without the compiled path
+        sealed = encrypt((cipher._iv ^ seq).to_bytes(IV_SIZE, "big"), plaintext, prefix)
         self.next_seq = seq + 1
         return prefix + _pack_tail(_crc(prefix)) + sealed
 
@@ -429,7 +464,13 @@ class ReceiveState:
             else:
                 try:
                     opened = fast.open_with(
-                        cipher._decrypt, verflags, frame_type, channel, seq, length, payload
+                        cipher._decrypt or cipher._bind().decrypt,
+                        verflags,
+                        frame_type,
+                        channel,
+                        seq,
+                        length,
+                        payload,
                     )
                 except InvalidTag as exc:
                     raise AeadFailure("AEAD tag did not verify") from exc
@@ -438,7 +479,8 @@ class ReceiveState:
         aad = _pack_prefix(MAGIC, (version << 4) | flags, frame_type, channel, seq, length)
         nonce = (cipher._iv ^ seq).to_bytes(IV_SIZE, "big")
         try:
-            plaintext: bytes = cipher._decrypt(nonce, payload, aad)
+            decrypt = cipher._decrypt or cipher._bind().decrypt  # bound without the compiled path
+            plaintext: bytes = decrypt(nonce, payload, aad)
         except InvalidTag as exc:
             raise AeadFailure("AEAD tag did not verify") from exc
         self.expected_seq = expected + 1

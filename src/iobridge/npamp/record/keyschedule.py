@@ -25,8 +25,10 @@ Everything here is a pure function of its arguments: no state, no randomness, no
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
+import struct
 from enum import IntEnum
 from typing import Literal
 
@@ -95,7 +97,7 @@ def hkdf_extract(salt: bytes, ikm: bytes, hash_name: HashName) -> bytes:
     """HKDF-Extract (RFC 5869 §2.2): ``HMAC-H(salt, IKM)``; an empty salt means HashLen zeros."""
     if not salt:
         salt = bytes(hash_len(hash_name))
-    return hmac.new(salt, ikm, hash_name).digest()
+    return hmac.digest(salt, ikm, hash_name)
 
 
 def hkdf_expand(prk: bytes, info: bytes, length: int, hash_name: HashName) -> bytes:
@@ -153,19 +155,32 @@ def handshake_secret(mlkem_ss: bytes, x25519_ss: bytes, hash_name: HashName) -> 
     return hkdf_extract(bytes(hash_len(hash_name)), mlkem_ss + x25519_ss, hash_name)
 
 
+def _secret_label(secret: bytes, label: str, context: bytes, hash_name: HashName) -> bytes:
+    """``Expand-Label(secret, label, context, HashLen)`` for a transcript-hash context: one
+    HMAC over ``info`` octets built once per process (a test compares it with
+    :func:`hkdf_expand_label`)."""
+    try:
+        info = _SECRET_INFO[(label, hash_name)]
+    except KeyError:
+        raise ValueError(f"unsupported KDF hash {hash_name!r}") from None
+    if len(context) != _HASH_LENS[hash_name]:
+        return hkdf_expand_label(secret, label, context, _HASH_LENS[hash_name], hash_name)
+    return hmac.digest(secret, info + context + b"\x01", hash_name)
+
+
 def c_hs_secret(hs: bytes, th_kem: bytes, hash_name: HashName) -> bytes:
     """Client handshake secret, bound to ``TH_kem``."""
-    return hkdf_expand_label(hs, "c hs", th_kem, hash_len(hash_name), hash_name)
+    return _secret_label(hs, "c hs", th_kem, hash_name)
 
 
 def s_hs_secret(hs: bytes, th_kem: bytes, hash_name: HashName) -> bytes:
     """Server handshake secret, bound to ``TH_kem``."""
-    return hkdf_expand_label(hs, "s hs", th_kem, hash_len(hash_name), hash_name)
+    return _secret_label(hs, "s hs", th_kem, hash_name)
 
 
 def master_secret(hs: bytes, th_ccv: bytes, hash_name: HashName) -> bytes:
     """Connection master secret; derivable only at the client-auth boundary (``TH_cCV``)."""
-    return hkdf_expand_label(hs, "master", th_ccv, hash_len(hash_name), hash_name)
+    return _secret_label(hs, "master", th_ccv, hash_name)
 
 
 def traffic_context(direction: int, epoch: int, suite: int, channel: int) -> bytes:
@@ -174,6 +189,9 @@ def traffic_context(direction: int, epoch: int, suite: int, channel: int) -> byt
     Raises:
         ValueError: A field is out of range for its width.
     """
+    if direction == 0 or direction == 1:
+        with contextlib.suppress(struct.error):  # out of range: the checks below say which
+            return _TRAFFIC_TUPLE.pack(direction, epoch, suite, channel)
     if direction not in (0, 1):
         raise ValueError("direction must be 0 (c->s) or 1 (s->c)")
     if not 0 <= epoch < 1 << 64:
@@ -224,6 +242,7 @@ def _one_block_info(label: str, length: int, context_len: int) -> bytes:
 
 
 _TRAFFIC_CONTEXT_LEN = 13
+_TRAFFIC_TUPLE = struct.Struct(">BQHH")
 #: ``info`` of the traffic secret without its 13-octet context, per hash.
 _TRAFFIC_INFO: dict[str, bytes] = {
     name: _one_block_info("traffic", size, _TRAFFIC_CONTEXT_LEN)
@@ -232,6 +251,17 @@ _TRAFFIC_INFO: dict[str, bytes] = {
 #: ``info || 0x01`` of the AEAD key and IV (empty context).
 _KEY_INFO = _one_block_info("key", AEAD_KEY_LEN, 0) + b"\x01"
 _IV_INFO = _one_block_info("iv", AEAD_IV_LEN, 0) + b"\x01"
+#: ``info`` up to its context of the secrets bound to a transcript hash (HashLen octets of
+#: context), per (label, hash).
+_SECRET_INFO: dict[tuple[str, str], bytes] = {
+    (label, name): _one_block_info(label, size, size)
+    for label in ("c hs", "s hs", "master")
+    for name, size in _HASH_LENS.items()
+}
+#: ``info || 0x01`` of the Finished key (empty context), per hash.
+_FINISHED_INFO: dict[str, bytes] = {
+    name: _one_block_info("finished", size, 0) + b"\x01" for name, size in _HASH_LENS.items()
+}
 
 
 def application_keys(
@@ -250,12 +280,16 @@ def application_keys(
 
 def finished_key(base_key: bytes, hash_name: HashName) -> bytes:
     """``finished_key`` from ``c_hs`` (client) or ``s_hs`` (server)."""
-    return hkdf_expand_label(base_key, "finished", b"", hash_len(hash_name), hash_name)
+    try:
+        info = _FINISHED_INFO[hash_name]
+    except KeyError:
+        raise ValueError(f"unsupported KDF hash {hash_name!r}") from None
+    return hmac.digest(base_key, info, hash_name)
 
 
 def finished_mac(fin_key: bytes, transcript_hash: bytes, hash_name: HashName) -> bytes:
     """``verify_data = HMAC-H(finished_key, transcript_hash)`` (spec/10 §6.2)."""
-    return hmac.new(fin_key, transcript_hash, hash_name).digest()
+    return hmac.digest(fin_key, transcript_hash, hash_name)
 
 
 def verify_finished(
