@@ -332,6 +332,16 @@ class Backend:
         finally:
             self.runtime.detach(run, grace=detach_grace)
 
+    @staticmethod
+    def ends_run(run: FollowedRun, seq: int) -> bool:
+        """Whether the batch ending at ``seq`` ends the run: a transport then closes its
+        stream in the same write (the end of the chunked body, N-PAMP's END). A run another
+        replica drives is not known to have ended until its shared log says so."""
+        if isinstance(run, RemoteRun):
+            return False
+        log = run.log
+        return log.closed and seq == log.last_seq
+
     async def _follow_remote(
         self, run: RemoteRun, after: int, idle: float | None, detach_grace: float | None
     ) -> AsyncGenerator[list[tuple[int, bytes]]]:

@@ -482,6 +482,41 @@ async def test_a_replay_larger_than_one_write_is_carried_in_slices_in_order(
         assert replayed.ended and events[-1].type == "RUN_FINISHED"
 
 
+async def test_the_write_holding_the_terminal_event_carries_the_end(
+    harness: StartHarness, client_key: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch that ends the run goes out with the stream's END in the same write (as the
+    SSE body ends in the write of its last batch): live, and in the last slice of a replay."""
+    from iobridge.npamp.aio import Association
+
+    writes: list[list[int]] = []
+    send_many = Association.send_many
+
+    async def recording(self: Association, channel: int, frames: Any) -> None:
+        frames = list(frames)
+        writes.append([frame_type for frame_type, _ in frames])
+        await send_many(self, channel, frames)
+
+    monkeypatch.setattr(Association, "send_many", recording)
+    monkeypatch.setattr(server_module, "SEND_SLICE", 2)
+    data, end = BridgeFrameType.BRIDGE_STREAM_DATA, BridgeFrameType.BRIDGE_STREAM_END
+    async with harness(agents=[counting_agent()]) as h:
+        async with h.client(client_key) as client:
+            stream = client.run(run_body("x", agentId="count"))
+            events = await collect(stream)
+        assert events[-1].type == "RUN_FINISHED" and stream.ended
+        live = [w for w in writes if data in w or end in w]
+        assert [w.count(end) for w in live] == [0] * (len(live) - 1) + [1]
+        assert live[-1][-2:] == [data, end]  # RUN_FINISHED and END: one write
+        writes.clear()
+        async with h.client(client_key) as client:
+            replayed = client.resume(stream.correlation_id, 0)
+            assert [e.raw for e in await collect(replayed)] == [e.raw for e in events]
+        replay = [w for w in writes if data in w or end in w]
+        assert replay[-1] == [data, data, end] if len(events) % 2 == 0 else [data, end]
+        assert sum(w.count(end) for w in replay) == 1
+
+
 async def test_resume_is_refused_for_another_principal(
     harness: StartHarness, client_key: Any, other_key: Any
 ) -> None:

@@ -25,7 +25,6 @@ from starlette.types import Receive, Scope, Send
 
 from iobridge.app import Backend, FollowedRun
 from iobridge.protocol.sse import PING, sse_frames
-from iobridge.runtime.run import Run
 from iobridge.runtime.runlog import LogTrimmed
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -82,7 +81,6 @@ class RunEventStream(Response):
     async def _stream(self, send: Send) -> None:
         backend = self._backend
         run = self._run
-        log = run.log if isinstance(run, Run) else None
         batches = backend.follow(run, self._after, idle=backend.settings.ping_interval)
         async with aclosing(batches):
             with contextlib.suppress(LogTrimmed):
@@ -90,9 +88,8 @@ class RunEventStream(Response):
                     if not batch:
                         await send({"type": "http.response.body", "body": PING, "more_body": True})
                         continue
-                    # The batch ending at the closed log's last entry is the last one: it
-                    # ends the body too (one write, not two).
-                    last = log is not None and log.closed and batch[-1][0] == log.last_seq
+                    # The batch that ends the run ends the body too (one write, not two).
+                    last = backend.ends_run(run, batch[-1][0])
                     await send(
                         {"type": "http.response.body", "body": sse_frames(batch),
                          "more_body": not last}

@@ -368,6 +368,7 @@ class _Peer:
         batches = self.server.backend.follow(
             run, after, detach_grace=self.server.settings.resume_grace_seconds
         )
+        backend = self.server.backend
         try:
             async with aclosing(batches):
                 async for batch in batches:
@@ -376,11 +377,17 @@ class _Peer:
                             break
                         # event_id == the log sequence number: both count from ``after``.
                         # Written in slices: the peer starts on the first while the rest
-                        # of a large (replay) batch is still being sealed.
+                        # of a large (replay) batch is still being sealed. The batch that
+                        # ends the run carries the END in its last write.
+                        ends = backend.ends_run(run, batch[-1][0])
                         for start in range(0, len(batch), SEND_SLICE):
                             chunk = batch[start : start + SEND_SLICE]
                             session.send_events(corr, [data for _seq, data in chunk])
+                            if ends and start + SEND_SLICE >= len(batch):
+                                session.end_stream(corr)
                             await self._flush_locked(channel)
+                    if ends:
+                        break
                 async with self.lock:
                     if session.state_of(Role.PRODUCER, corr) in _PRODUCING:
                         session.end_stream(corr)
