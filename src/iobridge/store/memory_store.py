@@ -60,8 +60,6 @@ class MemoryThreadStore(ThreadStore):
         self._messages: dict[str, list[dict[str, Any]]] = {}
         #: Append time of each message, parallel to ``_messages``.
         self._times: dict[str, list[datetime]] = {}
-        #: The ids of each thread's messages (a write skips ids already stored).
-        self._ids: dict[str, set[str]] = {}
 
     async def get_thread(self, thread_id: str) -> Thread | None:
         return self._threads.get(thread_id)
@@ -90,7 +88,7 @@ class MemoryThreadStore(ThreadStore):
             updated_at=now,
         )
         self._threads[thread_id] = thread
-        self._messages[thread_id], self._times[thread_id], self._ids[thread_id] = [], [], set()
+        self._messages[thread_id], self._times[thread_id] = [], []
         return thread
 
     def _require(self, thread_id: str) -> Thread:
@@ -128,7 +126,6 @@ class MemoryThreadStore(ThreadStore):
     async def delete_thread(self, thread_id: str) -> bool:
         self._messages.pop(thread_id, None)
         self._times.pop(thread_id, None)
-        self._ids.pop(thread_id, None)
         return self._threads.pop(thread_id, None) is not None
 
     async def list_threads(
@@ -192,7 +189,9 @@ class MemoryThreadStore(ThreadStore):
         self, thread_id: str, messages: Sequence[Mapping[str, Any]]
     ) -> list[dict[str, Any]]:
         """The checked messages whose ids the thread does not hold yet, copied."""
-        known = self._ids.get(thread_id, ())
+        # Built per write (a set kept per thread costs every idle run's thread ~200 bytes).
+        stored = self._messages.get(thread_id)
+        known = {m["id"] for m in stored} if stored else ()
         return [
             orjson.loads(encoded)
             for message, encoded in encode_messages(messages)
@@ -202,7 +201,6 @@ class MemoryThreadStore(ThreadStore):
     def _add(self, thread_id: str, new: list[dict[str, Any]], now: datetime) -> None:
         self._messages[thread_id].extend(new)
         self._times[thread_id].extend([now] * len(new))
-        self._ids[thread_id].update(m["id"] for m in new)
 
     async def write_for_run(
         self,
@@ -259,9 +257,7 @@ class MemoryThreadStore(ThreadStore):
                 id=thread_id, resource_id=resource_id, agent_id=agent_id, metadata={},
                 created_at=now, **{"updated_at": now, **changes},
             )
-            self._messages[thread_id], self._times[thread_id], self._ids[thread_id] = (
-                [], [], set()
-            )
+            self._messages[thread_id], self._times[thread_id] = [], []
         elif changes:
             self._threads[thread_id] = replace(thread, **changes)
         if new:
