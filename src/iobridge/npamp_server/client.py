@@ -726,15 +726,10 @@ def connect(
         TransportError: TCP/TLS failure.
         HandshakeFailure: The server key is not pinned, or the handshake failed.
     """
-    return _Connected(
-        host,
-        port,
-        identity,
-        pinned,
-        ssl_context,
-        handshake_timeout,
-        lambda assoc: AgUiClient(assoc, channel=channel, protocol_id=protocol_id, safety=safety),
-    )
+    def make(assoc: Association) -> AgUiClient:
+        return AgUiClient(assoc, channel=channel, protocol_id=protocol_id, safety=safety)
+
+    return _Connected(host, port, identity, pinned, ssl_context, handshake_timeout, make)
 
 
 def connect_opaque(
@@ -751,14 +746,7 @@ def connect_opaque(
 ) -> contextlib.AbstractAsyncContextManager[OpaqueAgUiClient]:
     """Like :func:`connect`, for a server agreed with us on ``protocol_id`` for opaque
     carriage (NPAMP-CC-OPAQUE) instead of the STREAM mapping."""
-    return _Connected(
-        host,
-        port,
-        identity,
-        pinned,
-        ssl_context,
-        handshake_timeout,
-        lambda assoc: OpaqueAgUiClient(
-            assoc, protocol_id=protocol_id, channel=channel, safety=safety
-        ),
-    )
+    def make(assoc: Association) -> OpaqueAgUiClient:
+        return OpaqueAgUiClient(assoc, protocol_id=protocol_id, channel=channel, safety=safety)
+
+    return _Connected(host, port, identity, pinned, ssl_context, handshake_timeout, make)

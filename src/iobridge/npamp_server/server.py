@@ -365,10 +365,8 @@ class _Peer:
         forwarding = self.streams.get((channel, corr))
         if forwarding is not None:
             forwarding.run = run
-        batches = self.server.backend.follow(
-            run, after, detach_grace=self.server.settings.resume_grace_seconds
-        )
         backend = self.server.backend
+        batches = backend.follow(run, after, detach_grace=self.server.settings.resume_grace_seconds)
         try:
             async with aclosing(batches):
                 async for batch in batches:

@@ -19,7 +19,7 @@ requires (PONG, KEY_UPDATE_ACK).
 
 from __future__ import annotations
 
-from enum import Enum
+from iobridge.npamp._enum import IdentityEnum
 
 __all__ = [
     "TERMINAL_STATES",
@@ -30,13 +30,8 @@ __all__ = [
 ]
 
 
-class AssociationState(Enum):
+class AssociationState(IdentityEnum):
     """Where an association is."""
-
-    # Members are singletons compared by identity: the identity hash (C) instead of Enum's
-    # hash of the name (a Python call on every table look-up, several per frame handled).
-    __hash__ = object.__hash__
-
 
     #: Waiting for the N-PAMP handshake to complete; only handshake frames move.
     HANDSHAKING = "HANDSHAKING"
@@ -50,13 +45,8 @@ class AssociationState(Enum):
     ERROR = "ERROR"
 
 
-class AssociationInput(Enum):
+class AssociationInput(IdentityEnum):
     """What can happen to an association."""
-
-    # Members are singletons compared by identity: the identity hash (C) instead of Enum's
-    # hash of the name (a Python call on every table look-up, several per frame handled).
-    __hash__ = object.__hash__
-
 
     SEND_HANDSHAKE = "SEND_HANDSHAKE"
     RECV_HANDSHAKE = "RECV_HANDSHAKE"

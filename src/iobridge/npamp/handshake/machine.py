@@ -33,15 +33,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.asymmetric import x25519
 
 from iobridge.npamp.errors import (
-    AeadFailure,
     ErrorCode,
     HandshakeFailure,
     InvalidState,
     NpampError,
+    map_exceptions,
 )
 from iobridge.npamp.handshake.identity import IdentityKey, PeerVerifier
 from iobridge.npamp.handshake.profiles import (
@@ -471,16 +470,8 @@ class _Handshake:
                 ) from None
             if header[2] != 0:
                 raise HandshakeDecodeError("handshake frames carry sequence number 0")
-            # What map_exceptions does, inline: low-level decoding errors become the
-            # handshake's decode error, a failed tag an AeadFailure.
-            try:
+            with map_exceptions(HandshakeDecodeError, "handshake frame"):
                 events = self._handle(event, frame)
-            except NpampError:
-                raise
-            except InvalidTag as exc:
-                raise AeadFailure("handshake frame: authentication tag mismatch") from exc
-            except (struct.error, IndexError, ValueError, OverflowError) as exc:
-                raise HandshakeDecodeError(f"handshake frame: {exc}") from exc
         except NpampError:
             self._fail()
             raise

@@ -25,8 +25,7 @@ to inputs.
 
 from __future__ import annotations
 
-from enum import Enum
-
+from iobridge.npamp._enum import IdentityEnum
 from iobridge.npamp.errors import InvalidState
 
 __all__ = [
@@ -39,13 +38,8 @@ __all__ = [
 ]
 
 
-class HandshakeState(Enum):
+class HandshakeState(IdentityEnum):
     """Where a handshake is, named after what it waits for."""
-
-    # Members are singletons compared by identity: the identity hash (C) instead of Enum's
-    # hash of the name (a Python call on every table look-up, several per frame handled).
-    __hash__ = object.__hash__
-
 
     #: Client created, CLIENT_HELLO not sent yet (``initiate()`` pending).
     CLIENT_START = "CLIENT_START"
@@ -63,13 +57,8 @@ class HandshakeState(Enum):
     ERROR = "ERROR"
 
 
-class HandshakeInput(Enum):
+class HandshakeInput(IdentityEnum):
     """What can happen to a handshake."""
-
-    # Members are singletons compared by identity: the identity hash (C) instead of Enum's
-    # hash of the name (a Python call on every table look-up, several per frame handled).
-    __hash__ = object.__hash__
-
 
     SEND_CLIENT_HELLO = "SEND_CLIENT_HELLO"
     RECV_CLIENT_HELLO = "RECV_CLIENT_HELLO"
