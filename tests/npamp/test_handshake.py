@@ -367,6 +367,20 @@ def test_server_rejects_malformed_client_hello(mutation: str) -> None:
     assert_dead(server, ch)
 
 
+@pytest.mark.parametrize("cut", [1, 3, 5])
+def test_a_truncated_client_hello_is_a_tlv_error_on_the_one_pass_reader_too(cut: int) -> None:
+    """The last TLV cut short (its length runs past the payload, or its header is partial):
+    the one-pass reader hands it to the full decoder, which names the fault."""
+    from iobridge.npamp.errors import TlvDecodeError
+
+    ch, server = client_hello()
+    payload = ch.payload[:-cut] if cut < 5 else ch.payload + b"\x00\x07\x00"
+    bad = pull_frame(push_frame(ch.frame_type, ch.channel, ch.seq, payload, ch.header.flags))
+    with pytest.raises(TlvDecodeError):
+        server.receive_frame(bad)
+    assert_dead(server, ch)
+
+
 def test_a_client_hello_offering_several_code_points_is_read_whole() -> None:
     """SigOffer and AEADOffer are u16 lists: unknown code points first, known ones still match."""
     ch, server = client_hello()
