@@ -486,6 +486,43 @@ def test_unverified_client_context_loads_no_trust_store(certs: tuple[Path, Path]
     assert verifying.cert_store_stats()["x509_ca"] == 1  # exactly the given anchor
 
 
+async def _tls_session_after_echo(ctx: ssl.SSLContext, cafile: Path) -> ssl.SSLSession:
+    """The client's TLS session once one byte made the round trip (a TLS 1.3 server sends its
+    session tickets right after the handshake, so they arrive before the echo)."""
+
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(await reader.read(1))
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(echo, "127.0.0.1", 0, ssl=ctx)
+    try:
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", port, ssl=client_ssl_context(cafile)
+        )
+        writer.write(b"x")
+        assert await reader.read(1) == b"x"
+        session: ssl.SSLSession = writer.get_extra_info("ssl_object").session
+        writer.close()
+        with contextlib.suppress(OSError, ssl.SSLError):
+            await writer.wait_closed()
+        return session
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_the_server_context_issues_no_session_tickets(certs: tuple[Path, Path]) -> None:
+    """Every association runs the N-PAMP handshake afresh, so a TLS ticket would buy a peer
+    nothing; the server does not spend a ticket per connection (nor the client its parsing)."""
+    ctx = server_ssl_context(*certs)
+    assert ctx.num_tickets == 0
+    assert not (await _tls_session_after_echo(ctx, certs[0])).has_ticket
+    ctx.num_tickets = 2  # OpenSSL's default: the same check sees the tickets
+    assert (await _tls_session_after_echo(ctx, certs[0])).has_ticket
+
+
 async def test_replies_to_a_peer_that_does_not_read_wait_for_it(certs: tuple[Path, Path]) -> None:
     """PONGs to a client that sends PINGs without reading fill the server's socket and write
     buffer: the server then stops reading (as a reader awaiting drain() after its replies

@@ -29,9 +29,15 @@ def _tls13(ctx: ssl.SSLContext) -> ssl.SSLContext:
 
 
 def server_ssl_context(certfile: str | Path, keyfile: str | Path) -> ssl.SSLContext:
-    """TLS 1.3-only server context offering ALPN ``n-pamp/2``."""
+    """TLS 1.3-only server context offering ALPN ``n-pamp/2``, issuing no session tickets.
+
+    Every association runs the N-PAMP handshake afresh whatever TLS resumes, and asyncio
+    clients cannot resume a TLS session at all; OpenSSL's two tickets per connection would
+    cost the server their sealing and the client their parsing, and buy nothing.
+    """
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(certfile, keyfile)
+    ctx.num_tickets = 0
     return _tls13(ctx)
 
 
