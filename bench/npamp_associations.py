@@ -15,8 +15,11 @@ other jobs falls on both alike); it prints each round's rates, ratio and CPU per
 handshake on each side (this process's ``time.process_time``, the server's scheduler time in
 ns), then the medians with the spread of the ratio, the ratio of CPU per association (client
 plus server, bare TLS over N-PAMP), the p50/p99 time from ``connect()`` to the first AG-UI
-event over every counted round, and the median of
-sequential ``connect()`` calls. Run: ``.venv/bin/python bench/npamp_associations.py
+event over every counted round, and the median of sequential ``connect()`` calls. Last, what
+bounds the ratio: the CPU that N-PAMP's required asymmetric primitives cost each side (timed
+here, in this process), and the CPU of the whole sans-IO handshake (both machines in this
+process, no socket, loop or frame I/O), each with the ratio an association could reach if it
+added only that to a bare TLS handshake. Run: ``.venv/bin/python bench/npamp_associations.py
 [--associations N] [--sequential M] [--rounds R] [--loop auto|asyncio|uvloop]``.
 """
 
@@ -32,14 +35,25 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from _harness import cpu_ns, free_port, wait_for_port
+from cryptography.hazmat.primitives.asymmetric import ed25519, mlkem, x25519
 
 from iobridge.eventloop import run
 from iobridge.npamp.aio import client_ssl_context, self_signed_certificate
-from iobridge.npamp.handshake import IdentityKey, SignatureScheme, keygen, load_identity
+from iobridge.npamp.association import AssociationState, NpampConnection
+from iobridge.npamp.handshake import (
+    ClientHandshake,
+    HandshakeConfig,
+    IdentityKey,
+    PinnedPeers,
+    ServerHandshake,
+    SignatureScheme,
+    keygen,
+    load_identity,
+)
 from iobridge.npamp_server.client import connect
 
 RUN = {
@@ -138,8 +152,10 @@ async def main(associations: int, sequential: int, rounds: int) -> None:
         for round_no in range(rounds + 1):
             cpu = _Cpu(npamp_pid)
             got = await asyncio.gather(
-                *(_association(port, identity, pin, round_no * associations + i)
-                  for i in range(associations))
+                *(
+                    _association(port, identity, pin, round_no * associations + i)
+                    for i in range(associations)
+                )
             )
             assoc = cpu.stop()
             cpu = _Cpu(tls_pid)
@@ -153,32 +169,125 @@ async def main(associations: int, sequential: int, rounds: int) -> None:
     print(f"{associations} concurrent, server in its own process, client on one {loop} loop")
     print(f"sequential connect(), median of {sequential}: {statistics.median(seq) * 1e3:.1f} ms")
     print(f"{rounds} alternating rounds after a warm-up round; per round:")
-    print(f"{'round':>6}{'assoc/s':>9}{'TLS/s':>9}{'ratio':>8}"
-          f"{'assoc CPU ms client/server':>29}{'TLS CPU ms client/server':>27}")
+    print(
+        f"{'round':>6}{'assoc/s':>9}{'TLS/s':>9}{'ratio':>8}"
+        f"{'assoc CPU ms client/server':>29}{'TLS CPU ms client/server':>27}"
+    )
     ratios = []
     for i, ((aw, ac, as_), (tw, tc, ts)) in enumerate(rows, 1):
         ratios.append(tw / aw)
-        print(f"{i:6}{associations / aw:9.1f}{associations / tw:9.1f}{tw / aw:7.2f}x"
-              f"{_each(ac, associations) + ' / ' + _each(as_, associations):>29}"
-              f"{_each(tc, associations) + ' / ' + _each(ts, associations):>27}")
+        print(
+            f"{i:6}{associations / aw:9.1f}{associations / tw:9.1f}{tw / aw:7.2f}x"
+            f"{_each(ac, associations) + ' / ' + _each(as_, associations):>29}"
+            f"{_each(tc, associations) + ' / ' + _each(ts, associations):>27}"
+        )
     print(f"{'':36}{'per s':>8}{'client CPU ms':>15}{'server CPU ms':>15}  (each, median)")
     for name, index in (("N-PAMP associations (one run each)", 0), ("bare TLS 1.3 handshakes", 1)):
         wall = statistics.median(row[index][0] for row in rows)
         client = statistics.median(row[index][1] for row in rows)
         server = statistics.median(row[index][2] for row in rows)
-        print(f"{name:36}{associations / wall:8.1f}{client / associations * 1e3:15.2f}"
-              f"{server / associations * 1e3:15.2f}")
-    print(f"ratio (associations / TLS):         {statistics.median(ratios):8.2f}x"
-          f"  (rounds {min(ratios):.2f}-{max(ratios):.2f}x)")
+        print(
+            f"{name:36}{associations / wall:8.1f}{client / associations * 1e3:15.2f}"
+            f"{server / associations * 1e3:15.2f}"
+        )
+    print(
+        f"ratio (associations / TLS):         {statistics.median(ratios):8.2f}x"
+        f"  (rounds {min(ratios):.2f}-{max(ratios):.2f}x)"
+    )
     # Both ends share the machine's cores, so the CPU of both is what bounds the rate; it
     # moves less with the load of other jobs than the wall-clock rates do.
     cpu = [(row[1][1] + row[1][2]) / (row[0][1] + row[0][2]) for row in rows]
-    print(f"CPU ratio (TLS / association, client + server): {statistics.median(cpu):.2f}x"
-          f"  (rounds {min(cpu):.2f}-{max(cpu):.2f}x)")
+    print(
+        f"CPU ratio (TLS / association, client + server): {statistics.median(cpu):.2f}x"
+        f"  (rounds {min(cpu):.2f}-{max(cpu):.2f}x)"
+    )
     print(
         f"connect() to first event: p50 {_pct(firsts, 0.5) * 1e3:.0f} ms, "
         f"p99 {_pct(firsts, 0.99) * 1e3:.0f} ms"
     )
+    # The rate of either phase is bounded by its busier side (two processes, two cores).
+    tls_client = statistics.median(row[1][1] for row in rows) / associations
+    tls_server = statistics.median(row[1][2] for row in rows) / associations
+    for name, (client, server) in (
+        ("required asymmetric primitives", _primitives(200)),
+        ("sans-IO N-PAMP handshake", _sans_io_handshake(200)),
+    ):
+        ceiling = max(tls_client, tls_server) / max(tls_client + client, tls_server + server)
+        print(
+            f"{name + ', CPU ms client/server:':54}{client * 1e3:.2f} / {server * 1e3:.2f}"
+            f"   bare TLS plus only these: {ceiling:.2f}x"
+        )
+
+
+def _primitives(count: int) -> tuple[float, float]:
+    """CPU seconds per handshake, on each side, of the asymmetric operations spec/10 requires
+    of it in the standard profile with Ed25519 identities: an X25519 key pair and exchange,
+    ML-KEM-768 key generation and decapsulation (client) or encapsulation (server), one
+    Ed25519 signature and one verification."""
+    seed, message = os.urandom(64), os.urandom(48)
+    signer = ed25519.Ed25519PrivateKey.generate()
+    signature, verifier = signer.sign(message), signer.public_key()
+    peer_x = x25519.X25519PrivateKey.generate().public_key()
+    kem_public = mlkem.MLKEM768PrivateKey.generate().public_key().public_bytes_raw()
+    ciphertext = mlkem.MLKEM768PublicKey.from_public_bytes(kem_public).encapsulate()[1]
+
+    def client() -> None:
+        x25519.X25519PrivateKey.generate().exchange(peer_x)
+        kem = mlkem.MLKEM768PrivateKey.from_seed_bytes(seed)
+        kem.public_key().public_bytes_raw()
+        kem.decapsulate(ciphertext)
+        verifier.verify(signature, message)
+        signer.sign(message)
+
+    def server() -> None:
+        x25519.X25519PrivateKey.generate().exchange(peer_x)
+        mlkem.MLKEM768PublicKey.from_public_bytes(kem_public).encapsulate()
+        signer.sign(message)
+        verifier.verify(signature, message)
+
+    return _cpu_each(client, count), _cpu_each(server, count)
+
+
+def _cpu_each(work: Callable[[], None], count: int) -> float:
+    work()
+    start = time.process_time()
+    for _ in range(count):
+        work()
+    return (time.process_time() - start) / count
+
+
+def _sans_io_handshake(count: int) -> tuple[float, float]:
+    """CPU seconds per handshake on each side of the sans-IO cores run against each other in
+    this process (primitives, key schedule, transcript, TLVs, sealing the AUTH frames)."""
+    client_key = IdentityKey.generate(SignatureScheme.ED25519)
+    server_key = IdentityKey.generate(SignatureScheme.ED25519)
+    client_pins, server_pins = PinnedPeers(), PinnedPeers()
+    client_pins.add_key(server_key.public_key)
+    server_pins.add_key(client_key.public_key)
+    client_config = HandshakeConfig(identities=[client_key], peer_verifier=client_pins)
+    server_config = HandshakeConfig(identities=[server_key], peer_verifier=server_pins)
+    spent = [0.0, 0.0]
+    for _ in range(count + 1):
+        times = [time.process_time()]
+        client = NpampConnection(ClientHandshake(client_config))
+        client.initiate()
+        hello = client.data_to_send()
+        times.append(time.process_time())
+        server = NpampConnection(ServerHandshake(server_config))
+        server.initiate()
+        server.receive_data(hello)
+        flight = server.data_to_send()
+        times.append(time.process_time())
+        client.receive_data(flight)
+        auth = client.data_to_send()
+        times.append(time.process_time())
+        server.receive_data(auth)
+        times.append(time.process_time())
+        assert client.state is server.state is AssociationState.OPEN
+        if _:  # the first one warms up
+            spent[0] += times[1] - times[0] + times[3] - times[2]
+            spent[1] += times[2] - times[1] + times[4] - times[3]
+    return spent[0] / count, spent[1] / count
 
 
 def _each(seconds: float, count: int) -> str:
