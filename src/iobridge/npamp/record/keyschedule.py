@@ -29,6 +29,7 @@ import contextlib
 import hashlib
 import hmac
 import struct
+from collections.abc import Callable
 from enum import IntEnum
 from typing import Literal
 
@@ -62,6 +63,14 @@ LABEL_PREFIX = b"n-pamp "
 AEAD_KEY_LEN = 32
 #: AEAD IV (nonce) length for both registered suites.
 AEAD_IV_LEN = 12
+
+#: One HMAC call: the compiled one (its OpenSSL context set up once) where it was built,
+#: else ``hmac.digest`` (which looks the MAC and digest up by name on every call).
+_hmac: Callable[[bytes, bytes, str], bytes]
+try:
+    from iobridge.npamp._speedups import hmac_digest as _hmac
+except ImportError:  # pragma: no cover - the extension is optional; the reference path remains
+    _hmac = hmac.digest
 
 HashName = Literal["sha256", "sha384"]
 """KDF hash: SHA-256 at Standard, SHA-384 at High and Sovereign (spec/10 §2)."""
@@ -97,14 +106,15 @@ def hkdf_extract(salt: bytes, ikm: bytes, hash_name: HashName) -> bytes:
     """HKDF-Extract (RFC 5869 §2.2): ``HMAC-H(salt, IKM)``; an empty salt means HashLen zeros."""
     if not salt:
         salt = bytes(hash_len(hash_name))
-    return hmac.digest(salt, ikm, hash_name)
+    return _hmac(salt, ikm, hash_name)
 
 
 def hkdf_expand(prk: bytes, info: bytes, length: int, hash_name: HashName) -> bytes:
     """HKDF-Expand (RFC 5869 §2.3): ``T(i) = HMAC-H(PRK, T(i-1) || info || i)``, truncated.
 
-    Written on ``hmac.digest`` (one C call per block): an association derives about two dozen
-    keys per side, and building a ``cryptography`` HKDFExpand object for each cost ~1 ms.
+    Written on one HMAC call per block (``hmac.digest``, or the compiled one): an association
+    derives about two dozen keys per side, and building a ``cryptography`` HKDFExpand object
+    for each cost ~1 ms.
     The key-schedule and handshake-flow KATs pin the output; a test compares it with
     ``cryptography``'s HKDFExpand.
 
@@ -115,10 +125,10 @@ def hkdf_expand(prk: bytes, info: bytes, length: int, hash_name: HashName) -> by
     if not 0 < length <= 255 * size:
         raise ValueError(f"HKDF-Expand length must be in 1..{255 * size}")
     if length <= size:  # every key, IV and secret of the schedule: T(1) alone
-        return hmac.digest(prk, info + b"\x01", hash_name)[:length]
+        return _hmac(prk, info + b"\x01", hash_name)[:length]
     blocks, block = [], b""
     for counter in range(1, -(-length // size) + 1):
-        block = hmac.digest(prk, block + info + bytes((counter,)), hash_name)
+        block = _hmac(prk, block + info + bytes((counter,)), hash_name)
         blocks.append(block)
     return b"".join(blocks)[:length]
 
@@ -165,7 +175,7 @@ def _secret_label(secret: bytes, label: str, context: bytes, hash_name: HashName
         raise ValueError(f"unsupported KDF hash {hash_name!r}") from None
     if len(context) != _HASH_LENS[hash_name]:
         return hkdf_expand_label(secret, label, context, _HASH_LENS[hash_name], hash_name)
-    return hmac.digest(secret, info + context + b"\x01", hash_name)
+    return _hmac(secret, info + context + b"\x01", hash_name)
 
 
 def c_hs_secret(hs: bytes, th_kem: bytes, hash_name: HashName) -> bytes:
@@ -218,14 +228,14 @@ def traffic_secret(
         info = _TRAFFIC_INFO[hash_name]
     except KeyError:
         raise ValueError(f"unsupported KDF hash {hash_name!r}") from None
-    return hmac.digest(parent, info + ctx + b"\x01", hash_name)
+    return _hmac(parent, info + ctx + b"\x01", hash_name)
 
 
 def traffic_keys(secret: bytes, hash_name: HashName) -> tuple[bytes, bytes]:
     """Return ``(key[32], iv[12])`` from a traffic secret."""
     hash_len(hash_name)  # refuses an unsupported hash, as hkdf_expand_label does
-    key = hmac.digest(secret, _KEY_INFO, hash_name)[:AEAD_KEY_LEN]
-    iv = hmac.digest(secret, _IV_INFO, hash_name)[:AEAD_IV_LEN]
+    key = _hmac(secret, _KEY_INFO, hash_name)[:AEAD_KEY_LEN]
+    iv = _hmac(secret, _IV_INFO, hash_name)[:AEAD_IV_LEN]
     return key, iv
 
 
@@ -284,12 +294,12 @@ def finished_key(base_key: bytes, hash_name: HashName) -> bytes:
         info = _FINISHED_INFO[hash_name]
     except KeyError:
         raise ValueError(f"unsupported KDF hash {hash_name!r}") from None
-    return hmac.digest(base_key, info, hash_name)
+    return _hmac(base_key, info, hash_name)
 
 
 def finished_mac(fin_key: bytes, transcript_hash: bytes, hash_name: HashName) -> bytes:
     """``verify_data = HMAC-H(finished_key, transcript_hash)`` (spec/10 §6.2)."""
-    return hmac.digest(fin_key, transcript_hash, hash_name)
+    return _hmac(fin_key, transcript_hash, hash_name)
 
 
 def verify_finished(
