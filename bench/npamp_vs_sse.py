@@ -25,6 +25,10 @@ keep the median from resting on two or three of them.
 and this process is only the client, so neither end's work is counted in the other's time.
 It then also prints the server's CPU per event for each transport (every thread's scheduler
 time from ``/proc/<pid>/task/*/schedstat``, in ns, around each transfer).
+
+``--loop`` (default ``auto``: uvloop when installed, the selection ``iobridge serve`` and
+``iobridge npamp run`` make; ``asyncio`` for the stock loop, whose TLS is Python) is the event
+loop of both processes, for both transports alike.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from iobridge.agents.context import RunContext
 from iobridge.agents.function import FunctionAgent
 from iobridge.agents.outputs import AgentOutput
 from iobridge.config import Settings
+from iobridge.eventloop import run
 from iobridge.http.app import create_app
 from iobridge.npamp.aio import self_signed_certificate, server_ssl_context
 from iobridge.npamp.handshake import IdentityKey, SignatureScheme, keygen, load_identity
@@ -185,8 +190,9 @@ async def _client(
     replay = min(replays, key=lambda t: t.seconds)
     sse = min(sses, key=lambda t: t.seconds)
     where = "server in its own process" if pid is not None else "client and server in one process"
+    loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
     print(f"one run, {deltas} text deltas, {sse.events} AG-UI events (same log, same octets); "
-          f"{where}; replays: best of {rounds}, alternated, after one warm-up each")
+          f"{where}, {loop} loop; replays: best of {rounds}, alternated, after one warm-up each")
     cpu_head = f"{'server CPU us/ev':>17}" if pid is not None else ""
     print(f"{'transport':<28}{'events':>8}{'seconds':>10}{'events/s':>12}{'bytes/event':>13}"
           f"{cpu_head}{'client CPU us/ev':>17}")
@@ -225,19 +231,20 @@ async def serve_forever(deltas: int, key_path: str, http_port: int, npamp_port: 
 
 
 
-def processes(deltas: int, rounds: int) -> None:
+def processes(deltas: int, rounds: int, loop: str) -> None:
     """Server in a child process, client here."""
     http_port, npamp_port = free_port(), free_port()
     with tempfile.TemporaryDirectory() as tmp:
         key_path = keygen(os.path.join(tmp, "server.key"))
         fingerprint = load_identity(key_path).fingerprint
         cmd = [sys.executable, __file__, "--serve", "--deltas", str(deltas), "--key",
-               str(key_path), "--http-port", str(http_port), "--npamp-port", str(npamp_port)]
+               str(key_path), "--http-port", str(http_port), "--npamp-port", str(npamp_port),
+               "--loop", loop]
         proc = subprocess.Popen(cmd)
         try:
             wait_for_port(http_port, proc)
             wait_for_port(npamp_port, proc)
-            asyncio.run(_client(deltas, http_port, npamp_port, fingerprint, proc.pid, rounds))
+            run(_client(deltas, http_port, npamp_port, fingerprint, proc.pid, rounds), loop)
         finally:
             proc.terminate()
             proc.wait(10)
@@ -250,14 +257,15 @@ if __name__ == "__main__":
                         help="replays of each transport, alternated; the best of each is shown")
     parser.add_argument("--processes", action="store_true",
                         help="server in its own process; report its CPU per event")
+    parser.add_argument("--loop", choices=["auto", "asyncio", "uvloop"], default="auto")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--key", help=argparse.SUPPRESS)
     parser.add_argument("--http-port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--npamp-port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        asyncio.run(serve_forever(args.deltas, args.key, args.http_port, args.npamp_port))
+        run(serve_forever(args.deltas, args.key, args.http_port, args.npamp_port), args.loop)
     elif args.processes:
-        processes(args.deltas, args.rounds)
+        processes(args.deltas, args.rounds, args.loop)
     else:
-        asyncio.run(main(args.deltas, args.rounds))
+        run(main(args.deltas, args.rounds), args.loop)
