@@ -267,7 +267,7 @@ def _sans_io_handshake(count: int) -> tuple[float, float]:
     client_config = HandshakeConfig(identities=[client_key], peer_verifier=client_pins)
     server_config = HandshakeConfig(identities=[server_key], peer_verifier=server_pins)
     spent = [0.0, 0.0]
-    for _ in range(count + 1):
+    for i in range(count + 1):
         times = [time.process_time()]
         client = NpampConnection(ClientHandshake(client_config))
         client.initiate()
@@ -284,7 +284,7 @@ def _sans_io_handshake(count: int) -> tuple[float, float]:
         server.receive_data(auth)
         times.append(time.process_time())
         assert client.state is server.state is AssociationState.OPEN
-        if _:  # the first one warms up
+        if i:  # the first one warms up
             spent[0] += times[1] - times[0] + times[3] - times[2]
             spent[1] += times[2] - times[1] + times[4] - times[3]
     return spent[0] / count, spent[1] / count
