@@ -980,13 +980,14 @@ error:
 
 #if OPENSSL_VERSION_NUMBER >= 0x30000000L
 /* HMAC-SHA-256 and HMAC-SHA-384, the key schedule's one primitive (about two dozen calls per
- * handshake). OpenSSL's one-shot HMAC(), under hashlib's hmac.digest, looks the MAC and the
- * digest up by name on every call; here one context per hash is set up once and re-keyed per
- * call. It is only used with the GIL held and never left keyed between calls' returns. */
-static EVP_MAC_CTX *hmac_contexts[2];
+ * handshake and side). OpenSSL's one-shot HMAC(), under hashlib's hmac.digest, looks the MAC
+ * and the digest up by name on every call; here an unkeyed context per hash is set up once
+ * and each call keys a copy of it, which is freed (and cleansed by OpenSSL) before returning,
+ * so no key-derived state outlives the call. */
+static EVP_MAC_CTX *hmac_templates[2];
 
-static EVP_MAC_CTX *hmac_context(int sha384) {
-    if (hmac_contexts[sha384] != NULL) return hmac_contexts[sha384];
+static EVP_MAC_CTX *hmac_template(int sha384) {
+    if (hmac_templates[sha384] != NULL) return hmac_templates[sha384];
     EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
     EVP_MAC_CTX *ctx = mac != NULL ? EVP_MAC_CTX_new(mac) : NULL;
     EVP_MAC_free(mac); /* the context holds its own reference */
@@ -999,7 +1000,7 @@ static EVP_MAC_CTX *hmac_context(int sha384) {
         PyErr_SetString(PyExc_RuntimeError, "OpenSSL could not set up HMAC");
         return NULL;
     }
-    return hmac_contexts[sha384] = ctx;
+    return hmac_templates[sha384] = ctx;
 }
 
 /* hmac_digest(key, msg, digest): hmac.digest for digest "sha256" or "sha384" (else
@@ -1017,8 +1018,8 @@ static PyObject *hmac_digest(PyObject *module, PyObject *const *args, Py_ssize_t
         PyErr_Format(PyExc_ValueError, "unsupported HMAC digest %R", args[2]);
         return NULL;
     }
-    EVP_MAC_CTX *ctx = hmac_context(sha384);
-    if (ctx == NULL) return NULL;
+    EVP_MAC_CTX *template = hmac_template(sha384);
+    if (template == NULL) return NULL;
     if (PyObject_GetBuffer(args[0], &key, PyBUF_SIMPLE) < 0) return NULL;
     if (PyObject_GetBuffer(args[1], &msg, PyBUF_SIMPLE) < 0) {
         PyBuffer_Release(&key);
@@ -1026,16 +1027,21 @@ static PyObject *hmac_digest(PyObject *module, PyObject *const *args, Py_ssize_t
     }
     unsigned char out[EVP_MAX_MD_SIZE];
     size_t len = 0;
-    int ok = EVP_MAC_init(ctx, key.buf, (size_t)key.len, NULL) == 1 &&
+    EVP_MAC_CTX *ctx = EVP_MAC_CTX_dup(template);
+    int ok = ctx != NULL && EVP_MAC_init(ctx, key.buf, (size_t)key.len, NULL) == 1 &&
              EVP_MAC_update(ctx, msg.buf, (size_t)msg.len) == 1 &&
              EVP_MAC_final(ctx, out, &len, sizeof out) == 1;
+    EVP_MAC_CTX_free(ctx);
     PyBuffer_Release(&key);
     PyBuffer_Release(&msg);
     if (!ok) {
+        OPENSSL_cleanse(out, sizeof out);
         PyErr_SetString(PyExc_RuntimeError, "OpenSSL HMAC failed");
         return NULL;
     }
-    return PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)len);
+    PyObject *digest = PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)len);
+    OPENSSL_cleanse(out, sizeof out);
+    return digest;
 }
 #endif
 
