@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 import pytest
 
@@ -53,6 +54,28 @@ def test_the_compiled_maker_is_used_when_installed() -> None:
     assert _makers._speedups is not None, "the C extension is built by the dev install"
     assert isinstance(positional_maker(FrameReceived), _makers._speedups.Maker)
     assert not isinstance(positional_maker(FrameReceived, compiled=False), _makers._speedups.Maker)
+
+
+def test_the_compiled_maker_stores_through_any_slot_and_holds_one_reference_each() -> None:
+    """Plain slots are written in place, more than eight go through their descriptors; both
+    give the constructor's object, and each value is referenced once, however built."""
+    speedups = _makers._speedups
+    assert speedups is not None
+    fields = [(f"f{i}", object) for i in range(9)]
+    wide = dataclasses.make_dataclass("Wide", fields, frozen=True, slots=True)
+    values = [object() for _ in range(9)]
+    for cls, count in ((wide, 9), (FrameReceived, 5)):
+        before = [sys.getrefcount(v) for v in values[:count]]
+        built = positional_maker(cls)(*values[:count])
+        assert [getattr(built, f.name) for f in dataclasses.fields(cls)] == values[:count]
+        assert [sys.getrefcount(v) for v in values[:count]] == [n + 1 for n in before]
+        del built
+        assert [sys.getrefcount(v) for v in values[:count]] == before
+    slot = FrameReceived.__dict__["payload"]  # the same slot twice: the second value stays
+    first, second = object(), object()
+    twice = speedups.Maker(FrameReceived, (slot, slot))(first, second)
+    assert twice.payload is second and sys.getrefcount(first) == 2
+    del twice
 
 
 def test_the_compiled_maker_refuses_what_it_cannot_build() -> None:

@@ -643,14 +643,19 @@ static PyObject *Cipher_open_frames(Cipher *self, PyObject *args) {
 
 
 /* Maker(cls, slots) -> a callable: maker(v0, v1, ...) builds ``cls`` without calling its
- * __init__, storing each value through the matching slot descriptor (the slots' own __set__,
- * which a frozen dataclass's __setattr__ does not guard). The compiled twin of
- * _makers.positional_maker: the same objects, for values the caller already checked. */
+ * __init__, storing each value in the matching slot (a frozen dataclass's __setattr__ does not
+ * guard slots). The compiled twin of _makers.positional_maker: the same objects, for values
+ * the caller already checked. A plain writable __slots__ member (T_OBJECT_EX) is a pointer at
+ * a fixed offset, so the value is stored there as the descriptor's __set__ would store it;
+ * any other descriptor (or more than MAKER_DIRECT_SLOTS slots) is called instead. */
+#define MAKER_DIRECT_SLOTS 8
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     PyTypeObject *cls;
     PyObject *slots; /* tuple of member descriptors, in argument order */
+    Py_ssize_t offsets[MAKER_DIRECT_SLOTS]; /* each slot's offset, when ``direct`` */
+    int direct;
 } Maker;
 
 static PyObject *maker_build(Maker *self, PyObject *const *args, Py_ssize_t n) {
@@ -658,10 +663,14 @@ static PyObject *maker_build(Maker *self, PyObject *const *args, Py_ssize_t n) {
     if (obj == NULL) return NULL;
     int tracked = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *slot = PyTuple_GET_ITEM(self->slots, i);
-        if (Py_TYPE(slot)->tp_descr_set(slot, obj, args[i]) < 0) {
-            Py_DECREF(obj);
-            return NULL;
+        if (self->direct) {
+            Py_XSETREF(*(PyObject **)((char *)obj + self->offsets[i]), Py_NewRef(args[i]));
+        } else {
+            PyObject *slot = PyTuple_GET_ITEM(self->slots, i);
+            if (Py_TYPE(slot)->tp_descr_set(slot, obj, args[i]) < 0) {
+                Py_DECREF(obj);
+                return NULL;
+            }
         }
         tracked |= PyObject_GC_IsTracked(args[i]);
     }
@@ -692,6 +701,7 @@ static int Maker_init(Maker *self, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_TypeError, "the class must not define __new__");
         return -1;
     }
+    int direct = PyTuple_GET_SIZE(slots) <= MAKER_DIRECT_SLOTS;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(slots); i++) {
         PyObject *slot = PyTuple_GET_ITEM(slots, i);
         if (!PyObject_TypeCheck(slot, &PyMemberDescr_Type) ||
@@ -699,7 +709,11 @@ static int Maker_init(Maker *self, PyObject *args, PyObject *kwds) {
             PyErr_SetString(PyExc_TypeError, "slots must be the class's slot descriptors");
             return -1;
         }
+        PyMemberDef *member = ((PyMemberDescrObject *)slot)->d_member;
+        if (member->type != T_OBJECT_EX || (member->flags & READONLY)) direct = 0;
+        else if (i < MAKER_DIRECT_SLOTS) self->offsets[i] = member->offset;
     }
+    self->direct = direct;
     Py_INCREF(cls);
     Py_INCREF(slots);
     Py_XSETREF(self->cls, cls);
