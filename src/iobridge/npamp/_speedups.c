@@ -195,6 +195,34 @@ static int arg_buffer(PyObject *arg, Py_buffer *view) {
     return PyObject_GetBuffer(arg, view, PyBUF_SIMPLE) == 0;
 }
 
+/* Open n ciphertext octets at ``in`` (its tag right after) into ``out``, under ``nonce`` and
+ * the 21-octet ``aad``. 1 when the tag verifies. */
+static int open_one(EVP_CIPHER_CTX *ctx, const unsigned char *nonce, const unsigned char *aad,
+                    const unsigned char *in, Py_ssize_t n, unsigned char *out) {
+    int len = 0, fin = 0;
+    return EVP_DecryptInit_ex(ctx, NULL, NULL, NULL, nonce) == 1 &&
+           EVP_DecryptUpdate(ctx, NULL, &len, aad, PREFIX) == 1 &&
+           EVP_DecryptUpdate(ctx, out, &len, in, (int)n) == 1 &&
+           EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, TAG, (void *)(in + n)) == 1 &&
+           EVP_DecryptFinal_ex(ctx, out + len, &fin) == 1;
+}
+
+/* Seal one frame into buf (HEADER + len + TAG octets). 1 on success. */
+static int seal_one(Cipher *self, EVP_CIPHER_CTX *ctx, unsigned char *buf, unsigned verflags,
+                    unsigned ft, unsigned ch, uint64_t seq, const unsigned char *pt, Py_ssize_t n) {
+    put_prefix(buf, verflags, ft, ch, seq, (uint64_t)(n + TAG));
+    put_be(buf + PREFIX, crc32c(buf, PREFIX), 4);
+    memset(buf + 25, 0, HEADER - 25);
+    unsigned char nonce[IVLEN];
+    nonce_for(self, seq, nonce);
+    int len = 0, fin = 0;
+    return EVP_EncryptInit_ex(ctx, NULL, NULL, NULL, nonce) == 1 &&
+           EVP_EncryptUpdate(ctx, NULL, &len, buf, PREFIX) == 1 &&
+           EVP_EncryptUpdate(ctx, buf + HEADER, &len, pt, (int)n) == 1 &&
+           EVP_EncryptFinal_ex(ctx, buf + HEADER + len, &fin) == 1 &&
+           EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, TAG, buf + HEADER + n) == 1;
+}
+
 /* seal(verflags, frame_type, channel, seq, plaintext) -> whole frame bytes */
 static PyObject *Cipher_seal(Cipher *self, PyObject *const *args, Py_ssize_t nargs) {
     unsigned verflags, ft, ch;
@@ -214,17 +242,7 @@ static PyObject *Cipher_seal(Cipher *self, PyObject *const *args, Py_ssize_t nar
     PyObject *out = PyBytes_FromStringAndSize(NULL, HEADER + sealed);
     if (out == NULL) { PyBuffer_Release(&pt); return NULL; }
     unsigned char *buf = (unsigned char *)PyBytes_AS_STRING(out);
-    put_prefix(buf, verflags, ft, ch, seq, (uint64_t)sealed);
-    put_be(buf + PREFIX, crc32c(buf, PREFIX), 4);
-    memset(buf + 25, 0, HEADER - 25);
-    unsigned char nonce[IVLEN];
-    nonce_for(self, seq, nonce);
-    int len = 0, fin = 0;
-    int ok = EVP_EncryptInit_ex(ctx, NULL, NULL, NULL, nonce) == 1 &&
-             EVP_EncryptUpdate(ctx, NULL, &len, buf, PREFIX) == 1 &&
-             EVP_EncryptUpdate(ctx, buf + HEADER, &len, pt.buf, (int)pt.len) == 1 &&
-             EVP_EncryptFinal_ex(ctx, buf + HEADER + len, &fin) == 1 &&
-             EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, TAG, buf + HEADER + pt.len) == 1;
+    int ok = seal_one(self, ctx, buf, verflags, ft, ch, seq, pt.buf, pt.len);
     PyBuffer_Release(&pt);
     if (!ok) {
         Py_DECREF(out);
@@ -232,22 +250,6 @@ static PyObject *Cipher_seal(Cipher *self, PyObject *const *args, Py_ssize_t nar
         return NULL;
     }
     return out;
-}
-
-/* Seal one frame into buf (HEADER + len + TAG octets). 1 on success. */
-static int seal_one(Cipher *self, EVP_CIPHER_CTX *ctx, unsigned char *buf, unsigned verflags,
-                    unsigned ft, unsigned ch, uint64_t seq, const unsigned char *pt, Py_ssize_t n) {
-    put_prefix(buf, verflags, ft, ch, seq, (uint64_t)(n + TAG));
-    put_be(buf + PREFIX, crc32c(buf, PREFIX), 4);
-    memset(buf + 25, 0, HEADER - 25);
-    unsigned char nonce[IVLEN];
-    nonce_for(self, seq, nonce);
-    int len = 0, fin = 0;
-    return EVP_EncryptInit_ex(ctx, NULL, NULL, NULL, nonce) == 1 &&
-           EVP_EncryptUpdate(ctx, NULL, &len, buf, PREFIX) == 1 &&
-           EVP_EncryptUpdate(ctx, buf + HEADER, &len, pt, (int)n) == 1 &&
-           EVP_EncryptFinal_ex(ctx, buf + HEADER + len, &fin) == 1 &&
-           EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_GET_TAG, TAG, buf + HEADER + n) == 1;
 }
 
 /* seal_many(verflags, channel, seq, [(frame_type, plaintext), ...], limit) -> the frames back
@@ -328,13 +330,7 @@ static PyObject *Cipher_open(Cipher *self, PyObject *const *args, Py_ssize_t nar
     PyObject *out = PyBytes_FromStringAndSize(NULL, n);
     if (out == NULL) { PyBuffer_Release(&ct); return NULL; }
     unsigned char *buf = (unsigned char *)PyBytes_AS_STRING(out);
-    const unsigned char *in = (const unsigned char *)ct.buf;
-    int len = 0, fin = 0;
-    int ok = EVP_DecryptInit_ex(ctx, NULL, NULL, NULL, nonce) == 1 &&
-             EVP_DecryptUpdate(ctx, NULL, &len, aad, PREFIX) == 1 &&
-             EVP_DecryptUpdate(ctx, buf, &len, in, (int)n) == 1 &&
-             EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, TAG, (void *)(in + n)) == 1 &&
-             EVP_DecryptFinal_ex(ctx, buf + len, &fin) == 1;
+    int ok = open_one(ctx, nonce, aad, (const unsigned char *)ct.buf, n, buf);
     PyBuffer_Release(&ct);
     if (!ok) {
         Py_DECREF(out);
@@ -612,13 +608,7 @@ static PyObject *Cipher_open_frames(Cipher *self, PyObject *args) {
         unsigned char nonce[IVLEN];
         nonce_for(self, seq, nonce);
         unsigned char *out = (unsigned char *)PyBytes_AS_STRING(plaintext);
-        const unsigned char *in = h + HEADER;
-        int len = 0, fin = 0;
-        int ok = EVP_DecryptInit_ex(ctx, NULL, NULL, NULL, nonce) == 1 &&
-                 EVP_DecryptUpdate(ctx, NULL, &len, h, PREFIX) == 1 &&
-                 EVP_DecryptUpdate(ctx, out, &len, in, (int)n) == 1 &&
-                 EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, TAG, (void *)(in + n)) == 1 &&
-                 EVP_DecryptFinal_ex(ctx, out + len, &fin) == 1;
+        int ok = open_one(ctx, nonce, h, h + HEADER, n, out);
         if (!ok) { Py_DECREF(plaintext); break; } /* forged: the caller raises */
         PyObject *seq_obj = PyLong_FromUnsignedLongLong(seq);
         PyObject *argv[5] = {channel, type, plaintext, seq_obj, (f.flags & 0x01) ? Py_True : Py_False};
