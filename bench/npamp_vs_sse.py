@@ -10,7 +10,7 @@ the N-PAMP figures include both ends' per-frame work (seal/open, Bridge TLVs, on
 frame). Wire bytes: SSE counts the HTTP response body (``id:``/``data:`` framing, before TLS, no
 headers); N-PAMP counts whole frames (36-octet header + Bridge TLVs + event + 16-octet AEAD tag),
 before TLS. Run: ``.venv/bin/python bench/npamp_vs_sse.py [--deltas N] [--rounds R]
-[--processes]``.
+[--processes] [--loop auto|asyncio|uvloop]``.
 
 The replays are done ``--rounds`` times (default 15), N-PAMP and SSE alternated so both see the
 same share of a shared machine's load, after one uncounted warm-up replay of each (so no
