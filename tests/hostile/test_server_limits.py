@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import uvicorn
 from tests.helpers import free_port
@@ -226,12 +227,30 @@ def test_a_stalled_body_gets_408_at_the_body_timeout(
 
 
 def test_requests_per_connection_are_capped(limited: Callable[..., LimitedServer]) -> None:
+    """The last request a connection takes is answered with ``Connection: close`` (a client
+    must not reuse the connection), then the server closes it; the earlier ones keep it."""
     server = limited(keep_alive_max_requests=2)
     with server.connect() as sock:
+        connection = []
         for _ in range(2):
             sock.sendall(get())
-            assert read_response(sock)[0] == 200
+            status, headers, _ = read_response(sock)
+            assert status == 200
+            connection.append(headers.get("connection"))
+        assert connection == [None, "close"]
         assert closed_by_peer(sock, within=3) < 3
+
+
+def test_a_keep_alive_client_loses_no_request_to_the_cap(
+    limited: Callable[..., LimitedServer],
+) -> None:
+    """httpx reuses a connection until a response says it closes. With the cap at 3, every
+    one of 300 requests in a row is answered; when the last response did not say so, some
+    were sent down a connection the server was closing and failed."""
+    server = limited(keep_alive_max_requests=3)
+    with httpx.Client(base_url=f"http://127.0.0.1:{server.port}", timeout=10) as client:
+        statuses = [client.get("/io-bridge/agents").status_code for _ in range(300)]
+    assert statuses == [200] * 300
 
 
 def test_options_follow_the_settings() -> None:

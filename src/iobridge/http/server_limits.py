@@ -12,7 +12,9 @@ CPU than under h11) through ``LimitedHttpProtocol``, which adds what uvicorn lac
   (slowloris); uvicorn's own keep-alive timer stops at the first byte;
 * a body idle timeout: while a request body is being read, ``body_timeout`` seconds without
   data answer 408 and close;
-* at most ``keep_alive_max_requests`` requests per connection.
+* at most ``keep_alive_max_requests`` requests per connection; the response to the last one
+  says ``Connection: close``, so a client does not send another request down a connection
+  that is about to close.
 
 The header count, and the size of the parsed headers, are checked by
 :class:`~iobridge.http.guards.RequestGuard` (ASGI), so they hold under any server.
@@ -67,12 +69,13 @@ class LimitedHttpProtocol(HttpToolsProtocol):
     max_requests: int = 1000
     max_head_bytes: int = 16384
     #: Slots, so the limits' state does not grow the instance dict of every connection.
-    __slots__ = ("_deadline", "_discarding", "_head_bytes", "_phase", "_served")
+    __slots__ = ("_deadline", "_discarding", "_head_bytes", "_phase", "_requests", "_served")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._deadline: asyncio.TimerHandle | None = None
         self._served = 0
+        self._requests = 0
         self._discarding = False
         self._phase = _Phase.HEAD
         self._head_bytes = 0
@@ -122,6 +125,12 @@ class LimitedHttpProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._phase = _Phase.BODY
         super().on_headers_complete()
+        self._requests += 1
+        if self._requests >= self.max_requests and self.cycle is not None:
+            # The last request this connection takes: its response says Connection: close
+            # (uvicorn then closes after it). Closing after a keep-alive response instead left
+            # a client free to reuse the connection, and to lose its next request to the close.
+            self.cycle.keep_alive = False
 
     def on_message_complete(self) -> None:
         self._phase = _Phase.APP
