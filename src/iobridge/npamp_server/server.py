@@ -219,7 +219,7 @@ class _Peer:
         #: Cancels in flight (a run on another replica is cancelled through its owner).
         self.cancels: set[asyncio.Task[None]] = set()
         # Queries get the AG-UI record only under agreement (MAP-AGUI §7), else an empty result.
-        self.discovery = DiscoveryResponder([self._record()] if self.agreed else [])
+        self.discovery = DiscoveryResponder([self.server.agui_record] if self.agreed else [])
 
     async def serve(self) -> None:
         try:
@@ -424,11 +424,7 @@ class _Peer:
 
     def _announcement(self) -> bytes:
         """DISCO_ANNOUNCE ``{0: 0x0103, 2: [record]}`` in deterministic CBOR (NPAMP-DISC §7.1)."""
-        return push_disco_announce([self._record()])
-
-    def _record(self) -> ProtocolRecord:
-        """The AG-UI protocol record (NPAMP-DISC §5.1) for the channels this server carries."""
-        return self.server.agui_record
+        return push_disco_announce([self.server.agui_record])
 
 
 # --- serving ------------------------------------------------------------------------------

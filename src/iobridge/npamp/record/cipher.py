@@ -140,16 +140,12 @@ class RecordCipher:
         suite: The AEAD suite code point.
     """
 
-    __slots__ = (
-        "_aead_object",
-        "_decrypt",
-        "_encrypt",
-        "_encrypt_into",
-        "_fast",
-        "_iv",
-        "_key",
-        "suite",
-    )
+    __slots__ = ("_aead_object", "_decrypt", "_encrypt", "_fast", "_iv", "_key", "suite")
+
+    #: ``cryptography``'s calls, bound once for the per-frame path without the compiled
+    #: cipher (set only then: the compiled path reaches the AEAD object through ``_aead``).
+    _encrypt: Callable[[bytes, bytes, bytes | None], bytes]
+    _decrypt: Callable[[bytes, bytes, bytes | None], bytes]
 
     def __init__(self, suite: int, key: bytes, iv: bytes, *, compiled: bool = True) -> None:
         """Build the cipher.
@@ -171,34 +167,26 @@ class RecordCipher:
         self._key = key
         self._iv = int.from_bytes(iv, "big")
         self._aead_object: AESGCM | ChaCha20Poly1305 | None = None
-        # Bound once the AEAD object exists; the per-frame paths of SendState/ReceiveState
-        # call these directly (``None`` until then: ``_bind()`` builds it).
-        self._encrypt: Callable[[bytes, bytes, bytes | None], bytes] | None = None
-        self._encrypt_into: Callable[[bytes, bytes, bytearray, bytes | None], int] | None = None
-        self._decrypt: Callable[[bytes, bytes, bytes | None], bytes] | None = None
         self._fast = (
             _speedups.Cipher(key, iv)
             if compiled and _speedups is not None and suite == SUITE_AES_256_GCM
             else None
         )
         if self._fast is None:
-            self._bind()
-
-    def _bind(self) -> AESGCM | ChaCha20Poly1305:
-        """Build ``cryptography``'s AEAD object for this key and bind its calls."""
-        aead: AESGCM | ChaCha20Poly1305 = (
-            AESGCM(self._key) if self.suite == SUITE_AES_256_GCM else ChaCha20Poly1305(self._key)
-        )
-        self._aead_object = aead
-        self._encrypt, self._decrypt = aead.encrypt, aead.decrypt
-        self._encrypt_into = aead.encrypt_into  # type: ignore[assignment]
-        return aead
+            aead = self._aead
+            self._encrypt, self._decrypt = aead.encrypt, aead.decrypt
 
     @property
     def _aead(self) -> AESGCM | ChaCha20Poly1305:
         """``cryptography``'s AEAD object for this key (built on first use)."""
         aead = self._aead_object
-        return aead if aead is not None else self._bind()
+        if aead is None:
+            aead = self._aead_object = (
+                AESGCM(self._key)
+                if self.suite == SUITE_AES_256_GCM
+                else ChaCha20Poly1305(self._key)
+            )
+        return aead
 
     @property
     def compiled(self) -> bool:
@@ -340,11 +328,7 @@ class SendState:
                     out = fast.seal(verflags, frame_type, self.channel, seq, plaintext)
                 else:
                     out = fast.seal_with(
-                        cipher._encrypt_into or cipher._bind().encrypt_into,
-                        verflags,
-                        frame_type,
-                        self.channel,
-                        seq,
+                        cipher._aead.encrypt_into, verflags, frame_type, self.channel, seq,
                         plaintext,
                     )
             except OverflowError as exc:
@@ -355,8 +339,7 @@ class SendState:
             prefix = _pack_prefix(MAGIC, verflags, frame_type, self.channel, seq, sealed_len)
         except struct.error as exc:
             raise LocalProtocolError(f"header field out of range: {exc}") from exc
-        encrypt = cipher._encrypt or cipher._bind().encrypt  # bound without the compiled path
-        sealed = encrypt((cipher._iv ^ seq).to_bytes(IV_SIZE, "big"), plaintext, prefix)
+        sealed = cipher._encrypt((cipher._iv ^ seq).to_bytes(IV_SIZE, "big"), plaintext, prefix)
         self.next_seq = seq + 1
         return prefix + _pack_tail(_crc(prefix)) + sealed
 
@@ -464,13 +447,7 @@ class ReceiveState:
             else:
                 try:
                     opened = fast.open_with(
-                        cipher._decrypt or cipher._bind().decrypt,
-                        verflags,
-                        frame_type,
-                        channel,
-                        seq,
-                        length,
-                        payload,
+                        cipher._aead.decrypt, verflags, frame_type, channel, seq, length, payload
                     )
                 except InvalidTag as exc:
                     raise AeadFailure("AEAD tag did not verify") from exc
@@ -479,8 +456,7 @@ class ReceiveState:
         aad = _pack_prefix(MAGIC, (version << 4) | flags, frame_type, channel, seq, length)
         nonce = (cipher._iv ^ seq).to_bytes(IV_SIZE, "big")
         try:
-            decrypt = cipher._decrypt or cipher._bind().decrypt  # bound without the compiled path
-            plaintext: bytes = decrypt(nonce, payload, aad)
+            plaintext: bytes = cipher._decrypt(nonce, payload, aad)
         except InvalidTag as exc:
             raise AeadFailure("AEAD tag did not verify") from exc
         self.expected_seq = expected + 1
