@@ -78,6 +78,19 @@ def test_the_compiled_maker_stores_through_any_slot_and_holds_one_reference_each
     del twice
 
 
+def test_a_failed_reinit_leaves_the_compiled_maker_as_it_was() -> None:
+    """``__init__`` again with a bad slot list (its last entry foreign) changes nothing."""
+    speedups = _makers._speedups
+    assert speedups is not None
+    names = [f.name for f in dataclasses.fields(FrameReceived)]
+    make = speedups.Maker(FrameReceived, tuple(FrameReceived.__dict__[n] for n in names))
+    bad = (FrameReceived.__dict__["payload"], StreamDataReceived.__dict__["data"])
+    with pytest.raises(TypeError, match="slot descriptors"):
+        make.__init__(FrameReceived, bad)
+    built = FrameReceived(channel=13, frame_type=0x31, payload=b"p", seq=7, urgent=True)
+    assert make(13, 0x31, b"p", 7, True) == built
+
+
 def test_the_compiled_maker_refuses_what_it_cannot_build() -> None:
     speedups = _makers._speedups
     assert speedups is not None

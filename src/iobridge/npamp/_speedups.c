@@ -691,6 +691,8 @@ static int Maker_init(Maker *self, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_TypeError, "the class must not define __new__");
         return -1;
     }
+    /* Checked in full before anything changes: a failed re-init leaves a working maker. */
+    Py_ssize_t offsets[MAKER_DIRECT_SLOTS];
     int direct = PyTuple_GET_SIZE(slots) <= MAKER_DIRECT_SLOTS;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(slots); i++) {
         PyObject *slot = PyTuple_GET_ITEM(slots, i);
@@ -701,9 +703,10 @@ static int Maker_init(Maker *self, PyObject *args, PyObject *kwds) {
         }
         PyMemberDef *member = ((PyMemberDescrObject *)slot)->d_member;
         if (member->type != T_OBJECT_EX || (member->flags & READONLY)) direct = 0;
-        else if (i < MAKER_DIRECT_SLOTS) self->offsets[i] = member->offset;
+        else if (i < MAKER_DIRECT_SLOTS) offsets[i] = member->offset;
     }
     self->direct = direct;
+    if (direct) memcpy(self->offsets, offsets, sizeof offsets);
     Py_INCREF(cls);
     Py_INCREF(slots);
     Py_XSETREF(self->cls, cls);
