@@ -513,7 +513,7 @@ async def test_the_write_holding_the_terminal_event_carries_the_end(
             replayed = client.resume(stream.correlation_id, 0)
             assert [e.raw for e in await collect(replayed)] == [e.raw for e in events]
         replay = [w for w in writes if data in w or end in w]
-        assert replay[-1] == [data, data, end] if len(events) % 2 == 0 else [data, end]
+        assert replay[-1] == ([data, data, end] if len(events) % 2 == 0 else [data, end])
         assert sum(w.count(end) for w in replay) == 1
 
 
