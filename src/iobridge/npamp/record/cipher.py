@@ -129,6 +129,10 @@ def make_nonce(iv: bytes, seq: int) -> bytes:
     return (int.from_bytes(iv, "big") ^ seq).to_bytes(IV_SIZE, "big")
 
 
+#: ``cryptography``'s ``encrypt_into`` and ``decrypt`` of one key, bound together.
+_LargeCalls = tuple[Callable[..., int], Callable[[bytes, bytes, bytes | None], bytes]]
+
+
 class RecordCipher:
     """One AEAD key and IV, with the AEAD object built once.
 
@@ -140,10 +144,10 @@ class RecordCipher:
         suite: The AEAD suite code point.
     """
 
-    __slots__ = ("_aead_object", "_decrypt", "_encrypt", "_fast", "_iv", "_key", "suite")
+    __slots__ = ("_aead_object", "_decrypt", "_encrypt", "_fast", "_iv", "_key", "_large", "suite")
 
     #: ``cryptography``'s calls, bound once for the per-frame path without the compiled
-    #: cipher (set only then: the compiled path reaches the AEAD object through ``_aead``).
+    #: cipher (set only then).
     _encrypt: Callable[[bytes, bytes, bytes | None], bytes]
     _decrypt: Callable[[bytes, bytes, bytes | None], bytes]
 
@@ -167,6 +171,9 @@ class RecordCipher:
         self._key = key
         self._iv = int.from_bytes(iv, "big")
         self._aead_object: AESGCM | ChaCha20Poly1305 | None = None
+        #: The compiled path's calls for sealed regions above COMPILED_MAX_SEALED, bound on the
+        #: first such frame (most ciphers never see one): ``encrypt_into`` and ``decrypt``.
+        self._large: _LargeCalls | None = None
         self._fast = (
             _speedups.Cipher(key, iv)
             if compiled and _speedups is not None and suite == SUITE_AES_256_GCM
@@ -187,6 +194,13 @@ class RecordCipher:
                 else ChaCha20Poly1305(self._key)
             )
         return aead
+
+    def _bind_large(self) -> _LargeCalls:
+        """Bind the calls of the compiled path's large frames (kept: a bound method made per
+        frame costs ~0.5 k instructions)."""
+        aead = self._aead
+        large = self._large = (aead.encrypt_into, aead.decrypt)
+        return large
 
     @property
     def compiled(self) -> bool:
@@ -327,9 +341,9 @@ class SendState:
                 if sealed_len <= COMPILED_MAX_SEALED:
                     out = fast.seal(verflags, frame_type, self.channel, seq, plaintext)
                 else:
+                    encrypt_into = (cipher._large or cipher._bind_large())[0]
                     out = fast.seal_with(
-                        cipher._aead.encrypt_into, verflags, frame_type, self.channel, seq,
-                        plaintext,
+                        encrypt_into, verflags, frame_type, self.channel, seq, plaintext
                     )
             except OverflowError as exc:
                 raise LocalProtocolError(f"header field out of range: {exc}") from exc
@@ -446,8 +460,9 @@ class ReceiveState:
                     raise AeadFailure("AEAD tag did not verify")
             else:
                 try:
+                    decrypt = (cipher._large or cipher._bind_large())[1]
                     opened = fast.open_with(
-                        cipher._aead.decrypt, verflags, frame_type, channel, seq, length, payload
+                        decrypt, verflags, frame_type, channel, seq, length, payload
                     )
                 except InvalidTag as exc:
                     raise AeadFailure("AEAD tag did not verify") from exc
