@@ -23,8 +23,10 @@ import asyncio
 import gc
 import logging
 import time
-from collections.abc import AsyncGenerator, Mapping, Sequence
+import uuid
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import AsyncExitStack, aclosing
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -32,7 +34,6 @@ import orjson
 from iobridge.agents.base import Agent
 from iobridge.agents.catalog import AgentCatalog
 from iobridge.agents.catalog import build_catalog as make_catalog
-from iobridge.agents.context import ToolResult
 from iobridge.auth import Authenticator, Principal
 from iobridge.config import Settings
 from iobridge.errors import (
@@ -46,16 +47,20 @@ from iobridge.errors import (
     TooManyRequests,
 )
 from iobridge.observability.metrics import Metrics
+from iobridge.protocol.bodies import Body
+from iobridge.protocol.message_formats import to_mastra
 from iobridge.protocol.options import ToolResultMode, parse_run_options
 from iobridge.protocol.run_input import OFF_LOOP_BYTES, RunInput, parse_run_input
+from iobridge.protocol.thread_bodies import parse_thread_create, parse_thread_update
+from iobridge.protocol.tool_results import ToolResult, parse_tool_result
 from iobridge.runtime.cluster import Cluster, Command, LocalCluster, RemoteRun
 from iobridge.runtime.engine import Runtime, RuntimeSettings
 from iobridge.runtime.run import Run
 from iobridge.runtime.thread_memory import StoreMemory
-from iobridge.store.base import StoredMessage, Thread, ThreadStore, validate_id
+from iobridge.store.base import Thread, ThreadStore, format_timestamp, validate_id
 from iobridge.store.migrate import open_store
 
-__all__ = ["Backend", "FollowedRun", "build_catalog"]
+__all__ = ["MAX_MESSAGES_PAGE", "Backend", "FollowedRun", "MessagePage", "build_catalog"]
 
 #: What ``resume`` hands a transport: a run of this process, or one another replica drives.
 FollowedRun = Run | RemoteRun
@@ -72,6 +77,8 @@ MAX_CURSOR_DIGITS = 19
 READY_TIMEOUT = 2.0
 #: Most messages one page of ``list_messages`` holds (a page grows to keep tool calls whole).
 MAX_MESSAGES_PAGE = 1000
+#: The shapes ``list_messages`` gives: Mastra v2 (what io.Assist renders) or AG-UI as stored.
+MESSAGE_FORMATS = ("mastra", "agui")
 
 
 async def parse_run_input_off_loop(
@@ -448,14 +455,17 @@ class Backend:
         return self.runtime.cancel(run)
 
     async def submit_tool_result(
-        self, principal: Principal, run_id: str, tool_call_id: str, result: ToolResult
+        self, principal: Principal, run_id: str, tool_call_id: str, body: Body
     ) -> None:
-        """Deliver a frontend tool's result to the caller's live run (wherever it runs).
+        """Deliver a frontend tool's result (the result route's body) to the caller's live
+        run, wherever it runs.
 
         Raises:
+            InputError: not a result body (``protocol.tool_results.parse_tool_result``).
             NotFoundError: unknown run or call, or a server tool's call.
             ConflictError: the call already has a result.
         """
+        result = parse_tool_result(body)
         try:
             run = self.runtime.get_run(principal.id, run_id)
         except NotFoundError:
@@ -514,29 +524,32 @@ class Backend:
     # -- threads ------------------------------------------------------------------------
 
     async def create_thread(
-        self,
-        principal: Principal,
-        *,
-        thread_id: str,
-        resource: object = None,
-        agent_id: str | None = None,
-        title: str = "",
-        metadata: Mapping[str, Any] | None = None,
+        self, principal: Principal, body: Body, *, resource: str | None = None
     ) -> Thread:
-        """Create an empty thread owned by ``resource`` (default: the caller's).
+        """Create an empty thread from ``POST /threads``'s body, owned by its ``resourceId``
+        (else ``resource``, else the caller's); its id is generated when the body has none.
 
         Raises:
+            InputError: a bad body (``protocol.thread_bodies.parse_thread_create``).
             NotFoundError: a foreign resource or an unknown agent.
             ConflictError: the id is taken (``THREAD_EXISTS``).
         """
-        resource_id = self.authenticator.resolve_resource(principal, resource)
+        request = parse_thread_create(body)
+        resource_id = self.authenticator.resolve_resource(
+            principal, request.resourceId or resource
+        )
+        agent_id = request.agentId
         if agent_id is not None:
             canonical = self.catalog.canonical(agent_id)
             if canonical is None:
                 raise NotFoundError(f"unknown agent {agent_id!r}", code="AGENT_NOT_FOUND")
             agent_id = canonical
         return await self.store.create_thread(
-            thread_id, resource_id=resource_id, agent_id=agent_id, title=title, metadata=metadata
+            request.id if request.id is not None else str(uuid.uuid4()),
+            resource_id=resource_id,
+            agent_id=agent_id,
+            title=request.title or "",
+            metadata=request.metadata or {},
         )
 
     async def list_threads(
@@ -579,17 +592,19 @@ class Backend:
         return thread
 
     async def update_thread(
-        self,
-        principal: Principal,
-        thread_id: str,
-        *,
-        resource: str | None = None,
-        title: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
+        self, principal: Principal, thread_id: str, body: Body, *, resource: str | None = None
     ) -> Thread:
-        """Replace the caller's thread's title and/or metadata."""
+        """Replace the caller's thread's title and/or metadata (``PATCH``'s body).
+
+        Raises:
+            InputError: a bad body (``protocol.thread_bodies.parse_thread_update``).
+            NotFoundError: missing, or another resource's thread.
+        """
+        patch = parse_thread_update(body)
         await self.get_thread(principal, thread_id, resource)
-        return await self.store.update_thread(thread_id, title=title, metadata=metadata)
+        return await self.store.update_thread(
+            thread_id, title=patch.title, metadata=patch.metadata
+        )
 
     async def delete_thread(
         self, principal: Principal, thread_id: str, resource: str | None = None
@@ -607,32 +622,55 @@ class Backend:
         resource: str | None = None,
         limit: int | None = None,
         before: str | None = None,
-    ) -> tuple[Thread, list[StoredMessage], str | None]:
-        """The caller's thread, its latest ``limit`` messages before ``before`` (oldest
-        first, each with its append time) and the cursor of older ones (``None``: no more).
+        format: str | None = None,
+    ) -> MessagePage:
+        """The caller's thread's latest ``limit`` messages before ``before``, oldest first,
+        in ``format`` (``mastra`` or ``agui``; default ``settings.messages_format``), and the
+        cursor of older ones (``None``: no more).
 
         A page never starts with tool results whose call is on the previous page: it grows
         back to the assistant message that made the calls (up to ``MAX_MESSAGES_PAGE``).
+
+        Raises:
+            InputError: an unknown format.
+            NotFoundError: missing, or another resource's thread.
         """
+        chosen = format or self.settings.messages_format
+        if chosen not in MESSAGE_FORMATS:
+            raise InputError("format must be 'mastra' or 'agui'", code="INVALID_REQUEST")
         thread = await self.get_thread(principal, thread_id, resource)
         store = self.store
         rows = await store.list_stored_messages(thread_id, limit=limit, before=before)
-        if limit is None or not rows:
-            return thread, rows, None
-        while rows[0].message.get("role") == "tool" and len(rows) < MAX_MESSAGES_PAGE:
-            older = await store.list_stored_messages(
-                thread_id, limit=min(limit, MAX_MESSAGES_PAGE - len(rows)),
-                before=rows[0].message["id"],
-            )
-            if not older:
-                break
-            start = len(older) - 1
-            while start > 0 and older[start].message.get("role") == "tool":
-                start -= 1
-            rows = older[start:] + rows
-        first = rows[0].message["id"]
-        more = await store.list_stored_messages(thread_id, limit=1, before=first)
-        return thread, rows, first if more else None
+        next_cursor = None
+        if limit is not None and rows:
+            while rows[0].message.get("role") == "tool" and len(rows) < MAX_MESSAGES_PAGE:
+                older = await store.list_stored_messages(
+                    thread_id, limit=min(limit, MAX_MESSAGES_PAGE - len(rows)),
+                    before=rows[0].message["id"],
+                )
+                if not older:
+                    break
+                start = len(older) - 1
+                while start > 0 and older[start].message.get("role") == "tool":
+                    start -= 1
+                rows = older[start:] + rows
+            first = rows[0].message["id"]
+            if await store.list_stored_messages(thread_id, limit=1, before=first):
+                next_cursor = first
+        if chosen == "agui":
+            return MessagePage([row.message for row in rows], next_cursor)
+        timed = [(row.message, format_timestamp(row.created_at)) for row in rows]
+        messages = to_mastra(timed, thread_id=thread.id, resource_id=thread.resource_id)
+        return MessagePage(messages, next_cursor)
+
+
+@dataclass(frozen=True, slots=True)
+class MessagePage:
+    """One page of a thread's messages, in the format asked for."""
+
+    messages: list[dict[str, Any]]
+    #: The cursor of the page before (older messages); ``None`` on the first page.
+    next_cursor: str | None
 
 
 def _answer(answer: Command) -> Any:

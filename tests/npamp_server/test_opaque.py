@@ -169,6 +169,11 @@ async def test_refusals_of_the_io_protocol_are_its_own_error_objects(
         with pytest.raises(RunRefused) as no_call:
             await c.submit_tool_result("no-such-run", "c1", {"content": "x"})
         assert json.loads(no_call.value.body)["error"]["code"] == "RUN_NOT_FOUND"
+        # The result body is parsed as HTTP parses it, before the run is looked up.
+        with pytest.raises(RunRefused) as bad_result:
+            await c.submit_tool_result("no-such-run", "c1", {"result": 1, "isError": "yes"})
+        assert json.loads(bad_result.value.body) == {"error": {
+            "code": "INVALID_REQUEST", "message": "isError must be a boolean"}}
 
 
 async def test_transport_refusals(

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from iobridge.errors import AgentError
 from iobridge.protocol.options import RunOptions
 from iobridge.protocol.text import validate_id
+from iobridge.protocol.tool_results import ToolResult as ToolResult  # re-exported for agents
 
 #: Most answers one series of interrupts may collect (the thread keeps them all, and every
 #: resumed run of the series replays them): asking again past it fails the run.
@@ -40,19 +41,6 @@ MAX_SAFE_INTEGER = 2**53 - 1
 
 def _labels(entry: Mapping[str, Any]) -> dict[str, Any]:
     return {k: entry[k] for k in ("provider", "model") if k in entry}
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ToolResult:
-    """The outcome of one tool call as the agent (and the model) sees it."""
-
-    #: The result as text: JSON for structured values, as carried in TOOL_CALL_RESULT.
-    content: str
-    is_error: bool = False
-    #: The structured value when there is one (server tools, posted ``result``).
-    value: Any = None
-    #: True when the call was handed to the client and its result arrives in a later run.
-    deferred: bool = False
 
 
 ResumeStatus = Literal["resolved", "cancelled"]

@@ -7,10 +7,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from iobridge.agents.tool_result import parse_tool_result
 from iobridge.app import Backend
 from iobridge.auth import Principal
-from iobridge.http.body import read_body, read_json_object
+from iobridge.http.body import read_body
 from iobridge.http.event_stream import RunEventStream
 from iobridge.http.openapi import errors
 from iobridge.http.security import CurrentBackend, CurrentPrincipal
@@ -129,8 +128,8 @@ async def submit_tool_result(
     principal: CurrentPrincipal,
 ) -> JSONResponse:
     """200 accepted; 404 unknown run/call (or a server tool's call); 409 already answered."""
-    data = await read_json_object(request, backend.settings.max_body_bytes)
-    await backend.submit_tool_result(principal, run_id, tool_call_id, parse_tool_result(data))
+    body = await read_body(request, backend.settings.max_body_bytes)
+    await backend.submit_tool_result(principal, run_id, tool_call_id, body)
     return JSONResponse({"status": "accepted"})
 
 

@@ -8,23 +8,22 @@ FastAPI so that every bad input comes out in the error envelope with a stable co
 
 from __future__ import annotations
 
-import uuid
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel
 
 from iobridge.app import MAX_MESSAGES_PAGE
 from iobridge.errors import InputError
-from iobridge.http.body import parse_json_object, read_body
+from iobridge.http.body import read_body
 from iobridge.http.openapi import errors
 from iobridge.http.security import CurrentBackend, CurrentPrincipal
-from iobridge.protocol.message_formats import to_mastra
 from iobridge.protocol.resources import MessagePage, Thread, ThreadPage
-from iobridge.store.base import format_timestamp, validate_id, validate_metadata, validate_title
+from iobridge.protocol.text import validate_id
+from iobridge.protocol.thread_bodies import ThreadCreate, ThreadUpdate
 
-__all__ = ["MAX_BODY_BYTES", "ThreadCreate", "ThreadUpdate", "router"]
+__all__ = ["MAX_BODY_BYTES", "router"]
 
 MAX_BODY_BYTES = 256 * 1024
 DEFAULT_PAGE = 20
@@ -34,30 +33,6 @@ router = APIRouter(tags=["threads"])
 
 _NO_THREAD = "No such thread, or another resource's (THREAD_NOT_FOUND)"
 
-
-class ThreadCreate(BaseModel):
-    """Body of ``POST /threads``; unknown keys are ignored."""
-
-    model_config = ConfigDict(strict=True, extra="ignore")
-
-    id: str | None = None
-    title: str | None = None
-    metadata: dict[str, Any] | None = None
-    resourceId: str | None = None
-    agentId: str | None = None
-
-
-class ThreadUpdate(BaseModel):
-    """Body of ``PATCH /threads/{threadId}``; absent fields stay as they are."""
-
-    model_config = ConfigDict(strict=True, extra="ignore")
-
-    title: str | None = None
-    metadata: dict[str, Any] | None = None
-
-
-_Body = TypeVar("_Body", bound=BaseModel)
-
 ResourceQuery = Annotated[
     str | None, Query(alias="resourceId", description="Owner; default: the caller's")
 ]
@@ -66,20 +41,6 @@ ResourceQuery = Annotated[
 def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
     schema = {"application/json": {"schema": model.model_json_schema(mode="validation")}}
     return {"requestBody": {"content": schema, "required": False}}
-
-
-async def _read_body(request: Request, model: type[_Body]) -> _Body:
-    raw = await read_body(request, MAX_BODY_BYTES)
-    if not raw.strip():
-        return model()
-    data = parse_json_object(raw)
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        details = [
-            {"field": ".".join(str(p) for p in e["loc"]), "message": e["msg"]} for e in exc.errors()
-        ]
-        raise InputError("body is not valid", details=details) from None
 
 
 def _int_query(value: str | None, name: str, high: int) -> int | None:
@@ -115,15 +76,8 @@ async def create_thread(
     resource: ResourceQuery = None,
 ) -> JSONResponse:
     """Create an empty thread; 409 ``THREAD_EXISTS`` if the id is taken."""
-    body = await _read_body(request, ThreadCreate)
-    thread = await backend.create_thread(
-        principal,
-        thread_id=validate_id(body.id, "id") if body.id is not None else str(uuid.uuid4()),
-        resource=body.resourceId or resource,
-        agent_id=validate_id(body.agentId, "agentId") if body.agentId is not None else None,
-        title=validate_title(body.title) if body.title is not None else "",
-        metadata=validate_metadata(body.metadata) if body.metadata is not None else {},
-    )
+    body = await read_body(request, MAX_BODY_BYTES)
+    thread = await backend.create_thread(principal, body, resource=resource)
     return JSONResponse(thread.to_json(), status_code=201)
 
 
@@ -193,15 +147,8 @@ async def update_thread(
     resource: ResourceQuery = None,
 ) -> dict[str, Any]:
     """Replace ``title`` and/or ``metadata`` (metadata is replaced, not merged)."""
-    body = await _read_body(request, ThreadUpdate)
-    thread = await backend.update_thread(
-        principal,
-        threadId,
-        resource=resource,
-        title=validate_title(body.title) if body.title is not None else None,
-        metadata=validate_metadata(body.metadata) if body.metadata is not None else None,
-    )
-    return thread.to_json()
+    body = await read_body(request, MAX_BODY_BYTES)
+    return (await backend.update_thread(principal, threadId, body, resource=resource)).to_json()
 
 
 @router.delete(
@@ -219,9 +166,6 @@ async def delete_thread(
     """Delete the thread and its messages."""
     await backend.delete_thread(principal, threadId, resource)
     return Response(status_code=204)
-
-
-MESSAGE_FORMATS = ("mastra", "agui")
 
 
 @router.get(
@@ -250,9 +194,6 @@ async def list_messages(
     page before. ``format=agui`` gives the AG-UI messages as stored; ``format=mastra`` the
     Mastra v2 messages io.Assist renders (``iobridge.protocol.message_formats``).
     """
-    chosen = format or backend.settings.messages_format
-    if chosen not in MESSAGE_FORMATS:
-        raise InputError("format must be 'mastra' or 'agui'", code="INVALID_REQUEST")
     count = _int_query(limit, "limit", MAX_MESSAGES_PAGE)
     if cursor is not None and before is not None and cursor != before:
         raise InputError("give cursor or before, not both", code="INVALID_CURSOR")
@@ -262,17 +203,10 @@ async def list_messages(
             validate_id(start, "cursor")
         except InputError as exc:
             raise InputError(exc.message, code="INVALID_CURSOR") from None
-    thread, rows, next_cursor = await backend.list_messages(
-        principal, threadId, resource=resource, limit=count, before=start
+    page = await backend.list_messages(
+        principal, threadId, resource=resource, limit=count, before=start, format=format
     )
-    body: dict[str, Any]
-    if chosen == "agui":
-        body = {"messages": [row.message for row in rows]}
-    else:
-        timed = [(row.message, format_timestamp(row.created_at)) for row in rows]
-        body = {
-            "messages": to_mastra(timed, thread_id=thread.id, resource_id=thread.resource_id)
-        }
-    if next_cursor is not None:
-        body["nextCursor"] = next_cursor
+    body: dict[str, Any] = {"messages": page.messages}
+    if page.next_cursor is not None:
+        body["nextCursor"] = page.next_cursor
     return body

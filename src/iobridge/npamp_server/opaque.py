@@ -28,8 +28,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
-from iobridge.agents.tool_result import parse_tool_result
-from iobridge.errors import InputError, IobridgeError
+from iobridge.errors import IobridgeError
 from iobridge.npamp.bridge import Role, TransportErrorCode
 from iobridge.npamp.bridge.agui_opaque import EventArrayWriter, Route, parse_route
 from iobridge.npamp.bridge.events import BridgeFrameRejected
@@ -153,14 +152,7 @@ class OpaqueCarrier:
         if route.kind == "cancel":
             stopped = await self.backend.cancel_run(principal, route.run_id)
             return {"status": "cancelling" if stopped else "ended"}
-        try:
-            data = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            raise InputError("the body is not JSON") from None
-        if not isinstance(data, dict):
-            raise InputError("the body must be a JSON object")
-        result = parse_tool_result(data)
-        await self.backend.submit_tool_result(principal, route.run_id, route.tool_call_id, result)
+        await self.backend.submit_tool_result(principal, route.run_id, route.tool_call_id, body)
         return {"status": "accepted"}
 
     async def _stream(self, channel: int, session: OpaqueSession, corr: bytes, run: Any) -> None:

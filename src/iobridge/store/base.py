@@ -30,8 +30,6 @@ from iobridge.protocol.text import MAX_ID_LENGTH, reject_nul, validate_id
 
 __all__ = [
     "MAX_ID_LENGTH",
-    "MAX_METADATA_BYTES",
-    "MAX_TITLE_LENGTH",
     "Carryover",
     "Clock",
     "RunRead",
@@ -50,12 +48,7 @@ __all__ = [
     "settled",
     "utc_now",
     "validate_id",
-    "validate_metadata",
-    "validate_title",
 ]
-
-MAX_TITLE_LENGTH = 1024
-MAX_METADATA_BYTES = 64 * 1024
 
 Clock = Callable[[], datetime]
 
@@ -124,43 +117,6 @@ def format_timestamp(value: datetime) -> str:
     """ISO-8601 in UTC with millisecond precision and a ``Z`` suffix (JavaScript's format)."""
     value = value.astimezone(UTC)
     return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
-
-
-def validate_title(value: object) -> str:
-    """Return ``value`` if it is a string of ≤ 1024 characters without U+0000.
-
-    Raises:
-        InputError: otherwise (``INVALID_REQUEST``; ``INVALID_TEXT`` for U+0000).
-    """
-    if not isinstance(value, str):
-        raise InputError("title must be a string", code="INVALID_REQUEST")
-    if len(value) > MAX_TITLE_LENGTH:
-        raise InputError(
-            f"title is longer than {MAX_TITLE_LENGTH} characters", code="INVALID_REQUEST"
-        )
-    reject_nul(value)
-    return value
-
-
-def validate_metadata(value: object) -> dict[str, Any]:
-    """Return ``value`` if it is a JSON object of ≤ 64 KiB without U+0000 in its text.
-
-    Raises:
-        InputError: otherwise (``INVALID_REQUEST``; ``INVALID_TEXT`` for U+0000).
-    """
-    if not isinstance(value, dict):
-        raise InputError("metadata must be a JSON object", code="INVALID_REQUEST")
-    try:
-        encoded = orjson.dumps(value)
-    except TypeError as exc:
-        raise InputError("metadata is not JSON", code="INVALID_REQUEST") from exc
-    reject_nul(value, encoded)
-    size = len(encoded)
-    if size > MAX_METADATA_BYTES:
-        raise InputError(
-            f"metadata is larger than {MAX_METADATA_BYTES} bytes", code="INVALID_REQUEST"
-        )
-    return value
 
 
 def normalize_messages(messages: Iterable[object]) -> list[dict[str, Any]]:

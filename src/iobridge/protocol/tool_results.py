@@ -1,26 +1,39 @@
-"""The body of a frontend tool result, as the io protocol's result route takes it.
-
-Shared by HTTP (``POST /runs/{runId}/tool-calls/{toolCallId}/result``) and the same route
-carried opaquely over N-PAMP.
-"""
+"""A frontend tool's result: what an agent sees, and the body of the io protocol's result
+route (``POST /runs/{runId}/tool-calls/{toolCallId}/result``, over HTTP or carried opaquely
+over N-PAMP)."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
-from iobridge.agents.context import ToolResult
 from iobridge.errors import InputError
+from iobridge.protocol.bodies import Body, parse_json_object
 
-__all__ = ["parse_tool_result"]
+__all__ = ["ToolResult", "parse_tool_result"]
 
 
-def parse_tool_result(data: dict[str, Any]) -> ToolResult:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolResult:
+    """The outcome of one tool call as the agent (and the model) sees it."""
+
+    #: The result as text: JSON for structured values, as carried in TOOL_CALL_RESULT.
+    content: str
+    is_error: bool = False
+    #: The structured value when there is one (server tools, posted ``result``).
+    value: Any = None
+    #: True when the call was handed to the client and its result arrives in a later run.
+    deferred: bool = False
+
+
+def parse_tool_result(body: Body) -> ToolResult:
     """Read ``{"result"|"content"|"output": ..., "isError"?, "error"?}``.
 
     Raises:
-        InputError: none of the result keys, or keys of the wrong type.
+        InputError: not a JSON object, none of the result keys, or keys of the wrong type.
     """
+    data = parse_json_object(body)
     is_error = data.get("isError", False)
     if not isinstance(is_error, bool):
         raise InputError("isError must be a boolean")
