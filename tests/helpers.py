@@ -16,7 +16,16 @@ from fastapi import FastAPI
 
 from agui_verify import parse_sse
 
-__all__ = ["LiveServer", "app_client", "free_port", "parse_sse", "run_body", "terminal", "types"]
+__all__ = [
+    "CollectingSink",
+    "LiveServer",
+    "app_client",
+    "free_port",
+    "parse_sse",
+    "run_body",
+    "terminal",
+    "types",
+]
 
 
 def free_port() -> int:
@@ -58,6 +67,35 @@ class LiveServer:
     def run(self, run_id: str, owner: str = "anonymous") -> Any:
         """The engine's record of a run (``owner``: the principal that started it)."""
         return self.runtime.get_run(owner, run_id)
+
+
+class CollectingSink:
+    """An ``EventSink`` that keeps what ``Backend.follow`` hands it (tests of the Backend
+    itself); ``stop_after``: answer False (consumer gone) once that many batches came."""
+
+    def __init__(self, stop_after: int | None = None) -> None:
+        self.events: list[tuple[int, bytes]] = []
+        #: Each batch's ``last`` flag, in order.
+        self.lasts: list[bool] = []
+        self.keep_alives = 0
+        #: ``"end"`` or ``"cut_off"`` once the stream was ended that way.
+        self.ending: str | None = None
+        self.error: Exception | None = None
+        self._stop_after = stop_after
+
+    async def send(self, events: list[tuple[int, bytes]], *, last: bool) -> bool:
+        self.events += events
+        self.lasts.append(last)
+        return self._stop_after is None or len(self.lasts) < self._stop_after
+
+    async def keep_alive(self) -> None:
+        self.keep_alives += 1
+
+    async def end(self) -> None:
+        self.ending = "end"
+
+    async def cut_off(self, error: Exception) -> None:
+        self.ending, self.error = "cut_off", error
 
 
 def terminal(run: Any) -> dict[str, Any]:

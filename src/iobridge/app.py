@@ -27,7 +27,7 @@ import uuid
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -38,6 +38,7 @@ from iobridge.auth import Authenticator, Principal
 from iobridge.config import Settings
 from iobridge.errors import (
     ConflictError,
+    EventsNotRetained,
     GoneError,
     InputError,
     IobridgeError,
@@ -60,7 +61,15 @@ from iobridge.runtime.thread_memory import StoreMemory
 from iobridge.store.base import Thread, ThreadStore, format_timestamp, validate_id
 from iobridge.store.migrate import open_store
 
-__all__ = ["MAX_MESSAGES_PAGE", "Backend", "FollowedRun", "MessagePage", "build_catalog"]
+__all__ = [
+    "MAX_MESSAGES_PAGE",
+    "Backend",
+    "EventSink",
+    "FollowedRun",
+    "MessagePage",
+    "RunAliases",
+    "build_catalog",
+]
 
 #: What ``resume`` hands a transport: a run of this process, or one another replica drives.
 FollowedRun = Run | RemoteRun
@@ -177,6 +186,8 @@ class Backend:
         self._given_store = store
         self._store: ThreadStore | None = store
         self._stack: AsyncExitStack | None = None
+        #: Transports' own names for runs, shared across replicas (N-PAMP stream ids).
+        self.aliases = RunAliases(self)
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -310,22 +321,44 @@ class Backend:
     async def follow(
         self,
         run: FollowedRun,
-        after: int = 0,
+        sink: EventSink,
         *,
+        after: int = 0,
         idle: float | None = None,
         detach_grace: float | None = None,
-    ) -> AsyncGenerator[list[tuple[int, bytes]]]:
-        """The run's log after ``after``, in batches, until the run ends.
+    ) -> None:
+        """Carry the run's log after ``after`` to ``sink`` until the run ends or the sink
+        stops taking it: the one follow loop every transport's stream goes through.
 
-        The caller counts as a follower while it iterates; when it stops (or is cancelled)
-        and no follower is left, the run is cancelled after ``detach_grace`` seconds (default
-        ``settings.detach_grace_seconds``). With ``idle`` set, an empty batch is yielded after
-        that many quiet seconds (a keep-alive). Close it with ``contextlib.aclosing``.
-        A run another replica drives is followed through the shared log; its owner counts
-        the follower the same way.
+        The caller counts as a follower meanwhile; when it stops (or is cancelled) and no
+        follower is left, the run is cancelled after ``detach_grace`` seconds (default
+        ``settings.detach_grace_seconds``). With ``idle`` set, ``sink.keep_alive`` is
+        called after that many quiet seconds. A run another replica drives is followed
+        through the shared log; its owner counts the follower the same way. What the sink
+        raises (a broken connection) propagates once the follower is detached.
         """
-        # Each inner generator is closed here, not left to the loop's finalizer hook (a task
-        # per run to close it, once the garbage collector finds it).
+        batches = self._batches(run, after, idle, detach_grace)
+        try:
+            # Closed here, not left to the loop's finalizer hook (a task per run to close it,
+            # once the garbage collector finds it).
+            async with aclosing(batches):
+                async for events in batches:
+                    if not events:
+                        await sink.keep_alive()
+                        continue
+                    last = _ends(run, events[-1][0])
+                    if not await sink.send(events, last=last) or last:
+                        return
+        except EventsNotRetained as exc:
+            await sink.cut_off(exc)
+            return
+        await sink.end()
+
+    async def _batches(
+        self, run: FollowedRun, after: int, idle: float | None, detach_grace: float | None
+    ) -> AsyncGenerator[list[tuple[int, bytes]]]:
+        """The run's log after ``after`` in batches (empty after ``idle`` quiet seconds),
+        attached as a follower while iterated."""
         if isinstance(run, RemoteRun):
             async with aclosing(self._follow_remote(run, after, idle, detach_grace)) as remote:
                 async for batch in remote:
@@ -338,16 +371,6 @@ class Backend:
                     yield batch
         finally:
             self.runtime.detach(run, grace=detach_grace)
-
-    @staticmethod
-    def ends_run(run: FollowedRun, seq: int) -> bool:
-        """Whether the batch ending at ``seq`` ends the run: a transport then closes its
-        stream in the same write (the end of the chunked body, N-PAMP's END). A run another
-        replica drives is not known to have ended until its shared log says so."""
-        if isinstance(run, RemoteRun):
-            return False
-        log = run.log
-        return log.closed and seq == log.last_seq
 
     async def _follow_remote(
         self, run: RemoteRun, after: int, idle: float | None, detach_grace: float | None
@@ -434,9 +457,7 @@ class Backend:
                     "this run has too many followers", code="TOO_MANY_FOLLOWERS"
                 )
         if after < first - 1:
-            raise GoneError(
-                f"events before {first} are no longer retained", code="EVENTS_NOT_RETAINED"
-            )
+            raise EventsNotRetained(first)
         return run, after
 
     async def cancel_run(self, principal: Principal, run_id: str) -> bool:
@@ -477,14 +498,6 @@ class Backend:
             _answer(answer)
             return
         self.runtime.submit_tool_result(run, tool_call_id, result)
-
-    async def remember_stream(self, principal: Principal, key: bytes, run: Run) -> None:
-        """Share an N-PAMP stream's id with the other replicas (no-op on one process)."""
-        await self.cluster.remember_stream(principal.id, key, run.run_id)
-
-    async def recall_stream(self, principal: Principal, key: bytes) -> str | None:
-        """The runId behind a stream another replica started (``None``: not shared)."""
-        return await self.cluster.recall_stream(principal.id, key)
 
     async def _command(self, command: Command) -> Command:
         """Act for another replica on one of this process's runs; errors become answers."""
@@ -671,6 +684,58 @@ class MessagePage:
     messages: list[dict[str, Any]]
     #: The cursor of the page before (older messages); ``None`` on the first page.
     next_cursor: str | None
+
+
+class EventSink(Protocol):
+    """A transport's end of :meth:`Backend.follow`: it encodes and writes what it is given
+    (SSE frames, N-PAMP BRIDGE_STREAM_DATA, the chunks of an opaque reply), nothing more."""
+
+    async def send(self, events: list[tuple[int, bytes]], *, last: bool) -> bool:
+        """Write ready events, ``(sequence number, event bytes)`` in order; ``last``: they
+        end with the run's terminal event, so the stream ends in the same write. False: the
+        consumer no longer takes the stream (following stops; nothing more is written)."""
+        ...
+
+    async def keep_alive(self) -> None:
+        """Nothing new for ``idle`` seconds (called only when following with ``idle``)."""
+        ...
+
+    async def end(self) -> None:
+        """The run ended after a batch not known to hold its terminal event (a run another
+        replica drives, whose shared log ended): end the stream."""
+        ...
+
+    async def cut_off(self, error: EventsNotRetained) -> None:
+        """The consumer fell behind the run's replay window: end the stream without its
+        terminal event (a resume from where it stopped answers 410)."""
+        ...
+
+
+class RunAliases:
+    """A transport's own names for runs (N-PAMP correlation ids), per principal, shared
+    with the other replicas so a client may come back on any of them. On one process
+    nothing is shared: the transport's own map is all there is."""
+
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
+
+    async def remember(self, principal: Principal, alias: bytes, run_id: str) -> None:
+        """Share ``alias`` → ``run_id`` (for as long as finished runs are retained)."""
+        await self._backend.cluster.remember_alias(principal.id, alias, run_id)
+
+    async def recall(self, principal: Principal, alias: bytes) -> str | None:
+        """The runId another replica shared under ``alias`` (``None``: none)."""
+        return await self._backend.cluster.recall_alias(principal.id, alias)
+
+
+def _ends(run: FollowedRun, seq: int) -> bool:
+    """Whether the batch ending at ``seq`` ends the run: a transport then closes its stream
+    in the same write (the end of the chunked body, N-PAMP's END). A run another replica
+    drives is not known to have ended until its shared log says so."""
+    if isinstance(run, RemoteRun):
+        return False
+    log = run.log
+    return log.closed and seq == log.last_seq
 
 
 def _answer(answer: Command) -> Any:

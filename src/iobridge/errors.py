@@ -10,7 +10,8 @@ exception inside a run becomes a generic ``RUN_ERROR`` with no internals.
     ├── AuthenticationError 401  missing or bad credentials
     ├── NotFoundError       404  unknown or not-yours (ownership never leaks existence)
     ├── ConflictError       409  run already running, thread busy, result already posted
-    ├── GoneError           410  events no longer retained for a resume
+    ├── GoneError           410  what was asked for is no longer kept
+    │   └── EventsNotRetained      events after a follower's cursor are no longer retained
     ├── PayloadTooLarge     413  body over the configured limit
     ├── TooManyRequests     429  over an admission limit (``retry_after`` seconds)
     ├── ServiceUnavailable  503  shutting down, or the agent cannot run (``AGENT_UNAVAILABLE``)
@@ -112,6 +113,18 @@ class ServiceUnavailable(IobridgeError):
     ) -> None:
         super().__init__(message, code=code)
         self.retry_after = retry_after
+
+
+class EventsNotRetained(GoneError):
+    """A follower asked for events the run's replay window (``max_run_log_bytes``) no longer
+    holds: a resume answers 410, a stream already started ends without its terminal event."""
+
+    default_code = "EVENTS_NOT_RETAINED"
+
+    def __init__(self, first_retained: int) -> None:
+        super().__init__(f"events before {first_retained} are no longer retained")
+        #: The sequence number of the oldest event still retained.
+        self.first_retained = first_retained
 
 
 class PayloadTooLarge(IobridgeError):

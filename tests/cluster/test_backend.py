@@ -13,15 +13,16 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 from tests.cluster.replicas import redis_server
+from tests.helpers import CollectingSink
 
 from iobridge.agents.function import FunctionAgent
 from iobridge.app import Backend
 from iobridge.auth import ANONYMOUS
 from iobridge.cluster.redis import MIRROR_DELAY
 from iobridge.config import Settings
-from iobridge.errors import ConflictError
+from iobridge.errors import ConflictError, EventsNotRetained
 from iobridge.runtime.cluster import LocalCluster, RemoteRun
-from iobridge.runtime.runlog import DEFAULT_BATCH_BYTES, LogTrimmed
+from iobridge.runtime.runlog import DEFAULT_BATCH_BYTES
 
 ONE_NODE = """
 import asyncio, sys
@@ -72,11 +73,10 @@ async def _followed_on(b: Backend, run_id: str) -> list[tuple[int, bytes]]:
     """Every event another replica (``b``) reads of ``run_id``, from the start to its end."""
     remote = await b.find_run(ANONYMOUS, run_id)
     assert isinstance(remote, RemoteRun)
-    got: list[tuple[int, bytes]] = []
-    async with contextlib.aclosing(b.follow(remote, 0)) as batches:
-        async for batch in batches:
-            got += batch
-    return got
+    sink = CollectingSink()
+    await b.follow(remote, sink)
+    assert sink.ending == "end"  # a remote run's end is known from its shared log only
+    return sink.events
 
 
 async def test_runs_are_shared_after_redis_lost_its_scripts(tmp_path: Path) -> None:
@@ -286,7 +286,7 @@ async def test_the_shared_log_keeps_at_most_max_run_log_bytes(
                 remote = RemoteRun(run_id="long", thread_id="t", owner=run.owner,
                                    replica="elsewhere", first_seq=first,
                                    last_seq=run.log.last_seq, ended=True)
-                with pytest.raises(LogTrimmed) as trimmed:
+                with pytest.raises(EventsNotRetained) as trimmed:
                     async for _ in b.cluster.follow(remote, first - 2, idle=None):
                         pass
                 assert trimmed.value.first_retained == first

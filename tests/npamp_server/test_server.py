@@ -835,4 +835,4 @@ async def test_the_resume_map_is_swept_of_runs_no_longer_retained(
                 assert (await collect(client.run(body)))[-1].type == "RUN_FINISHED"
         # Bounded by retained + live runs: entries of evicted runs are dropped.
         assert len(h.server.streams) <= 2
-        assert {run_id for _, run_id in h.server.streams.values()} <= {"r3", "r4"}
+        assert set(h.server.streams.run_ids()) <= {"r3", "r4"}

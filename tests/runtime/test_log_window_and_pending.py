@@ -9,10 +9,10 @@ import asyncio
 import pytest
 
 from iobridge.agents.context import ToolResult
-from iobridge.errors import ConflictError, NotFoundError
+from iobridge.errors import ConflictError, EventsNotRetained, NotFoundError
 from iobridge.runtime.cluster import LocalCluster, RemoteRun
 from iobridge.runtime.pending import PendingRegistry
-from iobridge.runtime.runlog import ENTRY_OVERHEAD, LogTrimmed, RunLog
+from iobridge.runtime.runlog import ENTRY_OVERHEAD, RunLog
 
 # -- the run log -------------------------------------------------------------------------
 
@@ -48,7 +48,7 @@ def test_the_window_keeps_the_newest_entries_within_max_bytes() -> None:
     assert (log.first_seq, log.last_seq, len(log), log.nbytes) == (2, 4, 3, 3 * entry)
     assert [seq for seq, _ in log.entries(1)] == [2, 3, 4]
     assert log.entries(3) == [(4, b"\x04" * 10)]
-    with pytest.raises(LogTrimmed) as trimmed:
+    with pytest.raises(EventsNotRetained) as trimmed:
         log.entries(0)
     assert trimmed.value.first_retained == 2
     assert "before 2" in str(trimmed.value)
@@ -133,7 +133,7 @@ async def test_a_follower_behind_the_window_is_told_so() -> None:
     log = RunLog(max_bytes=2 * (1 + ENTRY_OVERHEAD))
     for _ in range(5):
         log.append(b"x")
-    with pytest.raises(LogTrimmed) as trimmed:
+    with pytest.raises(EventsNotRetained) as trimmed:
         await anext(log.follow(0))
     assert trimmed.value.first_retained == 4
 

@@ -23,6 +23,8 @@ no two (owner, runId) pairs share a key):
   ``RUN_LOST`` — atomically, only if the log has no terminal event yet.
 * ``P:cmd:<replica>`` and ``P:answer:<replica>`` (pub/sub): commands for a run's owner (tool
   result, cancel, follower attach/detach) and the answers to the replica that asked.
+* ``P:alias:<owner>:<hex>``: a transport's own name for a run (an N-PAMP stream id) → its
+  runId, so a client may resume on any replica; expires with the run record.
 
 Claims, mirror batches and releases of all runs ready at once go to Redis in one pipeline
 (one round trip, one connection), so the cost per run stays a few script calls (their
@@ -46,11 +48,11 @@ import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, RedisError
 
 from iobridge.config import Settings
-from iobridge.errors import ConflictError, ServiceUnavailable
+from iobridge.errors import ConflictError, EventsNotRetained, ServiceUnavailable
 from iobridge.protocol.events import encode_event, run_error
 from iobridge.runtime.cluster import Command, CommandHandler, RemoteRun
 from iobridge.runtime.run import Run, RunKey
-from iobridge.runtime.runlog import DEFAULT_BATCH_BYTES, LogTrimmed
+from iobridge.runtime.runlog import DEFAULT_BATCH_BYTES
 
 __all__ = ["RedisCluster"]
 
@@ -479,7 +481,7 @@ class RedisCluster:
                         token, batch, run.log.closed and batch[-1][0] == run.log.last_seq))
                     position = batch[-1][0]
                 return
-            except LogTrimmed as exc:  # Redis was slower than the run: skip what is gone
+            except EventsNotRetained as exc:  # Redis was slower than the run: skip what is gone
                 position = exc.first_retained - 1
             except (RedisError, OSError):
                 logger.warning("mirror of run %s: Redis does not answer", run.run_id)
@@ -542,7 +544,7 @@ class RedisCluster:
                 for entry_id, fields in reply[0][1]:
                     seq = int(entry_id.split(b"-", 1)[0])
                     if not batch and seq > position + 1:
-                        raise LogTrimmed(seq)
+                        raise EventsNotRetained(seq)
                     batch.append((seq, fields[b"d"]))
                     ended = ended or b"e" in fields
                 position, quiet, mirrored = batch[-1][0], 0.0, True
@@ -672,11 +674,11 @@ class RedisCluster:
                 json.dumps({"id": request, "answer": answer}),
             ).add_done_callback(_log_failure)
 
-    # -- N-PAMP streams -------------------------------------------------------------------
+    # -- transports' names for runs -------------------------------------------------------
 
-    async def remember_stream(self, owner: str, key: bytes, run_id: str) -> None:
-        await self._redis.set(self._key("np", owner, key.hex()), run_id, px=self._ttl_ms)
+    async def remember_alias(self, owner: str, alias: bytes, run_id: str) -> None:
+        await self._redis.set(self._key("alias", owner, alias.hex()), run_id, px=self._ttl_ms)
 
-    async def recall_stream(self, owner: str, key: bytes) -> str | None:
-        value = await self._redis.get(self._key("np", owner, key.hex()))
+    async def recall_alias(self, owner: str, alias: bytes) -> str | None:
+        value = await self._redis.get(self._key("alias", owner, alias.hex()))
         return None if value is None else bytes(value).decode()

@@ -17,15 +17,13 @@ a short run costs the head, its batches, and no extra write for the end.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from contextlib import aclosing
 
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from iobridge.app import Backend, FollowedRun
+from iobridge.app import Backend, EventSink, FollowedRun
+from iobridge.errors import EventsNotRetained
 from iobridge.protocol.sse import PING, sse_frames
-from iobridge.runtime.runlog import LogTrimmed
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 #: Seconds a stream runs before a task watches for the client's disconnect.
@@ -80,26 +78,35 @@ class RunEventStream(Response):
 
     async def _stream(self, send: Send) -> None:
         backend = self._backend
-        run = self._run
-        batches = backend.follow(run, self._after, idle=backend.settings.ping_interval)
-        async with aclosing(batches):
-            with contextlib.suppress(LogTrimmed):
-                async for batch in batches:
-                    if not batch:
-                        await send({"type": "http.response.body", "body": PING, "more_body": True})
-                        continue
-                    # The batch that ends the run ends the body too (one write, not two).
-                    last = backend.ends_run(run, batch[-1][0])
-                    await send(
-                        {"type": "http.response.body", "body": sse_frames(batch),
-                         "more_body": not last}
-                    )
-                    if last:
-                        return
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        await backend.follow(
+            self._run, _SseWriter(send), after=self._after, idle=backend.settings.ping_interval
+        )
 
     async def _watch(self, receive: Receive, task: asyncio.Task[object]) -> None:
         while (await receive())["type"] != "http.disconnect":
             pass
         self._gone = True
         task.cancel()
+
+
+class _SseWriter(EventSink):
+    """The response body's end of :meth:`Backend.follow`: each batch one ``send`` of SSE
+    frames; the batch that ends the run ends the body too (one write, not two)."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+
+    async def send(self, events: list[tuple[int, bytes]], *, last: bool) -> bool:
+        await self._send(
+            {"type": "http.response.body", "body": sse_frames(events), "more_body": not last}
+        )
+        return True
+
+    async def keep_alive(self) -> None:
+        await self._send({"type": "http.response.body", "body": PING, "more_body": True})
+
+    async def end(self) -> None:
+        await self._send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def cut_off(self, error: EventsNotRetained) -> None:
+        await self.end()  # no terminal event: the client's resume answers 410

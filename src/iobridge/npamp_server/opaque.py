@@ -25,10 +25,10 @@ import json
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
-from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
-from iobridge.errors import IobridgeError
+from iobridge.app import EventSink
+from iobridge.errors import EventsNotRetained, IobridgeError
 from iobridge.npamp.bridge import Role, TransportErrorCode
 from iobridge.npamp.bridge.agui_opaque import EventArrayWriter, Route, parse_route
 from iobridge.npamp.bridge.events import BridgeFrameRejected
@@ -41,10 +41,9 @@ from iobridge.npamp.bridge.opaque import (
 )
 from iobridge.npamp.errors import NpampError
 from iobridge.npamp_server.principals import Refusal
-from iobridge.runtime.runlog import LogTrimmed
 
 if TYPE_CHECKING:
-    from iobridge.app import Backend
+    from iobridge.app import Backend, FollowedRun
     from iobridge.auth import Principal
     from iobridge.npamp.bridge import SafetyLabel
 
@@ -155,27 +154,15 @@ class OpaqueCarrier:
         await self.backend.submit_tool_result(principal, route.run_id, route.tool_call_id, body)
         return {"status": "accepted"}
 
-    async def _stream(self, channel: int, session: OpaqueSession, corr: bytes, run: Any) -> None:
+    async def _stream(
+        self, channel: int, session: OpaqueSession, corr: bytes, run: FollowedRun
+    ) -> None:
         """The run log as ``[event,event,...]``, one event per BRIDGE_STREAM_DATA, then END."""
-        writer = EventArrayWriter()
-        batches = self.backend.follow(
-            run, 0, detach_grace=self.backend.settings.npamp.resume_grace_seconds
-        )
-        try:
-            async with aclosing(batches):
-                async for batch in batches:
-                    async with self._lock:
-                        if session.state_of(Role.PRODUCER, corr) not in _REPLYING:
-                            return
-                        for _seq, data in batch:
-                            session.send_data(corr, writer.chunk(data))
-                        await self._flush(channel, session)
-            await self._reply(channel, session, corr, lambda: session.end(corr, writer.close()))
-        except LogTrimmed as exc:  # fell behind the replay window: the reply cannot be whole
-            code, reason = TransportErrorCode.NOT_DELIVERED, str(exc)[:255]
-            await self._reply(channel, session, corr, lambda: session.fail(corr, code, reason))
-        except _GONE:
-            pass
+        writer = _ReplyWriter(self, channel, session, corr)
+        with contextlib.suppress(*_GONE):
+            await self.backend.follow(
+                run, writer, detach_grace=self.backend.settings.npamp.resume_grace_seconds
+            )
 
     async def _reply(
         self, channel: int, session: OpaqueSession, corr: bytes, answer: Callable[[], None]
@@ -185,6 +172,46 @@ class OpaqueCarrier:
                 if session.state_of(Role.PRODUCER, corr) in _REPLYING:
                     answer()
                     await self._flush(channel, session)
+
+
+class _ReplyWriter(EventSink):
+    """One opaque reply's end of :meth:`Backend.follow`: the run's events as the chunks of
+    one JSON array, each in a BRIDGE_STREAM_DATA, the array's close in the END."""
+
+    def __init__(
+        self, carrier: OpaqueCarrier, channel: int, session: OpaqueSession, corr: bytes
+    ) -> None:
+        self.carrier, self.channel, self.session, self.corr = carrier, channel, session, corr
+        self.array = EventArrayWriter()
+
+    async def send(self, events: list[tuple[int, bytes]], *, last: bool) -> bool:
+        session, corr = self.session, self.corr
+        async with self.carrier._lock:
+            if session.state_of(Role.PRODUCER, corr) not in _REPLYING:
+                return False
+            for _seq, data in events:
+                session.send_data(corr, self.array.chunk(data))
+            if last:
+                session.end(corr, self.array.close())
+            await self.carrier._flush(self.channel, session)
+        return True
+
+    async def keep_alive(self) -> None:
+        return None  # followed without ``idle``
+
+    async def end(self) -> None:
+        closing = self.array.close()
+        await self.carrier._reply(
+            self.channel, self.session, self.corr, lambda: self.session.end(self.corr, closing)
+        )
+
+    async def cut_off(self, error: EventsNotRetained) -> None:
+        # Fell behind the replay window: the reply cannot be whole.
+        code, reason = TransportErrorCode.NOT_DELIVERED, error.message[:255]
+        await self.carrier._reply(
+            self.channel, self.session, self.corr,
+            lambda: self.session.fail(self.corr, code, reason),
+        )
 
 
 def _json(value: Any) -> bytes:

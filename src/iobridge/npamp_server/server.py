@@ -34,12 +34,18 @@ import logging
 import ssl
 import tempfile
 from collections.abc import AsyncIterator
-from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from iobridge.app import EventSink
 from iobridge.auth import Principal
-from iobridge.errors import InputError, IobridgeError, NotFoundError, ServiceUnavailable
+from iobridge.errors import (
+    EventsNotRetained,
+    InputError,
+    IobridgeError,
+    NotFoundError,
+    ServiceUnavailable,
+)
 from iobridge.npamp.aio import (
     Association,
     NpampServer,
@@ -77,12 +83,11 @@ from iobridge.npamp.errors import NpampError
 from iobridge.npamp.handshake import HandshakeConfig, IdentityKey, SignatureScheme, load_identity
 from iobridge.npamp_server.opaque import OpaqueCarrier
 from iobridge.npamp_server.principals import PeerDirectory, Refusal
-from iobridge.runtime.runlog import LogTrimmed
+from iobridge.npamp_server.resumable import ResumableStreams
 
 if TYPE_CHECKING:
     from iobridge.app import Backend, FollowedRun
     from iobridge.config import NpampSettings
-    from iobridge.runtime.run import Run
 
 __all__ = ["AgUiServer", "serving"]
 
@@ -117,8 +122,8 @@ class AgUiServer:
                 else IdentityKey.generate(SignatureScheme.ED25519)
             )
         self.identity = identity
-        #: (principal id, correlation_id) → run_id, for resume on any association.
-        self.streams: dict[tuple[str, bytes], tuple[Principal, str]] = {}
+        #: (principal, correlation_id) → runId, for resume on any association (and replica).
+        self.streams = ResumableStreams(backend)
         #: ``host:port`` once listening.
         self.address: str | None = None
 
@@ -166,21 +171,6 @@ class AgUiServer:
     async def handle(self, assoc: Association) -> None:
         """Serve one association until it ends (the :data:`~iobridge.npamp.aio.Handler`)."""
         await _Peer(self, assoc).serve()
-
-    def remember(self, principal: Principal, correlation_id: bytes, run: Run) -> None:
-        """Register a stream for resume; forget entries whose runs are no longer retained.
-
-        At most one entry per retained or live run can be useful, so the map is swept when it
-        reaches that many (the Backend says which runs it still has).
-        """
-        settings = self.backend.settings
-        if len(self.streams) >= settings.max_retained_runs + settings.max_active_runs:
-            for key, (owner, run_id) in list(self.streams.items()):
-                try:
-                    self.backend.get_run(owner, run_id)
-                except NotFoundError:
-                    del self.streams[key]
-        self.streams[(principal.id, correlation_id)] = (principal, run.run_id)
 
 
 @dataclass(eq=False)
@@ -288,7 +278,7 @@ class _Peer:
         principal = self.server.peers.principal(self.assoc.peer_identity)
         if principal is None:
             return
-        self.server.streams.pop((principal.id, key[1]), None)
+        self.server.streams.forget(principal, key[1])
         if forwarding is not None and forwarding.run is not None:
             task = asyncio.create_task(self._cancel(principal, forwarding.run))
             self.cancels.add(task)
@@ -317,9 +307,7 @@ class _Peer:
             reason = f"{exc.code}: {exc.message}"
             await self._fail(channel, corr, TransportErrorCode.NOT_DELIVERED, reason)
             return
-        self.server.remember(principal, corr, run)
-        if self.server.resumable:
-            await self.server.backend.remember_stream(principal, corr, run)
+        await self.server.streams.remember(principal, corr, run)
         await self._forward(channel, corr, principal, run, 0)
 
     async def _resume(self, channel: int, event: ResumeRequested) -> None:
@@ -337,16 +325,13 @@ class _Peer:
     ) -> tuple[FollowedRun, int]:
         """The retained run behind (principal, correlation_id), re-authorized (CC-STREAM §12);
         a stream another replica started is found through the shared entry."""
-        entry = self.server.streams.get((principal.id, corr))
-        run_id = entry[1] if entry is not None else None
-        if run_id is None:
-            run_id = await self.server.backend.recall_stream(principal, corr)
+        run_id = await self.server.streams.recall(principal, corr)
         if run_id is None:
             raise Refusal(TransportErrorCode.NOT_RESUMABLE, "no resumable stream with this id")
         try:
             return await self.server.backend.resume(principal, run_id, cursor)
         except NotFoundError:
-            self.server.streams.pop((principal.id, corr), None)
+            self.server.streams.forget(principal, corr)
             raise Refusal(
                 TransportErrorCode.NOT_RESUMABLE, "the run is no longer retained"
             ) from None
@@ -366,34 +351,13 @@ class _Peer:
         if forwarding is not None:
             forwarding.run = run
         backend = self.server.backend
-        batches = backend.follow(run, after, detach_grace=self.server.settings.resume_grace_seconds)
         try:
-            async with aclosing(batches):
-                async for batch in batches:
-                    async with self.lock:
-                        if session.state_of(Role.PRODUCER, corr) not in _PRODUCING:
-                            break
-                        # event_id == the log sequence number: both count from ``after``.
-                        # Written in slices: the peer starts on the first while the rest
-                        # of a large (replay) batch is still being sealed. The batch that
-                        # ends the run carries the END in its last write.
-                        ends = backend.ends_run(run, batch[-1][0])
-                        for start in range(0, len(batch), SEND_SLICE):
-                            chunk = batch[start : start + SEND_SLICE]
-                            session.send_events(corr, [data for _seq, data in chunk])
-                            if ends and start + SEND_SLICE >= len(batch):
-                                session.end_stream(corr)
-                            await self._flush_locked(channel)
-                    if ends:
-                        break
-                async with self.lock:
-                    if session.state_of(Role.PRODUCER, corr) in _PRODUCING:
-                        session.end_stream(corr)
-                        await self._flush_locked(channel)
-                if session.state_of(Role.PRODUCER, corr) is StreamState.CANCELLED:
-                    await self._cancel(principal, run)  # cancelled while being started
-        except LogTrimmed as exc:  # this consumer fell behind the run's replay window
-            await self._fail(channel, corr, TransportErrorCode.NOT_RESUMABLE, str(exc))
+            await backend.follow(
+                run, _StreamWriter(self, channel, corr), after=after,
+                detach_grace=self.server.settings.resume_grace_seconds,
+            )
+            if session.state_of(Role.PRODUCER, corr) is StreamState.CANCELLED:
+                await self._cancel(principal, run)  # cancelled while being started
         except _GONE:
             pass  # the association dropped: the run goes on for the resume grace
 
@@ -425,6 +389,44 @@ class _Peer:
     def _announcement(self) -> bytes:
         """DISCO_ANNOUNCE ``{0: 0x0103, 2: [record]}`` in deterministic CBOR (NPAMP-DISC §7.1)."""
         return push_disco_announce([self.server.agui_record])
+
+
+class _StreamWriter(EventSink):
+    """One Bridge stream's end of :meth:`Backend.follow`: each log entry one
+    BRIDGE_STREAM_DATA whose ``event_id`` is its sequence number, then exactly one END."""
+
+    def __init__(self, peer: _Peer, channel: int, corr: bytes) -> None:
+        self.peer, self.channel, self.corr = peer, channel, corr
+        self.session = peer.sessions[channel]
+
+    async def send(self, events: list[tuple[int, bytes]], *, last: bool) -> bool:
+        session, corr = self.session, self.corr
+        async with self.peer.lock:
+            if session.state_of(Role.PRODUCER, corr) not in _PRODUCING:
+                return False
+            # Written in slices: the peer starts on the first while the rest of a large
+            # (replay) batch is still being sealed. The batch that ends the run carries the
+            # END in its last write.
+            for start in range(0, len(events), SEND_SLICE):
+                session.send_events(corr, [data for _seq, data in events[start:start + SEND_SLICE]])
+                if last and start + SEND_SLICE >= len(events):
+                    session.end_stream(corr)
+                await self.peer._flush_locked(self.channel)
+        return True
+
+    async def keep_alive(self) -> None:
+        return None  # followed without ``idle``: the association has its own liveness
+
+    async def end(self) -> None:
+        async with self.peer.lock:
+            if self.session.state_of(Role.PRODUCER, self.corr) in _PRODUCING:
+                self.session.end_stream(self.corr)
+                await self.peer._flush_locked(self.channel)
+
+    async def cut_off(self, error: EventsNotRetained) -> None:
+        # This consumer fell behind the run's replay window.
+        await self.peer._fail(self.channel, self.corr, TransportErrorCode.NOT_RESUMABLE,
+                              error.message)
 
 
 # --- serving ------------------------------------------------------------------------------

@@ -88,7 +88,7 @@ class Cluster(Coordinator, Protocol):
         """The mirrored log after ``after``, in batches, until its terminal event.
 
         Raises:
-            LogTrimmed: the entries after ``after`` are no longer retained.
+            EventsNotRetained: the entries after ``after`` are no longer retained.
         """
 
     async def forward(
@@ -109,11 +109,11 @@ class Cluster(Coordinator, Protocol):
             ServiceUnavailable: the owner does not answer.
         """
 
-    async def remember_stream(self, owner: str, key: bytes, run_id: str) -> None:
-        """Share an N-PAMP stream id → runId entry, so any replica can resume it."""
+    async def remember_alias(self, owner: str, alias: bytes, run_id: str) -> None:
+        """Share a transport's name for a run (an N-PAMP stream id), so any replica finds it."""
 
-    async def recall_stream(self, owner: str, key: bytes) -> str | None:
-        """The runId of a stream another replica started, if shared."""
+    async def recall_alias(self, owner: str, alias: bytes) -> str | None:
+        """The runId another replica shared under ``alias``, if any."""
 
 
 class LocalCluster:
@@ -162,8 +162,8 @@ class LocalCluster:
     async def command(self, owner: str, run_id: str, command: Command) -> Command | None:
         return None
 
-    async def remember_stream(self, owner: str, key: bytes, run_id: str) -> None:
+    async def remember_alias(self, owner: str, alias: bytes, run_id: str) -> None:
         return None
 
-    async def recall_stream(self, owner: str, key: bytes) -> str | None:
+    async def recall_alias(self, owner: str, alias: bytes) -> str | None:
         return None

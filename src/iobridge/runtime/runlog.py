@@ -7,8 +7,9 @@ subscriber carries the very same octets. Sequence numbers start at 1 and are the
 
 Memory is bounded in bytes: the log keeps at most ``max_bytes`` of entries (the newest; the
 terminal event is always kept). A follower asking for entries that were dropped gets
-:class:`LogTrimmed`; followers get ready entries in batches of at most ``batch_bytes``, so
-a replay of a long log is sent in bounded chunks under the transport's backpressure.
+:class:`~iobridge.errors.EventsNotRetained`; followers get ready entries in batches of at
+most ``batch_bytes``, so a replay of a long log is sent in bounded chunks under the
+transport's backpressure.
 """
 
 from __future__ import annotations
@@ -18,20 +19,14 @@ import contextvars
 import sys
 from collections.abc import AsyncGenerator
 
+from iobridge.errors import EventsNotRetained
+
 #: Default per-run replay window and follower batch size.
 DEFAULT_MAX_BYTES = 32 * 1024 * 1024
 DEFAULT_BATCH_BYTES = 256 * 1024
 #: What one retained entry costs beyond its octets (the bytes object and the list slot),
 #: counted so the byte bounds bound memory, not only payload.
 ENTRY_OVERHEAD = sys.getsizeof(b"") + 8
-
-
-class LogTrimmed(Exception):
-    """The entries after the requested cursor are no longer retained."""
-
-    def __init__(self, first_retained: int) -> None:
-        super().__init__(f"events before {first_retained} are no longer retained")
-        self.first_retained = first_retained
 
 
 class RunLog:
@@ -116,10 +111,10 @@ class RunLog:
         but always at least one entry when there is one).
 
         Raises:
-            LogTrimmed: entries right after ``after`` were dropped.
+            EventsNotRetained: entries right after ``after`` were dropped.
         """
         if after < self._base:
-            raise LogTrimmed(self.first_seq)
+            raise EventsNotRetained(self.first_seq)
         start = self._head + after - self._base
         if max_bytes is None or (len(self._entries) - start) * self._largest <= max_bytes:
             return [(after + i + 1, data) for i, data in enumerate(self._entries[start:])]
@@ -144,7 +139,7 @@ class RunLog:
         is yielded after that many idle seconds so the transport can send a keep-alive.
 
         Raises:
-            LogTrimmed: the follower fell behind the retained window.
+            EventsNotRetained: the follower fell behind the retained window.
         """
         position = after
         while True:
