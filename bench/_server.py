@@ -3,11 +3,12 @@
     python bench/_server.py --port P --app bare|bridge [--agent deltas|tool|echo]
         [--deltas D] [--settings JSON]
 
-``bridge`` serves ``create_app(Settings(...), agents=[one FunctionAgent "bench"])`` under the
-uvicorn options ``iobridge serve`` uses (``uvicorn_options``: its limits and protocol); the
-``--settings`` keys that this version's ``Settings`` lacks are dropped (and named on stderr),
-so the benches run against older and newer cores alike. ``bare`` is the baseline: a plain
-Starlette ``StreamingResponse`` of pre-encoded AG-UI-like events, one chunk per event.
+``bridge`` serves ``create_app(Backend(Settings(...), agents=[one FunctionAgent
+"bench"]))`` under the uvicorn options ``iobridge serve`` uses (``uvicorn_options``: its
+limits and protocol); the ``--settings`` keys that this version's ``Settings`` lacks are
+dropped (and named on stderr), so the benches run against older and newer cores alike.
+``bare`` is the baseline: a plain Starlette ``StreamingResponse`` of pre-encoded AG-UI-like
+events, one chunk per event.
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ def bench_agent(kind: str, n: int) -> Any:
 
 
 def bridge_app(kind: str, n: int, values: dict[str, Any]) -> Any:
+    from iobridge.app import Backend
     from iobridge.config import Settings
     from iobridge.http.app import create_app
     from iobridge.http.server_limits import uvicorn_options
@@ -93,7 +95,7 @@ def bridge_app(kind: str, n: int, values: dict[str, Any]) -> Any:
     if dropped:
         print(f"[server] Settings has no {', '.join(dropped)}: not set", file=sys.stderr)
     settings = Settings(playground=False, log_level="warning", **known)
-    return create_app(settings, agents=[bench_agent(kind, n)]), uvicorn_options(settings)
+    return create_app(Backend(settings, agents=[bench_agent(kind, n)])), uvicorn_options(settings)
 
 
 def raise_fd_limit() -> int:

@@ -54,6 +54,7 @@ from _harness import cpu_ns, free_port, wait_for_port
 from iobridge.agents.context import RunContext
 from iobridge.agents.function import FunctionAgent
 from iobridge.agents.outputs import AgentOutput
+from iobridge.app import Backend
 from iobridge.config import Settings
 from iobridge.eventloop import run
 from iobridge.http.app import create_app
@@ -106,7 +107,7 @@ async def _server(
     settings = Settings(port=http_port, database_url="memory://", log_level="warning",
                         npamp={"agui_peers": "*", "trusted_peers": "*",
                                "anonymous_max_effect": 3})
-    app = create_app(settings, agents=[_agent(deltas)])
+    app = create_app(Backend(settings, agents=[_agent(deltas)]))
     backend = app.state.backend
     http = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=http_port,
                                          log_level="warning"))

@@ -36,6 +36,7 @@ from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
 from iobridge.agents.function import FunctionAgent
+from iobridge.app import Backend
 from iobridge.config import Settings
 from iobridge.http.app import create_app
 
@@ -107,8 +108,8 @@ def bridge_app(n: int) -> Any:
 
     agent = FunctionAgent(stream, id="bench")
     db = tempfile.mkdtemp(prefix="iobridge-bench-")
-    return create_app(Settings(database_url=f"sqlite+aiosqlite:///{db}/bench.db",
-                               retention_seconds=0), agents=[agent])
+    return create_app(Backend(Settings(database_url=f"sqlite+aiosqlite:///{db}/bench.db",
+                               retention_seconds=0), agents=[agent]))
 
 
 def run_once(port: int, run_id: str) -> tuple[int, float, float, int]:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from tests.helpers import LiveServer
 
+from iobridge.app import Backend
 from iobridge.config import Settings
 from iobridge.http.app import create_app
 
@@ -20,7 +21,7 @@ def serve(tmp_path: Any) -> Iterator[Callable[..., LiveServer]]:
     def start(*, agents: list[Any] | None = None, **overrides: Any) -> LiveServer:
         overrides.setdefault("database_url", f"sqlite+aiosqlite:///{tmp_path}/iobridge.db")
         settings = Settings(**overrides)
-        server = LiveServer(create_app(settings, agents=agents or []))
+        server = LiveServer(create_app(Backend(settings, agents=agents or [])))
         started.append(server.__enter__())
         return server
 

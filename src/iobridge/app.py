@@ -223,6 +223,11 @@ class Backend:
         freeze_startup_objects()
         return self
 
+    @property
+    def is_open(self) -> bool:
+        """True between entering and leaving ``async with backend``."""
+        return self._stack is not None
+
     async def __aexit__(self, *exc: object) -> None:
         """Stop live runs, then close the store if this backend opened it."""
         stack, self._stack = self._stack, None

@@ -82,7 +82,7 @@ def test_base_install_serves_without_the_optional_sdks() -> None:
         build_model("openai:gpt-4o-mini", environ={"OPENAI_API_KEY": "k"})
         body = {"threadId": "t", "runId": "r", "tools": [], "context": [],
                 "messages": [{"id": "m", "role": "user", "content": "2 + 2"}]}
-        app = create_app(Settings(database_url="memory://"))
+        app = create_app(Backend(Settings(database_url="memory://")))
         with TestClient(app, base_url="http://127.0.0.1") as client:
             stream = client.post("/io-bridge/run", json=body).text
         events = [json.loads(line[6:]) for line in stream.splitlines() if line.startswith("data: ")]

@@ -29,6 +29,7 @@ from tests.protocol.test_guard_properties import decorated_events
 
 from agui_verify import verify_events
 from iobridge.agents.upstream import AgUiUpstreamAgent
+from iobridge.app import Backend
 from iobridge.config import Settings
 from iobridge.http.app import create_app
 
@@ -54,7 +55,7 @@ async def _run(events: list[dict[str, Any]], cut: int) -> tuple[httpx.Response, 
         open_backend("memory", Path()) as store,
     ):
         agent = AgUiUpstreamAgent("http://upstream/agui", id="up", client=upstream)
-        app = create_app(Settings(), agents=[agent], store=store)
+        app = create_app(Backend(Settings(), agents=[agent], store=store))
         async with app_client(app) as client:
             body = {"threadId": "t", "runId": "r", "tools": [WEATHER], "context": [],
                     "messages": [{"id": "u1", "role": "user", "content": "go"}],

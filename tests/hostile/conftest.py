@@ -21,6 +21,7 @@ import pytest
 from tests.backends import SQL_BACKENDS, open_backend
 from tests.helpers import free_port
 
+from iobridge.app import Backend
 from iobridge.config import Settings
 from iobridge.http.app import create_app
 from iobridge.store import ThreadStore
@@ -36,7 +37,7 @@ class Rig:
 @pytest.fixture(params=SQL_BACKENDS)
 async def rig(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Rig]:
     async with open_backend(request.param, tmp_path) as store:
-        app = create_app(Settings(database_url="memory://"), store=store)
+        app = create_app(Backend(Settings(database_url="memory://"), store=store))
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(

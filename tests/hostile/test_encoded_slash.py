@@ -9,10 +9,11 @@ import httpx
 import pytest
 from tests.helpers import run_body
 
+from iobridge.app import Backend
 from iobridge.config import Settings
 from iobridge.http.app import create_app
 
-DOCUMENT = create_app(Settings(database_url="memory://")).openapi()
+DOCUMENT = create_app(Backend(Settings(database_url="memory://"))).openapi()
 
 PROBES = [
     ("DELETE", "/io-bridge/threads/x%2Fmessages", "/io-bridge/threads/{threadId}"),

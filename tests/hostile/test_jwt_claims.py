@@ -11,6 +11,7 @@ import jwt
 import pytest
 from tests.helpers import app_client
 
+from iobridge.app import Backend
 from iobridge.auth import Authenticator, AuthSettings, JwtSettings
 from iobridge.config import Settings
 from iobridge.errors import AuthenticationError
@@ -52,7 +53,7 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
     settings = Settings(
         database_url="memory://", auth=AuthSettings(mode="jwt", jwt=JwtSettings(key=SECRET))
     )
-    async with app_client(create_app(settings)) as c:
+    async with app_client(create_app(Backend(settings))) as c:
         yield c
 
 

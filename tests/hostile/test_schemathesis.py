@@ -27,6 +27,7 @@ from schemathesis.checks import (
 from tests.backends import postgres_url, shared_pg_schema
 from tests.helpers import LiveServer
 
+from iobridge.app import Backend
 from iobridge.auth import ApiKeyEntry, AuthSettings
 from iobridge.config import Settings
 from iobridge.http.app import create_app
@@ -43,7 +44,7 @@ CHECKS = [
     response_schema_conformance,
 ]
 
-schema = schemathesis.openapi.from_dict(create_app(Settings(database_url="memory://")).openapi())
+schema = schemathesis.openapi.from_dict(create_app(Backend(Settings(database_url="memory://"))).openapi())
 
 
 def _api_key_auth() -> AuthSettings:
@@ -67,14 +68,16 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
             options["auth"] = _api_key_auth()
         if request.param == "sqlite-api-key":
             headers["x-api-key"] = API_KEY
-        app = create_app(Settings(database_url=f"sqlite+aiosqlite:///{folder}/db", **options))
+        app = create_app(
+            Backend(Settings(database_url=f"sqlite+aiosqlite:///{folder}/db", **options)))
     else:
         schema_name = asyncio.run(shared_pg_schema())
         engine = make_engine(
             postgres_url(), connect_args={"server_settings": {"search_path": schema_name}}
         )
         # The engine connects lazily, inside the server's own loop.
-        app = create_app(Settings(database_url="memory://", **FUZZ), store=SqlThreadStore(engine))
+        app = create_app(
+            Backend(Settings(database_url="memory://", **FUZZ), store=SqlThreadStore(engine)))
     with LiveServer(app) as live:
         yield live.url, headers
 
@@ -103,7 +106,7 @@ def test_generated_requests_get_documented_answers(
 
 
 def test_the_document_lists_no_422_and_the_envelope_on_every_error() -> None:
-    document = create_app(Settings(database_url="memory://")).openapi()
+    document = create_app(Backend(Settings(database_url="memory://"))).openapi()
     assert "HTTPValidationError" not in document["components"]["schemas"]
     for path, operations in document["paths"].items():
         for method, operation in operations.items():

@@ -18,6 +18,7 @@ import pytest
 import uvicorn
 from tests.helpers import free_port
 
+from iobridge.app import Backend
 from iobridge.config import Settings
 from iobridge.http.app import create_app
 from iobridge.http.server_limits import LimitedHttpProtocol, uvicorn_options
@@ -29,7 +30,7 @@ class LimitedServer:
     def __init__(self, settings: Settings) -> None:
         self.port = free_port()
         config = uvicorn.Config(
-            create_app(settings), host="127.0.0.1", port=self.port, log_level="warning",
+            create_app(Backend(settings)), host="127.0.0.1", port=self.port, log_level="warning",
             lifespan="on", **uvicorn_options(settings),
         )
         self.server = uvicorn.Server(config)

@@ -12,6 +12,7 @@ import pytest
 from tests.helpers import LiveServer, parse_sse, run_body
 
 from iobridge.agents.function import FunctionAgent
+from iobridge.app import Backend
 from iobridge.config import Settings
 from iobridge.http.app import create_app
 
@@ -33,7 +34,7 @@ def live(tmp_path: Path) -> Iterator[Any]:
 
     def start(python: list[Any] | None = None, **values: Any) -> LiveServer:
         values.setdefault("database_url", f"sqlite+aiosqlite:///{tmp_path}/agents.db")
-        server = LiveServer(create_app(Settings(**values), agents=python or []))
+        server = LiveServer(create_app(Backend(Settings(**values), agents=python or [])))
         servers.append(server.__enter__())
         return server
 

@@ -12,6 +12,7 @@ from tests.helpers import LiveServer, app_client
 
 from iobridge.agents.base import Agent
 from iobridge.agents.tools import ServerTool
+from iobridge.app import Backend
 from iobridge.auth import hash_api_key
 from iobridge.config import Settings
 from iobridge.http.app import create_app
@@ -46,7 +47,8 @@ WEATHER = ServerTool(
 @pytest.fixture
 async def client() -> AsyncIterator[httpx.AsyncClient]:
     agents = [Scripted("planner", "openai:gpt-4o", (WEATHER,)), Scripted("offline")]
-    async with app_client(create_app(Settings(), agents=agents, store=MemoryThreadStore())) as c:
+    backend = Backend(Settings(), agents=agents, store=MemoryThreadStore())
+    async with app_client(create_app(backend)) as c:
         yield c
 
 
@@ -96,7 +98,8 @@ async def test_unknown_or_bad_agent_id(
 def test_discovery_and_threads_over_real_http_with_api_key(
     serve: Callable[..., LiveServer],
 ) -> None:
-    """Through the real ``create_app()`` on 127.0.0.1: wiring, auth, envelope, persistence."""
+    """Through the real ``create_app(Backend(...))`` on 127.0.0.1: wiring, auth, envelope,
+    persistence."""
     server = serve(
         agents=[Scripted("offline")],
         auth={

@@ -8,6 +8,7 @@ import httpx
 import pytest
 from tests.helpers import LiveServer, parse_sse, run_body
 
+from iobridge.app import Backend
 from iobridge.config import Settings
 from iobridge.http.app import create_app
 from iobridge.store import MemoryThreadStore
@@ -70,7 +71,7 @@ class BrokenStore(MemoryThreadStore):
 async def test_an_unexpected_error_is_a_generic_500_envelope(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    app = create_app(Settings(), store=BrokenStore())
+    app = create_app(Backend(Settings(), store=BrokenStore()))
     with LiveServer(app) as server:
         async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
             response = await client.get("/io-bridge/threads")
@@ -149,10 +150,10 @@ async def test_the_run_route_below_the_router_answers_like_the_mounted_route(
     FastAPI route: every answer, error or stream, is the same."""
     from fastapi import FastAPI
 
-    from iobridge.app import Backend
     from iobridge.http.app import mount
 
-    with LiveServer(create_app(_run_settings(f"sqlite+aiosqlite:///{tmp_path}/a.db"))) as server:
+    below_app = create_app(Backend(_run_settings(f"sqlite+aiosqlite:///{tmp_path}/a.db")))
+    with LiveServer(below_app) as server:
         below = await _run_answers(server.url)
     mounted_app = FastAPI()
     mount(mounted_app, Backend(_run_settings(f"sqlite+aiosqlite:///{tmp_path}/b.db")))

@@ -51,7 +51,7 @@ class _DownStore(MemoryThreadStore):
 
 async def test_healthz_and_readyz_follow_the_store() -> None:
     store = _DownStore()
-    with LiveServer(create_app(Settings(), store=store)) as server:
+    with LiveServer(create_app(Backend(Settings(), store=store))) as server:
         async with httpx.AsyncClient(base_url=server.url) as client:
             assert (await client.get("/healthz")).json() == {"status": "ok"}
             assert (await client.get("/readyz")).json() == {"status": "ready"}
@@ -66,8 +66,27 @@ async def test_healthz_and_readyz_follow_the_store() -> None:
 
 
 async def test_the_prefix_answers_a_small_index() -> None:
-    with LiveServer(create_app(Settings(database_url="memory://"))) as server:
+    with LiveServer(create_app(Backend(Settings(database_url="memory://")))) as server:
         async with httpx.AsyncClient(base_url=server.url) as client:
             index = (await client.get("/io-bridge")).json()
     assert index["name"] == "iobridge" and index["levels"] == [1, 2, 3, 4]
     assert "POST /run" in index["routes"] and index["prefix"] == "/io-bridge"
+
+
+async def test_an_unopened_backend_lives_with_the_app_an_open_one_with_its_caller() -> None:
+    given = Backend(Settings(database_url="memory://"))
+    app = create_app(given)
+    async with app.router.lifespan_context(app):
+        assert given.is_open  # opened by the app's startup ...
+    assert not given.is_open  # ... and closed by its shutdown
+    async with Backend(Settings(database_url="memory://")) as owned:
+        app = create_app(owned)
+        async with app.router.lifespan_context(app):
+            assert owned.is_open
+        assert owned.is_open  # the caller opened it: the app only served it
+        mounted = FastAPI()
+        mount(mounted, owned)
+        async with mounted.router.lifespan_context(mounted):
+            pass
+        assert owned.is_open
+    assert not owned.is_open

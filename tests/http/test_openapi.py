@@ -10,12 +10,13 @@ import jsonschema
 import pytest
 from tests.helpers import parse_sse
 
+from iobridge.app import Backend
 from iobridge.config import Settings
 from iobridge.http.app import create_app
 from iobridge.protocol.options import MODEL_SETTINGS
 from iobridge.protocol.resources import MODEL_SETTING_SCHEMAS
 
-DOCUMENT = create_app(Settings(database_url="memory://")).openapi()
+DOCUMENT = create_app(Backend(Settings(database_url="memory://"))).openapi()
 PATHS = DOCUMENT["paths"]
 
 

@@ -348,7 +348,7 @@ async def rig(
     mode = request.param
     monkeypatch.setenv("BOB_KEY", BOB_KEY)
     auth = api_key_settings() if mode == "api-key" else jwt_settings()
-    app = create_app(Settings(auth=auth), agents=[NullAgent()], store=store)
+    app = create_app(Backend(Settings(auth=auth), agents=[NullAgent()], store=store))
     async with app_client(app) as c:
         yield c, credentials(mode)
 
@@ -511,7 +511,7 @@ async def run_rig(
     monkeypatch.setenv("BOB_KEY", BOB_KEY)
     auth = api_key_settings() if mode == "api-key" else jwt_settings()
     gate = Gate()
-    app = create_app(Settings(auth=auth), agents=gate.agents(), store=store)
+    app = create_app(Backend(Settings(auth=auth), agents=gate.agents(), store=store))
     async with app_client(app) as client:
         yield client, credentials(mode), app.state.backend, gate
         gate.event.set()

@@ -18,6 +18,7 @@ from tests.helpers import LiveServer, parse_sse, run_body, types
 
 from iobridge.agents.function import FunctionAgent
 from iobridge.agents.outputs import AgentOutput
+from iobridge.app import Backend
 from iobridge.config import Settings
 from iobridge.http import event_stream
 from iobridge.http.app import create_app
@@ -75,11 +76,11 @@ async def slow(ctx: Any) -> AsyncIterator[AgentOutput]:
 def recorded(tmp_path: Path) -> Iterator[tuple[LiveServer, Recorder]]:
     settings = Settings(database_url=f"sqlite+aiosqlite:///{tmp_path}/iobridge.db")
     app = Recorder(
-        create_app(
+        create_app(Backend(
             settings,
             agents=[FunctionAgent(five, id="five"), FunctionAgent(broken, id="broken"),
                     FunctionAgent(slow, id="slow")],
-        )
+        ))
     )
     server = LiveServer(app)  # type: ignore[arg-type]
     with server:
@@ -168,8 +169,8 @@ async def test_a_short_run_in_memory_is_two_writes_after_the_head() -> None:
     whose agent never waits leaves as RUN_STARTED (at once: time to first event) and one
     batch holding the rest, its terminal event and the body's end: no write, task or loop
     turn waits for a store that has nothing to wait for."""
-    app = Recorder(create_app(Settings(database_url="memory://"),
-                              agents=[FunctionAgent(five, id="five")]))
+    app = Recorder(create_app(Backend(Settings(database_url="memory://"),
+                              agents=[FunctionAgent(five, id="five")])))
     with LiveServer(app) as server:  # type: ignore[arg-type]
         async with httpx.AsyncClient(base_url=server.url) as client:
             response = await client.post("/io-bridge/run", json=run_body("hi", agentId="five"))

@@ -13,6 +13,7 @@ from tests.backends import SQL_BACKENDS, open_backend
 from tests.helpers import app_client, parse_sse, run_body
 
 from iobridge.agents.function import FunctionAgent
+from iobridge.app import Backend
 from iobridge.config import Settings
 from iobridge.http.app import create_app
 from iobridge.store import ThreadStore
@@ -31,7 +32,7 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 @pytest.fixture
 async def client(store: ThreadStore) -> AsyncIterator[httpx.AsyncClient]:
     agents = [FunctionAgent(_reply, id=agent_id) for agent_id in ("alpha", "beta")]
-    async with app_client(create_app(Settings(), agents=agents, store=store)) as c:
+    async with app_client(create_app(Backend(Settings(), agents=agents, store=store))) as c:
         yield c
 
 

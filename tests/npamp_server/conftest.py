@@ -163,7 +163,7 @@ def harness(
         overrides.setdefault("database_url", "memory://")
         settings = Settings(npamp=npamp, **overrides)
         async with Backend(settings, agents=agents or []) as backend:
-            app = create_app(backend=backend)
+            app = create_app(backend)
             server = AgUiServer(backend, identity=server_key)
             listener = await server.listen("127.0.0.1", 0, server_ssl_context(*certs))
             h = Harness(backend, server, listener.port, server_key)

@@ -24,6 +24,7 @@ from iobridge.agents.context import RunContext
 from iobridge.agents.function import FunctionAgent
 from iobridge.agents.outputs import AgentOutput
 from iobridge.agents.tools import tool
+from iobridge.app import Backend
 from iobridge.config import Settings
 from iobridge.http.app import create_app
 from iobridge.observability.logs import JsonFormatter, RunFilter
@@ -67,7 +68,8 @@ def json_lines() -> Iterator[io.StringIO]:
 
 async def test_every_line_of_a_run_carries_its_ids(json_lines: io.StringIO) -> None:
     agent = FunctionAgent(chatty, id="chatty", tools=[lookup])
-    with LiveServer(create_app(Settings(database_url="memory://"), agents=[agent])) as server:
+    app = create_app(Backend(Settings(database_url="memory://"), agents=[agent]))
+    with LiveServer(app) as server:
         async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
             for thread_id, run_id in (("t-a", "r-a"), ("t-b", "r-b")):
                 body = run_body("go", thread_id=thread_id, run_id=run_id, agentId="chatty")

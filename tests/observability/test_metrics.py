@@ -15,6 +15,7 @@ from iobridge.agents.context import RunContext
 from iobridge.agents.function import FunctionAgent
 from iobridge.agents.outputs import AgentOutput
 from iobridge.agents.tools import tool
+from iobridge.app import Backend
 from iobridge.config import Settings
 from iobridge.errors import AgentError
 from iobridge.http.app import create_app
@@ -73,7 +74,7 @@ def delta(before: Samples, after: Samples, name: str, **labels: str) -> float:
 @pytest.fixture
 def server(tmp_path: Any) -> Any:
     settings = Settings(database_url=f"sqlite+aiosqlite:///{tmp_path}/metrics.db")
-    with LiveServer(create_app(settings, agents=[_agent()])) as live:
+    with LiveServer(create_app(Backend(settings, agents=[_agent()]))) as live:
         yield live
 
 
@@ -171,8 +172,8 @@ async def test_a_next_run_frontend_call_is_counted_as_deferred(
 
 
 def test_each_backend_counts_its_own_runs(tmp_path: Any) -> None:
-    first = LiveServer(create_app(Settings(database_url="memory://"), agents=[_agent()]))
-    second = LiveServer(create_app(Settings(database_url="memory://"), agents=[_agent()]))
+    first = LiveServer(create_app(Backend(Settings(database_url="memory://"), agents=[_agent()])))
+    second = LiveServer(create_app(Backend(Settings(database_url="memory://"), agents=[_agent()])))
     with first, second:
         ran = httpx.post(f"{first.url}/io-bridge/run", json=run_body("hi", agentId="ops"))
         assert parse_sse(ran.text)[-1]["type"] == "RUN_FINISHED"
@@ -191,7 +192,7 @@ async def test_the_token_protects_metrics_and_the_setting_turns_them_off(
 ) -> None:
     monkeypatch.setenv("TEST_METRICS_TOKEN", "s3cret-scrape")
     settings = Settings(database_url="memory://", metrics={"token_env": "TEST_METRICS_TOKEN"})
-    with LiveServer(create_app(settings)) as live:
+    with LiveServer(create_app(Backend(settings))) as live:
         async with httpx.AsyncClient(base_url=live.url) as client:
             for headers in ({}, {"authorization": "Bearer wrong"}, {"x-api-key": "s3cret-scrape"}):
                 refused = await client.get("/metrics", headers=headers)
@@ -202,7 +203,7 @@ async def test_the_token_protects_metrics_and_the_setting_turns_them_off(
             # Health stays open: orchestrators probe without credentials.
             assert (await client.get("/readyz")).status_code == 200
     off = Settings(database_url="memory://", metrics={"enabled": False})
-    with LiveServer(create_app(off)) as live:
+    with LiveServer(create_app(Backend(off))) as live:
         assert httpx.get(f"{live.url}/metrics").status_code == 404
 
 
@@ -212,7 +213,7 @@ def test_a_token_variable_that_is_not_set_is_refused_at_startup(
     monkeypatch.delenv("TEST_METRICS_TOKEN", raising=False)
     settings = Settings(database_url="memory://", metrics={"token_env": "TEST_METRICS_TOKEN"})
     with pytest.raises(ValueError, match="TEST_METRICS_TOKEN is not set"):
-        create_app(settings)
+        create_app(Backend(settings))
 
 
 def test_serve_refuses_to_start_without_the_token_variable(tmp_path: Any) -> None:

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from tests.helpers import LiveServer, free_port
 from typer.testing import CliRunner
 
+from iobridge.app import Backend
 from iobridge.cli import app
 from iobridge.config import MetricsSettings, Settings
 from iobridge.http.app import create_app
@@ -113,7 +114,7 @@ def test_the_npamp_only_server_serves_metrics_on_its_own_port(tmp_path: Path) ->
 
 def test_with_a_metrics_port_the_http_port_does_not_serve_them() -> None:
     settings = Settings(database_url="memory://", metrics={"port": free_port()})
-    with LiveServer(create_app(settings)) as live:
+    with LiveServer(create_app(Backend(settings))) as live:
         assert httpx.get(f"{live.url}/metrics").status_code == 404
 
 

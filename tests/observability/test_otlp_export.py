@@ -8,6 +8,7 @@ from fastapi import FastAPI, Request, Response
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from tests.helpers import LiveServer, parse_sse, run_body
 
+from iobridge.app import Backend
 from iobridge.config import Settings
 from iobridge.http.app import create_app
 
@@ -28,7 +29,7 @@ def test_run_spans_are_exported_over_otlp_http() -> None:
             tracing={"enabled": True, "otlp_endpoint": f"{receiver.url}/v1/traces",
                      "service_name": "iobridge-test"},
         )
-        with LiveServer(create_app(settings)) as server:
+        with LiveServer(create_app(Backend(settings))) as server:
             ran = httpx.post(f"{server.url}/io-bridge/run",
                              json=run_body("What time is it?", run_id="r-otlp"))
             assert parse_sse(ran.text)[-1]["type"] == "RUN_FINISHED"

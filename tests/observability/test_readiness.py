@@ -18,6 +18,7 @@ from sqlalchemy.engine import make_url
 from tests.backends import postgres_url, shared_pg_schema
 from tests.helpers import LiveServer, free_port, parse_sse, run_body
 
+from iobridge.app import Backend
 from iobridge.config import Settings
 from iobridge.http.app import create_app
 from iobridge.store import SqlThreadStore
@@ -111,7 +112,7 @@ async def relayed_store() -> Any:
 
 async def test_readyz_is_503_while_postgresql_is_unreachable(relayed_store: Any) -> None:
     relay, store = relayed_store
-    with LiveServer(create_app(Settings(), store=store)) as server:
+    with LiveServer(create_app(Backend(Settings(), store=store))) as server:
         async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
             assert (await _ready(client)).json() == {"status": "ready"}
             ran = await client.post("/io-bridge/run", json=run_body("hi", thread_id="rz-1"))
@@ -146,7 +147,7 @@ async def test_readyz_is_503_when_postgresql_accepts_but_never_answers(
     relayed_store: Any,
 ) -> None:
     relay, store = relayed_store
-    with LiveServer(create_app(Settings(), store=store)) as server:
+    with LiveServer(create_app(Backend(Settings(), store=store))) as server:
         async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
             assert (await _ready(client)).status_code == 200
             relay.freeze()  # connections stay open; no byte gets through

@@ -207,7 +207,7 @@ def test_without_tracing_fastapi_does_not_look_for_providers_per_request(
         real = getattr(module, name)
         monkeypatch.setattr(module, name,
                             lambda real=real, name=name: asked.append(name) or real())
-    app = create_app(Settings(database_url="memory://", playground=False))
+    app = create_app(Backend(Settings(database_url="memory://", playground=False)))
     with LiveServer(app) as server:
         asked.clear()  # startup may look once
         response = httpx.post(f"{server.url}/io-bridge/run", json=run_body("hello"), timeout=10)

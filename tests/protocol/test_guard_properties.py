@@ -29,6 +29,7 @@ from agui_verify import StreamError, parse_sse, verify_events
 from iobridge.agents import outputs as out
 from iobridge.agents.function import FunctionAgent
 from iobridge.agents.tools import tool
+from iobridge.app import Backend
 from iobridge.config import Settings
 from iobridge.http.app import create_app
 from iobridge.protocol.guard import INVALID_TOOL_ARGS, LifecycleGuard
@@ -421,7 +422,7 @@ async def _two_runs(kind: str, agent: FunctionAgent) -> tuple[Any, ...]:
     """A random run, then a second run on its thread, over ``create_app`` (lifespan on)."""
     seen: list[list[dict[str, Any]]] = []
     async with open_backend(kind, _DB_DIR) as store:
-        app = create_app(Settings(), agents=[agent, _recorder(seen)], store=store)
+        app = create_app(Backend(Settings(), agents=[agent, _recorder(seen)], store=store))
         async with app_client(app) as client:
             body = {"threadId": THREAD, "runId": RUN, "tools": [], "context": [],
                     "messages": [{"id": "u1", "role": "user", "content": "go"}],

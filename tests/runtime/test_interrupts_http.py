@@ -16,6 +16,7 @@ from tests.helpers import LiveServer, parse_sse, run_body
 from iobridge.agents.context import RunContext
 from iobridge.agents.function import FunctionAgent
 from iobridge.agents.outputs import AgentOutput, RawEvent
+from iobridge.app import Backend
 from iobridge.config import Settings
 from iobridge.errors import AgentError
 from iobridge.http.app import create_app
@@ -64,15 +65,15 @@ def base_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     if request.param == "sqlite":
         folder: Path = tmp_path_factory.mktemp("interrupts")
         settings = Settings(database_url=f"sqlite+aiosqlite:///{folder}/db", default_agent="demo")
-        app = create_app(settings, agents=AGENTS)
+        app = create_app(Backend(settings, agents=AGENTS))
     else:
         schema = asyncio.run(shared_pg_schema())
         engine = make_engine(
             postgres_url(), connect_args={"server_settings": {"search_path": schema}}
         )
         # The engine connects lazily, inside the server's own loop.
-        app = create_app(Settings(database_url="memory://", default_agent="demo"), agents=AGENTS,
-                         store=SqlThreadStore(engine))
+        app = create_app(Backend(Settings(database_url="memory://", default_agent="demo"),
+                                 agents=AGENTS, store=SqlThreadStore(engine)))
     with LiveServer(app) as server:
         yield server.url
 

@@ -17,6 +17,7 @@ from tests.helpers import LiveServer, parse_sse, run_body
 from iobridge.agents.context import RunContext
 from iobridge.agents.function import FunctionAgent
 from iobridge.agents.outputs import AgentOutput
+from iobridge.app import Backend
 from iobridge.auth import hash_api_key
 from iobridge.config import Settings
 from iobridge.http.app import create_app
@@ -69,7 +70,7 @@ class GatedStore(MemoryThreadStore):
 @pytest.fixture
 def gated() -> Iterator[tuple[GatedStore, LiveServer]]:
     store = GatedStore()
-    with LiveServer(create_app(Settings(), store=store)) as server:
+    with LiveServer(create_app(Backend(Settings(), store=store))) as server:
         yield store, server
 
 
@@ -396,7 +397,7 @@ async def test_a_run_whose_thread_cannot_be_read_is_503_and_holds_nothing(
         caplog: pytest.LogCaptureFixture) -> None:
     store = DownStore()
     settings = Settings(max_active_runs=1, max_active_runs_per_principal=1)
-    with LiveServer(create_app(settings, store=store)) as server:
+    with LiveServer(create_app(Backend(settings, store=store))) as server:
         async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
             store.failure = ConnectionRefusedError("connection refused")
             # The refused run released its admission slots (in all and the principal's): 503
@@ -433,7 +434,7 @@ async def test_a_run_whose_writes_fail_still_ends_and_the_operator_is_told(
 ) -> None:
     with (
         caplog.at_level(logging.ERROR, logger="iobridge.runtime"),
-        LiveServer(create_app(Settings(), store=WriteFailingStore())) as server,
+        LiveServer(create_app(Backend(Settings(), store=WriteFailingStore()))) as server,
     ):
         async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
             events = parse_sse((await client.post("/io-bridge/run", json=run_body("hi"))).text)
@@ -465,7 +466,7 @@ async def test_the_end_write_carries_the_new_messages_again_only_if_the_start_wr
     first_fails: bool,
 ) -> None:
     store = FirstWriteFailingStore() if first_fails else GatedStore()
-    with LiveServer(create_app(Settings(), store=store)) as server:
+    with LiveServer(create_app(Backend(Settings(), store=store))) as server:
         async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
             events = parse_sse((await client.post("/io-bridge/run", json=run_body("hi"))).text)
             stored = (await client.get("/io-bridge/threads/t1/messages")).json()["messages"]

@@ -18,6 +18,7 @@ from tests.helpers import app_client, free_port, parse_sse, run_body, types
 
 from iobridge.agents.function import FunctionAgent
 from iobridge.agents.outputs import AgentOutput, TextEnd
+from iobridge.app import Backend
 from iobridge.auth import hash_api_key
 from iobridge.config import Settings
 from iobridge.http.app import create_app
@@ -107,7 +108,8 @@ async def test_thread_memory_over_each_sql_backend(kind: str, tmp_path: Path) ->
         yield f"reply {len(seen)}"
 
     async with open_backend(kind, tmp_path) as store:
-        app = create_app(Settings(), agents=[FunctionAgent(recorder, id="rec")], store=store)
+        backend = Backend(Settings(), agents=[FunctionAgent(recorder, id="rec")], store=store)
+        app = create_app(backend)
         async with app_client(app) as client:
             first = await client.post("/io-bridge/run", json=run_body("one", agentId="rec"))
             assert parse_sse(first.text)[-1]["type"] == "RUN_FINISHED"

@@ -16,6 +16,7 @@ from tests.helpers import LiveServer, parse_sse, run_body
 from iobridge.agents.context import RunContext
 from iobridge.agents.function import FunctionAgent
 from iobridge.agents.outputs import AgentOutput, StateDelta, StateSnapshot
+from iobridge.app import Backend
 from iobridge.config import Settings
 from iobridge.http.app import create_app
 from iobridge.store import SqlThreadStore
@@ -50,15 +51,15 @@ def base_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     limits = {"default_agent": "counter", "max_state_bytes": 100}
     if request.param == "sqlite":
         folder: Path = tmp_path_factory.mktemp("state")
-        app = create_app(Settings(database_url=f"sqlite+aiosqlite:///{folder}/db", **limits),
-                         agents=agents)
+        settings = Settings(database_url=f"sqlite+aiosqlite:///{folder}/db", **limits)
+        app = create_app(Backend(settings, agents=agents))
     else:
         schema = asyncio.run(shared_pg_schema())
         engine = make_engine(
             postgres_url(), connect_args={"server_settings": {"search_path": schema}}
         )
-        app = create_app(Settings(database_url="memory://", **limits), agents=agents,
-                         store=SqlThreadStore(engine))
+        app = create_app(Backend(Settings(database_url="memory://", **limits), agents=agents,
+                         store=SqlThreadStore(engine)))
     with LiveServer(app) as server:
         yield server.url
 

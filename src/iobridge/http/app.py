@@ -1,14 +1,16 @@
-"""The FastAPI application: ``create_app()`` for a server, ``mount()`` into your own app.
+"""The FastAPI application: ``create_app(backend)`` for a server, ``mount(app, backend)``
+into your own app.
 
 Both put a :class:`~iobridge.app.Backend` behind the io protocol's routes (under the
-configured prefix) and route every error through the JSON envelope. The app's lifespan opens
-the backend unless the caller runs it itself (``create_app(backend=...)`` on a backend that
-is already open, as ``iobridge serve`` does to share it with N-PAMP).
+configured prefix) and route every error through the JSON envelope. A backend that is not
+open when the app starts is opened by the app's lifespan and closed at its shutdown
+(``create_app(Backend(settings, agents=[...]))``); one the caller already opened is only
+served, and the caller closes it (``iobridge serve`` does so to share it with N-PAMP).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
@@ -16,8 +18,6 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.telemetry import TelemetryConfig
 
 from iobridge import __version__
-from iobridge.agents.base import Agent
-from iobridge.agents.catalog import AgentCatalog
 from iobridge.app import Backend
 from iobridge.config import Settings
 from iobridge.http.agents import router as agents_router
@@ -31,7 +31,6 @@ from iobridge.http.run_route import RunRoute
 from iobridge.http.runs import router as runs_router
 from iobridge.http.security import document_security
 from iobridge.http.threads import router as threads_router
-from iobridge.store.base import ThreadStore
 from iobridge.web import playground_router
 from iobridge.web.docs import install_docs
 
@@ -61,46 +60,42 @@ def _install_routes(app: FastAPI, backend: Backend) -> None:
     document_api(app)
 
 
+@asynccontextmanager
+async def _serving(backend: Backend) -> AsyncIterator[None]:
+    """Open ``backend`` for the app's life unless its caller already did."""
+    async with AsyncExitStack() as stack:
+        if not backend.is_open:
+            await stack.enter_async_context(backend)
+        yield
+
+
 def mount(app: FastAPI, backend: Backend) -> None:
     """Serve ``backend`` from an existing FastAPI ``app`` (one call).
 
-    Adds the routes and error handlers, and wraps the app's lifespan so the backend opens at
-    startup and closes (live runs stopped, store closed) at shutdown.
+    Adds the routes and error handlers, and wraps the app's lifespan so that a backend not
+    yet open opens at startup and closes (live runs stopped, store closed) at shutdown.
     """
     _install_routes(app, backend)
     inner = app.router.lifespan_context
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with backend, inner(app):
+        async with _serving(backend), inner(app):
             yield
 
     app.router.lifespan_context = lifespan
 
 
-def create_app(
-    settings: Settings | None = None,
-    *,
-    agents: Sequence[Agent] = (),
-    catalog: AgentCatalog | None = None,
-    store: ThreadStore | None = None,
-    backend: Backend | None = None,
-) -> FastAPI:
-    """A complete server application.
+def create_app(backend: Backend) -> FastAPI:
+    """A complete server application for ``backend``.
 
-    Without ``backend`` one is built from the other arguments and opened by the app's
-    lifespan. With ``backend`` the caller opens and closes it (the app only serves it).
+    The app's lifespan opens and closes ``backend`` unless it is already open when the app
+    starts (then the caller opens and closes it; the app only serves it).
     """
-    owned = backend is None
-    if backend is None:
-        backend = Backend(settings, agents=agents, catalog=catalog, store=store)
-    opened = backend
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with AsyncExitStack() as stack:
-            if owned:
-                await stack.enter_async_context(opened)
+        async with _serving(backend):
             yield
 
     app = FastAPI(

@@ -42,7 +42,7 @@ async def serve_http(
     settings = backend.settings
     server = _Server(
         uvicorn.Config(
-            create_app(backend=backend),
+            create_app(backend),
             host=settings.host,
             port=settings.port,
             log_level=settings.log_level,
