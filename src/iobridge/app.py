@@ -55,7 +55,7 @@ from iobridge.protocol.run_input import OFF_LOOP_BYTES, RunInput, parse_run_inpu
 from iobridge.protocol.thread_bodies import parse_thread_create, parse_thread_update
 from iobridge.protocol.tool_results import ToolResult, parse_tool_result
 from iobridge.runtime.cluster import Cluster, Command, LocalCluster, RemoteRun
-from iobridge.runtime.engine import Runtime, RuntimeSettings
+from iobridge.runtime.engine import Runtime
 from iobridge.runtime.run import Run
 from iobridge.runtime.thread_memory import StoreMemory
 from iobridge.store.base import Thread, ThreadStore, format_timestamp, validate_id
@@ -163,21 +163,7 @@ class Backend:
         self.metrics = Metrics()
         self.catalog = catalog or build_catalog(self.settings, agents)
         self.authenticator = authenticator or Authenticator(self.settings.auth)
-        self.runtime = Runtime(
-            settings=RuntimeSettings(
-                tool_timeout=self.settings.tool_timeout,
-                retention_seconds=self.settings.retention_seconds,
-                max_retained_runs=self.settings.max_retained_runs,
-                detach_grace_seconds=self.settings.detach_grace_seconds,
-                tool_result_mode=self.settings.tool_result_mode,
-                max_retained_bytes=self.settings.max_retained_bytes,
-                max_run_log_bytes=self.settings.max_run_log_bytes,
-                max_active_runs=self.settings.max_active_runs,
-                max_active_runs_per_owner=self.settings.max_active_runs_per_principal,
-                max_state_bytes=self.settings.max_state_bytes,
-            ),
-            metrics=self.metrics,
-        )
+        self.runtime = Runtime(settings=self.settings, metrics=self.metrics)
         #: Runs of other replicas and shared busy marks (``redis_url``); else one process.
         self.cluster: Cluster = LocalCluster()
         self._tracer_provider = tracer_provider

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from iobridge.auth import AuthSettings
+from iobridge.protocol.guard import DEFAULT_MAX_STATE_BYTES
 from iobridge.protocol.options import ToolResultMode
 from iobridge.protocol.run_input import DEFAULT_MAX_MESSAGES
 
@@ -249,7 +250,7 @@ class Settings(BaseSettings):
     max_run_log_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
     #: Largest shared state (JSON bytes): a bigger request ``state`` answers 413, an agent
     #: growing it beyond ends its run with RUN_ERROR ``STATE_TOO_LARGE``.
-    max_state_bytes: int = Field(default=1024 * 1024, ge=2)
+    max_state_bytes: int = Field(default=DEFAULT_MAX_STATE_BYTES, ge=2)
     #: Followers (SSE resumes, N-PAMP streams) of one run at once; more answer 429.
     max_followers_per_run: int = Field(default=8, ge=1)
     #: Runs producing events at once, in total and per principal; more answer 429.

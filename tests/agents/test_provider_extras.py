@@ -77,6 +77,7 @@ def test_base_install_serves_without_the_optional_sdks() -> None:
         from fastapi.testclient import TestClient
         from iobridge.agents.providers import build_model
         from iobridge.config import Settings
+        from iobridge.app import Backend
         from iobridge.http.app import create_app
 
         build_model("openai:gpt-4o-mini", environ={"OPENAI_API_KEY": "k"})

@@ -6,8 +6,8 @@ import asyncio
 import contextvars
 from dataclasses import dataclass, field
 
-from iobridge.agents.context import ToolResult
 from iobridge.errors import ConflictError, NotFoundError
+from iobridge.protocol.tool_results import ToolResult
 from iobridge.runtime.run import RunKey
 
 

@@ -1,9 +1,10 @@
-"""One run's session: agent outputs in, guarded encoded events out.
+"""One run's events: agent outputs in, guarded encoded events out.
 
-``Session`` turns high-level agent outputs into AG-UI events, runs them through the lifecycle
-guard and appends what the guard lets out to the run log, encoding each event exactly once.
-It also folds the emitted events into the AG-UI messages the run produced, for persistence.
-Tool calls are dispatched by :mod:`iobridge.runtime.tools`, which announces them here.
+``RunEvents`` turns high-level agent outputs into AG-UI events, runs them through the
+lifecycle guard and appends what the guard lets out to the run log, encoding each event
+exactly once. It also folds the emitted events into the AG-UI messages the run produced, for
+persistence. Tool calls are dispatched by :mod:`iobridge.runtime.agent_session`, which
+announces them here.
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from collections.abc import Callable
 from typing import Any
 
 from iobridge.agents import outputs as out
-from iobridge.agents.context import ToolResult
 from iobridge.protocol import events as ev
 from iobridge.protocol.events import Event, encode_event
 from iobridge.protocol.guard import DEFAULT_MAX_STATE_BYTES, LifecycleGuard
 from iobridge.protocol.text import has_nul_escape, replace_nul
+from iobridge.protocol.tool_results import ToolResult
 from iobridge.protocol.transcript import Transcript
 from iobridge.runtime.runlog import RunLog
 
@@ -30,7 +31,7 @@ def _new_id() -> str:
     return uuid.uuid4().hex
 
 
-class Session:
+class RunEvents:
     """The event side of one run: outputs to guarded, encoded, logged events.
 
     Args:
@@ -156,36 +157,46 @@ class Session:
                 return
         if self.guard.ended:
             raise RunEnded()
-        if type(output) is str:
-            output = out.TextDelta(delta=output)
-        elif isinstance(output, str):
+        if isinstance(output, str):
             output = out.TextDelta(delta=str(output))
         match output:
             case out.TextDelta(delta=delta, message_id=message_id):
-                self._close_reasoning()
-                if message_id is not None and message_id != self._text_id:
-                    self._close_text()
-                    self._assistant_id = message_id
-                    self._assistant_has_text = False
-                if self._text_id is None:
-                    if self._assistant_id is None or self._assistant_has_text:
-                        # A message id carries one text message: closed text is final.
-                        self._assistant_id = self.new_id()
-                    self._text_id = self._assistant_id
-                    self._assistant_has_text = True
-                    self.push(ev.text_start(self._text_id))
-                self.push(ev.text_content(self._text_id, delta))
+                self._text(delta, message_id)
             case out.TextEnd():
                 self._close_text()
             case out.ReasoningDelta(delta=delta):
-                self._close_text()
-                if self._reasoning is None:
-                    self._reasoning = (self.new_id(), self.new_id())
-                    self.push(ev.reasoning_start(self._reasoning[0]))
-                    self.push(ev.reasoning_message_start(self._reasoning[1]))
-                self.push(ev.reasoning_message_content(self._reasoning[1], delta))
+                self._reasoning_delta(delta)
             case out.ReasoningEnd():
                 self._close_reasoning()
+            case _:
+                self._emit_other(output)
+
+    def _text(self, delta: str, message_id: str | None) -> None:
+        self._close_reasoning()
+        if message_id is not None and message_id != self._text_id:
+            self._close_text()
+            self._assistant_id = message_id
+            self._assistant_has_text = False
+        if self._text_id is None:
+            if self._assistant_id is None or self._assistant_has_text:
+                # A message id carries one text message: closed text is final.
+                self._assistant_id = self.new_id()
+            self._text_id = self._assistant_id
+            self._assistant_has_text = True
+            self.push(ev.text_start(self._text_id))
+        self.push(ev.text_content(self._text_id, delta))
+
+    def _reasoning_delta(self, delta: str) -> None:
+        self._close_text()
+        if self._reasoning is None:
+            self._reasoning = (self.new_id(), self.new_id())
+            self.push(ev.reasoning_start(self._reasoning[0]))
+            self.push(ev.reasoning_message_start(self._reasoning[1]))
+        self.push(ev.reasoning_message_content(self._reasoning[1], delta))
+
+    def _emit_other(self, output: out.AgentOutput) -> None:
+        """Steps, state, custom and raw events, the final result."""
+        match output:
             case out.StepStarted(name=name):
                 self._close_open()
                 self.push(ev.step_started(name))

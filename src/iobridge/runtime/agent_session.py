@@ -1,10 +1,11 @@
-"""Tool dispatch for one run: where a call runs, and how its result comes back.
+"""The agent's session of one run: what ``RunContext.session`` is, and where tool calls go.
 
-``ToolDispatch`` is what an agent's ``RunContext`` talks to (the ``RunSession`` protocol of
-:mod:`iobridge.agents.context`). A server tool runs here; a frontend tool is registered with
-the pending registry before its TOOL_CALL_END is visible and waits for the result route (in-run
-mode), or is handed to the client for its next run (next-run mode). Either way the agent code
-is the same. Everything the dispatch needs is given to it: it never reaches into the engine.
+``AgentSession`` implements the ``RunSession`` protocol of :mod:`iobridge.agents.context`: an
+agent emits outputs through it and announces tool calls. A server tool runs here; a frontend
+tool is registered with the pending registry before its TOOL_CALL_END is visible and waits for
+the result route (in-run mode), or is handed to the client for its next run (next-run mode).
+Either way the agent code is the same. Everything the session needs is given to it: it never
+reaches into the engine.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from iobridge.agents import outputs as out
-from iobridge.agents.context import ToolCallHandle, ToolResult
+from iobridge.agents.context import ToolCallHandle
 from iobridge.agents.tools import result_content
 from iobridge.errors import InputError
 from iobridge.protocol import events as ev
-from iobridge.runtime.session import RunEnded, Session
+from iobridge.protocol.tool_results import ToolResult
+from iobridge.runtime.run_events import RunEnded, RunEvents
 
 if TYPE_CHECKING:
     from iobridge.agents.base import Agent
@@ -37,11 +39,11 @@ def error_result(message: str) -> ToolResult:
     return ToolResult(content=json.dumps({"error": message}), is_error=True)
 
 
-class ToolDispatch:
+class AgentSession:
     """Implements ``iobridge.agents.context.RunSession`` for one run.
 
     Args:
-        session: The run's event side.
+        events: The run's event side.
         agent: The agent (its server tools run here).
         frontend_tools: Names of the tools the client declared.
         pending: Where in-run frontend calls wait for their result.
@@ -54,7 +56,7 @@ class ToolDispatch:
 
     def __init__(
         self,
-        session: Session,
+        events: RunEvents,
         agent: Agent,
         frontend_tools: Collection[str],
         *,
@@ -65,7 +67,7 @@ class ToolDispatch:
         metrics: Metrics | None = None,
         tracer: RunTracer | None = None,
     ) -> None:
-        self.session = session
+        self.events = events
         self.agent = agent
         self.pending = pending
         self.run = run
@@ -77,7 +79,7 @@ class ToolDispatch:
 
     def emit(self, output: out.AgentOutput) -> None:
         """Send an output into the run (same as yielding it from ``Agent.run``)."""
-        self.session.emit(output)
+        self.events.emit(output)
 
     def is_frontend_tool(self, name: str) -> bool:
         """Whether ``name`` was declared by the client (and is not a server tool)."""
@@ -91,16 +93,16 @@ class ToolDispatch:
         A ``local`` call is run by the agent itself: it is never registered as pending, even
         when a frontend tool has the same name.
         """
-        return _Handle(self, name, self.session.open_tool_call(name, tool_call_id), local=local)
+        return _Handle(self, name, self.events.open_tool_call(name, tool_call_id), local=local)
 
 
 class _Handle:
     """A tool call announced by an agent; see ``ToolCallHandle``."""
 
     def __init__(
-        self, dispatch: ToolDispatch, name: str, tool_call_id: str, *, local: bool = False
+        self, session: AgentSession, name: str, tool_call_id: str, *, local: bool = False
     ) -> None:
-        self._dispatch = dispatch
+        self._session = session
         self.name = name
         self.tool_call_id = tool_call_id
         self._local = local
@@ -111,50 +113,49 @@ class _Handle:
     def add_args(self, delta: str) -> None:
         if not self._ended and delta:
             self._fragments.append(delta)
-            self._dispatch.session.push(ev.tool_call_args(self.tool_call_id, delta))
+            self._session.events.push(ev.tool_call_args(self.tool_call_id, delta))
 
     def end(self) -> None:
         if self._ended:
             return
         self._ended = True
-        dispatch = self._dispatch
-        if not self._local and dispatch.is_frontend_tool(self.name) and not dispatch.defer_frontend:
+        session = self._session
+        if not self._local and session.is_frontend_tool(self.name) and not session.defer_frontend:
             # Register before TOOL_CALL_END is visible: a fast client cannot post too early.
-            self._pending = dispatch.pending.register(dispatch.run, self.tool_call_id, self.name)
-        dispatch.session.push(ev.tool_call_end(self.tool_call_id))
+            self._pending = session.pending.register(session.run, self.tool_call_id, self.name)
+        session.events.push(ev.tool_call_end(self.tool_call_id))
 
     def complete(self, result: ToolResult) -> None:
         self.end()
-        session = self._dispatch.session
-        if session.guard.ended:
+        events = self._session.events
+        if events.guard.ended:
             raise RunEnded()
-        session.tool_result(self.tool_call_id, result)
+        events.tool_result(self.tool_call_id, result)
 
     async def result(self, args: Mapping[str, Any] | None = None) -> ToolResult:
         self.end()
-        dispatch = self._dispatch
-        if dispatch.session.guard.ended:
+        session = self._session
+        if session.events.guard.ended:
             raise RunEnded()
-        tracer = dispatch.tracer
+        tracer = session.tracer
         if tracer is None:
             result, kind = await self._result(args)
         else:
             with tracer.tool_call(self.name, self.tool_call_id) as finish:
                 result, kind = await self._result(args)
                 finish(kind, result.is_error)
-        if dispatch.metrics is not None:
-            dispatch.metrics.tool_call(dispatch.agent.id, kind)
+        if session.metrics is not None:
+            session.metrics.tool_call(session.agent.id, kind)
         if result.deferred:
             return result
-        if dispatch.session.guard.ended:
+        if session.events.guard.ended:
             raise RunEnded()
-        dispatch.session.tool_result(self.tool_call_id, result)
+        session.events.tool_result(self.tool_call_id, result)
         return result
 
     async def _result(self, args: Mapping[str, Any] | None) -> tuple[ToolResult, str]:
         """The call's result and its kind: server, frontend, deferred or unknown."""
-        dispatch = self._dispatch
-        session = dispatch.session
+        session = self._session
         if args is None:
             # The guard ends the run on arguments that are not JSON before this runs, so the
             # fallback is defensive only (its mutants cannot be told apart).
@@ -163,12 +164,12 @@ class _Handle:
             except ValueError:
                 parsed = {}  # pragma: no mutate
             args = parsed if isinstance(parsed, dict) else {}
-        server_tool = dispatch.agent.server_tool(self.name)
+        server_tool = session.agent.server_tool(self.name)
         if server_tool is not None:
             return await self._run_server_tool(server_tool, args), "server"
-        if dispatch.is_frontend_tool(self.name):
-            if dispatch.defer_frontend:
-                session.deferred_calls.append(self.tool_call_id)
+        if session.is_frontend_tool(self.name):
+            if session.defer_frontend:
+                session.events.deferred_calls.append(self.tool_call_id)
                 return ToolResult(content="", deferred=True), "deferred"
             return await self._await_frontend(), "frontend"
         return error_result(f"unknown tool {self.name!r}"), "unknown"
@@ -184,11 +185,11 @@ class _Handle:
         return ToolResult(content=result_content(value), value=value)
 
     async def _await_frontend(self) -> ToolResult:
-        dispatch = self._dispatch
-        call = self._pending or dispatch.pending.register(
-            dispatch.run, self.tool_call_id, self.name
+        session = self._session
+        call = self._pending or session.pending.register(
+            session.run, self.tool_call_id, self.name
         )
         try:
-            return await dispatch.pending.wait(call, dispatch.tool_timeout)
+            return await session.pending.wait(call, session.tool_timeout)
         except TimeoutError:
             return error_result(f"tool {self.name!r} timed out waiting for the client")

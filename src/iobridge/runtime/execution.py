@@ -1,0 +1,407 @@
+"""One run's life, from admission to release: ``Execution``, one object per run.
+
+The steps are methods, in the order they run:
+
+1. ``admit`` — within the limits, its runId and its thread free in this process;
+2. ``claim`` — its runId and thread claimed cluster-wide (a no-op on one process);
+3. ``read`` — its thread read once: ownership, history, state, open interrupts;
+4. ``begin`` — the run's parts built, RUN_STARTED in the log, the write of its new messages
+   begun, the task that drives it started;
+5. ``drive`` (that task) — what the client is shown of the thread, then ``produce``: the
+   agent's outputs through the guard into the log;
+6. ``save`` — what it produced stored (with unanswered frontend calls closed);
+7. ``release`` — its thread and runId freed, its terminal event released, the run retained.
+
+A failure in ``claim`` or ``read`` undoes what the steps before took (``refuse``); from
+``begin`` on the run always ends through ``save`` and ``release``, even when cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from iobridge.agents.context import Interrupted, Resume, RunContext
+from iobridge.errors import AgentError, ServiceUnavailable
+from iobridge.observability.logs import current_run
+from iobridge.protocol import events as ev
+from iobridge.protocol.messages import model_view
+from iobridge.runtime.agent_session import AgentSession
+from iobridge.runtime.run import Run, RunKey
+from iobridge.runtime.run_events import RunEnded, RunEvents
+from iobridge.runtime.runlog import RunLog
+from iobridge.store.base import is_outage
+
+if TYPE_CHECKING:
+    from iobridge.agents.base import Agent
+    from iobridge.protocol.options import RunOptions, ToolResultMode
+    from iobridge.protocol.run_input import RunInput
+    from iobridge.runtime.admission import Ticket
+    from iobridge.runtime.engine import Runtime
+    from iobridge.runtime.thread_memory import RunMemory
+
+__all__ = ["Execution"]
+
+logger = logging.getLogger("iobridge.runtime")
+
+#: Outputs an agent may produce before the engine yields to the event loop.
+YIELD_EVERY = 32
+#: Seconds a client is asked to wait (``Retry-After``) when the store does not answer.
+STORE_RETRY_AFTER = 5.0
+#: Why a run was stopped -> what its stored, unanswered frontend calls say.
+_UNANSWERED = {
+    "cancelled": "the run was cancelled before the client answered",
+    "disconnected": "the client disconnected before answering",
+    "shutdown": "the server shut down before the client answered",
+}
+
+
+class Execution:
+    """One run from admission to release; see the module docstring for its steps.
+
+    Args:
+        runtime: The engine the run belongs to (its settings, store, cluster, registry).
+        run_input: The validated request.
+        options: Its ``forwardedProps``, parsed.
+        agent: The agent that answers it.
+        owner: The principal that started it (part of its key).
+        resource_id: The resource it acts for (its thread's owner).
+        tool_result_mode: The transport's default frontend-tool mode;
+            ``forwardedProps.toolResultMode`` and the agent's own win.
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        run_input: RunInput,
+        options: RunOptions,
+        agent: Agent,
+        *,
+        owner: str,
+        resource_id: str,
+        tool_result_mode: ToolResultMode | None = None,
+    ) -> None:
+        self.runtime = runtime
+        self.input = run_input
+        self.options = options
+        self.agent = agent
+        self.owner = owner
+        self.resource_id = resource_id
+        self.key: RunKey = (owner, run_input.run_id)
+        self.mode: ToolResultMode = (
+            options.tool_result_mode
+            or agent.tool_result_mode
+            or tool_result_mode
+            or runtime.settings.tool_result_mode
+        )
+        self.memory: RunMemory | None = None
+        self._ticket: Ticket | None = None
+        self._claimed = False
+        self._admitted = 0.0
+        self._started = 0.0
+
+    # -- starting (steps 1-4) -----------------------------------------------------------
+
+    async def start(self) -> Run:
+        """Admit, claim, read and begin the run; its events then appear in ``run.log``.
+
+        Raises:
+            TooManyRequests: an admission limit is reached (``TOO_MANY_RUNS``).
+            ConflictError: the runId is already running, or the thread is busy.
+            ServiceUnavailable: the thread store does not answer (``STORE_UNAVAILABLE``).
+            NotFoundError: a thread of another resource.
+            InputError: a ``resume`` that does not answer the thread's open interrupts.
+        """
+        ticket = self.admit()
+        try:
+            await self.claim()
+            await self.read()
+        except BaseException as exc:
+            await self.refuse()
+            if isinstance(exc, Exception) and is_outage(exc):
+                logger.error("run %s: the thread store does not answer (%s: %s)",
+                             self.input.run_id, type(exc).__name__, exc)
+                raise ServiceUnavailable(
+                    "the thread store does not answer", code="STORE_UNAVAILABLE",
+                    retry_after=STORE_RETRY_AFTER,
+                ) from exc
+            raise
+        finally:
+            self.runtime.admission.started(ticket)
+        return self.begin()
+
+    def admit(self) -> Ticket:
+        """Step 1: count the run against the limits and mark its thread busy (nothing is
+        awaited, so two requests cannot both pass)."""
+        runtime = self.runtime
+        self._ticket = runtime.admission.admit(
+            self.key, (self.resource_id, self.input.thread_id), live=runtime.is_live(self.key)
+        )
+        self._admitted = time.perf_counter()
+        return self._ticket
+
+    async def claim(self) -> None:
+        """Step 2: claim the runId and the thread across replicas."""
+        await self.runtime.cluster.claim(
+            self.owner, self.input.run_id, self.resource_id, self.input.thread_id
+        )
+        self._claimed = True
+
+    async def read(self) -> None:
+        """Step 3: read the thread (ownership, history, state, interrupts); nothing is
+        written yet. Stateless (no thread memory): the request is all there is."""
+        memory = self.runtime.memory
+        if memory is not None:
+            self.memory = await memory.begin(self.input, self.options, self.resource_id,
+                                             self.agent)
+
+    async def refuse(self) -> None:
+        """Undo what ``admit`` and ``claim`` took: the run does not start."""
+        runtime = self.runtime
+        assert self._ticket is not None
+        runtime.admission.release(self._ticket)
+        if self._claimed:
+            await runtime.cluster.abandon(
+                self.owner, self.input.run_id, self.resource_id, self.input.thread_id
+            )
+
+    def begin(self) -> Run:
+        """Step 4: build the run's parts, emit RUN_STARTED, begin writing the new messages
+        and start the task that drives the run."""
+        runtime, run_input, memory = self.runtime, self.input, self.memory
+        self.run = run = Run(
+            run_id=run_input.run_id, thread_id=run_input.thread_id, owner=self.owner,
+            resource_id=self.resource_id, agent_id=self.agent.id, options=self.options,
+            log=RunLog(max_bytes=runtime.settings.max_run_log_bytes),
+        )
+        # The client's state wins; without one the run continues from the thread's.
+        state = run_input.state
+        self.state_from_thread = state is None and memory is not None and memory.state is not None
+        if self.state_from_thread and memory is not None:
+            state = memory.state
+        self.events = RunEvents(
+            run.log, run.thread_id, run.run_id, parent_run_id=run_input.parent_run_id,
+            state=state, max_state_bytes=runtime.settings.max_state_bytes,
+        )
+        self.events.usage = run.usage
+        self.session = AgentSession(
+            self.events, self.agent, [t["name"] for t in run_input.tools],
+            pending=runtime.pending, run=self.key, tool_timeout=runtime.settings.tool_timeout,
+            defer_frontend=self.mode == "next-run", metrics=runtime.metrics,
+            tracer=runtime.tracer,
+        )
+        self.context = self._agent_context(state)
+        runtime.register(run)
+        self.events.start()
+        runtime.cluster.started(run)
+        self._started = time.perf_counter()
+        runtime.metrics.run_started(self.agent.id, self._started - self._admitted)
+        # RUN_STARTED is in the log: the new messages are written while the agent works.
+        context = _run_context(run)
+        # Begun, not awaited: queued for the store's next commit (or done at once in memory).
+        self._saved = context.run(memory.save_start) if memory is not None else None
+        run.task = asyncio.get_running_loop().create_task(
+            self.drive(), name=f"run-{run.run_id}", context=context
+        )
+        return run
+
+    def _agent_context(self, state: Any) -> RunContext:
+        """What the agent sees: the model's history, the request's tools and context."""
+        run_input, memory = self.input, self.memory
+        history = (
+            memory.history if memory is not None
+            else [dict(m) for m in model_view(run_input.messages)]
+        )
+        # Stateless: nothing to check the answers against; they are taken as sent.
+        resume = memory.resume if memory is not None else run_input.resume
+        answered = memory.answered if memory is not None else run_input.resume
+        return RunContext(
+            thread_id=run_input.thread_id, run_id=run_input.run_id, messages=history,
+            frontend_tools=run_input.tools, context=run_input.context, options=self.options,
+            state=state, resource_id=self.resource_id, session=self.session,
+            resume=[Resume.from_wire(e) for e in resume],
+            answered=[Resume.from_wire(e) for e in answered], usage=self.events.usage,
+        )
+
+    # -- the task (steps 5-7) -----------------------------------------------------------
+
+    async def drive(self) -> None:
+        """Step 5, the run's task: show the thread, produce, then ``conclude``; traced as
+        one span when tracing is on."""
+        tracer = self.runtime.tracer
+        if tracer is None:
+            await self._drive()
+            return
+        run = self.run
+        with tracer.run(
+            thread_id=run.thread_id, run_id=run.run_id, agent_id=run.agent_id,
+            resource_id=run.resource_id,
+        ) as finish:
+            try:
+                await self._drive()
+            finally:
+                finish(self.events.outcome)
+
+    async def _drive(self) -> None:
+        memory, events = self.memory, self.events
+        try:
+            # ``messagesSnapshot`` (thread memory reads the thread; stateless: no thread).
+            if memory is not None and memory.snapshot is not None:
+                events.push(ev.messages_snapshot(memory.snapshot))
+            if self.state_from_thread:
+                # The client did not send the state the run starts from: show it first, so
+                # the agent's deltas apply on the client too.
+                events.push(ev.state_snapshot(self.context.state))
+            if memory is not None and memory.hydrate_only:
+                events.finish()
+            else:
+                await self.produce()
+        finally:
+            await self.conclude()
+
+    async def produce(self) -> None:
+        """The agent's outputs into the log, and how the run ends: finished, interrupted,
+        cancelled or failed (every way out leaves a terminal event)."""
+        events = self.events
+        try:
+            await self._outputs()
+            events.finish()
+        except RunEnded:
+            pass
+        except Interrupted as exc:
+            call_id = exc.interrupt.get("toolCallId")
+            if isinstance(call_id, str):
+                # The call the interrupt asks about is answered by the resumed run, not here.
+                events.deferred_calls.append(call_id)
+            events.finish(outcome={"type": "interrupt", "interrupts": [exc.interrupt]})
+        except asyncio.CancelledError:
+            self._stopped()
+        except AgentError as exc:
+            events.fail(exc.message, exc.code)
+        except Exception:
+            logger.exception("agent %s failed in run %s", self.agent.id, self.run.run_id)
+            events.fail("The agent failed unexpectedly.", "AGENT_ERROR")
+
+    async def _outputs(self) -> None:
+        agen = self.agent.run(self.context)
+        try:
+            produced = 0
+            async for output in agen:
+                self.events.emit(output)
+                produced += 1
+                if produced % YIELD_EVERY == 0:
+                    # An agent that never awaits would hold the loop for the whole run: let
+                    # followers send what is ready (time to first event).
+                    await asyncio.sleep(0)
+        finally:
+            aclose = getattr(agen, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    def _stopped(self) -> None:
+        """The run's task was cancelled: end it as the reason it was stopped says."""
+        reason = self.run.stop_reason
+        if reason == "cancelled":
+            self.events.finish(outcome={"type": "cancelled"})
+        elif reason == "shutdown":
+            self.events.fail("The server is shutting down.", "SERVER_SHUTDOWN")
+        else:
+            self.events.fail("The run was stopped.", "RUN_CANCELLED")
+
+    async def conclude(self) -> None:
+        """Steps 6 and 7: store what the run produced, then release it.
+
+        The thread stays busy until the final write has committed or definitively failed,
+        even if the run's task is cancelled meanwhile: otherwise the next run could start on
+        a thread whose last run is not stored yet, and the history would interleave. A
+        cancel that came meanwhile is raised once the run is released.
+        """
+        if not self.events.guard.ended:
+            self.events.fail("The run ended without a terminal event.", "AGENT_ERROR")
+        self.runtime.ending(self.run)
+        cancelled = False
+        try:
+            cancelled = await self.save()
+        finally:
+            cancelled = await self.release() or cancelled
+        if cancelled:
+            raise asyncio.CancelledError()
+
+    async def save(self) -> bool:
+        """Step 6: settle the start write, then store what the run produced and what it
+        leaves for the next run. True if the task was cancelled while waiting."""
+        memory, events = self.memory, self.events
+        if memory is None:
+            return False
+        cancelled = False
+        if self._saved is not None:
+            cancelled = await _settle(self._saved)
+            _log_failure(self._saved, self.run)
+        self._close_unanswered()
+        write = memory.save_end(
+            events.transcript.messages, finished=events.succeeded, failed=events.failed,
+            raised=events.interrupts, state=events.guard.shared_state,
+        )
+        if write is not None:
+            cancelled = await _settle(write) or cancelled
+            _log_failure(write, self.run)
+        return cancelled
+
+    def _close_unanswered(self) -> None:
+        """Give each frontend call the client never answered an error result, for storage."""
+        events = self.events
+        transcript = events.transcript
+        deferred = set(events.deferred_calls)  # next-run calls: answered by the next run
+        reason = _UNANSWERED.get(
+            self.run.stop_reason or "", "the run ended before the client answered"
+        )
+        for call_id in transcript.unanswered_calls():
+            if call_id not in deferred:
+                transcript.add_error_result(events.new_id(), call_id, reason)
+
+    async def release(self) -> bool:
+        """Step 7: free the thread (here, then across replicas), release the terminal event,
+        retain the run. True if the task was cancelled while waiting."""
+        runtime, run = self.runtime, self.run
+        assert self._ticket is not None
+        runtime.admission.release(self._ticket)
+        cancelled = False
+        if runtime.cluster.distributed:  # the shared busy mark goes before the terminal
+            cancelled = await _settle(asyncio.ensure_future(runtime.cluster.release(run)))
+        self.events.release_terminal()
+        runtime.retire(run)
+        runtime.metrics.run_finished(
+            run.agent_id, self.events.outcome, self.events.error_code,
+            time.perf_counter() - self._started,
+        )
+        return cancelled
+
+
+def _run_context(run: Run) -> contextvars.Context:
+    """A context for one of the run's tasks: its log records carry the run's ids."""
+    context = contextvars.copy_context()
+    context.run(current_run.set, (run.thread_id, run.run_id))
+    return context
+
+
+def _log_failure(write: asyncio.Future[None], run: Run) -> None:
+    if not write.cancelled() and write.exception() is not None:
+        logger.error(
+            "could not store the messages of run %s", run.run_id, exc_info=write.exception()
+        )
+
+
+async def _settle(task: asyncio.Future[Any]) -> bool:
+    """Wait until ``task`` is done, even through cancellation; True if we were cancelled."""
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = True
+        except Exception:
+            break  # the task failed; its exception is read by the caller
+    return cancelled
