@@ -37,11 +37,8 @@ from iobridge.agents.catalog import build_catalog as make_catalog
 from iobridge.auth import Authenticator, Principal
 from iobridge.config import Settings
 from iobridge.errors import (
-    ConflictError,
     EventsNotRetained,
-    GoneError,
     InputError,
-    IobridgeError,
     NotFoundError,
     PayloadTooLarge,
     ServiceUnavailable,
@@ -53,9 +50,16 @@ from iobridge.protocol.message_formats import to_mastra
 from iobridge.protocol.options import ToolResultMode, parse_run_options
 from iobridge.protocol.run_input import OFF_LOOP_BYTES, RunInput, parse_run_input
 from iobridge.protocol.thread_bodies import parse_thread_create, parse_thread_update
-from iobridge.protocol.tool_results import ToolResult, parse_tool_result
-from iobridge.runtime.cluster import Cluster, Command, LocalCluster, RemoteRun
+from iobridge.protocol.tool_results import parse_tool_result
+from iobridge.runtime.cluster import Cluster, LocalCluster, RemoteRun
 from iobridge.runtime.engine import Runtime
+from iobridge.runtime.replica_messages import (
+    AttachFollower,
+    CancelRun,
+    DetachFollower,
+    RunCommand,
+    SubmitToolResult,
+)
 from iobridge.runtime.run import Run
 from iobridge.runtime.thread_memory import StoreMemory
 from iobridge.store.base import Thread, ThreadStore, format_timestamp, validate_id
@@ -73,10 +77,6 @@ __all__ = [
 
 #: What ``resume`` hands a transport: a run of this process, or one another replica drives.
 FollowedRun = Run | RemoteRun
-#: Errors a forwarded command may answer with, by HTTP status (the same classes re-raised).
-_FORWARDED_ERRORS: dict[int, type[IobridgeError]] = {
-    400: InputError, 404: NotFoundError, 409: ConflictError, 410: GoneError
-}
 
 logger = logging.getLogger("iobridge")
 
@@ -190,7 +190,7 @@ class Backend:
 
                 self.cluster = RedisCluster(self.settings)
                 stack.push_async_callback(self._close_cluster)
-                await self.cluster.open(self._command)
+                await self.cluster.open(self.runtime.act)
                 self.runtime.cluster = self.cluster
             if self.settings.tracing.enabled or self._tracer_provider is not None:
                 from iobridge.observability.tracing import open_tracer
@@ -366,31 +366,21 @@ class Backend:
     async def _follow_remote(
         self, run: RemoteRun, after: int, idle: float | None, detach_grace: float | None
     ) -> AsyncGenerator[list[tuple[int, bytes]]]:
-        await self._tell(run, {"op": "attach"})
+        await self._tell(run, AttachFollower(owner=run.owner, run=run.run_id))
         try:
             async with aclosing(self.cluster.follow(run, after, idle=idle)) as batches:
                 async for batch in batches:
                     yield batch
         finally:
-            await asyncio.shield(self._tell(run, {"op": "detach", "grace": detach_grace}))
+            detach = DetachFollower(owner=run.owner, run=run.run_id, grace=detach_grace)
+            await asyncio.shield(self._tell(run, detach))
 
-    async def _tell(self, run: RemoteRun, command: Command) -> None:
+    async def _tell(self, run: RemoteRun, command: RunCommand) -> None:
         """Fire-and-forget: a lost attach/detach only changes when an orphan is cancelled."""
         try:
-            await self.cluster.forward(run, self._addressed(run, command), reply=False)
+            await self.cluster.tell(run, command)
         except Exception:
             logger.warning("could not tell replica %s about a follower", run.replica)
-
-    async def _elsewhere(
-        self, principal: Principal, run_id: str, command: Command
-    ) -> Command | None:
-        """The answer of the replica running the caller's run (``None``: none has it)."""
-        return await self.cluster.command(
-            principal.id, run_id, {**command, "owner": principal.id, "run": run_id})
-
-    @staticmethod
-    def _addressed(run: RemoteRun, command: Command) -> Command:
-        return {**command, "owner": run.owner, "run": run.run_id}
 
     def get_run(self, principal: Principal, run_id: str) -> Run:
         """A live or retained run the caller started, in this process.
@@ -460,10 +450,10 @@ class Backend:
         try:
             run = self.runtime.get_run(principal.id, run_id)
         except NotFoundError:
-            answer = await self._elsewhere(principal, run_id, {"op": "cancel"})
+            answer = await self.cluster.ask(CancelRun(owner=principal.id, run=run_id))
             if answer is None:
                 raise
-            return bool(_answer(answer))
+            return bool(answer.unwrap())
         return self.runtime.cancel(run)
 
     async def submit_tool_result(
@@ -481,34 +471,15 @@ class Backend:
         try:
             run = self.runtime.get_run(principal.id, run_id)
         except NotFoundError:
-            command = {"op": "result", "call": tool_call_id, "content": result.content,
-                       "value": result.value, "isError": result.is_error}
-            answer = await self._elsewhere(principal, run_id, command)
+            command = SubmitToolResult(
+                owner=principal.id, run=run_id, call=tool_call_id, result=result
+            )
+            answer = await self.cluster.ask(command)
             if answer is None:
                 raise
-            _answer(answer)
+            answer.unwrap()
             return
         self.runtime.submit_tool_result(run, tool_call_id, result)
-
-    async def _command(self, command: Command) -> Command:
-        """Act for another replica on one of this process's runs; errors become answers."""
-        try:
-            run = self.runtime.get_run(str(command["owner"]), str(command["run"]))
-            op = command["op"]
-            if op == "cancel":
-                return {"value": self.runtime.cancel(run)}
-            if op == "result":
-                result = ToolResult(content=str(command["content"]), value=command["value"],
-                                    is_error=bool(command["isError"]))
-                self.runtime.submit_tool_result(run, str(command["call"]), result)
-            elif op == "attach":
-                self.runtime.attach(run)
-            elif op == "detach":
-                grace = command.get("grace")
-                self.runtime.detach(run, grace=None if grace is None else float(grace))
-            return {"value": None}
-        except IobridgeError as exc:
-            return {"error": {"status": exc.status, "code": exc.code, "message": exc.message}}
 
     # -- agents -------------------------------------------------------------------------
 
@@ -727,15 +698,6 @@ def _ends(run: FollowedRun, seq: int) -> bool:
         return False
     log = run.log
     return log.closed and seq == log.last_seq
-
-
-def _answer(answer: Command) -> Any:
-    """The value of a forwarded command's answer, or its error raised as it was raised."""
-    error = answer.get("error")
-    if error is None:
-        return answer.get("value")
-    cls = _FORWARDED_ERRORS.get(int(error["status"]), IobridgeError)
-    raise cls(str(error["message"]), code=str(error["code"]))
 
 
 def _bad_cursor() -> InputError:

@@ -138,3 +138,33 @@ class AgentError(IobridgeError):
     """An agent failure to report in-stream as RUN_ERROR with this code and message."""
 
     default_code = "AGENT_ERROR"
+
+
+#: Each error class by the kind it crosses process boundaries as (a replica's answer to
+#: another): the one table both ends read, so an error is raised again as it was raised.
+ERROR_KINDS: dict[str, type[IobridgeError]] = {
+    "input": InputError,
+    "authentication": AuthenticationError,
+    "not_found": NotFoundError,
+    "conflict": ConflictError,
+    "gone": GoneError,
+    "too_large": PayloadTooLarge,
+    "too_many": TooManyRequests,
+    "unavailable": ServiceUnavailable,
+    "agent": AgentError,
+}
+_KIND_OF = {cls: kind for kind, cls in ERROR_KINDS.items()}
+
+
+def error_kind(exc: IobridgeError) -> str:
+    """The kind ``exc`` crosses as: its class's, or its nearest listed base's."""
+    for cls in type(exc).__mro__:
+        kind = _KIND_OF.get(cls)
+        if kind is not None:
+            return kind
+    return "internal"
+
+
+def error_of_kind(kind: str, message: str, code: str) -> IobridgeError:
+    """The error an answer of ``kind`` stands for (an unknown kind: a plain 500)."""
+    return ERROR_KINDS.get(kind, IobridgeError)(message, code=code)

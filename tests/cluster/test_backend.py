@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -20,7 +21,7 @@ from iobridge.app import Backend
 from iobridge.auth import ANONYMOUS
 from iobridge.cluster.redis import MIRROR_DELAY
 from iobridge.config import Settings
-from iobridge.errors import ConflictError, EventsNotRetained
+from iobridge.errors import ConflictError, EventsNotRetained, NotFoundError
 from iobridge.runtime.cluster import LocalCluster, RemoteRun
 from iobridge.runtime.runlog import DEFAULT_BATCH_BYTES
 
@@ -292,3 +293,43 @@ async def test_the_shared_log_keeps_at_most_max_run_log_bytes(
                 assert trimmed.value.first_retained == first
         finally:
             await redis.aclose()
+
+
+async def test_a_result_and_a_cancel_cross_replicas_typed_and_whole(tmp_path: Path) -> None:
+    """A frontend tool's result posted on B reaches the run on A with its value and error
+    flag; B's errors for it are A's, raised as A raised them; a cancel via B stops it."""
+    seen: list[Any] = []
+
+    async def asks(ctx: Any) -> AsyncIterator[str]:
+        result = await ctx.call_tool("pick", {})
+        seen.append(result)
+        yield "got it"
+        await asyncio.sleep(30)
+
+    tool = {"name": "pick", "description": "Pick", "parameters": {"type": "object"}}
+    with redis_server(tmp_path) as url:
+        settings = Settings(database_url="memory://", redis_url=url, redis_prefix="typed")
+        agent = FunctionAgent(asks, id="asks")
+        async with Backend(settings, agents=[agent]) as a, Backend(settings) as b:
+            body = {"threadId": "t", "runId": "r", "tools": [tool], "forwardedProps": {
+                "agentId": "asks"}, "messages": [{"id": "u", "role": "user", "content": "go"}]}
+            run = await a.start_run(ANONYMOUS, body)
+            while b"TOOL_CALL_END" not in b"".join(d for _, d in run.log.entries()):
+                await asyncio.sleep(0.01)
+            call = next(json.loads(d)["toolCallId"] for _, d in run.log.entries()
+                        if b"TOOL_CALL_END" in d)
+            with pytest.raises(NotFoundError) as unknown:
+                await b.submit_tool_result(ANONYMOUS, "r", "no-such-call", {"result": 1})
+            assert unknown.value.code == "TOOL_CALL_NOT_FOUND"
+            await b.submit_tool_result(ANONYMOUS, "r", call, {"result": {"k": [1]},
+                                                               "isError": True})
+            with pytest.raises(ConflictError) as twice:
+                await b.submit_tool_result(ANONYMOUS, "r", call, {"result": 2})
+            assert twice.value.code == "TOOL_RESULT_ALREADY_SUBMITTED"
+            while not seen:
+                await asyncio.sleep(0.01)
+            assert (seen[0].value, seen[0].is_error) == ({"k": [1]}, True)
+            assert await b.cancel_run(ANONYMOUS, "r") is True
+            await asyncio.wait_for(asyncio.shield(run.task), 5)
+            assert json.loads(run.log.entries()[-1][1])["outcome"] == {"type": "cancelled"}
+            assert await b.cancel_run(ANONYMOUS, "r") is False

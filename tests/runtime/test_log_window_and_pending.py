@@ -12,6 +12,7 @@ from iobridge.agents.context import ToolResult
 from iobridge.errors import ConflictError, EventsNotRetained, NotFoundError
 from iobridge.runtime.cluster import LocalCluster, RemoteRun
 from iobridge.runtime.pending import PendingRegistry
+from iobridge.runtime.replica_messages import CancelRun
 from iobridge.runtime.runlog import ENTRY_OVERHEAD, RunLog
 
 # -- the run log -------------------------------------------------------------------------
@@ -263,4 +264,5 @@ async def test_a_single_process_has_no_remote_runs_to_follow_or_command() -> Non
     with pytest.raises(RuntimeError, match=r"^a single process has no remote runs$"):
         await anext(cluster.follow(remote, 0, idle=None))
     with pytest.raises(RuntimeError, match=r"^a single process has no remote runs$"):
-        await cluster.forward(remote, {"op": "cancel"})
+        await cluster.tell(remote, CancelRun(owner="alice", run="r1"))
+    assert await cluster.ask(CancelRun(owner="alice", run="r1")) is None

@@ -22,7 +22,8 @@ no two (owner, runId) pairs share a key):
 * ``P:hb:<replica>``: the heartbeat. A follower that sees it expire appends ``RUN_ERROR``
   ``RUN_LOST`` — atomically, only if the log has no terminal event yet.
 * ``P:cmd:<replica>`` and ``P:answer:<replica>`` (pub/sub): commands for a run's owner (tool
-  result, cancel, follower attach/detach) and the answers to the replica that asked.
+  result, cancel, follower attach/detach, mirror) and the answers to the replica that asked,
+  as :mod:`iobridge.runtime.replica_messages` encodes them.
 * ``P:alias:<owner>:<hex>``: a transport's own name for a run (an N-PAMP stream id) → its
   runId, so a client may resume on any replica; expires with the run record.
 
@@ -37,7 +38,6 @@ to Redis, and answers and followers' notices have a pipeline of their own.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -50,7 +50,19 @@ from redis.exceptions import NoScriptError, RedisError
 from iobridge.config import Settings
 from iobridge.errors import ConflictError, EventsNotRetained, ServiceUnavailable
 from iobridge.protocol.events import encode_event, run_error
-from iobridge.runtime.cluster import Command, CommandHandler, RemoteRun
+from iobridge.runtime.cluster import CommandHandler, RemoteRun
+from iobridge.runtime.replica_messages import (
+    Answer,
+    AttachFollower,
+    MalformedMessage,
+    MirrorLog,
+    Reply,
+    Request,
+    RunCommand,
+    decode_reply,
+    decode_request,
+    encode,
+)
 from iobridge.runtime.run import Run, RunKey
 from iobridge.runtime.runlog import DEFAULT_BATCH_BYTES
 
@@ -66,8 +78,6 @@ FORWARD_TIMEOUT = 5.0
 FOLLOW_COUNT = 512
 #: Seconds the readiness check and the claim release wait for Redis.
 REDIS_TIMEOUT = 2.0
-#: The command asking a run's owner to mirror its log (an ``attach`` does too).
-MIRROR = "mirror"
 #: Seconds a mirror batch waits for the events the run appends right after its first.
 MIRROR_DELAY = 0.005
 RUN_LOST = encode_event(run_error("The replica running this run stopped.", "RUN_LOST"))
@@ -304,7 +314,7 @@ class RedisCluster:
         #: Answers to other replicas and followers' notices: small, never behind the bulk.
         self._control = _Outbox(self._redis, self._load_scripts)
         #: Forwarded commands waiting for their answer, by request id.
-        self._waiting: dict[str, asyncio.Future[Command]] = {}
+        self._waiting: dict[str, asyncio.Future[Answer]] = {}
 
     # -- keys ---------------------------------------------------------------------------
 
@@ -426,11 +436,10 @@ class RedisCluster:
         if claim is not None:
             self._shared[run.key] = _Shared(run, claim[0], claim[3], claim[4])
 
-    def _share(self, owner: Any, run_id: Any) -> None:
+    def _share(self, owner: str, run_id: str) -> None:
         """Mirror the run's log from its first retained event on (once): another replica
         follows it. Until then its events cost Redis nothing."""
-        shared = self._shared.get((owner, run_id)) if isinstance(owner, str) and isinstance(
-            run_id, str) else None
+        shared = self._shared.get((owner, run_id))
         if shared is not None and shared.mirror is None:
             shared.mirror = self._spawn(self._mirror(shared), f"mirror-{run_id}")
 
@@ -560,9 +569,9 @@ class RedisCluster:
                 if not await self._lost(
                     keys=[record, log, self._heartbeat_key(replica)], args=[RUN_LOST]
                 ) and not mirrored:  # the owner lives: ask again (in case the attach was lost)
-                    self._controlled("PUBLISH", self._channel(replica), json.dumps(
-                        {"op": MIRROR, "owner": run.owner, "run": run.run_id},
-                    )).add_done_callback(_log_failure)
+                    mirror = Request(command=MirrorLog(owner=run.owner, run=run.run_id))
+                    self._controlled("PUBLISH", self._channel(replica), encode(mirror),
+                                     ).add_done_callback(_log_failure)
             elif int(state[1]) <= position:
                 # The owner died before the events this client saw on it reached the shared
                 # log (so the log ends before the cursor): the client still gets its end.
@@ -573,36 +582,24 @@ class RedisCluster:
                 quiet = 0.0
                 yield []
 
-    async def forward(self, run: RemoteRun, command: Command, *, reply: bool = True) -> Command:
-        if not reply:
-            await self._published(self._controlled(
-                "PUBLISH", self._channel(run.replica), json.dumps(command)))
-            return {}
-        return await self._ask(command, lambda message: self._controlled(
-            "PUBLISH", self._channel(run.replica), message))
+    async def tell(self, run: RemoteRun, command: RunCommand) -> None:
+        await self._published(self._controlled(
+            "PUBLISH", self._channel(run.replica), encode(Request(command=command))))
 
-    async def command(self, owner: str, run_id: str, command: Command) -> Command | None:
+    async def ask(self, command: RunCommand) -> Answer | None:
         """Find the run's replica and publish ``command`` to it in one script call (one
-        round trip, no pipeline to wait for: someone waits on this)."""
-        keys = [self._key("run", owner, run_id)]
-
-        def send(message: str) -> Any:
-            return self._send(keys=keys, args=[self._replica_arg, self._channel_arg,
-                                               message.encode()])
-
+        round trip, no pipeline to wait for: someone waits on this), then wait for its
+        answer on this replica's own channel."""
+        keys = [self._key("run", command.owner, command.run)]
+        request = f"{next(self._requests)}"
+        answered = self._waiting[request] = asyncio.get_running_loop().create_future()
+        message = encode(Request(command=command, sender=self.replica_id, id=request))
         try:
-            return await self._ask(command, send)
+            await self._published(self._send(
+                keys=keys, args=[self._replica_arg, self._channel_arg, message]))
+            return await asyncio.wait_for(answered, FORWARD_TIMEOUT)
         except _NotElsewhere:
             return None
-
-    async def _ask(self, command: Command, send: Callable[[str], Any]) -> Command:
-        """Send ``command`` with a request id and wait for the owner's answer to it."""
-        request = f"{next(self._requests)}"  # answers come on this replica's own channel
-        answered = self._waiting[request] = asyncio.get_running_loop().create_future()
-        try:
-            await self._published(send(json.dumps({**command, "from": self.replica_id,
-                                                   "id": request})))
-            return await asyncio.wait_for(answered, FORWARD_TIMEOUT)
         except TimeoutError:
             raise ServiceUnavailable(
                 "the replica running this run did not answer in time",
@@ -638,40 +635,40 @@ class RedisCluster:
                     if message["channel"] == replies:
                         self._answered(message["data"])
                     else:
-                        await self._answer(message["data"])
+                        self._answer(message["data"])
             except (RedisError, OSError):
                 logger.warning("commands: Redis does not answer; resubscribing")
                 await asyncio.sleep(self.settings.heartbeat_seconds)
 
     def _answered(self, data: bytes) -> None:
         try:
-            answer = json.loads(data)
-            waiting = self._waiting.get(str(answer["id"]))
-        except (ValueError, KeyError, TypeError):
+            reply: Reply = decode_reply(data)
+        except MalformedMessage:
             logger.warning("ignored a malformed cluster answer")
             return
+        waiting = self._waiting.get(reply.id)
         if waiting is not None and not waiting.done():
-            waiting.set_result(answer["answer"])
+            waiting.set_result(reply.answer)
 
-    async def _answer(self, data: bytes) -> None:
+    def _answer(self, data: bytes) -> None:
         assert self._handler is not None
         try:
-            command = json.loads(data)
-            op = command["op"]
-            if op in ("attach", MIRROR):  # another replica follows the run: share its log
-                self._share(command.get("owner"), command.get("run"))
-                if op == MIRROR:
-                    return
-            answer = await self._handler(command)
-        except (ValueError, KeyError, TypeError):
+            request = decode_request(data)
+        except MalformedMessage:
             logger.warning("ignored a malformed cluster command")
             return
-        sender, request = command.get("from"), command.get("id")
-        if isinstance(sender, str) and isinstance(request, str):
+        command = request.command
+        if isinstance(command, AttachFollower | MirrorLog):
+            # Another replica follows the run: share its log.
+            self._share(command.owner, command.run)
+            if isinstance(command, MirrorLog):
+                return
+        answer = self._handler(command)
+        if request.sender is not None and request.id is not None:
             # Not awaited: the next command need not wait for this answer's round trip.
+            reply = Reply(id=request.id, answer=answer)
             self._controlled(
-                "PUBLISH", self._reply_channel(sender),
-                json.dumps({"id": request, "answer": answer}),
+                "PUBLISH", self._reply_channel(request.sender), encode(reply),
             ).add_done_callback(_log_failure)
 
     # -- transports' names for runs -------------------------------------------------------

@@ -8,20 +8,21 @@ each run's log is mirrored for followers on other replicas, and tool results or 
 land on a replica that does not own the run are forwarded to its owner.
 
 The engine calls only the :class:`Coordinator` part (claim, started, release, forgotten);
-the Backend uses the rest (find a run elsewhere, follow it, forward a command to its owner).
+the Backend uses the rest (find a run elsewhere, follow it, send a command to its owner).
+What replicas send each other is typed in :mod:`iobridge.runtime.replica_messages`.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
+from iobridge.runtime.replica_messages import Answer, RunCommand
 from iobridge.runtime.run import Run
 
-#: A command for the replica that owns a run, and its answer (JSON-shaped dicts).
-Command = dict[str, Any]
-CommandHandler = Callable[[Command], Awaitable[Command]]
+#: How the owner of a run acts on a command another replica sent (``Runtime.act``).
+CommandHandler = Callable[[RunCommand], Answer]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,7 +72,7 @@ class Cluster(Coordinator, Protocol):
 
     async def open(self, handler: CommandHandler) -> None:
         """Start serving commands for this replica's runs with ``handler`` (called for one
-        command at a time as they arrive: it must not wait on anything slow)."""
+        command at a time as they arrive)."""
 
     async def aclose(self) -> None:
         """Stop heartbeats and command serving; close connections."""
@@ -91,19 +92,17 @@ class Cluster(Coordinator, Protocol):
             EventsNotRetained: the entries after ``after`` are no longer retained.
         """
 
-    async def forward(
-        self, run: RemoteRun, command: Command, *, reply: bool = True  # pragma: no mutate
-    ) -> Command:
-        """Send ``command`` to the run's owner and return its answer (``{}`` without reply).
+    async def tell(self, run: RemoteRun, command: RunCommand) -> None:
+        """Send ``command`` to the run's owner, wanting no answer.
 
         Raises:
-            ServiceUnavailable: the owner does not answer.
+            ServiceUnavailable: no replica took it.
         """
 
-    async def command(self, owner: str, run_id: str, command: Command) -> Command | None:
-        """Send ``command`` to the replica that runs ``owner``'s run and return its answer;
-        ``None`` if no other replica has the run. (:meth:`find` and :meth:`forward` in one
-        step: a tool result crosses replicas in one round trip each way.)
+    async def ask(self, command: RunCommand) -> Answer | None:
+        """Send ``command`` to the replica that runs its run and return the answer; ``None``
+        if no other replica has the run (finding the owner and sending it the command is
+        one step: a tool result crosses replicas in one round trip each way).
 
         Raises:
             ServiceUnavailable: the owner does not answer.
@@ -154,12 +153,10 @@ class LocalCluster:
         raise RuntimeError("a single process has no remote runs")
         yield []  # pragma: no cover  (makes this an async generator)
 
-    async def forward(
-        self, run: RemoteRun, command: Command, *, reply: bool = True  # pragma: no mutate
-    ) -> Command:
+    async def tell(self, run: RemoteRun, command: RunCommand) -> None:
         raise RuntimeError("a single process has no remote runs")
 
-    async def command(self, owner: str, run_id: str, command: Command) -> Command | None:
+    async def ask(self, command: RunCommand) -> Answer | None:
         return None
 
     async def remember_alias(self, owner: str, alias: bytes, run_id: str) -> None:

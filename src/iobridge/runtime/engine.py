@@ -21,13 +21,21 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from iobridge.config import Settings
-from iobridge.errors import NotFoundError
+from iobridge.errors import IobridgeError, NotFoundError
 from iobridge.observability.metrics import EngineSample, Metrics
 from iobridge.protocol.tool_results import ToolResult
 from iobridge.runtime.admission import Admission
 from iobridge.runtime.cluster import Coordinator, LocalCluster
 from iobridge.runtime.execution import Execution
 from iobridge.runtime.pending import PendingRegistry
+from iobridge.runtime.replica_messages import (
+    Answer,
+    AttachFollower,
+    CancelRun,
+    DetachFollower,
+    RunCommand,
+    SubmitToolResult,
+)
 from iobridge.runtime.run import Run, RunKey
 
 if TYPE_CHECKING:
@@ -180,6 +188,23 @@ class Runtime:
             ConflictError: the call already has a result.
         """
         self.pending.resolve(run.key, tool_call_id, result)
+
+    def act(self, command: RunCommand) -> Answer:
+        """Act for another replica on one of this process's runs; errors become answers."""
+        try:
+            run = self.get_run(command.owner, command.run)
+            match command:
+                case CancelRun():
+                    return Answer(value=self.cancel(run))
+                case SubmitToolResult(call=call, result=result):
+                    self.submit_tool_result(run, call, result)
+                case AttachFollower():
+                    self.attach(run)
+                case DetachFollower(grace=grace):
+                    self.detach(run, grace=grace)
+        except IobridgeError as exc:
+            return Answer.failed(exc)
+        return Answer()
 
     def cancel(self, run: Run, reason: str = "cancelled") -> bool:
         """Stop a running run (agent task and pending tools). False if it already ended."""
