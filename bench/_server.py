@@ -98,6 +98,16 @@ def bridge_app(kind: str, n: int, values: dict[str, Any]) -> Any:
     return create_app(Backend(settings, agents=[bench_agent(kind, n)])), uvicorn_options(settings)
 
 
+def serving_process() -> None:
+    """What ``iobridge serve`` does to its process before serving (the collector's tuning),
+    when this core's CLI does it (older cores did it in the Backend)."""
+    from iobridge import cli
+
+    tune = getattr(cli, "tune_collector_for_serving", None)
+    if tune is not None:
+        tune()
+
+
 def raise_fd_limit() -> int:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY:
@@ -121,6 +131,8 @@ def main() -> None:
         app: Any = bare_app(args.deltas)
     else:
         app, options = bridge_app(args.agent, args.deltas, json.loads(args.settings))
+    if args.app == "bridge":
+        serving_process()
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False,
                 backlog=4096, lifespan="auto", **options)
 

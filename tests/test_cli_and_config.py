@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from iobridge.cli import app
-from iobridge.config import Settings
+from iobridge.config import Settings, is_loopback
 
 runner = CliRunner()
 
@@ -120,3 +120,17 @@ def test_header_options_are_parsed_with_names_and_values_stripped() -> None:
 
     assert parse_headers([" X-API-Key : k1 ", "Authorization: Bearer a:b"]) == {
         "X-API-Key": "k1", "Authorization": "Bearer a:b"}
+
+
+@pytest.mark.parametrize(("host", "loopback"), [
+    ("localhost", True), ("LocalHost", True), ("127.0.0.1", True), ("127.9.9.9", True),
+    ("::1", True), ("[::1]", True), ("0.0.0.0", False), ("::", False), ("10.0.0.1", False),
+    ("example.com", False), ("", False),
+])
+def test_one_loopback_rule_for_allowed_hosts_and_npamp_agree(host: str, loopback: bool) -> None:
+    # ``allowed_hosts`` and ``serve --npamp-agree`` decide with the same function (the CLI's
+    # own copy missed ``[::1]`` and upper-case ``localhost``).
+    assert is_loopback(host) is loopback
+    import iobridge.cli
+
+    assert not hasattr(iobridge.cli, "_is_loopback")

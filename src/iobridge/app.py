@@ -20,7 +20,6 @@ call and encode. This module imports neither transport.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import time
 import uuid
@@ -103,32 +102,6 @@ async def parse_run_input_off_loop(
     return await asyncio.to_thread(parse_run_input, body, max_messages=max_messages)
 
 
-_startup_frozen = False
-
-#: Collector thresholds while serving: a young generation of 20,000 objects instead of 700.
-#: A server allocates in bursts of short-lived objects (a request, a run); with the default,
-#: collections ran every few requests and, with 10,000 runs open, their teardown cost 4.2 s
-#: of CPU instead of 1.6 s (``bench/idle_runs.py``).
-SERVING_GC_THRESHOLDS = (20_000, 20, 100)
-
-
-def freeze_startup_objects() -> None:
-    """Tune the cycle collector for serving, once per process.
-
-    What the process built at startup (modules, the app, agents, models) lives as long as
-    the process: it is moved out of the collector's view, or every full collection under
-    load walks it again (tens of milliseconds each, seen in ``bench/load_runs.py``); and
-    the thresholds become :data:`SERVING_GC_THRESHOLDS`. Only the first backend of a
-    process does it (a process that opens many, like a test run, pays the collection once).
-    """
-    global _startup_frozen
-    if not _startup_frozen:
-        _startup_frozen = True
-        gc.collect()
-        gc.freeze()
-        gc.set_threshold(*SERVING_GC_THRESHOLDS)
-
-
 def build_catalog(settings: Settings, agents: Sequence[Agent] = ()) -> AgentCatalog:
     """The demo agent, the configured agents, then ``agents`` (see ``agents.catalog``)."""
     return make_catalog(settings.agents, default_agent=settings.default_agent, agents=agents)
@@ -206,7 +179,6 @@ class Backend:
             await stack.aclose()
             raise
         self._stack = stack
-        freeze_startup_objects()
         return self
 
     @property

@@ -330,7 +330,7 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _hosts_known(self) -> Settings:
-        if self.allowed_hosts is None and not _is_loopback(self.host):
+        if self.allowed_hosts is None and not is_loopback(self.host):
             raise ValueError(
                 f"allowed_hosts is required when host is not a loopback address ({self.host})"
             )
@@ -381,7 +381,9 @@ class Settings(BaseSettings):
         return cls.model_validate(values)
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only: ``localhost``, or a loopback address
+    (IPv6 with or without brackets)."""
     if host.lower() == "localhost":
         return True
     try:
