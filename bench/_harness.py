@@ -86,19 +86,60 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
 
 
+@dataclass(frozen=True)
+class Tree:
+    """A checkout whose core a server runs: its Python, its ``bench/_server.py``, and the
+    environment that makes that Python import the checkout's ``src``."""
+
+    name: str
+    python: str
+    script: Path
+    env: dict[str, str]
+
+
+#: This checkout, with the Python running the bench.
+THIS_TREE = Tree("this", sys.executable, HERE / "_server.py", {})
+
+
+def add_baseline_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--baseline-tree", type=Path, metavar="PATH",
+        help="also serve the core checked out at PATH side by side (an A/B in one run): "
+             "with PATH/.venv/bin/python if there is one, else this Python with PATH/src "
+             "first on the module path; PATH's own bench/_server.py builds its app")
+
+
+def baseline_tree(args: argparse.Namespace) -> Tree | None:
+    """The ``--baseline-tree`` checkout, if given (said which Python and core it runs)."""
+    path: Path | None = args.baseline_tree
+    if path is None:
+        return None
+    path = path.resolve()
+    script = path / "bench" / "_server.py"
+    if not script.is_file():
+        raise SystemExit(f"--baseline-tree {path}: no bench/_server.py there")
+    venv = path / ".venv" / "bin" / "python"
+    python = str(venv) if venv.exists() else sys.executable
+    env = {"PYTHONPATH": str(path / "src")}
+    print(f"baseline: {path} ({python})")
+    return Tree("baseline", python, script, env)
+
+
 class ServerProcess:
     """``_server.py`` in a child process on a free loopback port; stopped on exit.
 
     Its output goes to a temp file, summarised on exit (each distinct log line once, with
-    its count), so that a storm of tracebacks does not bury the figures.
+    its count), so that a storm of tracebacks does not bury the figures. ``tree``: the
+    checkout whose core it serves (default: this one).
     """
 
     def __init__(self, app: str, *, agent: str = "deltas", deltas: int = 5,
-                 settings: dict[str, Any] | None = None) -> None:
+                 settings: dict[str, Any] | None = None, tree: Tree = THIS_TREE) -> None:
         self.port = free_port()
-        self.argv = [sys.executable, str(HERE / "_server.py"), "--port", str(self.port),
+        self.argv = [tree.python, str(tree.script), "--port", str(self.port),
                      "--app", app, "--agent", agent, "--deltas", str(deltas),
                      "--settings", json.dumps(settings or {})]
+        self.env = {**os.environ, **tree.env} if tree.env else None
         self.process: subprocess.Popen[bytes] | None = None
         self._files = contextlib.ExitStack()
 
@@ -109,7 +150,8 @@ class ServerProcess:
 
     def __enter__(self) -> ServerProcess:
         self.log = self._files.enter_context(tempfile.TemporaryFile())
-        self.process = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT,
+                                        env=self.env)
         try:
             wait_for_port(self.port, self.process)
         except BaseException:

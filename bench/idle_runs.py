@@ -7,22 +7,31 @@ server's RSS per pending run ((RSS with N pending - RSS before) / N) and the ser
 seconds spent tearing them all down once every client connection is closed (counted until
 the server's sockets are gone and its CPU is quiet), against the issue's targets (<= 32 KiB
 per run, <= 2 s). N is bounded by the open-file limit (printed). Store: ``memory://`` unless
-``--store sqlite`` (the runs' start cost is not what this measures).
+``--store sqlite`` (the runs' start cost is not what this measures). With ``--baseline-tree
+PATH`` the core at PATH is measured the same way, the two servers taking turns ``--rounds``
+times (each round a fresh server of each), and the figures are printed as ratios this /
+baseline.
 
     .venv/bin/python bench/idle_runs.py [--runs 10000] [--store memory|sqlite] [--quick]
+        [--baseline-tree PATH --rounds R]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import time
 from typing import Any
 
 from _harness import (
+    THIS_TREE,
     ServerProcess,
     SseCounter,
+    Tree,
+    add_baseline_option,
     add_setting_option,
+    baseline_tree,
     database,
     extra_settings,
     mib,
@@ -86,7 +95,8 @@ def wait_torn_down(server: ServerProcess, fds_before: int, timeout: float) -> fl
     return server.settle_cpu(quiet=0.02, interval=0.5, timeout=left)
 
 
-async def scenario(server: ServerProcess, n: int, timeout: float) -> None:
+async def scenario(server: ServerProcess, n: int, timeout: float) -> tuple[float, float]:
+    """Open ``n`` idle runs, then close them all: (RSS bytes per run, teardown CPU s)."""
     warm = await open_all(server.port, 20, "warm", timeout)
     close_all(warm)
     await asyncio.sleep(0.5)
@@ -115,6 +125,16 @@ async def scenario(server: ServerProcess, n: int, timeout: float) -> None:
     print(f"teardown: {teardown:.2f} s server CPU, {wall:.1f} s wall, fds back to "
           f"{server.open_fds()} (target <= {TEARDOWN_TARGET:.0f} s CPU): "
           f"{'OK' if teardown <= TEARDOWN_TARGET else 'ABOVE TARGET'}")
+    return per_run, teardown
+
+
+def measure(tree: Tree, store: str, settings: dict[str, Any], n: int,
+            timeout: float) -> tuple[float, float]:
+    with database(store) as url, ServerProcess(
+            "bridge", agent="tool", settings={**settings, "database_url": url},
+            tree=tree) as server:
+        print(f"-- {tree.name} tree")
+        return asyncio.run(scenario(server, n, timeout))
 
 
 def main() -> None:
@@ -124,7 +144,10 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600.0,
                         help="seconds allowed to open all runs, and to tear them down")
     parser.add_argument("--quick", action="store_true", help="500 runs")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="with --baseline-tree: turns of each server")
     add_setting_option(parser)
+    add_baseline_option(parser)
     args = parser.parse_args()
     limit = raise_fd_limit()
     n = min(500 if args.quick else args.runs, limit - SPARE_FDS)
@@ -136,11 +159,18 @@ def main() -> None:
                                 "max_active_runs_per_principal": n + 100,
                                 "max_connections": n + 100,
                                 **extra_settings(args)}
-    with database(args.store) as url:
-        settings["database_url"] = url
-        with ServerProcess("bridge", agent="tool", settings=settings) as server:
-            asyncio.run(scenario(server, n, args.timeout))
-
+    baseline = baseline_tree(args)
+    trees = [THIS_TREE] if baseline is None else [THIS_TREE, baseline]
+    results: dict[str, list[tuple[float, float]]] = {tree.name: [] for tree in trees}
+    for _ in range(args.rounds):
+        for tree in trees:
+            results[tree.name].append(measure(tree, args.store, settings, n, args.timeout))
+    if baseline is not None:
+        for index, what in enumerate(("RSS per run", "teardown CPU")):
+            per_round = [ours[index] / theirs[index] for ours, theirs
+                         in zip(results["this"], results["baseline"], strict=True)]
+            print(f"this / baseline, {what}: {statistics.median(per_round):.3f} "
+                  f"(rounds {' '.join(f'{r:.2f}' for r in per_round)})")
 
 if __name__ == "__main__":
     main()

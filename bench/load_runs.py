@@ -10,10 +10,12 @@ hits every variant alike. Every iobridge run is a chat turn on its own threadId 
 message. The clients are raw asyncio sockets in this process. Per variant: events/s, median
 and p99 time to first ``data:`` frame, and server CPU per event (every thread's scheduler
 time from /proc, in ns, including work that continues after the streams end), each with its
-ratio to ``bare``.
+ratio to ``bare``. With ``--baseline-tree PATH`` each store is also served by the core at
+PATH (``STORE@base``), in the same interleaved rounds, and each store's figures are printed
+as ratios this / baseline (per round and median).
 
     .venv/bin/python bench/load_runs.py [--workload short long] [--runs N --deltas D]
-        [--stores memory sqlite postgres] [--quick] [--rounds R]
+        [--stores memory sqlite postgres] [--quick] [--rounds R] [--baseline-tree PATH]
 """
 
 from __future__ import annotations
@@ -27,9 +29,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from _harness import (
+    THIS_TREE,
     RunResult,
     ServerProcess,
+    Tree,
+    add_baseline_option,
     add_setting_option,
+    baseline_tree,
     check,
     database,
     extra_settings,
@@ -83,20 +89,25 @@ def median_figures(rounds: list[Figures]) -> Figures:
 
 
 def run_workload(name: str, runs: int, deltas: int, stores: list[str], timeout: float,
-                 extra: dict[str, Any], rounds: int) -> None:
+                 extra: dict[str, Any], rounds: int, baseline: Tree | None = None) -> None:
     print(f"\n{name}: {runs} concurrent runs x {deltas} deltas "
           f"({deltas + 4} events per run), each server in its own process, "
           f"median of {rounds} interleaved rounds")
-    variants = ["bare", *stores]
+    trees: dict[str, tuple[str, Tree]] = {store: (store, THIS_TREE) for store in stores}
+    if baseline is not None:
+        trees.update({f"{store}@base": (store, baseline) for store in stores})
+    variants = ["bare", *trees]
     with contextlib.ExitStack() as stack:
         servers: dict[str, ServerProcess] = {}
         for variant in variants:
             if variant == "bare":
                 servers[variant] = stack.enter_context(ServerProcess("bare", deltas=deltas))
             else:
-                url = stack.enter_context(database(variant))
+                store, tree = trees[variant]
+                url = stack.enter_context(database(store))
                 servers[variant] = stack.enter_context(ServerProcess(
-                    "bridge", deltas=deltas, settings={"database_url": url, **extra}))
+                    "bridge", deltas=deltas, settings={"database_url": url, **extra},
+                    tree=tree))
             _, warm = asyncio.run(_burst(servers[variant].port, WARMUP_RUNS,
                                          f"{name}-{variant}-warm", timeout))
             check(warm, f"{variant} warm-up")
@@ -105,18 +116,35 @@ def run_workload(name: str, runs: int, deltas: int, stores: list[str], timeout: 
             for variant in variants:
                 measured[variant].append(measure(servers[variant], runs,
                                                  f"{name}-{variant}-{round_}", timeout))
-    print(f"{'variant':>9} {'events/s':>10} {'x bare':>7} {'TTFE p50':>10} {'p99':>10} "
+    print(f"{'variant':>14} {'events/s':>10} {'x bare':>7} {'TTFE p50':>10} {'p99':>10} "
           f"{'p99 x bare':>10} {'CPU/event':>10} {'x bare':>7}  events/s x bare per round")
     base = median_figures(measured["bare"])
     for variant in variants:
         figures = median_figures(measured[variant])
         spread = " ".join(f"{f.rate / b.rate:.2f}"
                           for f, b in zip(measured[variant], measured["bare"], strict=True))
-        print(f"{variant:>9} {figures.rate:>10,.0f} {ratio(figures.rate, base.rate)} "
+        print(f"{variant:>14} {figures.rate:>10,.0f} {ratio(figures.rate, base.rate)} "
               f"{figures.ttfe_median * 1e3:>8.1f}ms {figures.ttfe_p99 * 1e3:>8.1f}ms "
               f"{ratio(figures.ttfe_p99, base.ttfe_p99, 9)} "
               f"{figures.cpu_per_event * 1e6:>8.0f}µs "
               f"{ratio(figures.cpu_per_event, base.cpu_per_event)}  {spread}")
+    if baseline is not None:
+        compare_with_baseline(measured, stores)
+
+
+def compare_with_baseline(measured: dict[str, list[Figures]], stores: list[str]) -> None:
+    """Each store's figures, this tree over the baseline's: the median of the rounds and
+    each round's ratio (the two took turns, so load from elsewhere hits both alike)."""
+    print(f"{'this / baseline':>15} {'events/s':>22} {'TTFE p50':>22} {'CPU/event':>22}")
+    for store in stores:
+        ours, theirs = measured[store], measured[f"{store}@base"]
+        cells = []
+        for field in ("rate", "ttfe_median", "cpu_per_event"):
+            per_round = [getattr(o, field) / getattr(t, field)
+                         for o, t in zip(ours, theirs, strict=True)]
+            cells.append(f"{statistics.median(per_round):.3f} "
+                         f"({' '.join(f'{r:.2f}' for r in per_round)})")
+        print(f"{store:>15} " + " ".join(f"{c:>22}" for c in cells))
 
 
 def main() -> None:
@@ -133,19 +161,21 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3,
                         help="interleaved bursts per variant (the median is printed)")
     add_setting_option(parser)
+    add_baseline_option(parser)
     args = parser.parse_args()
     extra = extra_settings(args)
+    baseline = baseline_tree(args)
     raise_fd_limit()
     stores = store_kinds(args.stores)
     started = time.monotonic()
     if args.runs or args.deltas:
         run_workload("custom", args.runs or 200, args.deltas or 5, stores, args.timeout, extra,
-                     args.rounds)
+                     args.rounds, baseline)
     else:
         table = QUICK if args.quick else WORKLOADS
         for name in args.workload:
-            run_workload(name, *table[name], stores, args.timeout, extra,
-                     args.rounds)
+            run_workload(name, *table[name], stores, args.timeout, extra, args.rounds,
+                         baseline)
     print(f"\ntotal {time.monotonic() - started:.0f} s")
 
 

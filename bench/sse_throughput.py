@@ -9,12 +9,19 @@ The client is a thread of this process: while a run's producer is CPU-bound it r
 GIL, which inflates the in-process time to first event (a separate client process sees 2-4 ms
 where this prints 40-60 ms). Throughput, the figure compared, is not affected that way.
 
+With ``--baseline-tree PATH`` the servers run in processes of their own instead
+(``_server.py``: bare, this core and the core at PATH, each iobridge on a fresh SQLite file),
+taking turns for ``--rounds`` rounds, and this core's events/s is also printed over the
+baseline's (per round and median).
+
     .venv/bin/python bench/sse_throughput.py [--deltas 10000] [--rounds 5] [--profile]
+        [--baseline-tree PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import io
 import json
@@ -29,7 +36,14 @@ from typing import Any
 
 import orjson
 import uvicorn
-from _harness import free_port
+from _harness import (
+    THIS_TREE,
+    ServerProcess,
+    add_baseline_option,
+    baseline_tree,
+    database,
+    free_port,
+)
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
@@ -168,13 +182,46 @@ def measure(name: str, port: int, rounds: int) -> dict[str, float]:
     return {"rate": rate, "ttfe": ttfe}
 
 
+def side_by_side(args: argparse.Namespace, baseline: Any) -> None:
+    """Bare, this core and the baseline's, each in its own process, taking turns."""
+    names = ["bare", "iobridge", "baseline"]
+    rates: dict[str, list[float]] = {name: [] for name in names}
+    with contextlib.ExitStack() as stack:
+        ports = {"bare": stack.enter_context(ServerProcess("bare", deltas=args.deltas)).port}
+        for name, tree in (("iobridge", THIS_TREE), ("baseline", baseline)):
+            url = stack.enter_context(database("sqlite"))
+            ports[name] = stack.enter_context(ServerProcess(
+                "bridge", deltas=args.deltas, tree=tree,
+                settings={"database_url": url, "retention_seconds": 0})).port
+        for name in names:
+            run_once(ports[name], f"{name}-warmup")
+        for round_ in range(args.rounds):
+            for name in names:
+                events, elapsed, _, _ = run_once(ports[name], f"{name}-{round_}")
+                rates[name].append(events / elapsed)
+    bare = statistics.median(rates["bare"])
+    for name in names:
+        rate = statistics.median(rates[name])
+        print(f"{name:>10}: {rate:,.0f} events/s (median of {args.rounds}), "
+              f"{rate / bare:.2f} of bare")
+    per_round = [o / t for o, t in zip(rates["iobridge"], rates["baseline"], strict=True)]
+    print(f"this / baseline, events/s: {statistics.median(per_round):.3f} "
+          f"(rounds {' '.join(f'{r:.2f}' for r in per_round)})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--deltas", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--profile", action="store_true")
+    add_baseline_option(parser)
     args = parser.parse_args()
     started = time.monotonic()
+    baseline = baseline_tree(args)
+    if baseline is not None:
+        side_by_side(args, baseline)
+        print(f"total {time.monotonic() - started:.1f} s")
+        return
     bridge_server = Server(bridge_app(args.deltas), profile=args.profile)
     with Server(bare_app(args.deltas)) as bare, bridge_server as bridge:
         base = measure("bare", bare.port, args.rounds)
