@@ -113,7 +113,9 @@ def run_workload(name: str, runs: int, deltas: int, stores: list[str], timeout: 
             check(warm, f"{variant} warm-up")
         measured: dict[str, list[Figures]] = {variant: [] for variant in variants}
         for round_ in range(rounds):
-            for variant in variants:
+            # Each round starts with another variant: no variant always follows the same one.
+            shift = round_ % len(variants)
+            for variant in variants[shift:] + variants[:shift]:
                 measured[variant].append(measure(servers[variant], runs,
                                                  f"{name}-{variant}-{round_}", timeout))
     print(f"{'variant':>14} {'events/s':>10} {'x bare':>7} {'TTFE p50':>10} {'p99':>10} "
