@@ -14,15 +14,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import functools
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
-from sqlalchemy import exc as sa_exc
 
 from iobridge.errors import ConflictError, InputError, NotFoundError
 from iobridge.protocol.messages import answered_call, window
@@ -35,6 +33,7 @@ __all__ = [
     "Carryover",
     "Clock",
     "RunRead",
+    "StoreUnavailable",
     "StoredMessage",
     "Thread",
     "ThreadStore",
@@ -256,17 +255,6 @@ def settled(error: Exception | None) -> asyncio.Future[None]:
     return future
 
 
-@functools.cache
-def _begins_its_own_writes(cls: type[ThreadStore]) -> bool:
-    """Whether ``cls``'s ``_begin_write_for_run`` comes from the class that also defines the
-    ``write_for_run`` it has (a subclass that wraps only ``write_for_run`` says no)."""
-
-    def owner(name: str) -> type:
-        return next(c for c in cls.__mro__ if name in c.__dict__)
-
-    return owner("_begin_write_for_run") is owner("write_for_run")
-
-
 class ThreadStore(ABC):
     """Threads and their messages. Every method is safe to call concurrently.
 
@@ -430,7 +418,7 @@ class ThreadStore(ABC):
             else None,
         )
 
-    async def write_for_run(
+    def write_for_run(
         self,
         thread_id: str,
         *,
@@ -439,16 +427,30 @@ class ThreadStore(ABC):
         messages: Sequence[Mapping[str, Any]],
         title: str | None = None,
         carryover: Carryover | None = None,
-    ) -> None:
+    ) -> Awaitable[None]:
         """A run's write: create the thread if missing, append ``messages`` (ids already
         stored are skipped), set ``title`` unless the thread has one, and replace the
         thread's state and interrupts with ``carryover`` when given. Stores make this one
         transaction; this default is four calls.
 
+        It may be an ``async def``; a store that queues (or does) the write at once returns
+        that write's future instead, and may raise here what it would raise there.
+
         Raises:
             NotFoundError: the thread exists but belongs to another resource.
             InputError: a message is not storable (nothing is stored).
         """
+        return self._write_in_steps(thread_id, resource_id, agent_id, messages, title, carryover)
+
+    async def _write_in_steps(
+        self,
+        thread_id: str,
+        resource_id: str,
+        agent_id: str | None,
+        messages: Sequence[Mapping[str, Any]],
+        title: str | None,
+        carryover: Carryover | None,
+    ) -> None:
         normalize_messages(messages)
         thread, _ = await self.get_or_create_thread(
             thread_id, resource_id=resource_id, agent_id=agent_id
@@ -475,37 +477,17 @@ class ThreadStore(ABC):
         """Begin :meth:`write_for_run` now; the future settles when it committed or failed.
 
         The run engine starts its writes this way and waits only where it must (before the
-        terminal event). A store whose :meth:`_begin_write_for_run` can queue (or do) the
-        write at once answers without a task; otherwise, and whenever a subclass overrides
-        ``write_for_run`` (a test's slow or failing store, an audit layer: every write must
-        go through it), ``write_for_run`` runs in a task.
+        terminal event). A write that is already a future (queued for the next group commit)
+        costs no task; an ``async def`` write runs in one.
         """
-        if _begins_its_own_writes(type(self)):
-            try:
-                write = self._begin_write_for_run(
-                    thread_id, resource_id, agent_id, messages, title, carryover
-                )
-            except Exception as exc:
-                return settled(exc)
-            if write is not None:
-                return write
-        return asyncio.ensure_future(self.write_for_run(
-            thread_id, resource_id=resource_id, agent_id=agent_id, messages=messages,
-            title=title, carryover=carryover,
-        ))
-
-    def _begin_write_for_run(
-        self,
-        thread_id: str,
-        resource_id: str,
-        agent_id: str | None,
-        messages: Sequence[Mapping[str, Any]],
-        title: str | None,
-        carryover: Carryover | None,
-    ) -> asyncio.Future[None] | None:
-        """The same write as this class's ``write_for_run``, begun without a task; ``None``
-        (this default): the store has no such way. May raise what ``write_for_run`` would."""
-        return None
+        try:
+            write = self.write_for_run(
+                thread_id, resource_id=resource_id, agent_id=agent_id, messages=messages,
+                title=title, carryover=carryover,
+            )
+        except Exception as exc:
+            return settled(exc)
+        return asyncio.ensure_future(write)
 
     async def set_carryover(self, thread_id: str, carryover: Carryover) -> None:
         """Replace the thread's state and interrupt record (stores that use the default
@@ -523,23 +505,15 @@ class ThreadStore(ABC):
         await self.close()
 
 
-#: What a database that is down, unreachable or too slow raises (through SQLAlchemy or the
-#: driver's socket): answered 503, not a bug's 500.
-_OUTAGES = (
-    OSError,
-    TimeoutError,
-    sa_exc.OperationalError,
-    sa_exc.InterfaceError,
-    sa_exc.DisconnectionError,
-    sa_exc.TimeoutError,
-)
+class StoreUnavailable(ConnectionError):
+    """The database is down, unreachable or too slow: what a store raises from its driver's
+    error (answered 503, not a bug's 500)."""
 
 
 def is_outage(exc: BaseException) -> bool:
-    """Whether ``exc`` says the store cannot be reached (rather than a bug or bad input)."""
-    return isinstance(exc, _OUTAGES) or (
-        isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated
-    )
+    """Whether ``exc`` says the store cannot be reached (rather than a bug or bad input):
+    :class:`StoreUnavailable`, or a socket's ``OSError`` or ``TimeoutError``."""
+    return isinstance(exc, OSError | TimeoutError)
 
 
 def check_thread_ids(thread_id: str, resource_id: str, agent_id: str | None) -> None:

@@ -202,7 +202,7 @@ class MemoryThreadStore(ThreadStore):
         self._messages[thread_id].extend(new)
         self._times[thread_id].extend([now] * len(new))
 
-    async def write_for_run(
+    def write_for_run(
         self,
         thread_id: str,
         *,
@@ -211,21 +211,9 @@ class MemoryThreadStore(ThreadStore):
         messages: Sequence[Mapping[str, Any]],
         title: str | None = None,
         carryover: Carryover | None = None,
-    ) -> None:
-        """The run's write in one pass (the default is four calls, each checking and copying
-        again); atomic like every operation here, since nothing in it awaits."""
-        self._write_for_run(thread_id, resource_id, agent_id, messages, title, carryover)
-
-    def _begin_write_for_run(
-        self,
-        thread_id: str,
-        resource_id: str,
-        agent_id: str | None,
-        messages: Sequence[Mapping[str, Any]],
-        title: str | None,
-        carryover: Carryover | None,
     ) -> asyncio.Future[None]:
-        """Done at once: an already settled future."""
+        """The run's write in one pass, done at once (an already settled future); atomic like
+        every operation here, since nothing in it awaits."""
         self._write_for_run(thread_id, resource_id, agent_id, messages, title, carryover)
         return settled(None)
 

@@ -3,9 +3,10 @@
 Queries are written once, as plain SQLAlchemy Core functions of a sync ``Connection``. An
 executor runs them without blocking the event loop:
 
-* SQLite (``ThreadExecutor``): a sync ``pysqlite`` engine in worker threads — one thread hop
-  per read or per batch of writes. (Through aiosqlite every statement, cursor and fetch is its
-  own hop to the driver's thread: ~100 hops per run, which cost more than the queries.)
+* SQLite (``ThreadExecutor``): a sync ``pysqlite`` engine (the standard library's
+  ``sqlite3``) in worker threads — one thread hop per read or per batch of writes, where an
+  async driver (aiosqlite) makes every statement, cursor and fetch its own hop to the
+  driver's thread (~100 hops per run, which cost more than the queries).
 * PostgreSQL (``AsyncExecutor``): the asyncpg engine, the function driven by ``run_sync``.
 
 Both group concurrent reads (``_BatchedReads``): a few connections answer a burst of reads
@@ -30,8 +31,11 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
+
+from iobridge.store.base import StoreUnavailable
 
 __all__ = [
     "AsyncExecutor", "Combine", "GroupWriter", "Job", "ReadMany", "SqlExecutor", "ThreadExecutor"
@@ -60,20 +64,50 @@ MAX_QUEUE = 8192
 MAX_READ_BATCH = 64
 
 
+#: What a database that is down, unreachable or too slow raises through SQLAlchemy.
+_OUTAGES = (
+    sa_exc.OperationalError,
+    sa_exc.InterfaceError,
+    sa_exc.DisconnectionError,
+    sa_exc.TimeoutError,
+)
+
+
+def _unavailable(exc: Exception) -> StoreUnavailable | None:
+    """``exc`` as the store's outage, when it is one (``None``: a bug or bad input)."""
+    if isinstance(exc, _OUTAGES) or (
+        isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated
+    ):
+        return StoreUnavailable(f"{type(exc).__name__}: {exc}")
+    return None
+
+
 class SqlExecutor(ABC):
-    """Runs sync Core functions against the database, off the event loop."""
+    """Runs sync Core functions against the database, off the event loop. A database that
+    does not answer raises :class:`~iobridge.store.base.StoreUnavailable` (from the driver's
+    error)."""
 
     @abstractmethod
     async def read(self, fn: Callable[[Connection], T]) -> T:
         """``fn(conn)`` in a read transaction."""
 
-    @abstractmethod
     async def transaction(self, jobs: Sequence[Job]) -> list[Any]:
         """Every job in one write transaction, committed; their results in order.
 
         Raises:
             Exception: the first job's error, or the commit's (nothing is committed).
         """
+        try:
+            return await self._transaction(list(jobs))
+        except Exception as exc:
+            outage = _unavailable(exc)
+            if outage is None:
+                raise
+            raise outage from exc
+
+    @abstractmethod
+    async def _transaction(self, jobs: list[Job]) -> list[Any]:
+        """:meth:`transaction` as the driver reports it."""
 
     @abstractmethod
     async def close(self) -> None:
@@ -100,7 +134,13 @@ class _BatchedReads(SqlExecutor):
         self._queued.append((fn, future))
         if self._reading < self._readers:
             self._dispatch(loop)
-        return await future
+        try:
+            return await future
+        except Exception as exc:
+            outage = _unavailable(exc)
+            if outage is None:
+                raise
+            raise outage from exc
 
     @abstractmethod
     def _read_batch(
@@ -235,11 +275,11 @@ class ThreadExecutor(_BatchedReads):
             answers = exc
         loop.call_soon_threadsafe(_deliver_then_free, deliver, freed, answers)
 
-    async def transaction(self, jobs: Sequence[Job]) -> list[Any]:
+    async def _transaction(self, jobs: list[Job]) -> list[Any]:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._writes, self._transaction, list(jobs))
+        return await loop.run_in_executor(self._writes, self._commit, jobs)
 
-    def _transaction(self, jobs: list[Job]) -> list[Any]:
+    def _commit(self, jobs: list[Job]) -> list[Any]:
         with self._writer.begin() as conn:
             return [job(conn) for job in jobs]
 
@@ -292,7 +332,7 @@ class AsyncExecutor(_BatchedReads):
         finally:
             freed()
 
-    async def transaction(self, jobs: Sequence[Job]) -> list[Any]:
+    async def _transaction(self, jobs: list[Job]) -> list[Any]:
         async with self._writer.begin() as conn:
             return await conn.run_sync(lambda sync: [job(sync) for job in jobs])
 
