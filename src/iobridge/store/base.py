@@ -15,7 +15,7 @@ import asyncio
 import base64
 import binascii
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -46,7 +46,6 @@ __all__ = [
     "format_timestamp",
     "is_outage",
     "normalize_messages",
-    "settled",
     "utc_now",
     "validate_id",
     "validate_metadata",
@@ -245,16 +244,6 @@ class RunRead:
     first_user: dict[str, Any] | None = None
 
 
-def settled(error: Exception | None) -> asyncio.Future[None]:
-    """A write's future that is already done: failed with ``error``, or succeeded."""
-    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    if error is None:
-        future.set_result(None)
-    else:
-        future.set_exception(error)
-    return future
-
-
 class ThreadStore(ABC):
     """Threads and their messages. Every method is safe to call concurrently.
 
@@ -418,7 +407,7 @@ class ThreadStore(ABC):
             else None,
         )
 
-    def write_for_run(
+    async def write_for_run(
         self,
         thread_id: str,
         *,
@@ -427,30 +416,16 @@ class ThreadStore(ABC):
         messages: Sequence[Mapping[str, Any]],
         title: str | None = None,
         carryover: Carryover | None = None,
-    ) -> Awaitable[None]:
+    ) -> None:
         """A run's write: create the thread if missing, append ``messages`` (ids already
         stored are skipped), set ``title`` unless the thread has one, and replace the
         thread's state and interrupts with ``carryover`` when given. Stores make this one
         transaction; this default is four calls.
 
-        It may be an ``async def``; a store that queues (or does) the write at once returns
-        that write's future instead, and may raise here what it would raise there.
-
         Raises:
             NotFoundError: the thread exists but belongs to another resource.
             InputError: a message is not storable (nothing is stored).
         """
-        return self._write_in_steps(thread_id, resource_id, agent_id, messages, title, carryover)
-
-    async def _write_in_steps(
-        self,
-        thread_id: str,
-        resource_id: str,
-        agent_id: str | None,
-        messages: Sequence[Mapping[str, Any]],
-        title: str | None,
-        carryover: Carryover | None,
-    ) -> None:
         normalize_messages(messages)
         thread, _ = await self.get_or_create_thread(
             thread_id, resource_id=resource_id, agent_id=agent_id
@@ -474,20 +449,13 @@ class ThreadStore(ABC):
         title: str | None = None,
         carryover: Carryover | None = None,
     ) -> asyncio.Future[None]:
-        """Begin :meth:`write_for_run` now; the future settles when it committed or failed.
-
-        The run engine starts its writes this way and waits only where it must (before the
-        terminal event). A write that is already a future (queued for the next group commit)
-        costs no task; an ``async def`` write runs in one.
-        """
-        try:
-            write = self.write_for_run(
-                thread_id, resource_id=resource_id, agent_id=agent_id, messages=messages,
-                title=title, carryover=carryover,
-            )
-        except Exception as exc:
-            return settled(exc)
-        return asyncio.ensure_future(write)
+        """Begin :meth:`write_for_run` in a task; the future settles when it committed or
+        failed. The run engine starts its writes this way and waits only where it must
+        (before the terminal event)."""
+        return asyncio.ensure_future(self.write_for_run(
+            thread_id, resource_id=resource_id, agent_id=agent_id, messages=messages,
+            title=title, carryover=carryover,
+        ))
 
     async def set_carryover(self, thread_id: str, carryover: Carryover) -> None:
         """Replace the thread's state and interrupt record (stores that use the default

@@ -7,7 +7,6 @@ and non-JSON content fails the same way it would against a database.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -28,7 +27,6 @@ from iobridge.store.base import (
     decode_cursor,
     encode_cursor,
     encode_messages,
-    settled,
     utc_now,
 )
 
@@ -202,7 +200,7 @@ class MemoryThreadStore(ThreadStore):
         self._messages[thread_id].extend(new)
         self._times[thread_id].extend([now] * len(new))
 
-    def write_for_run(
+    async def write_for_run(
         self,
         thread_id: str,
         *,
@@ -211,11 +209,10 @@ class MemoryThreadStore(ThreadStore):
         messages: Sequence[Mapping[str, Any]],
         title: str | None = None,
         carryover: Carryover | None = None,
-    ) -> asyncio.Future[None]:
-        """The run's write in one pass, done at once (an already settled future); atomic like
-        every operation here, since nothing in it awaits."""
+    ) -> None:
+        """The run's write in one pass (the default is four calls, each checking and copying
+        again); atomic like every operation here, since nothing in it awaits."""
         self._write_for_run(thread_id, resource_id, agent_id, messages, title, carryover)
-        return settled(None)
 
     def _write_for_run(
         self,

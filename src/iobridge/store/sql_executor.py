@@ -379,19 +379,6 @@ class GroupWriter:
         result: T = await future
         return result
 
-    def start(self, job: Callable[[Connection], Any]) -> asyncio.Future[Any]:
-        """Queue ``job`` now; the future settles once its transaction committed or failed.
-
-        No task of its own while the queue has room (a full queue waits in one, as
-        :meth:`submit` does).
-        """
-        if self._queue.full():
-            return asyncio.ensure_future(self.submit(job))
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait((job, future))
-        self._wake()
-        return future
-
     def _wake(self) -> None:
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name="iobridge-store-writer")

@@ -22,7 +22,6 @@ into fewer statements (``pg_run_sql``): there each one is a round trip.
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 import time
 from collections.abc import Collection, Mapping, Sequence
@@ -442,7 +441,7 @@ class SqlThreadStore(ThreadStore):
 
         return await self._writes.submit(append)
 
-    def write_for_run(
+    async def write_for_run(
         self,
         thread_id: str,
         *,
@@ -451,10 +450,8 @@ class SqlThreadStore(ThreadStore):
         messages: Sequence[Mapping[str, Any]],
         title: str | None = None,
         carryover: Carryover | None = None,
-    ) -> asyncio.Future[None]:
-        """Checked now, queued for the next group commit at once (no task while the queue
-        has room)."""
-        return self._writes.start(
+    ) -> None:
+        await self._writes.submit(
             self._run_write(thread_id, resource_id, agent_id, messages, title, carryover)
         )
 
