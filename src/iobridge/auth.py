@@ -9,7 +9,8 @@ authenticated peer key to a ``Principal`` the same way. Three modes:
   SHA-256 digests of the keys, never the keys (or names an environment variable holding a
   key), each mapped to a principal id, its resourceIds and its N-PAMP ``max_effect``.
 * ``jwt`` (the ``jwt`` extra): ``Authorization: Bearer <token>`` verified with PyJWT (key or
-  key file, algorithms, optional audience/issuer). One claim names the resourceId(s), another the principal.
+  key file, algorithms, optional audience/issuer). One claim names the resourceId(s),
+  another the principal.
 
 Ownership never leaks existence: a resource outside the principal's set is answered exactly
 like a missing one (``NotFoundError``).
