@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from alembic import command
 from alembic.config import Config
@@ -16,7 +17,9 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.ext.asyncio import AsyncEngine
+
+if TYPE_CHECKING:  # SQLAlchemy's asyncio part needs greenlet: the postgres extra
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 from iobridge.store.base import Clock, ThreadStore, utc_now
 from iobridge.store.memory_store import MemoryThreadStore

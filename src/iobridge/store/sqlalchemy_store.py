@@ -26,7 +26,7 @@ import sqlite3
 import time
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from sqlalchemy import (
@@ -43,7 +43,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection, Engine, Row, make_url
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+if TYPE_CHECKING:  # SQLAlchemy's asyncio part needs greenlet: the postgres extra
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 from iobridge.errors import ConflictError, InputError, NotFoundError
 from iobridge.extras import require_extra
@@ -117,6 +119,8 @@ def make_engine(database_url: str, **kwargs: Any) -> Engine | AsyncEngine:
         _configure_sqlite(engine)
         return engine
     require_extra("postgres", "database_url (PostgreSQL)")
+    from sqlalchemy.ext.asyncio import create_async_engine
+
     return create_async_engine(
         url, json_serializer=_json_dumps, json_deserializer=orjson.loads, **kwargs
     )
