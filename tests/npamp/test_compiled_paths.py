@@ -358,8 +358,20 @@ def test_made_objects_of_atoms_are_left_to_reference_counting() -> None:
     queued on a stream would make every collection walk them); one that can, is."""
     data = session_module._make_stream_data(b"c1", 1, b"{}", False)
     assert isinstance(data, StreamDataReceived) and not gc.is_tracked(data)
-    atoms = agui_client._make_event(1, b"{}", {"type": "X"})
-    assert not gc.is_tracked(atoms)
+    freed: list[bool] = []
+
+    class Canary:
+        def __del__(self) -> None:
+            freed.append(True)
+
+    # A dict of atoms is untracked by CPython until a container goes into it: the event
+    # holding it stays tracked, so a cycle made through it later is still collected.
+    flat = agui_client._make_event(1, b"{}", {"type": "X"})
+    assert gc.is_tracked(flat)
+    flat.data["self"], flat.data["canary"] = flat, Canary()
+    del flat
+    gc.collect()
+    assert freed == [True]
     marker = object()
     nested: dict[str, Any] = {"type": "X", "value": [marker]}
     holder = agui_client._make_event(2, b"{}", nested)

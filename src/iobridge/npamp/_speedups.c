@@ -189,7 +189,11 @@ static PyObject *maker_build(Maker *self, PyObject *const *args, Py_ssize_t n) {
                 return NULL;
             }
         }
-        tracked |= PyObject_GC_IsTracked(args[i]);
+        /* CPython's rule for tuples: a value may later join a cycle if it is a GC object,
+         * unless it is a tuple the collector has untracked (a dict of atoms is untracked
+         * today but tracked again when a container is stored in it). */
+        PyObject *v = args[i];
+        tracked |= PyObject_IS_GC(v) && (!PyTuple_CheckExact(v) || PyObject_GC_IsTracked(v));
     }
     /* Like a tuple of atoms (which the collector untracks): an object whose values can hold
      * no reference cycle need not be scanned by the cyclic GC. Thousands of events waiting in
