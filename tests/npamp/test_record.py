@@ -39,9 +39,11 @@ from iobridge.npamp.wire.frame import (
     MAX_SEQUENCE,
     Flags,
     Frame,
+    complete_header,
     crc32c,
     pull_frame,
     push_frame,
+    push_header_prefix,
 )
 
 VECTORS = Path(__file__).parent / "vectors"
@@ -327,3 +329,26 @@ def test_the_key_lives_only_in_cryptographys_aead_object(suite: int) -> None:
     held = [getattr(cipher, name) for name in RecordCipher.__slots__]
     assert KEY not in held and not any(isinstance(v, bytes | bytearray) for v in held)
     assert type(cipher._aead) is (AESGCM if suite == SUITE_AES_256_GCM else ChaCha20Poly1305)
+
+
+@pytest.mark.parametrize("suite", [SUITE_AES_256_GCM, SUITE_CHACHA20_POLY1305])
+@given(
+    plaintext=st.binary(max_size=64),
+    seq=st.integers(0, LAST_DATA_SEQUENCE),
+    channel=st.integers(0, 0xFFFE),
+    urgent=st.booleans(),
+)
+def test_the_ciphers_frame_seal_and_open_are_the_wire_helpers_octets(
+    suite: int, plaintext: bytes, seq: int, channel: int, urgent: bool
+) -> None:
+    """RecordCipher.seal_frame packs the header itself: the same octets as the wire helpers
+    around the raw AEAD, and open_frame takes them back."""
+    cipher = RecordCipher(suite, KEY, IV)
+    aead = AESGCM(KEY) if suite == SUITE_AES_256_GCM else ChaCha20Poly1305(KEY)
+    flags = int(Flags.ENC | Flags.URG) if urgent else int(Flags.ENC)
+    prefix = push_header_prefix(flags, 0x0104, channel, seq, len(plaintext) + TAG_SIZE)
+    expected = complete_header(prefix) + aead.encrypt(make_nonce(IV, seq), plaintext, prefix)
+    wire = cipher.seal_frame(int(Flags.URG) if urgent else 0, 0x0104, channel, seq, plaintext)
+    assert wire == expected
+    frame = pull_frame(wire)
+    assert cipher.open_frame(frame.header, frame.payload) == plaintext

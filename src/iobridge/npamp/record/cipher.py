@@ -25,6 +25,9 @@ holds the key only long enough to build that object.
 
 from __future__ import annotations
 
+import struct
+
+import google_crc32c
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 
@@ -40,12 +43,15 @@ from iobridge.npamp.errors import (
     UnencryptedFrame,
 )
 from iobridge.npamp.wire.frame import (
+    HEADER_PREFIX,
+    HEADER_TAIL,
+    MAGIC,
     MAX_PAYLOAD_FIELD,
     MAX_SEQUENCE,
+    VERSION,
     Flags,
     Frame,
     FrameHeader,
-    complete_header,
     push_header_prefix,
 )
 
@@ -81,6 +87,10 @@ LAST_DATA_SEQUENCE = MAX_SEQUENCE - 1
 # Plain ints in the hot path (IntFlag arithmetic is slow).
 _ENC = int(Flags.ENC)
 _URG = int(Flags.URG)
+_VERSION_BITS = VERSION << 4
+_pack_prefix = HEADER_PREFIX.pack
+_pack_tail = HEADER_TAIL.pack
+_crc32c = google_crc32c.value
 
 
 def make_nonce(iv: bytes, seq: int) -> bytes:
@@ -148,6 +158,49 @@ class RecordCipher:
         except InvalidTag as exc:
             raise AeadFailure("AEAD tag did not verify") from exc
 
+    # The frame's seal and open here, one call deep (header packed and nonce built in place,
+    # not through the wire helpers): 10 % fewer instructions per 64 B seal+open (34.2 k ->
+    # 30.8 k; bench/npamp_frames.py, docs/npamp.md).
+    def seal_frame(
+        self, flags: int, frame_type: int, channel: int, seq: int, plaintext: bytes
+    ) -> bytes:
+        """``header(36) || ciphertext || tag`` of one frame; ENC is added to ``flags``.
+
+        The AAD is header octets 0-20 with the sealed length (plaintext + tag).
+
+        Raises:
+            PayloadTooLarge: The sealed payload would not fit the u32 length field.
+            LocalProtocolError: Another field does not fit its width.
+        """
+        sealed_len = len(plaintext) + TAG_SIZE
+        if sealed_len > MAX_PAYLOAD_FIELD:
+            raise PayloadTooLarge(f"sealed payload of {sealed_len} octets does not fit in u32")
+        try:
+            prefix = _pack_prefix(MAGIC, _VERSION_BITS | flags | _ENC, frame_type, channel, seq,
+                                  sealed_len)
+        except struct.error as exc:
+            raise LocalProtocolError(f"header field out of range: {exc}") from exc
+        nonce = (self._iv ^ seq).to_bytes(IV_SIZE, "big")
+        return prefix + _pack_tail(_crc32c(prefix)) + self._aead.encrypt(nonce, plaintext, prefix)
+
+    def open_frame(self, header: FrameHeader, sealed: bytes) -> bytes:
+        """The plaintext of a decoded frame's payload region (its ENC flag already checked).
+
+        The AAD is the header's octets 0-20 re-encoded (lossless: every field is kept).
+
+        Raises:
+            AeadFailure: The tag does not verify.
+        """
+        h = header
+        if len(sealed) < TAG_SIZE:
+            raise AeadFailure(f"sealed region of {len(sealed)} octets is shorter than the tag")
+        aad = _pack_prefix(MAGIC, (h.version << 4) | h.flags, h.frame_type, h.channel, h.seq,
+                           h.payload_length)
+        try:
+            return self._aead.decrypt((self._iv ^ h.seq).to_bytes(IV_SIZE, "big"), sealed, aad)
+        except InvalidTag as exc:
+            raise AeadFailure("AEAD tag did not verify") from exc
+
 
 def seal_frame(
     cipher: RecordCipher,
@@ -175,12 +228,7 @@ def seal_frame(
         PayloadTooLarge: The sealed payload would not fit the u32 length field.
         LocalProtocolError: Another field does not fit its width.
     """
-    sealed_len = len(plaintext) + TAG_SIZE
-    if sealed_len > MAX_PAYLOAD_FIELD:
-        raise PayloadTooLarge(f"sealed payload of {sealed_len} octets does not fit in u32")
-    prefix = push_header_prefix(flags | _ENC, frame_type, channel, seq, sealed_len)
-    sealed = cipher.encrypt(seq, prefix, plaintext)
-    return complete_header(prefix) + sealed
+    return cipher.seal_frame(flags, frame_type, channel, seq, plaintext)
 
 
 def header_prefix_of(header: FrameHeader) -> bytes:
@@ -200,7 +248,7 @@ def open_frame(cipher: RecordCipher, frame: Frame) -> bytes:
         raise UnencryptedFrame(
             f"frame 0x{frame.frame_type:04x} on channel 0x{frame.channel:04x} lacks ENC"
         )
-    return cipher.decrypt(frame.header.seq, header_prefix_of(frame.header), frame.payload)
+    return cipher.open_frame(frame.header, frame.payload)
 
 
 class SendState:
@@ -248,14 +296,8 @@ class SendState:
                 f"channel 0x{self.channel:04x} epoch {self.epoch}: sequence space used up, "
                 "KEY_UPDATE required"
             )
-        frame = seal_frame(
-            self._cipher,
-            frame_type=frame_type,
-            channel=self.channel,
-            seq=seq,
-            plaintext=plaintext,
-            flags=_URG if urgent else 0,
-        )
+        flags = _URG if urgent else 0
+        frame = self._cipher.seal_frame(flags, frame_type, self.channel, seq, plaintext)
         self.next_seq = seq + 1
         return frame
 
@@ -317,7 +359,7 @@ class ReceiveState:
             raise SequenceGap(
                 f"channel 0x{channel:04x}: seq {seq} skips ahead (expected {expected})"
             )
-        plaintext = self._cipher.decrypt(seq, header_prefix_of(header), payload)
+        plaintext = self._cipher.open_frame(header, payload)
         self.expected_seq = expected + 1
         return plaintext
 
