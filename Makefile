@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: serve test lint bench e2e-deps clean mutants mutants-report
+.PHONY: serve test lint bench e2e-deps clean mutants mutants-report fuzz
 
 $(STAMP): pyproject.toml setup.py src/iobridge/npamp/_speedups.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,7 @@ e2e-deps: tests/e2e/node_modules/.installed
 test: $(STAMP) e2e-deps
 	$(BIN)/ruff check src tests bench
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
@@ -41,6 +42,24 @@ bench: $(STAMP)
 	  case " $(BENCH_QUICK) " in *" $$script "*) flags=--quick;; *) flags=;; esac; \
 	  $(BIN)/python $$script $$flags || exit 1; \
 	done
+
+# The compiled N-PAMP per-event path (src/iobridge/npamp/_speedups.c) built with AddressSanitizer
+# and UBSan, fuzzed against its pure-Python twins for FUZZ_SECONDS (not in CI; see
+# scripts/fuzz_speedups.py). A finding aborts with the sanitizer's report or a mismatch.
+FUZZ_SECONDS ?= 300
+FUZZ_SO := build/fuzz/_speedups.so
+CC ?= cc
+
+fuzz: $(STAMP)
+	mkdir -p build/fuzz
+	$(CC) -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
+	  -fno-sanitize-recover=undefined -Wall -Wextra -Werror -fPIC -shared \
+	  -I"$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
+	  src/iobridge/npamp/_speedups.c -o $(FUZZ_SO)
+	PYTHONMALLOC=malloc ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
+	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  LD_PRELOAD="$$($(CC) -print-file-name=libasan.so)" \
+	  $(BIN)/python scripts/fuzz_speedups.py $(FUZZ_SO) --seconds $(FUZZ_SECONDS)
 
 # Mutation testing (slow, not in CI; docs/testing.md). One group at a time, MUTANT_CHILDREN
 # mutmut workers, each group with its own tests only. Repoint a group here when its modules move.
@@ -85,4 +104,4 @@ mutants-report:
 	$(BIN)/python scripts/mutants.py report $(MUTANT_GROUPS)
 
 clean:
-	rm -rf $(VENV) tests/e2e/node_modules
+	rm -rf $(VENV) tests/e2e/node_modules build

@@ -262,7 +262,7 @@ class Settings(BaseSettings):
     #: Seconds a run survives after its last follower disconnects (0 cancels at once).
     detach_grace_seconds: float = Field(default=0.0, ge=0)
     #: Thread store. ``memory`` keeps nothing across restarts.
-    database_url: str = "sqlite+aiosqlite:///./iobridge.db"
+    database_url: str = "sqlite:///./iobridge.db"
     #: Redis shared by replicas and workers (``redis://host:6379/0``); unset: one process.
     redis_url: str | None = None
     #: Prefix of every Redis key, so deployments can share one Redis.

@@ -89,6 +89,12 @@ def check_command(
 
 def _npamp(url: str, pins: list[str], identity: Path | None, agent: str | None,
            timeout: float) -> Report:
+    from iobridge.extras import MissingExtra, require_extra
+
+    try:
+        require_extra("npamp", "npamp://")
+    except MissingExtra as exc:
+        raise typer.BadParameter(str(exc), param_hint="URL") from None
     from iobridge.conformance.check.npamp_checks import NpampTarget, check_npamp
     from iobridge.npamp.handshake import IdentityKey, SignatureScheme, load_identity
 
