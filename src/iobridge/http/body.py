@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 from starlette.requests import ClientDisconnect, Request
 
 from iobridge.errors import InputError, PayloadTooLarge
+from iobridge.protocol.json_limits import DEFAULT_MAX_JSON_DEPTH, loads
 from iobridge.protocol.text import reject_nul
 
 
@@ -34,28 +34,28 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def parse_json_object(body: bytes) -> dict[str, Any]:
-    """``body`` as a JSON object.
+def parse_json_object(body: bytes, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> dict[str, Any]:
+    """``body`` as a JSON object, within the JSON limits (``protocol.json_limits``).
 
     Raises:
-        InputError: not JSON (``INVALID_JSON``), not an object, or U+0000 in any of its
-            text (``INVALID_TEXT``).
+        InputError: not JSON (``INVALID_JSON``), nested deeper than ``max_depth``
+            (``JSON_TOO_DEEP``), an integer beyond 64 bits (``INTEGER_OUT_OF_RANGE``), not
+            an object, or U+0000 in any of its text (``INVALID_TEXT``).
     """
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InputError("request body is not valid JSON", code="INVALID_JSON") from exc
+    data = loads(body, max_depth=max_depth)
     if not isinstance(data, dict):
         raise InputError("request body must be a JSON object")
     reject_nul(data, body)
     return data
 
 
-async def read_json_object(request: Request, limit: int) -> dict[str, Any]:
+async def read_json_object(
+    request: Request, limit: int, max_depth: int = DEFAULT_MAX_JSON_DEPTH
+) -> dict[str, Any]:
     """The body as a JSON object.
 
     Raises:
         PayloadTooLarge: body over ``limit``.
-        InputError: not JSON, or not an object.
+        InputError: not JSON within the limits, or not an object.
     """
-    return parse_json_object(await read_body(request, limit))
+    return parse_json_object(await read_body(request, limit), max_depth)

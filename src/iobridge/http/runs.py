@@ -129,7 +129,9 @@ async def submit_tool_result(
     principal: CurrentPrincipal,
 ) -> JSONResponse:
     """200 accepted; 404 unknown run/call (or a server tool's call); 409 already answered."""
-    data = await read_json_object(request, backend.settings.max_body_bytes)
+    data = await read_json_object(
+        request, backend.settings.max_body_bytes, backend.settings.max_json_depth
+    )
     await backend.submit_tool_result(principal, run_id, tool_call_id, parse_tool_result(data))
     return JSONResponse({"status": "accepted"})
 

@@ -68,11 +68,11 @@ def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
     return {"requestBody": {"content": schema, "required": False}}
 
 
-async def _read_body(request: Request, model: type[_Body]) -> _Body:
+async def _read_body(request: Request, model: type[_Body], max_depth: int) -> _Body:
     raw = await read_body(request, MAX_BODY_BYTES)
     if not raw.strip():
         return model()
-    data = parse_json_object(raw)
+    data = parse_json_object(raw, max_depth)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -115,7 +115,7 @@ async def create_thread(
     resource: ResourceQuery = None,
 ) -> JSONResponse:
     """Create an empty thread; 409 ``THREAD_EXISTS`` if the id is taken."""
-    body = await _read_body(request, ThreadCreate)
+    body = await _read_body(request, ThreadCreate, backend.settings.max_json_depth)
     thread = await backend.create_thread(
         principal,
         thread_id=validate_id(body.id, "id") if body.id is not None else str(uuid.uuid4()),
@@ -193,7 +193,7 @@ async def update_thread(
     resource: ResourceQuery = None,
 ) -> dict[str, Any]:
     """Replace ``title`` and/or ``metadata`` (metadata is replaced, not merged)."""
-    body = await _read_body(request, ThreadUpdate)
+    body = await _read_body(request, ThreadUpdate, backend.settings.max_json_depth)
     thread = await backend.update_thread(
         principal,
         threadId,

@@ -42,6 +42,7 @@ from iobridge.npamp.bridge.opaque import (
 )
 from iobridge.npamp.errors import NpampError
 from iobridge.npamp_server.principals import Refusal
+from iobridge.protocol.json_limits import loads
 from iobridge.runtime.runlog import LogTrimmed
 
 if TYPE_CHECKING:
@@ -153,10 +154,7 @@ class OpaqueCarrier:
         if route.kind == "cancel":
             stopped = await self.backend.cancel_run(principal, route.run_id)
             return {"status": "cancelling" if stopped else "ended"}
-        try:
-            data = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            raise InputError("the body is not JSON") from None
+        data = loads(body, max_depth=self.backend.settings.max_json_depth)
         if not isinstance(data, dict):
             raise InputError("the body must be a JSON object")
         result = parse_tool_result(data)

@@ -17,7 +17,7 @@ import contextvars
 import logging
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from iobridge.agents.context import Interrupted, Resume, RunContext, ToolResult
@@ -33,6 +33,7 @@ from iobridge.observability.metrics import EngineSample, Metrics
 from iobridge.protocol import events as ev
 from iobridge.protocol.guard import DEFAULT_MAX_STATE_BYTES
 from iobridge.protocol.messages import model_view
+from iobridge.protocol.run_limits import RunLimits
 from iobridge.runtime.cluster import Coordinator, LocalCluster
 from iobridge.runtime.pending import PendingRegistry
 from iobridge.runtime.run import Run, RunKey
@@ -79,6 +80,8 @@ class RuntimeSettings:
     max_active_runs_per_owner: int = 500
     #: Largest shared state (JSON bytes) a run may build.
     max_state_bytes: int = DEFAULT_MAX_STATE_BYTES
+    #: Each run's other bounds (guard and agents; ``protocol.run_limits``).
+    limits: RunLimits = field(default_factory=RunLimits)
 
 #: Why a run was stopped -> what its stored, unanswered frontend calls say.
 _UNANSWERED = {
@@ -225,6 +228,7 @@ class Runtime:
         session = Session(
             log, run_input.thread_id, run_input.run_id, parent_run_id=run_input.parent_run_id,
             state=state, max_state_bytes=self.settings.max_state_bytes,
+            limits=self.settings.limits,
         )
         session.usage = run.usage
         dispatch = ToolDispatch(
@@ -251,6 +255,7 @@ class Runtime:
             resume=[Resume.from_wire(e) for e in resume],
             answered=[Resume.from_wire(e) for e in answered],
             usage=session.usage,
+            limits=self.settings.limits,
         )
         self._runs[key] = run
         session.start()

@@ -17,6 +17,7 @@ from iobridge.agents.context import ToolResult
 from iobridge.protocol import events as ev
 from iobridge.protocol.events import Event, encode_event
 from iobridge.protocol.guard import DEFAULT_MAX_STATE_BYTES, LifecycleGuard
+from iobridge.protocol.run_limits import RunLimits
 from iobridge.protocol.text import has_nul_escape, replace_nul
 from iobridge.protocol.transcript import Transcript
 from iobridge.runtime.runlog import RunLog
@@ -41,6 +42,7 @@ class Session:
         new_id: Id factory for messages and tool calls (injectable for tests).
         state: The shared state the run starts from (the guard tracks it from there).
         max_state_bytes: Bound of the shared state's JSON.
+        limits: The run's other bounds (``protocol.run_limits``).
     """
 
     def __init__(
@@ -53,12 +55,13 @@ class Session:
         new_id: Callable[[], str] = _new_id,
         state: Any = None,
         max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
+        limits: RunLimits | None = None,
     ) -> None:
         self.log = log
         self.new_id = new_id
         self.guard = LifecycleGuard(
             thread_id, run_id, parent_run_id=parent_run_id, new_id=new_id, state=state,
-            max_state_bytes=max_state_bytes,
+            max_state_bytes=max_state_bytes, limits=limits,
         )
         self.transcript = Transcript()
         #: Value for RUN_FINISHED.result.
