@@ -39,7 +39,7 @@ def parse_json_object(body: bytes, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> d
 
     Raises:
         InputError: not JSON (``INVALID_JSON``), nested deeper than ``max_depth``
-            (``JSON_TOO_DEEP``), an integer beyond 64 bits (``INTEGER_OUT_OF_RANGE``), not
+            (``JSON_TOO_DEEP``), an integer beyond 64 bits (``NUMBER_OUT_OF_RANGE``), not
             an object, or U+0000 in any of its text (``INVALID_TEXT``).
     """
     data = loads(body, max_depth=max_depth)

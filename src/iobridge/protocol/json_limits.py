@@ -10,9 +10,10 @@ Python caller hands over decoded data, checked here (``check_value``), once, at 
   goes: wrapped in an event, a stored message, a Mastra part or an upstream request, each of
   which adds a few levels (far below the 254 - 128 of headroom the largest allowed setting
   leaves). Refused with ``400 JSON_TOO_DEEP``.
-- **Integers.** orjson decodes integers outside [-2**63, 2**64 - 1] as floats, silently losing
+- **Numbers.** orjson decodes integers outside [-2**63, 2**64 - 1] as floats, silently losing
   digits, and cannot encode such an ``int`` at all. Such an integer is refused with
-  ``400 INTEGER_OUT_OF_RANGE`` rather than changed (``docs/security.md``).
+  ``400 NUMBER_OUT_OF_RANGE`` rather than changed (``docs/security.md``), as is a number
+  beyond the range of a double (``1e400``, or an integer of 309 digits), which orjson refuses.
 
 JSON text carried *inside* strings (tool-call ``arguments``) is checked with
 ``check_json_text``: a model's history sends it on as text, but the Mastra view and the tool
@@ -58,7 +59,7 @@ _LONG_DIGITS = re.compile(rb"[0-9]{19}")
 _LONG_DIGITS_TEXT = re.compile(r"[0-9]{19}")
 
 JSON_TOO_DEEP = "JSON_TOO_DEEP"
-INTEGER_OUT_OF_RANGE = "INTEGER_OUT_OF_RANGE"
+NUMBER_OUT_OF_RANGE = "NUMBER_OUT_OF_RANGE"
 INVALID_JSON = "INVALID_JSON"
 
 
@@ -75,8 +76,9 @@ def _too_deep(max_depth: int, where: str) -> JsonLimitError:
 
 def _out_of_range(where: str) -> JsonLimitError:
     return JsonLimitError(
-        f"{where} holds an integer outside [-2^63, 2^64-1], which would not be kept exactly",
-        code=INTEGER_OUT_OF_RANGE,
+        f"{where} holds an integer outside [-2^63, 2^64-1] or a number beyond a double, "
+        "which would not be kept exactly",
+        code=NUMBER_OUT_OF_RANGE,
         details=[{"field": where, "message": "integers must fit in 64 bits"}],
     )
 
@@ -180,19 +182,24 @@ def loads(data: bytes | str, *, max_depth: int = DEFAULT_MAX_JSON_DEPTH,
 
     Raises:
         JsonLimitError: not JSON (``INVALID_JSON``), nested deeper than ``max_depth``
-            (``JSON_TOO_DEEP``), or an integer out of range (``INTEGER_OUT_OF_RANGE``).
+            (``JSON_TOO_DEEP``), or an integer out of range (``NUMBER_OUT_OF_RANGE``).
     """
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         if "depth limit" in str(exc):
             raise _too_deep(max_depth, where) from None
+        if "infinity" in str(exc):
+            raise _out_of_range(where) from None
         raise JsonLimitError(f"{where} is not valid JSON", code=INVALID_JSON) from None
-    if isinstance(value, dict | list):
-        if _brackets(data) > max_depth and depth_exceeds(value, max_depth):
-            raise _too_deep(max_depth, where)
-        if not _ints_in_range(data):
-            raise _out_of_range(where)
+    if (
+        isinstance(value, dict | list)
+        and _brackets(data) > max_depth
+        and depth_exceeds(value, max_depth)
+    ):
+        raise _too_deep(max_depth, where)
+    if not _ints_in_range(data):
+        raise _out_of_range(where)
     return value
 
 
@@ -210,7 +217,7 @@ def check_value(value: Any, *, max_depth: int = DEFAULT_MAX_JSON_DEPTH,
     """The checks of ``loads`` for a value already decoded (or built by a Python caller).
 
     Raises:
-        JsonLimitError: ``JSON_TOO_DEEP`` or ``INTEGER_OUT_OF_RANGE``.
+        JsonLimitError: ``JSON_TOO_DEEP`` or ``NUMBER_OUT_OF_RANGE``.
     """
     if depth_exceeds(value, max_depth):
         raise _too_deep(max_depth, where)
@@ -226,7 +233,7 @@ def check_json_text(text: str, *, max_depth: int = DEFAULT_MAX_JSON_DEPTH,
     no more than ``max_depth`` brackets cannot nest too deep and is not decoded.
 
     Raises:
-        JsonLimitError: ``JSON_TOO_DEEP`` or ``INTEGER_OUT_OF_RANGE``.
+        JsonLimitError: ``JSON_TOO_DEEP`` or ``NUMBER_OUT_OF_RANGE``.
     """
     if _brackets(text) > max_depth:
         try:

@@ -87,6 +87,21 @@ def _size(value: Any) -> int:
     return len(orjson.dumps(value))
 
 
+class _Value:
+    """A value an operation puts in the document: its encoded size, and the value itself or
+    its encoding (decoded only when it is put, after the size check)."""
+
+    __slots__ = ("_data", "_value", "size")
+
+    def __init__(self, size: int, *, data: bytes | None = None, value: Any = None) -> None:
+        self.size = size
+        self._data = data
+        self._value = value
+
+    def get(self) -> Any:
+        return orjson.loads(self._data) if self._data is not None else self._value
+
+
 class _Patcher:
     """One patch application: the working document, its size, what it owns and has spent."""
 
@@ -123,14 +138,15 @@ class _Patcher:
             raise PatchTooLarge(f"the state would exceed {self.max_bytes} bytes", "bytes")
         self.size += delta
 
-    def _fresh(self, value: Any, depth: int) -> tuple[Any, int]:
-        """A copy of ``value`` (sharing nothing) and its size, if it fits at ``depth``."""
+    def _fresh(self, value: Any, depth: int) -> _Value:
+        """``value`` encoded, to be decoded afresh (sharing nothing) once it fits at ``depth``.
+        """
         data = self._encoded(value)
         if isinstance(value, dict | list) and depth_exceeds(value, self.max_depth - depth):
             raise PatchTooLarge(
                 f"the state would nest deeper than {self.max_depth} levels", "depth"
             )
-        return orjson.loads(data), len(data)
+        return _Value(len(data), data=data)
 
     # -- navigation ---------------------------------------------------------------------
 
@@ -179,11 +195,12 @@ class _Patcher:
 
     # -- operations ---------------------------------------------------------------------
 
-    def add(self, tokens: list[str], value: Any, size: int) -> None:
-        """Put ``value`` (owned by this patch, ``size`` bytes encoded) at ``tokens``."""
+    def add(self, tokens: list[str], value: _Value) -> None:
+        """Put ``value`` at ``tokens`` (decoded only once the document has room for it)."""
+        size = value.size
         if not tokens:
             self._grow(size - self.size)
-            self.doc = value
+            self.doc = value.get()
             return
         parent, key = self._parent(tokens), tokens[-1]
         if isinstance(parent, dict):
@@ -191,11 +208,11 @@ class _Patcher:
                 self._grow(size - self._measure(parent[key]))
             else:
                 self._grow(len(self._encoded(key)) + 1 + size + (1 if parent else 0))
-            parent[key] = value
+            parent[key] = value.get()
         else:
             index = _index(parent, key, insert=True)
             self._grow(size + (1 if parent else 0))
-            parent.insert(index, value)
+            parent.insert(index, value.get())
 
     def remove(self, tokens: list[str]) -> Any:
         """Take the value at ``tokens`` out of the document and return it."""
@@ -212,21 +229,21 @@ class _Patcher:
             self.size -= self._measure(value) + (1 if parent else 0)
         return value
 
-    def replace(self, tokens: list[str], value: Any, size: int) -> None:
+    def replace(self, tokens: list[str], value: _Value) -> None:
         """Put ``value`` where a value already is (``add`` would insert into an array)."""
         if not tokens:
-            self.add(tokens, value, size)
+            self.add(tokens, value)
             return
         parent, key = self._parent(tokens), tokens[-1]
         if isinstance(parent, dict):
             if key not in parent:
                 raise PatchError(f"no member {key[:100]!r}")
-            self._grow(size - self._measure(parent[key]))
-            parent[key] = value
+            self._grow(value.size - self._measure(parent[key]))
+            parent[key] = value.get()
         else:
             index = _index(parent, key, insert=False)
-            self._grow(size - self._measure(parent[index]))
-            parent[index] = value
+            self._grow(value.size - self._measure(parent[index]))
+            parent[index] = value.get()
 
     def move(self, source: list[str], tokens: list[str]) -> None:
         if source == tokens:
@@ -240,7 +257,7 @@ class _Patcher:
             raise PatchTooLarge(
                 f"the state would nest deeper than {self.max_depth} levels", "depth"
             )
-        self.add(tokens, value, size)
+        self.add(tokens, _Value(size, value=value))
 
     def _measure(self, value: Any) -> int:
         return len(self._encoded(value))
@@ -306,9 +323,9 @@ def apply_patch(
         if kind in ("add", "replace", "test") and "value" not in op:
             raise PatchError(f"operation {number} ({kind}) has no 'value'")
         if kind == "add":
-            patcher.add(tokens, *patcher._fresh(op["value"], len(tokens)))
+            patcher.add(tokens, patcher._fresh(op["value"], len(tokens)))
         elif kind == "replace":
-            patcher.replace(tokens, *patcher._fresh(op["value"], len(tokens)))
+            patcher.replace(tokens, patcher._fresh(op["value"], len(tokens)))
         elif kind == "remove":
             patcher.remove(tokens)
         elif kind == "test":
@@ -320,5 +337,5 @@ def apply_patch(
             if kind == "move":
                 patcher.move(source, tokens)
             else:
-                patcher.add(tokens, *patcher._fresh(patcher._get(source), len(tokens)))
+                patcher.add(tokens, patcher._fresh(patcher._get(source), len(tokens)))
     return patcher.doc, patcher.size

@@ -232,7 +232,7 @@ def parse_run_input(
         InputError: ``INVALID_ID``: threadId, runId or parentRunId is a string with control
             (or other non-printable) characters; ``INVALID_TEXT``: U+0000 in any text;
             ``JSON_TOO_DEEP``: the body, or a tool call's ``arguments``, nests deeper than
-            ``max_depth``; ``INTEGER_OUT_OF_RANGE``: an integer beyond 64 bits; otherwise
+            ``max_depth``; ``NUMBER_OUT_OF_RANGE``: an integer beyond 64 bits; otherwise
             not JSON, not an object, or a required field missing or malformed (``details``
             lists each problem with its location).
     """
