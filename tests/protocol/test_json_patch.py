@@ -156,6 +156,30 @@ def test_moving_a_value_back_and_forth_runs_out_of_work() -> None:
     assert WORK_FACTOR * 2000 < 100 * 2 * 1000  # the bound, not the op count, stopped it
 
 
+@pytest.mark.parametrize(
+    ("at_head", "at_tail"),
+    [([{"op": "add", "path": "/l/0", "value": 0}] * 100,
+      [{"op": "add", "path": "/l/-", "value": 0}] * 100),
+     ([{"op": "remove", "path": "/l/0"}] * 100,
+      [{"op": "remove", "path": f"/l/{9999 - i}"} for i in range(100)]),
+     ([{"op": "move", "from": "/l/0", "path": "/l/-"}] * 100,
+      [{"op": "move", "from": "/l/9999", "path": "/l/-"}] * 100)],
+    ids=["insert", "remove", "move"],
+)
+def test_shifting_a_long_array_counts_as_work(
+    at_head: list[dict[str, Any]], at_tail: list[dict[str, Any]]
+) -> None:
+    # Each operation at the head shifts 10,000 elements but changes the size by at most two
+    # bytes: without counting the shifts, 1,000 of them on a 1 MB array took 0.5 s.
+    doc = {"l": [0] * 10_000}
+    max_bytes = 30_000
+    assert WORK_FACTOR * max_bytes < 100 * 10_000
+    with pytest.raises(PatchTooLarge) as info:
+        apply(doc, at_head, max_bytes=max_bytes)
+    assert info.value.kind == "work"
+    apply(doc, at_tail, max_bytes=max_bytes)  # at the tail nothing shifts
+
+
 def test_depth_is_bounded_at_the_path_where_a_value_lands() -> None:
     deep: Any = []
     for _ in range(9):

@@ -12,9 +12,11 @@ this replaces). Here every bound holds at every operation:
   never exceed ``max_bytes``, not even in between.
 - **Depth**: what an operation puts at a path of *n* tokens nests at most
   ``max_depth - n`` levels, so the document never nests deeper than ``max_depth``.
-- **Work**: the bytes encoded to measure and copy values are counted, and the patch stops
-  beyond ``WORK_FACTOR * max_bytes`` (a patch that moves one value back and forth would
-  otherwise cost ``max_ops`` times the document).
+- **Work**: the bytes encoded to measure and copy values are counted, and so is every array
+  element an insertion or a removal shifts (each one is at least a byte of the document);
+  the patch stops beyond ``WORK_FACTOR * max_bytes`` (a patch that moves one value back and
+  forth, or inserts at the head of a long array, would otherwise cost ``max_ops`` times the
+  document: 1,000 insertions at the head of a 1 MB array took 0.5 s).
 
 The patch applies whole or not at all without copying the document: containers are copied
 on write, each at most once per patch (the first operation that changes one copies it; the
@@ -122,7 +124,7 @@ class _Patcher:
         self.work += nbytes
         if self.work > self.max_work:
             raise PatchTooLarge(
-                f"the patch needs more than {self.max_work} bytes of copying", "work"
+                f"the patch needs more than {self.max_work} bytes of copying and shifting", "work"
             )
 
     def _encoded(self, value: Any) -> bytes:
@@ -212,6 +214,7 @@ class _Patcher:
         else:
             index = _index(parent, key, insert=True)
             self._grow(size + (1 if parent else 0))
+            self._spend(len(parent) - index)  # the elements the insertion shifts
             parent.insert(index, value.get())
 
     def remove(self, tokens: list[str]) -> Any:
@@ -225,7 +228,9 @@ class _Patcher:
             value = parent.pop(key)
             self.size -= len(self._encoded(key)) + 1 + self._measure(value) + (1 if parent else 0)
         else:
-            value = parent.pop(_index(parent, key, insert=False))
+            index = _index(parent, key, insert=False)
+            self._spend(len(parent) - index - 1)  # the elements the removal shifts
+            value = parent.pop(index)
             self.size -= self._measure(value) + (1 if parent else 0)
         return value
 
