@@ -2,7 +2,9 @@
 in the test's process its busy thread would compete with the probe for the GIL).
 
 ``python -m tests.hostile.endless_upstream PORT KIND``: ``KIND`` is ``text`` (short text
-deltas) or ``close`` (TEXT_MESSAGE_END of ever new message ids).
+deltas), ``close`` (TEXT_MESSAGE_END of ever new message ids) or ``delta`` (a 400 KB
+state, then STATE_DELTAs that copy it and remove the copy: each a few ms of work for the
+bridge, however small).
 """
 
 from __future__ import annotations
@@ -19,9 +21,19 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+_COPY_AND_REMOVE = [{"op": "copy", "from": "/a", "path": "/b"}, {"op": "remove", "path": "/b"}]
+
+
+def _heavy_delta(n: int) -> dict[str, Any]:
+    if n == 0:
+        return {"type": "STATE_SNAPSHOT", "snapshot": {"a": "x" * 400_000}}
+    return {"type": "STATE_DELTA", "delta": _COPY_AND_REMOVE * 4}
+
+
 EVENTS: dict[str, Callable[[int], dict[str, Any]]] = {
     "text": lambda n: {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": f"word{n} "},
     "close": lambda n: {"type": "TEXT_MESSAGE_END", "messageId": f"message-{n:08d}"},
+    "delta": _heavy_delta,
 }
 
 

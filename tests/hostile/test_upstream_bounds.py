@@ -10,17 +10,24 @@ fails with ``UPSTREAM_TIMEOUT`` rather than hanging).
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
+import pytest
 from tests.agents.upstream_apps import Script, frames, scripted_upstream
-from tests.helpers import LiveServer, parse_sse, run_body
+from tests.helpers import LiveServer, app_client, parse_sse, run_body
 
 from agui_verify import verify_events
+from iobridge.agents import upstream as upstream_module
 from iobridge.agents.upstream import AgUiUpstreamAgent
+from iobridge.config import Settings
+from iobridge.http.app import create_app
 
 from . import endless_upstream as endless
 
@@ -94,6 +101,68 @@ async def test_a_state_delta_over_the_operation_bound_ends_the_run(serve: Any) -
         server = serve(agents=[upstream_agent(upstream.url)], max_state_patch_ops=10)
         events = await run_through(server, run_body("go", agentId="up", run_id="r2"))
     assert events[-1]["type"] == "RUN_FINISHED"
+
+
+# -- the loop keeps turning while an upstream's events are handled --------------------------------
+
+async def test_the_reader_yields_to_the_loop_between_the_events_of_one_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Events already received are handled without a suspension in between: the reader
+    yields once it has worked ``YIELD_SECONDS``. With a clock that passes a second at every
+    reading it yields after every event, which a task counting the loop's turns sees (on
+    af03d35, and with the yield every 200 events this replaced, a handful of turns: one
+    per read)."""
+    clock = SimpleNamespace(now=0.0)
+
+    def perf_counter() -> float:
+        clock.now += 1.0
+        return clock.now
+
+    monkeypatch.setattr(upstream_module, "time", SimpleNamespace(perf_counter=perf_counter))
+    events = [{"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "x"}] * 2000
+    script = Script(chunks=[b"".join(frames(*events, RUN_FINISHED))])  # one write
+    turns = 0
+
+    async def count_turns() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    with scripted_upstream(script) as upstream:
+        app = create_app(Settings(database_url="memory://"),
+                         agents=[upstream_agent(upstream.url)])
+        async with app_client(app) as client:
+            counter = asyncio.create_task(count_turns())
+            response = await client.post(f"{BASE}/run", json=run_body("go", agentId="up"))
+            counter.cancel()
+    assert parse_sse(response.text)[-1]["type"] == "RUN_FINISHED"
+    assert turns >= len(events), turns
+
+
+async def test_the_tls_context_is_built_once_per_agent_off_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """httpx loads the CA bundle for every client it builds (30-70 ms of the loop per run on
+    af03d35): the agent builds its context once, in a worker thread."""
+    built: list[bool] = []
+    create = httpx.create_ssl_context
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        built.append(threading.current_thread() is threading.main_thread())
+        return create(*args, **kwargs)
+
+    monkeypatch.setattr(httpx, "create_ssl_context", counting)
+    with scripted_upstream(Script(chunks=frames(RUN_FINISHED))) as upstream:
+        app = create_app(Settings(database_url="memory://"),
+                         agents=[upstream_agent(upstream.url)])
+        async with app_client(app) as client:
+            for run_id in ("r1", "r2", "r3"):
+                body = run_body("go", agentId="up", run_id=run_id, thread_id=run_id)
+                response = await client.post(f"{BASE}/run", json=body)
+                assert parse_sse(response.text)[-1]["type"] == "RUN_FINISHED"
+    assert built == [False]
 
 
 # -- every run ends with a terminal event -----------------------------------------------------
