@@ -9,6 +9,7 @@ resumes of 3.9 MB each made a 292 MiB database.
 
 from __future__ import annotations
 
+import json
 import tracemalloc
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,7 +24,7 @@ from tests.helpers import app_client, parse_sse, run_body
 from agui_verify import verify_events
 from iobridge.agents.context import RunContext
 from iobridge.agents.function import FunctionAgent
-from iobridge.agents.outputs import AgentOutput, FinalResult
+from iobridge.agents.outputs import AgentOutput, CustomEvent, FinalResult
 from iobridge.config import Settings
 from iobridge.http.app import create_app
 from iobridge.protocol.guard import LifecycleGuard
@@ -196,3 +197,51 @@ async def test_the_resume_series_is_bounded_at_the_limit(backend: str, tmp_path:
             assert parse_sse(at.text)[-1]["type"] == "RUN_FINISHED"
             record = (await store.get_thread("t1")).interrupts  # type: ignore[union-attr]
             assert len(orjson.dumps(record["answered"])) == limit
+
+
+# -- events that carry an agent's values as they are ------------------------------------------
+
+@pytest.mark.parametrize(
+    "event",
+    [{"type": "CUSTOM", "name": "c", "value": nested(300)},
+     {"type": "CUSTOM", "name": "c", "value": {"n": 2**70}},
+     {"type": "RAW", "event": {"s": {1, 2}}},
+     {"type": "SOMETHING_NEW", "x": nested(65)},
+     {"type": "ACTIVITY_SNAPSHOT", "messageId": "m", "activityType": "a",
+      "content": {"x": "\ud800"}}],
+    ids=["custom-deep", "custom-big-int", "raw-set", "unknown-deep", "activity-lone-surrogate"],
+)
+def test_a_pass_through_event_that_cannot_be_encoded_ends_the_run(event: dict[str, Any]) -> None:
+    guard = started()
+    guard.feed({"type": "TEXT_MESSAGE_START", "messageId": "m1"})
+    events = guard.feed(event)
+    assert [e["type"] for e in events] == ["TEXT_MESSAGE_END", "RUN_ERROR"]
+    assert events[-1]["code"] == "INVALID_EVENT"
+    for out in events:
+        orjson.dumps(out)
+
+
+def test_pass_through_events_at_the_depth_limit_are_emitted() -> None:
+    # The event is one level, an unknown type's RAW wrapper one more: what they carry may
+    # nest max_json_depth (64) below the event.
+    guard = started()
+    events = guard.feed({"type": "CUSTOM", "name": "c", "value": nested(64)})
+    events += guard.feed({"type": "SOMETHING_NEW", "x": nested(64)})
+    assert [e["type"] for e in events] == ["CUSTOM", "RAW"]
+    for out in events:
+        orjson.dumps(out)
+
+
+async def test_a_python_agents_unencodable_custom_event_ends_the_run_cleanly(serve: Any) -> None:
+    async def agent(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        yield "before"
+        yield CustomEvent(name="c", value={"tags": {"a", "b"}})
+        yield "never shown"
+
+    server = serve(agents=[FunctionAgent(agent, id="custom")])
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+        events = parse_sse((await client.post(f"{BASE}/run", json=run_body("go"))).text)
+        replay = parse_sse((await client.get(f"{BASE}/runs/r1/events")).text)
+    verify_events(events)
+    assert events[-1]["code"] == "INVALID_EVENT" and replay == events
+    assert "never shown" not in json.dumps(events)

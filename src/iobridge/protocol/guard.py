@@ -44,7 +44,11 @@ nest deeper than ``max_json_depth`` are ``INVALID_TOOL_ARGS``. The interrupts of
 ``outcome`` may encode to at most ``max_interrupt_bytes`` (``INTERRUPTS_TOO_LARGE``). A
 terminal event that would not encode (a result that is not JSON or nests deeper than
 ``max_json_depth``) becomes RUN_ERROR ``INVALID_RESULT``: the terminal event is the one
-event that must always reach the log.
+event that must always reach the log. The events that carry an agent's values as they are
+(CUSTOM, RAW, ACTIVITY_*, MESSAGES_SNAPSHOT and unknown types carried in RAW) are checked the
+same way before they are emitted; one that would not encode ends the run with
+``INVALID_EVENT`` (what an upstream sends is checked when it is decoded, so this concerns a
+Python agent's values: a ``set``, an ``int`` beyond 64 bits, a nest too deep).
 
 The run-level machine has three states (``GuardState``): ``IDLE`` until the first input,
 which emits RUN_STARTED and moves to ``RUNNING``; ``ENDED`` once ``finish``/``fail`` emitted
@@ -95,6 +99,8 @@ STATE_TOO_LARGE = "STATE_TOO_LARGE"
 STATE_DELTA_TOO_LARGE = "STATE_DELTA_TOO_LARGE"
 #: A terminal event that would not encode (its result is not JSON, or nests too deep).
 INVALID_RESULT = "INVALID_RESULT"
+#: A CUSTOM, RAW or other pass-through event that would not encode.
+INVALID_EVENT = "INVALID_EVENT"
 #: Default bound of the shared state's JSON (``Settings.max_state_bytes``).
 DEFAULT_MAX_STATE_BYTES = 1024 * 1024
 #: Code of a RUN_ERROR an agent emitted without one (every RUN_ERROR carries a code).
@@ -311,6 +317,16 @@ class LifecycleGuard:
         handler = _HANDLERS.get(kind)
         if handler is not None:
             handler(self, clean)
+        elif not encodes_within(clean, self.limits.max_json_depth + 1):
+            self._close_all()
+            self._terminate(
+                ev.run_error(
+                    f"The agent produced {kind if kind in PASS_THROUGH else 'an unknown'} event "
+                    "that cannot be encoded as JSON "
+                    f"(or that nests deeper than {self.limits.max_json_depth} levels).",
+                    INVALID_EVENT,
+                )
+            )
         elif kind in PASS_THROUGH:
             self._emit(clean)
         else:
