@@ -1,6 +1,7 @@
 """Every JSON field a client or an upstream sends, nested to every depth the parser takes.
 
-Hypothesis picks a field and a depth from 1 to past orjson's decoding limit (1024), and the
+Every field is tried at the depths around every limit (ours, orjson's encoder and decoder),
+and Hypothesis picks fields and depths from 1 to past orjson's decoding limit (1024); the
 server (a real uvicorn on loopback, the demo agent and an upstream AG-UI agent) must answer
 with a 4xx or a valid run, never a 5xx, and keep the connection alive: the same connection
 serves every request of the test (on af03d35 ``state`` nested 255 levels answered 500 and
@@ -182,3 +183,20 @@ def test_any_field_at_any_depth_is_a_4xx_or_a_valid_run(
         client_field(live, data.draw(st.sampled_from(CLIENT_FIELDS)), depth)
     else:
         upstream_field(live, data.draw(st.sampled_from(UPSTREAM_FIELDS)), depth)
+
+
+@pytest.mark.parametrize("depth", EDGES)
+@pytest.mark.parametrize(
+    "where_field",
+    [("client", f) for f in CLIENT_FIELDS] + [("upstream", f) for f in UPSTREAM_FIELDS],
+    ids=lambda w: f"{w[0]}-{w[1]}",
+)
+def test_every_field_at_every_edge_depth(
+    live: Live, where_field: tuple[str, str], depth: int
+) -> None:
+    """The sweep the property test samples from, exhaustively at the edges of every limit."""
+    where, field = where_field
+    if where == "client":
+        client_field(live, field, depth)
+    else:
+        upstream_field(live, field, depth)
