@@ -97,10 +97,11 @@ sys.meta_path.insert(0, Missing())
 from starlette.testclient import TestClient
 
 import iobridge.cli
+from iobridge.app import Backend
 from iobridge.config import Settings
 from iobridge.http.app import create_app
 
-app = create_app(Settings(database_url="sqlite:///" + sys.argv[1]))
+app = create_app(Backend(Settings(database_url="sqlite:///" + sys.argv[1])))
 with TestClient(app, base_url="http://127.0.0.1") as client:
     body = {{"threadId": "t1", "runId": "r1", "tools": [], "context": [],
             "messages": [{{"id": "m1", "role": "user", "content": "2 + 3 * 4?"}}]}}

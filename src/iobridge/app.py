@@ -20,6 +20,7 @@ call and encode. This module imports neither transport.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
@@ -45,8 +46,9 @@ from iobridge.errors import (
 )
 from iobridge.observability.metrics import Metrics
 from iobridge.protocol.bodies import Body
+from iobridge.protocol.json_limits import DEFAULT_MAX_JSON_DEPTH
 from iobridge.protocol.message_formats import to_mastra
-from iobridge.protocol.options import ToolResultMode, parse_run_options
+from iobridge.protocol.options import RunOptions, ToolResultMode, parse_run_options
 from iobridge.protocol.run_input import OFF_LOOP_BYTES, RunInput, parse_run_input
 from iobridge.protocol.thread_bodies import parse_thread_create, parse_thread_update
 from iobridge.protocol.tool_results import parse_tool_result
@@ -90,7 +92,7 @@ MESSAGE_FORMATS = ("mastra", "agui")
 
 
 async def parse_run_input_off_loop(
-    body: bytes | str | dict[str, Any], max_messages: int
+    body: bytes | str | dict[str, Any], max_messages: int, max_depth: int = DEFAULT_MAX_JSON_DEPTH
 ) -> RunInput:
     """``parse_run_input``, in a worker thread for bodies over ``OFF_LOOP_BYTES``.
 
@@ -98,8 +100,20 @@ async def parse_run_input_off_loop(
     thread the loop keeps serving other requests (it regains the GIL every switch interval).
     """
     if isinstance(body, dict) or len(body) <= OFF_LOOP_BYTES:
-        return parse_run_input(body, max_messages=max_messages)
-    return await asyncio.to_thread(parse_run_input, body, max_messages=max_messages)
+        return parse_run_input(body, max_messages=max_messages, max_depth=max_depth)
+    return await asyncio.to_thread(
+        parse_run_input, body, max_messages=max_messages, max_depth=max_depth
+    )
+
+
+async def parse_run_options_off_loop(props: dict[str, Any], settings: Settings) -> RunOptions:
+    """``parse_run_options``, in a worker thread when there is a ``structuredOutput`` schema
+    to check against its metaschema (up to a few hundred ms of CPU at its bounds)."""
+    parse = functools.partial(
+        parse_run_options, props, max_schema_bytes=settings.max_output_schema_bytes,
+        max_schema_objects=settings.max_output_schema_objects,
+    )
+    return await asyncio.to_thread(parse) if "structuredOutput" in props else parse()
 
 
 def build_catalog(settings: Settings, agents: Sequence[Agent] = ()) -> AgentCatalog:
@@ -157,7 +171,9 @@ class Backend:
             if self._given_store is None:
                 self._store = await open_store(self.settings.database_url)
                 stack.push_async_callback(self._store.close)
-            self.runtime.memory = StoreMemory(self.store, self.metrics)
+            self.runtime.memory = StoreMemory(
+                self.store, self.metrics, max_interrupt_bytes=self.settings.max_interrupt_bytes
+            )
             if self.settings.redis_url is not None:
                 from iobridge.cluster.redis import RedisCluster
 
@@ -260,7 +276,9 @@ class Backend:
             raise ServiceUnavailable(
                 "the server is shutting down", code="SERVER_SHUTTING_DOWN", retry_after=5.0
             )
-        run_input = await parse_run_input_off_loop(body, self.settings.max_messages)
+        run_input = await parse_run_input_off_loop(
+            body, self.settings.max_messages, self.settings.max_json_depth
+        )
         if (
             run_input.state is not None
             and len(orjson.dumps(run_input.state)) > self.settings.max_state_bytes
@@ -269,7 +287,7 @@ class Backend:
                 f"state is larger than {self.settings.max_state_bytes} bytes",
                 code="STATE_TOO_LARGE",
             )
-        options = parse_run_options(run_input.forwarded_props)
+        options = await parse_run_options_off_loop(run_input.forwarded_props, self.settings)
         resource_id = self.authenticator.resolve_resource(principal, options.resource_id)
         agent = self.catalog.get(options.agent_id)
         return await self.runtime.start(
@@ -439,7 +457,7 @@ class Backend:
             NotFoundError: unknown run or call, or a server tool's call.
             ConflictError: the call already has a result.
         """
-        result = parse_tool_result(body)
+        result = parse_tool_result(body, self.settings.max_json_depth)
         try:
             run = self.runtime.get_run(principal.id, run_id)
         except NotFoundError:
@@ -481,7 +499,7 @@ class Backend:
             NotFoundError: a foreign resource or an unknown agent.
             ConflictError: the id is taken (``THREAD_EXISTS``).
         """
-        request = parse_thread_create(body)
+        request = parse_thread_create(body, self.settings.max_json_depth)
         resource_id = self.authenticator.resolve_resource(
             principal, request.resourceId or resource
         )
@@ -547,7 +565,7 @@ class Backend:
             InputError: a bad body (``protocol.thread_bodies.parse_thread_update``).
             NotFoundError: missing, or another resource's thread.
         """
-        patch = parse_thread_update(body)
+        patch = parse_thread_update(body, self.settings.max_json_depth)
         await self.get_thread(principal, thread_id, resource)
         return await self.store.update_thread(
             thread_id, title=patch.title, metadata=patch.metadata

@@ -18,8 +18,20 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from iobridge.auth import AuthSettings
 from iobridge.protocol.guard import DEFAULT_MAX_STATE_BYTES
-from iobridge.protocol.options import ToolResultMode
+from iobridge.protocol.json_limits import DEFAULT_MAX_JSON_DEPTH, MAX_JSON_DEPTH_SETTING
+from iobridge.protocol.options import (
+    DEFAULT_MAX_SCHEMA_BYTES,
+    DEFAULT_MAX_SCHEMA_OBJECTS,
+    ToolResultMode,
+)
 from iobridge.protocol.run_input import DEFAULT_MAX_MESSAGES
+from iobridge.protocol.run_limits import (
+    DEFAULT_MAX_INTERRUPT_BYTES,
+    DEFAULT_MAX_PATCH_OPS,
+    DEFAULT_MAX_RUN_OUTPUT_BYTES,
+    DEFAULT_MAX_UPSTREAM_ROUND_BYTES,
+    RunLimits,
+)
 
 DEFAULT_CONFIG_FILE = "iobridge.toml"
 #: ``allowed_hosts`` when the server is bound to a loopback address and none are configured.
@@ -311,6 +323,42 @@ class Settings(BaseSettings):
     npamp: NpampSettings = Field(default_factory=NpampSettings)
     #: Agent definitions (``[[agents]]`` tables of the TOML file).
     agents: list[dict[str, Any]] = Field(default_factory=list)
+
+    # --- Bounds on hostile input and per-run memory (docs/security.md) -------------------
+    #: Deepest nesting of arrays/objects in any JSON a client or an upstream agent sends (and
+    #: in tool-call arguments): ``400 JSON_TOO_DEEP`` beyond, upstream ``RUN_ERROR``
+    #: ``UPSTREAM_PROTOCOL_ERROR``. At most 128, so whatever passes still encodes wrapped.
+    max_json_depth: int = Field(
+        default=DEFAULT_MAX_JSON_DEPTH, ge=8, le=MAX_JSON_DEPTH_SETTING
+    )
+    #: Operations in one ``STATE_DELTA`` JSON Patch: ``RUN_ERROR STATE_DELTA_TOO_LARGE`` beyond.
+    max_state_patch_ops: int = Field(default=DEFAULT_MAX_PATCH_OPS, ge=1)
+    #: A ``structuredOutput`` schema's JSON bytes and objects (each property's subschema is
+    #: one): ``400 STRUCTURED_OUTPUT_TOO_LARGE`` beyond.
+    max_output_schema_bytes: int = Field(default=DEFAULT_MAX_SCHEMA_BYTES, ge=256)
+    max_output_schema_objects: int = Field(default=DEFAULT_MAX_SCHEMA_OBJECTS, ge=1)
+    #: Bytes of messages one run produces (text, reasoning, tool arguments and results,
+    #: held-back tool calls): ``RUN_ERROR RUN_OUTPUT_TOO_LARGE`` beyond.
+    max_run_output_bytes: int = Field(default=DEFAULT_MAX_RUN_OUTPUT_BYTES, ge=1024)
+    #: Bytes one upstream AG-UI run may leave in memory (its conversation for the follow-up
+    #: round: text, tool calls, results, ids): ``RUN_ERROR UPSTREAM_TOO_LARGE`` beyond.
+    max_upstream_round_bytes: int = Field(default=DEFAULT_MAX_UPSTREAM_ROUND_BYTES, ge=1024)
+    #: Bytes of a thread's interrupt record (open interrupts and the series' resume answers):
+    #: a ``resume`` beyond answers ``413 INTERRUPTS_TOO_LARGE``, an agent raising beyond ends
+    #: its run with ``RUN_ERROR INTERRUPTS_TOO_LARGE``.
+    max_interrupt_bytes: int = Field(default=DEFAULT_MAX_INTERRUPT_BYTES, ge=1024)
+
+    @property
+    def run_limits(self) -> RunLimits:
+        """The per-run bounds above, as the run engine, the guard and agents take them."""
+        return RunLimits(
+            max_json_depth=self.max_json_depth,
+            max_state_patch_ops=self.max_state_patch_ops,
+            max_run_output_bytes=self.max_run_output_bytes,
+            max_upstream_round_bytes=self.max_upstream_round_bytes,
+            max_interrupt_bytes=self.max_interrupt_bytes,
+        )
+    # --- end of the bounds block --------------------------------------------------------
 
     @field_validator("redis_url")
     @classmethod

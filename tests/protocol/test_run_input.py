@@ -199,13 +199,13 @@ def test_an_escaped_backslash_before_u0000_is_plain_text() -> None:
     assert parse_run_input(raw.encode()).messages[0]["content"] == "\\u0000"
 
 
-def test_a_deeply_nested_body_is_checked_without_recursion() -> None:
+def test_a_deeply_nested_body_is_refused_without_recursion() -> None:
     nested: Any = "\x00"
     for _ in range(5000):
         nested = [nested]
     with pytest.raises(InputError) as info:
         parse_run_input(body(state=nested))
-    assert info.value.code == "INVALID_TEXT"
+    assert info.value.code == "JSON_TOO_DEEP"
 
 
 async def test_large_bodies_parse_off_the_loop_with_the_same_result() -> None:

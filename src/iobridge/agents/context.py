@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from iobridge.errors import AgentError
 from iobridge.protocol.options import RunOptions
+from iobridge.protocol.run_limits import RunLimits
 from iobridge.protocol.text import validate_id
 from iobridge.protocol.tool_results import ToolResult as ToolResult  # re-exported for agents
 
@@ -165,6 +166,9 @@ class RunContext:
     #: interrupts were raised (earlier resumed runs' answers, then this run's):
     #: ``interrupt`` replays them to the re-run agent. Empty when the run does not resume.
     answered: list[Resume] = field(default_factory=list)
+    #: The run's bounds (``protocol.run_limits``): an agent that reads JSON from elsewhere
+    #: (an upstream server) checks it against ``limits.max_json_depth``.
+    limits: RunLimits = field(default_factory=RunLimits)
     _interrupt_calls: int = field(default=0, init=False, repr=False)
 
     @property

@@ -4,7 +4,10 @@
 messages: user/system/developer/assistant text, assistant ``toolCalls`` as ``ToolCallPart``
 paired with ``tool`` messages as ``ToolReturnPart`` (failed when the message has ``error``).
 Calls without a result, and results without a call, are dropped, since providers reject
-unpaired ones. Multimodal parts become file parts, or a text placeholder.
+unpaired ones. A result pairs with the nearest earlier unanswered call of its id, and an id
+that a thread holds more than once (stored before the bridge minted its own, or sent so by
+a client) reaches the provider renamed (``c1``, ``c1-2``, ...): providers refuse a history
+with one id twice. Multimodal parts become file parts, or a text placeholder.
 """
 
 from __future__ import annotations
@@ -120,22 +123,55 @@ def _text_of(content: Any) -> str:
     return "" if content is None else str(content)
 
 
-def _paired_call_ids(messages: Sequence[Mapping[str, Any]]) -> set[str]:
-    """Ids of the tool calls that have a result message."""
-    called = {
+def _pair_calls(
+    messages: Sequence[Mapping[str, Any]],
+) -> tuple[dict[tuple[int, int], str], dict[int, str]]:
+    """The provider id of every paired call (by message and call index) and of every paired
+    result (by message index): each result takes the nearest earlier unanswered call of its
+    id (of one message, the first); the second call of one id is ``<id>-2`` (a free name),
+    and so on."""
+    taken = {
         tc.get("id")
         for m in messages
         if m.get("role") == "assistant"
         for tc in (m.get("toolCalls") or [])
         if isinstance(tc, Mapping)
     }
-    answered = {m.get("toolCallId") for m in messages if m.get("role") == "tool"}
-    return {i for i in called & answered if isinstance(i, str)}
+    uses: dict[str, int] = {}
+    waiting: dict[str, list[tuple[int, int, str]]] = {}
+    calls: dict[tuple[int, int], str] = {}
+    results: dict[int, str] = {}
+    for index, msg in enumerate(messages):
+        role = msg.get("role")
+        if role == "assistant":
+            for number, call in enumerate(msg.get("toolCalls") or []):
+                call_id = call.get("id") if isinstance(call, Mapping) else None
+                if not isinstance(call_id, str):
+                    continue
+                uses[call_id] = uses.get(call_id, 0) + 1
+                name = call_id
+                if uses[call_id] > 1:
+                    suffix = uses[call_id]
+                    while f"{call_id}-{suffix}" in taken:
+                        suffix += 1
+                    name = f"{call_id}-{suffix}"
+                    taken.add(name)
+                waiting.setdefault(call_id, []).append((index, number, name))
+        elif role == "tool":
+            call_id = msg.get("toolCallId")
+            pending = waiting.get(call_id) if isinstance(call_id, str) else None
+            if pending:
+                # The latest message's calls of this id, in the order it made them.
+                latest = pending[-1][0]
+                first = next(i for i, entry in enumerate(pending) if entry[0] == latest)
+                at, number, name = pending.pop(first)
+                calls[(at, number)] = results[index] = name
+    return calls, results
 
 
 def to_model_messages(messages: Sequence[Mapping[str, Any]]) -> list[ModelMessage]:
     """AG-UI message dicts as pydantic-ai message history (see the module docstring)."""
-    paired = _paired_call_ids(messages)
+    paired, answers = _pair_calls(messages)
     names: dict[str, str] = {}
     groups: list[tuple[bool, list[Any]]] = []  # (is_response, parts)
 
@@ -145,7 +181,7 @@ def to_model_messages(messages: Sequence[Mapping[str, Any]]) -> list[ModelMessag
         else:
             groups.append((response, [part]))
 
-    for msg in messages:
+    for index, msg in enumerate(messages):
         role = msg.get("role")
         if role == "user":
             content = msg.get("content")
@@ -160,19 +196,21 @@ def to_model_messages(messages: Sequence[Mapping[str, Any]]) -> list[ModelMessag
             text = _text_of(msg.get("content"))
             if text:
                 add(TextPart(content=text), True)
-            for call in msg.get("toolCalls") or []:
-                call_id = call.get("id") if isinstance(call, Mapping) else None
-                if call_id not in paired:
-                    logger.info("dropping tool call %r without a result from history", call_id)
+            for number, call in enumerate(msg.get("toolCalls") or []):
+                call_id = paired.get((index, number))
+                if call_id is None:
+                    logger.info("dropping tool call %r without a result from history",
+                                call.get("id") if isinstance(call, Mapping) else None)
                     continue
                 function = call.get("function") or {}
                 names[call_id] = str(function.get("name", ""))
                 add(ToolCallPart(tool_name=names[call_id], args=function.get("arguments") or "{}",
                                  tool_call_id=call_id), True)
         elif role == "tool":
-            call_id = msg.get("toolCallId")
-            if call_id not in names:
-                logger.info("dropping tool result %r without a call from history", call_id)
+            call_id = answers.get(index)
+            if call_id is None or call_id not in names:
+                logger.info("dropping tool result %r without a call from history",
+                            msg.get("toolCallId"))
                 continue
             error = msg.get("error")
             content = _text_of(msg.get("content"))

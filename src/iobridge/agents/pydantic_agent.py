@@ -10,9 +10,13 @@ pydantic-ai's own extension points (``Agent.iter`` arguments and one capability)
   as pydantic-ai runs them, but every call is announced as a *local* tool call
   (TOOL_CALL_START/ARGS/END, then TOOL_CALL_RESULT), so it is stored and replayed like a
   server tool. The bridge's server tools and the client's frontend tools are added; calling
-  them goes through ``ctx.call_tool`` with the model's own ``tool_call_id``, so the runtime
-  runs them (server), waits for the result route (frontend, in-run) or ends the run cleanly
-  (next-run). A frontend tool named like one of the agent's tools is skipped.
+  them goes through ``ctx.call_tool``, so the runtime runs them (server), waits for the
+  result route (frontend, in-run) or ends the run cleanly (next-run). A frontend tool named
+  like one of the agent's tools is skipped.
+- **Tool-call ids.** Every call the client sees and the thread stores gets an id minted by the
+  bridge, whatever id the model gave it: small models reuse ``c1`` across turns, and a thread
+  holding one id twice pairs calls with the wrong results. The model's own ids stay in
+  pydantic-ai's history of the run, so the provider sees the ids it made up.
 - **Streaming.** Each model request is a step (``model-request-<n>``). Text and thinking parts
   become ``TextDelta``/``TextEnd`` and ``ReasoningDelta``/``ReasoningEnd``.
 - **Options.** ``forwardedProps.modelSettings`` are layered over the agent's own settings;
@@ -377,13 +381,13 @@ class BridgeToolset(WrapperToolset[Any]):
                 later run could answer); the model sees the error.
         """
         if tool.toolset is self:
-            result = await self.run.call_tool(name, tool_args, tool_call_id=ctx.tool_call_id)
+            result = await self.run.call_tool(name, tool_args)
             if result.deferred:
                 raise CallDeferred()
             if result.is_error:
                 raise ToolFailed(result.content)
             return result.content
-        handle = self.run.start_tool_call(name, tool_call_id=ctx.tool_call_id, local=True)
+        handle = self.run.start_tool_call(name, local=True)
         handle.add_args(to_json(tool_args, fallback=str).decode())
         handle.end()  # the client sees the call while it runs
         try:
@@ -400,7 +404,7 @@ class BridgeToolset(WrapperToolset[Any]):
             answer = await self.run.interrupt(
                 "tool_approval",
                 message=f"Allow the tool {name!r}?",
-                tool_call_id=ctx.tool_call_id,
+                tool_call_id=handle.tool_call_id,
                 response_schema=_APPROVAL_SCHEMA,
                 metadata={"toolName": name, "args": to_jsonable_python(tool_args, fallback=str)},
             )
@@ -455,7 +459,7 @@ async def _approval(ctx: RunContext, call: ToolCallPart) -> bool | ToolDenied:
     if answer.cancelled or payload.get("approved") is not True:
         # pydantic-ai never runs a denied call: report it here, as the wrapper would.
         message = f"the user did not allow the tool {call.tool_name!r}"
-        handle = ctx.start_tool_call(call.tool_name, tool_call_id=call.tool_call_id, local=True)
+        handle = ctx.start_tool_call(call.tool_name, local=True)
         handle.add_args(to_json(call.args_as_dict(), fallback=str).decode())
         handle.complete(ToolResult(content=message, is_error=True))
         return ToolDenied(message)

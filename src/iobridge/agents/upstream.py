@@ -21,8 +21,12 @@ happened; the details (status, upstream message) go to the log only:
 - ``UPSTREAM_UNAVAILABLE``: the connection failed or broke.
 - ``UPSTREAM_HTTP_ERROR``: a status other than 2xx.
 - ``UPSTREAM_TIMEOUT``: one upstream run took longer than ``timeout``.
-- ``UPSTREAM_PROTOCOL_ERROR``: not an event stream, a malformed event, or an event or line
-  over ``max_event_bytes``.
+- ``UPSTREAM_PROTOCOL_ERROR``: not an event stream, a malformed event, an event or line
+  over ``max_event_bytes``, or an event nested deeper than the run's ``max_json_depth`` or
+  holding an integer beyond 64 bits (``protocol.json_limits``: what the server refuses from
+  a client it refuses from an upstream, so every event it takes can be encoded again).
+- ``UPSTREAM_TOO_LARGE``: one upstream run sent more than the run's
+  ``max_upstream_round_bytes`` of messages (text, arguments, results).
 - ``UPSTREAM_RUN_ERROR``: the upstream sent RUN_ERROR.
 - ``UPSTREAM_TOO_MANY_ROUNDS``: it asked for frontend tools after ``max_rounds`` follow-ups.
 """
@@ -32,6 +36,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
+import time
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -43,6 +49,7 @@ from iobridge.agents.base import Agent
 from iobridge.agents.outputs import FinalResult
 from iobridge.agents.upstream_events import UpstreamRound
 from iobridge.errors import AgentError
+from iobridge.protocol.json_limits import DEFAULT_MAX_JSON_DEPTH, JsonLimitError, loads
 from iobridge.protocol.options import TOOL_RESULT_MODES, ToolResultMode
 from iobridge.protocol.sse import SSEDecoder, SSEError
 from iobridge.protocol.text import NUL_ESCAPE
@@ -61,6 +68,8 @@ DEFAULT_TIMEOUT = 300.0
 DEFAULT_MAX_EVENT_BYTES = 1024 * 1024
 #: Most follow-up upstream runs one client run may start (one per frontend-tool round).
 DEFAULT_MAX_ROUNDS = 8
+#: Longest the reader handles upstream events before it yields to the event loop.
+YIELD_SECONDS = 0.005
 
 
 class AgUiUpstreamAgent(Agent):
@@ -79,7 +88,8 @@ class AgUiUpstreamAgent(Agent):
         tool_result_mode: ``"in-run"`` or ``"next-run"`` (``None``: the request's, then the
             server's default).
         client: An ``httpx.AsyncClient`` to use (proxies, mTLS, pooling); it is never
-            closed here. By default each run opens and closes its own.
+            closed here. By default each run opens and closes its own (the TLS context,
+            built on first use, is kept).
     """
 
     def __init__(
@@ -121,17 +131,17 @@ class AgUiUpstreamAgent(Agent):
         self.max_rounds = max_rounds
         self.tool_result_mode = tool_result_mode
         self.client = client
+        self._tls: ssl.SSLContext | None = None
 
     async def run(self, ctx: RunContext) -> AsyncIterator[AgentOutput]:
         """Forward the run, then drive follow-up runs while frontend tools are answered."""
         messages = [dict(m) for m in ctx.messages]
-        used_ids = _tool_call_ids(messages)
         run_id, parent, state = ctx.run_id, None, ctx.state
         result: Any = None
         follow_ups = 0
-        async with self._client() as client:
+        async with await self._client() as client:
             while True:
-                upstream = UpstreamRound(ctx, used_ids)
+                upstream = UpstreamRound(ctx, ctx.limits.max_upstream_round_bytes)
                 body = self._input(ctx, run_id, parent, state, messages)
                 await self._stream(client, body, upstream)
                 if upstream.result is not None:
@@ -159,10 +169,14 @@ class AgUiUpstreamAgent(Agent):
         if result is not None:
             yield FinalResult(value=result)
 
-    def _client(self) -> contextlib.AbstractAsyncContextManager[httpx.AsyncClient]:
+    async def _client(self) -> contextlib.AbstractAsyncContextManager[httpx.AsyncClient]:
         if self.client is not None:
             return contextlib.nullcontext(self.client)
-        return httpx.AsyncClient(timeout=httpx.Timeout(self.timeout))
+        if self._tls is None:
+            # httpx loads the CA bundle for every client it builds: 30-70 ms on the event
+            # loop at every run (measured). Built once, in a worker thread.
+            self._tls = await asyncio.to_thread(httpx.create_ssl_context)
+        return httpx.AsyncClient(timeout=httpx.Timeout(self.timeout), verify=self._tls)
 
     @staticmethod
     def _input(
@@ -192,14 +206,24 @@ class AgUiUpstreamAgent(Agent):
                 ) as response:
                     self._check_response(response)
                     decoder = SSEDecoder(max_event_bytes=self.max_event_bytes)
+                    max_depth = upstream.ctx.limits.max_json_depth
+                    # A read of data already received does not suspend: an upstream that
+                    # sends without pause held the loop for its whole run (0.8 s for 2 MiB
+                    # of short deltas, measured), and one read can hold hundreds of events
+                    # that each cost a millisecond (a state delta that copies a large
+                    # value). So the reader yields once it has worked YIELD_SECONDS.
+                    deadline = time.perf_counter() + YIELD_SECONDS
                     async for chunk in response.aiter_raw():
                         for message in decoder.feed(chunk):
                             if message.data:
-                                upstream.feed(_parse_event(message.data))
+                                upstream.feed(_parse_event(message.data, max_depth))
                             if upstream.finished:
                                 # Anything after the upstream's RUN_FINISHED is not read.
                                 upstream.close()
                                 return
+                            if time.perf_counter() >= deadline:
+                                await asyncio.sleep(0)
+                                deadline = time.perf_counter() + YIELD_SECONDS
         except (TimeoutError, httpx.TimeoutException):
             logger.warning("agent %s: the upstream run timed out after %s s", self.id,
                            self.timeout)
@@ -245,21 +269,23 @@ class AgUiUpstreamAgent(Agent):
             )
 
 
-def _parse_event(data: str) -> dict[str, Any]:
+def _parse_event(data: str, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> dict[str, Any]:
     """One SSE ``data`` as an event object with a ``type``.
 
     U+0000 becomes U+FFFD: the thread stores refuse it, and one odd character from a model
-    should not cost the whole run.
+    should not cost the whole run. The JSON limits of a client's request apply (depth,
+    integers within 64 bits).
 
     Raises:
-        AgentError: not JSON, not an object, or no string ``type`` (UPSTREAM_PROTOCOL_ERROR).
+        AgentError: not JSON within the limits, not an object, or no string ``type``
+            (UPSTREAM_PROTOCOL_ERROR).
     """
     nul = NUL_ESCAPE.decode()
     if nul in data:
         data = data.replace(nul, "\\ufffd")
     try:
-        event = orjson.loads(data)
-    except orjson.JSONDecodeError:
+        event = loads(data, max_depth=max_depth, where="upstream event")
+    except JsonLimitError:
         event = None
     if not isinstance(event, dict) or not isinstance(event.get("type"), str):
         logger.warning("malformed upstream event: %r", data[:200])
@@ -269,11 +295,3 @@ def _parse_event(data: str) -> dict[str, Any]:
     return event
 
 
-def _tool_call_ids(messages: Sequence[Mapping[str, Any]]) -> set[str]:
-    """Tool call ids already in the history (an upstream's id that repeats one is replaced)."""
-    return {
-        call["id"]
-        for message in messages
-        for call in (message.get("toolCalls") or [])
-        if isinstance(call, Mapping) and isinstance(call.get("id"), str)
-    }

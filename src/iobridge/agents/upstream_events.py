@@ -5,10 +5,12 @@ its ``RunContext``, so the runtime's session and guard decide ids and lifecycle:
 
 - Text and reasoning become ``TextDelta``/``TextEnd`` and ``ReasoningDelta``/``ReasoningEnd``
   (iobridge's message ids; a message opened and closed without content shows nothing).
-- Tool calls are announced with ``ctx.start_tool_call`` (the upstream's id when it is a
-  valid id not used before in the thread, a new one otherwise). A call the upstream answers
-  with TOOL_CALL_RESULT is completed as a server tool call; a call of a client tool is kept
-  for the agent to await (``frontend_calls``).
+- Tool calls are announced with ``ctx.start_tool_call`` under an id the bridge mints: an
+  upstream (a small model behind it) may reuse ``c1`` in every run, and one id twice in a
+  thread pairs calls with the wrong results. The upstream's own ids stay in ``conversation``,
+  what its follow-up run receives. A call the upstream answers with TOOL_CALL_RESULT is
+  completed as a server tool call; a call of a client tool is kept for the agent to await
+  (``frontend_calls``).
 - Steps, state snapshots and deltas, CUSTOM become their outputs; RAW and other types go to
   the guard as they are (it drops malformed ones and wraps unknown types in RAW).
 - RUN_STARTED is dropped (the guard emits its own), RUN_FINISHED ends the round (its
@@ -17,11 +19,14 @@ its ``RunContext``, so the runtime's session and guard decide ids and lifecycle:
   client never sees, and iobridge's thread memory owns the history.
 
 The round also folds what it announced into AG-UI messages in the upstream's ids
-(``conversation``), which a follow-up upstream run receives after the tool results.
+(``conversation``), which a follow-up upstream run receives after the tool results. What the
+round keeps (text, arguments, results, ids) counts against ``max_round_bytes``; beyond it the
+run ends with ``UPSTREAM_TOO_LARGE``, so an endless upstream cannot grow it without bound.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import uuid
 from collections.abc import Callable, Sequence
@@ -32,9 +37,9 @@ import orjson
 
 from iobridge.agents import outputs as out
 from iobridge.agents.context import ToolResult
-from iobridge.errors import AgentError, InputError
+from iobridge.errors import AgentError
 from iobridge.protocol import events as ev
-from iobridge.protocol.text import validate_id
+from iobridge.protocol.run_limits import DEFAULT_MAX_UPSTREAM_ROUND_BYTES
 
 if TYPE_CHECKING:
     from iobridge.agents.context import RunContext, ToolCallHandle
@@ -42,6 +47,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _DROPPED = frozenset({ev.RUN_STARTED, ev.MESSAGES_SNAPSHOT, "REASONING_ENCRYPTED_VALUE"})
+#: What one entry (a message, a call, an id in a table) costs beyond its text.
+_ENTRY_COST = 64
+UPSTREAM_TOO_LARGE = "UPSTREAM_TOO_LARGE"
 
 
 @dataclass(slots=True, eq=False)
@@ -52,7 +60,7 @@ class UpstreamCall:
     #: The call as the upstream's history holds it (arguments filled in at its end).
     entry: dict[str, Any]
     frontend: bool
-    fragments: list[str] = field(default_factory=list)
+    fragments: io.StringIO = field(default_factory=io.StringIO)
     ended: bool = False
     answered: bool = False
 
@@ -62,12 +70,16 @@ class UpstreamRound:
 
     Args:
         ctx: The client's run.
-        used_ids: Tool call ids taken in the thread and this run (updated as calls start).
+        max_round_bytes: Most bytes the round may keep (see the module docstring).
     """
 
-    def __init__(self, ctx: RunContext, used_ids: set[str]) -> None:
+    def __init__(
+        self, ctx: RunContext, max_round_bytes: int = DEFAULT_MAX_UPSTREAM_ROUND_BYTES
+    ) -> None:
         self.ctx = ctx
-        self.used_ids = used_ids
+        self.max_round_bytes = max_round_bytes
+        #: Bytes kept so far (text, arguments, results, ids).
+        self.kept_bytes = 0
         #: The upstream ended its run (RUN_FINISHED); nothing after it is read.
         self.finished = False
         #: ``RUN_FINISHED.result``, when the upstream gave one.
@@ -127,8 +139,8 @@ class UpstreamRound:
         messages = []
         for message in self._messages:
             message = dict(message)
-            if "content" in message:
-                message["content"] = "".join(message["content"])
+            if isinstance(message.get("content"), io.StringIO):
+                message["content"] = message["content"].getvalue()
             calls = [c for c in message.pop("toolCalls", []) if id(c) in kept]
             if calls:
                 message["toolCalls"] = calls
@@ -137,6 +149,20 @@ class UpstreamRound:
         for call, answer in zip(self.frontend_calls, answers, strict=True):
             messages.append(_tool_message(call.entry["id"], answer.content))
         return messages
+
+    def _keep(self, text: str | None, entries: int = 0) -> None:
+        """Count what the round keeps.
+
+        Raises:
+            AgentError: past ``max_round_bytes`` (``UPSTREAM_TOO_LARGE``).
+        """
+        self.kept_bytes += (len(text) if text else 0) + entries * _ENTRY_COST
+        if self.kept_bytes > self.max_round_bytes:
+            logger.warning("the upstream run kept more than %d bytes", self.max_round_bytes)
+            raise AgentError(
+                "The upstream agent sent more than this server keeps for one run.",
+                code=UPSTREAM_TOO_LARGE,
+            )
 
     # -- run lifecycle ---------------------------------------------------------------
 
@@ -158,6 +184,7 @@ class UpstreamRound:
             return
         if message_id in self._closed_texts:
             return
+        self._keep(delta)
         if message_id != self._text:
             if self._text is not None:
                 self.ctx.emit(out.TextEnd())
@@ -166,7 +193,10 @@ class UpstreamRound:
         else:
             self.ctx.emit(delta)
         assistant = self._assistant_message()
-        assistant.setdefault("content", []).append(delta)
+        buffer = assistant.get("content")
+        if buffer is None:
+            buffer = assistant["content"] = io.StringIO()
+        buffer.write(delta)
 
     def _on_text_end(self, event: dict[str, Any]) -> None:
         message_id = event.get("messageId")
@@ -175,7 +205,9 @@ class UpstreamRound:
         if message_id == self._text:
             self.ctx.emit(out.TextEnd())
             self._text = None
-        self._closed_texts.add(message_id)
+        if message_id not in self._closed_texts:
+            self._keep(message_id, entries=1)
+            self._closed_texts.add(message_id)
 
     def _on_text_chunk(self, event: dict[str, Any]) -> None:
         message_id = event.get("messageId")
@@ -210,8 +242,8 @@ class UpstreamRound:
             or upstream_id in self._calls
         ):
             return
-        handle = self.ctx.start_tool_call(name, tool_call_id=self._local_id(upstream_id))
-        self.used_ids.add(handle.tool_call_id)
+        self._keep(upstream_id + name, entries=2)
+        handle = self.ctx.start_tool_call(name)
         entry = {"id": upstream_id, "type": "function",
                  "function": {"name": name, "arguments": "{}"}}
         self._assistant_message().setdefault("toolCalls", []).append(entry)
@@ -219,20 +251,13 @@ class UpstreamRound:
             handle=handle, entry=entry, frontend=self.ctx.session.is_frontend_tool(name)
         )
 
-    def _local_id(self, upstream_id: str) -> str | None:
-        """The upstream's id when the client's run can use it (``None``: make one)."""
-        try:
-            validate_id(upstream_id)
-        except InputError:
-            return None
-        return None if upstream_id in self.used_ids else upstream_id
-
     def _on_tool_args(self, event: dict[str, Any]) -> None:
         upstream_id = event.get("toolCallId")
         call = self._calls.get(upstream_id) if isinstance(upstream_id, str) else None
         delta = event.get("delta")
         if call is not None and not call.ended and isinstance(delta, str) and delta:
-            call.fragments.append(delta)
+            self._keep(delta)
+            call.fragments.write(delta)
             call.handle.add_args(delta)
 
     def _on_tool_end(self, event: dict[str, Any]) -> None:
@@ -245,7 +270,7 @@ class UpstreamRound:
         if call is None or call.ended:
             return
         call.ended = True
-        call.entry["function"]["arguments"] = "".join(call.fragments) or "{}"
+        call.entry["function"]["arguments"] = call.fragments.getvalue() or "{}"
         call.handle.end()
         if call.frontend:
             self.frontend_calls.append(call)
@@ -271,6 +296,7 @@ class UpstreamRound:
         content = event.get("content")
         if not isinstance(content, str):
             content = orjson.dumps(content, default=str).decode()
+        self._keep(content, entries=1)
         call.answered = True
         call.handle.complete(ToolResult(content=content))
         self._messages.append(_tool_message(call.entry["id"], content))
@@ -307,6 +333,7 @@ class UpstreamRound:
     def _assistant_message(self) -> dict[str, Any]:
         """The assistant message the round's text and calls go to (a new one after a result)."""
         if self._assistant is None:
+            self._keep(None, entries=1)
             self._assistant = {"id": uuid.uuid4().hex, "role": "assistant"}
             self._messages.append(self._assistant)
         return self._assistant

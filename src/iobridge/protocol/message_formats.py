@@ -29,9 +29,11 @@ Folding rules (pure, no I/O; the caller passes each message with its ISO ``creat
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from iobridge.errors import InputError
+from iobridge.protocol.json_limits import MAX_JSON_DEPTH_SETTING, loads
 
 __all__ = ["MASTRA_MESSAGE_TYPE", "to_mastra"]
 
@@ -70,11 +72,13 @@ def _user_parts(content: Any) -> list[dict[str, Any]]:
 
 
 def _parse(content: Any) -> Any:
+    """JSON text as its value; text that is not JSON within the limits (a deep nest stored
+    before they applied, an integer beyond 64 bits) stays text, so the view always encodes."""
     if not isinstance(content, str):
         return content
     try:
-        return json.loads(content)
-    except ValueError:
+        return loads(content, max_depth=MAX_JSON_DEPTH_SETTING)
+    except InputError:
         return content
 
 

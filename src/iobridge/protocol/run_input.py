@@ -12,12 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-import orjson
 import pydantic
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 from pydantic_core import PydanticCustomError
 
 from iobridge.errors import InputError, PayloadTooLarge
+from iobridge.protocol.json_limits import (
+    DEFAULT_MAX_JSON_DEPTH,
+    check_json_text,
+    check_value,
+    loads,
+)
 from iobridge.protocol.text import MAX_ID_LENGTH, reject_nul, validate_id
 
 #: Default most messages one run request may carry (``Settings.max_messages``).
@@ -199,28 +204,43 @@ def _errors(exc: pydantic.ValidationError, prefix: tuple[Any, ...] = ()) -> list
     ]
 
 
+def _check_arguments(message: dict[str, Any], index: int, max_depth: int) -> None:
+    """Tool-call ``arguments`` are JSON text that the tool dispatch and the Mastra view
+    decode: the depth limit of the body applies to them too."""
+    for number, call in enumerate(message.get("toolCalls") or []):
+        arguments = call["function"]["arguments"]
+        check_json_text(
+            arguments, max_depth=max_depth,
+            where=f"messages[{index}].toolCalls[{number}].function.arguments",
+        )
+
+
 def parse_run_input(
-    body: bytes | str | dict[str, Any], *, max_messages: int = DEFAULT_MAX_MESSAGES
+    body: bytes | str | dict[str, Any],
+    *,
+    max_messages: int = DEFAULT_MAX_MESSAGES,
+    max_depth: int = DEFAULT_MAX_JSON_DEPTH,
 ) -> RunInput:
     """Parse and validate a RunAgentInput body.
 
-    The message count is checked right after decoding, before any per-message work, so an
-    oversized history costs one JSON decode and nothing more.
+    The depth of the whole body (and so of every field in it), its integers and the message
+    count are checked right after decoding, before any per-message work, so an oversized or
+    over-nested history costs one JSON decode and nothing more (``protocol.json_limits``).
 
     Raises:
         PayloadTooLarge: more than ``max_messages`` messages (code ``TOO_MANY_MESSAGES``).
         InputError: ``INVALID_ID``: threadId, runId or parentRunId is a string with control
             (or other non-printable) characters; ``INVALID_TEXT``: U+0000 in any text;
-            otherwise not JSON, not an object, or a required field missing or malformed
-            (``details`` lists each problem with its location).
+            ``JSON_TOO_DEEP``: the body, or a tool call's ``arguments``, nests deeper than
+            ``max_depth``; ``NUMBER_OUT_OF_RANGE``: an integer beyond 64 bits; otherwise
+            not JSON, not an object, or a required field missing or malformed (``details``
+            lists each problem with its location).
     """
     if isinstance(body, dict):
         data = body
+        check_value(data, max_depth=max_depth)
     else:
-        try:
-            data = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise InputError("request body is not valid JSON", code="INVALID_JSON") from exc
+        data = loads(body, max_depth=max_depth)
     if not isinstance(data, dict):
         raise InputError("request body must be a JSON object", code="INVALID_REQUEST")
     messages = data.get("messages")
@@ -256,6 +276,8 @@ def parse_run_input(
                 {"loc": ["messages", index, "id"], "message": "duplicate message id"}
             )
         seen.add(message["id"])
+        if role == "assistant":
+            _check_arguments(message, index, max_depth)
     if problems:
         raise InputError("invalid RunAgentInput", code="INVALID_REQUEST", details=problems)
     forwarded = parsed.forwarded_props if isinstance(parsed.forwarded_props, dict) else {}

@@ -10,6 +10,7 @@ from typing import Any
 
 from iobridge.errors import InputError
 from iobridge.protocol.bodies import Body, parse_json_object
+from iobridge.protocol.json_limits import DEFAULT_MAX_JSON_DEPTH
 
 __all__ = ["ToolResult", "parse_tool_result"]
 
@@ -27,13 +28,13 @@ class ToolResult:
     deferred: bool = False
 
 
-def parse_tool_result(body: Body) -> ToolResult:
+def parse_tool_result(body: Body, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> ToolResult:
     """Read ``{"result"|"content"|"output": ..., "isError"?, "error"?}``.
 
     Raises:
         InputError: not a JSON object, none of the result keys, or keys of the wrong type.
     """
-    data = parse_json_object(body)
+    data = parse_json_object(body, max_depth)
     is_error = data.get("isError", False)
     if not isinstance(is_error, bool):
         raise InputError("isError must be a boolean")

@@ -185,6 +185,7 @@ class Execution:
         self.events = RunEvents(
             run.log, run.thread_id, run.run_id, parent_run_id=run_input.parent_run_id,
             state=state, max_state_bytes=runtime.settings.max_state_bytes,
+            limits=runtime.settings.run_limits,
         )
         self.events.usage = run.usage
         self.session = AgentSession(
@@ -224,6 +225,7 @@ class Execution:
             state=state, resource_id=self.resource_id, session=self.session,
             resume=[Resume.from_wire(e) for e in resume],
             answered=[Resume.from_wire(e) for e in answered], usage=self.events.usage,
+            limits=self.runtime.settings.run_limits,
         )
 
     # -- the task (steps 5-7) -----------------------------------------------------------

@@ -17,6 +17,7 @@ from iobridge.agents import outputs as out
 from iobridge.protocol import events as ev
 from iobridge.protocol.events import Event, encode_event
 from iobridge.protocol.guard import DEFAULT_MAX_STATE_BYTES, LifecycleGuard
+from iobridge.protocol.run_limits import RunLimits
 from iobridge.protocol.text import has_nul_escape, replace_nul
 from iobridge.protocol.tool_results import ToolResult
 from iobridge.protocol.transcript import Transcript
@@ -42,6 +43,7 @@ class RunEvents:
         new_id: Id factory for messages and tool calls (injectable for tests).
         state: The shared state the run starts from (the guard tracks it from there).
         max_state_bytes: Bound of the shared state's JSON.
+        limits: The run's other bounds (``protocol.run_limits``).
     """
 
     def __init__(
@@ -54,12 +56,13 @@ class RunEvents:
         new_id: Callable[[], str] = _new_id,
         state: Any = None,
         max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
+        limits: RunLimits | None = None,
     ) -> None:
         self.log = log
         self.new_id = new_id
         self.guard = LifecycleGuard(
             thread_id, run_id, parent_run_id=parent_run_id, new_id=new_id, state=state,
-            max_state_bytes=max_state_bytes,
+            max_state_bytes=max_state_bytes, limits=limits,
         )
         self.transcript = Transcript()
         #: Value for RUN_FINISHED.result.
