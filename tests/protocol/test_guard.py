@@ -10,7 +10,7 @@ import pytest
 from agui_verify import verify_events
 from iobridge.protocol.guard import INVALID_TOOL_ARGS, GuardState, LifecycleGuard
 
-START = {"type": "RUN_STARTED", "threadId": "t", "runId": "r"}
+START = {"type": "RUN_STARTED", "threadId": "t", "runId": "r", "protocolVersion": "1.0"}
 FINISHED = {"type": "RUN_FINISHED", "threadId": "t", "runId": "r"}
 
 

@@ -261,7 +261,8 @@ def test_a_well_behaved_agent_passes_through_unchanged(events: list[dict[str, An
     for event in events:
         emitted += guard.feed(dict(event))
     emitted += guard.finish(result={"n": len(events)})
-    assert emitted[0] == {"type": "RUN_STARTED", "threadId": THREAD, "runId": RUN}
+    assert emitted[0] == {"type": "RUN_STARTED", "threadId": THREAD, "runId": RUN,
+                          "protocolVersion": "1.0"}
     assert emitted[1:-1] == events
     assert emitted[-1] == {"type": "RUN_FINISHED", "threadId": THREAD, "runId": RUN,
                            "result": {"n": len(events)}}

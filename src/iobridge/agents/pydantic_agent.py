@@ -120,7 +120,10 @@ class PydanticAIAgent(Agent):
         output_retries: How often an answer that violates ``structuredOutput`` is sent back.
         tool_result_mode: ``"in-run"`` or ``"next-run"`` for frontend tool results
             (``None``: the server default).
+        capabilities: Overrides of the AG-UI ``AgentCapabilities`` the agent declares.
     """
+
+    agent_type = "pydantic-ai"
 
     def __init__(
         self,
@@ -138,6 +141,7 @@ class PydanticAIAgent(Agent):
         model_id: str | None = None,
         output_retries: int = 2,
         tool_result_mode: ToolResultMode | None = None,
+        capabilities: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(agent, PydanticAgent):
             raise TypeError(f"expected a pydantic_ai.Agent, got {type(agent).__name__}")
@@ -156,6 +160,8 @@ class PydanticAIAgent(Agent):
         self.model_id = model_id or _model_id(agent.model)
         self.output_retries = output_retries
         self.tool_result_mode = tool_result_mode
+        if capabilities is not None:
+            self.set_capabilities(capabilities)
         self._server_defs = [
             ToolDefinition(
                 name=t.name, description=t.description, parameters_json_schema=t.parameters
@@ -169,11 +175,49 @@ class PydanticAIAgent(Agent):
         Tools of other toolsets (MCP servers) are only known once a run lists them.
         """
         data = super().describe()
-        for toolset in self.agent.toolsets:
-            if isinstance(toolset, FunctionToolset):
-                for t in toolset.tools.values():
-                    data["tools"].append({"name": t.name, "description": t.description or ""})
+        for t in self._function_tools():
+            data["tools"].append({"name": t.name, "description": t.description or ""})
         return data
+
+    def _function_tools(self) -> list[Any]:
+        return [
+            t for toolset in self.agent.toolsets if isinstance(toolset, FunctionToolset)
+            for t in toolset.tools.values()
+        ]
+
+    def own_capabilities(self) -> dict[str, Any]:
+        """From the agent and its model: its tools (the bridge's, its own function tools;
+        frontend tools when the model takes tools), structured output, reasoning when the
+        model thinks, the input media the model's profile accepts, and approvals (as
+        interrupts) when one of its tools requires them. MCP tools are only known once a run
+        lists them, so ``tools.items`` leaves them out."""
+        items = [t.as_declaration() for t in self.tools] + [
+            {"name": t.name, "description": t.description or "",
+             "parameters": t.function_schema.json_schema}
+            for t in self._function_tools()
+        ]
+        model = self.agent.model
+        profile = model.profile if isinstance(model, Model) else None
+        takes_tools = profile.get("supports_tools", True) if profile is not None else True
+        declared: dict[str, Any] = {
+            "tools": {"supported": takes_tools, "items": items, "parallelCalls": takes_tools,
+                      "clientProvided": takes_tools},
+            "output": {"structuredOutput": True},
+        }
+        approvals = any(t.requires_approval for t in self._function_tools())
+        declared["humanInTheLoop"] = {
+            "supported": approvals, "interrupts": approvals, "approvals": approvals,
+        }
+        if profile is not None:
+            thinks = bool(
+                profile.get("supports_thinking") or profile.get("thinking_always_enabled")
+            )
+            declared["reasoning"] = {"supported": thinks, "streaming": thinks}
+            declared["multimodal"] = {
+                "input": _model_media(profile),
+                "output": {"image": False, "audio": False},
+            }
+        return declared
 
     def needs_messages(self) -> bool:
         """Whether a run without messages or context has nothing to send to the model.
@@ -307,6 +351,20 @@ class PydanticAIAgent(Agent):
                 )
             )
         return defs
+
+
+def _model_media(profile: Mapping[str, Any]) -> dict[str, bool]:
+    """``multimodal.input`` from a model profile (pydantic-ai's file-input flags, already
+    narrowed to what the provider adapter can send)."""
+    documents = profile.get("supports_document_input", True)
+    types = profile.get("supported_document_media_types")
+    return {
+        "image": profile.get("supports_image_input", True),
+        "audio": profile.get("supports_audio_file_input", True),
+        "video": profile.get("supports_video_input", True),
+        "pdf": documents and (types is None or "application/pdf" in types),
+        "file": documents,
+    }
 
 
 def _model_id(model: object) -> str | None:

@@ -80,7 +80,11 @@ class AgUiUpstreamAgent(Agent):
             server's default).
         client: An ``httpx.AsyncClient`` to use (proxies, mTLS, pooling); it is never
             closed here. By default each run opens and closes its own.
+        capabilities: Overrides of the AG-UI ``AgentCapabilities`` the agent declares (what
+            the upstream accepts is its own business: the bridge cannot know it).
     """
+
+    agent_type = "ag-ui"
 
     def __init__(
         self,
@@ -96,6 +100,7 @@ class AgUiUpstreamAgent(Agent):
         max_rounds: int = DEFAULT_MAX_ROUNDS,
         tool_result_mode: ToolResultMode | None = None,
         client: httpx.AsyncClient | None = None,
+        capabilities: Mapping[str, Any] | None = None,
     ) -> None:
         if tool_result_mode is not None and tool_result_mode not in TOOL_RESULT_MODES:
             raise ValueError(f"tool_result_mode must be one of {TOOL_RESULT_MODES}")
@@ -121,6 +126,17 @@ class AgUiUpstreamAgent(Agent):
         self.max_rounds = max_rounds
         self.tool_result_mode = tool_result_mode
         self.client = client
+        if capabilities is not None:
+            self.set_capabilities(capabilities)
+
+    def own_capabilities(self) -> dict[str, Any]:
+        """What the bridge adds to any upstream: the client's tools reach it, and its
+        interrupts become the run's (answered through ``resume``). What it accepts as input
+        and whether it reasons are the upstream's own: left undeclared."""
+        return {
+            "tools": {"clientProvided": True},
+            "humanInTheLoop": {"interrupts": True},
+        }
 
     async def run(self, ctx: RunContext) -> AsyncIterator[AgentOutput]:
         """Forward the run, then drive follow-up runs while frontend tools are answered."""

@@ -11,6 +11,8 @@ from typing import Any
 
 import orjson
 
+from iobridge.protocol.versions import PROTOCOL_VERSION
+
 Event = dict[str, Any]
 
 RUN_STARTED = "RUN_STARTED"
@@ -43,10 +45,12 @@ TERMINAL_TYPES = frozenset({RUN_FINISHED, RUN_ERROR})
 
 
 def run_started(thread_id: str, run_id: str, parent_run_id: str | None = None) -> Event:
-    """RUN_STARTED echoing the request's ids."""
+    """RUN_STARTED echoing the request's ids and declaring the AG-UI version iobridge speaks
+    (its own, whatever the client declared: AG-UI 1.0 versioning)."""
     event: Event = {"type": RUN_STARTED, "threadId": thread_id, "runId": run_id}
     if parent_run_id is not None:
         event["parentRunId"] = parent_run_id
+    event["protocolVersion"] = PROTOCOL_VERSION
     return event
 
 

@@ -19,6 +19,7 @@ from pydantic_core import PydanticCustomError
 
 from iobridge.errors import InputError, PayloadTooLarge
 from iobridge.protocol.text import MAX_ID_LENGTH, reject_nul, validate_id
+from iobridge.protocol.versions import check_protocol_version
 
 #: Default most messages one run request may carry (``Settings.max_messages``).
 DEFAULT_MAX_MESSAGES = 10_000
@@ -141,6 +142,7 @@ class _RunAgentInput(_Open):
     thread_id: Identifier = Field(alias="threadId")
     run_id: Identifier = Field(alias="runId")
     parent_run_id: Identifier | None = Field(default=None, alias="parentRunId")
+    protocol_version: str | None = Field(default=None, alias="protocolVersion")
     messages: list[dict[str, Any]]
     tools: list[_Tool] = Field(default_factory=list)
     context: list[_Context] = Field(default_factory=list)
@@ -186,6 +188,8 @@ class RunInput:
     #: ``resume`` entries (AG-UI 1.0) in wire form: ``{interruptId, status, payload?,
     #: metadata?}``; empty when the run does not continue an interrupted one.
     resume: list[dict[str, Any]] = field(default_factory=list)
+    #: The AG-UI version the client declared (``None``: a client from before versions).
+    protocol_version: str | None = None
     #: The request body exactly as parsed, unknown keys included.
     raw: dict[str, Any] = field(default_factory=dict)
 
@@ -211,6 +215,7 @@ def parse_run_input(
         PayloadTooLarge: more than ``max_messages`` messages (code ``TOO_MANY_MESSAGES``).
         InputError: ``INVALID_ID``: threadId, runId or parentRunId is a string with control
             (or other non-printable) characters; ``INVALID_TEXT``: U+0000 in any text;
+            ``UNSUPPORTED_PROTOCOL_VERSION``: a ``protocolVersion`` of another major line;
             otherwise not JSON, not an object, or a required field missing or malformed
             (``details`` lists each problem with its location).
     """
@@ -233,6 +238,7 @@ def parse_run_input(
         if isinstance(value, str) and value:
             validate_id(value, key)
     reject_nul(data, None if isinstance(body, dict) else body)
+    protocol_version = check_protocol_version(data.get("protocolVersion"))
     try:
         parsed = _input_adapter.validate_python(data)
     except pydantic.ValidationError as exc:
@@ -269,6 +275,7 @@ def parse_run_input(
         state=parsed.state,
         forwarded_props=forwarded,
         resume=[r.model_dump(by_alias=True, exclude_none=True) for r in parsed.resume or []],
+        protocol_version=protocol_version,
         raw=data,
     )
 
