@@ -30,6 +30,7 @@ from typing import Any
 import orjson
 
 from iobridge.agents.base import Agent
+from iobridge.agents.capabilities import accepted_media
 from iobridge.agents.catalog import AgentCatalog
 from iobridge.agents.catalog import build_catalog as make_catalog
 from iobridge.agents.context import ToolResult
@@ -46,6 +47,7 @@ from iobridge.errors import (
     TooManyRequests,
 )
 from iobridge.observability.metrics import Metrics
+from iobridge.protocol.media import MediaLimits, check_media
 from iobridge.protocol.options import ToolResultMode, parse_run_options
 from iobridge.protocol.run_input import OFF_LOOP_BYTES, RunInput, parse_run_input
 from iobridge.runtime.cluster import Cluster, Command, LocalCluster, RemoteRun
@@ -269,7 +271,10 @@ class Backend:
         Raises:
             InputError: a bad body or ``forwardedProps``, or a ``resume`` that does not
                 answer the thread's open interrupts (400, ``INTERRUPT_*``).
-            PayloadTooLarge: ``state`` over ``max_state_bytes`` (413 ``STATE_TOO_LARGE``).
+            PayloadTooLarge: ``state`` over ``max_state_bytes`` (413 ``STATE_TOO_LARGE``),
+                media over ``max_media_part_bytes``/``max_media_message_bytes`` (413
+                ``MEDIA_TOO_LARGE``); an InputError ``UNSUPPORTED_MEDIA`` (400) for media the
+                agent declares it does not accept.
             NotFoundError: an unknown agent, a foreign resource or thread (404).
             ConflictError: the runId is running, or the thread is busy (409).
             TooManyRequests: over the active-run limits (429 ``TOO_MANY_RUNS``).
@@ -291,6 +296,14 @@ class Backend:
         options = parse_run_options(run_input.forwarded_props)
         resource_id = self.authenticator.resolve_resource(principal, options.resource_id)
         agent = self.catalog.get(options.agent_id)
+        settings = self.settings
+        check_media(
+            run_input.messages,
+            MediaLimits(max_part_bytes=settings.max_media_part_bytes,
+                        max_message_bytes=settings.max_media_message_bytes),
+            lambda: accepted_media(agent.capabilities()),
+            agent_id=agent.id,
+        )
         return await self.runtime.start(
             run_input,
             options,

@@ -4,7 +4,14 @@
 messages: user/system/developer/assistant text, assistant ``toolCalls`` as ``ToolCallPart``
 paired with ``tool`` messages as ``ToolReturnPart`` (failed when the message has ``error``).
 Calls without a result, and results without a call, are dropped, since providers reject
-unpaired ones. Multimodal parts become file parts, or a text placeholder.
+unpaired ones.
+
+Media parts (AG-UI 1.0 ``image``/``audio``/``video``/``document``, in user messages and in
+tool results) become pydantic-ai's native content: a ``url`` source an ``ImageUrl``,
+``AudioUrl``, ``VideoUrl`` or ``DocumentUrl``; inline ``data`` a ``BinaryContent``; a
+provider ``file`` handle an ``UploadedFile``, but only for the provider that issued it (the
+run's model, when the handle names none). Anything else becomes a short text placeholder in a
+user message, and is left out of a tool result.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from pydantic_ai.messages import (
     TextPart,
     ToolCallPart,
     ToolReturnPart,
+    UploadedFile,
     UserContent,
     UserPromptPart,
     VideoUrl,
@@ -65,49 +73,79 @@ def _url_kind(mime: str | None) -> str:
     return major if major in ("image", "audio", "video") else "document"
 
 
-def _file_part(kind: str, source: str, value: Any, mime: Any) -> UserContent | None:
-    """A URL or inline-data part, or ``None`` when the model cannot be given it."""
+def _file_part(
+    kind: str, source: Mapping[str, Any], provider: str | None
+) -> UserContent | None:
+    """A URL, inline-data or provider-file part, or ``None`` when the model cannot be given
+    it (no value, bad base64, a handle of another provider)."""
+    value = source.get("value")
     if not isinstance(value, str) or not value:
         return None
+    mime = source.get("mimeType")
     mime = mime if isinstance(mime, str) and mime else None
-    if source == "url":
+    origin = source.get("type")
+    if origin == "url":
         return _URL_KINDS[kind](url=value, media_type=mime)
-    if source == "data" and mime is not None:
+    if origin == "data" and mime is not None:
         try:
             data = base64.b64decode(value, validate=True)
         except (binascii.Error, ValueError):
             return None
         return BinaryContent(data=data, media_type=mime)
+    if origin == "file" and provider is not None:
+        issuer = source.get("provider")
+        if issuer is not None and issuer != provider:
+            logger.info("a %s file of provider %r is not sent to %r", kind, issuer, provider)
+            return None
+        return UploadedFile(file_id=value, provider_name=provider,  # type: ignore[arg-type]
+                            media_type=mime)
     return None
 
 
-def _content_item(item: Any) -> UserContent:
-    """One AG-UI input content part as pydantic-ai user content (a placeholder if unusable)."""
+def _media(item: Any, provider: str | None) -> UserContent | None:
+    """One AG-UI content part as pydantic-ai content (``None``: the model cannot take it)."""
     if not isinstance(item, Mapping):
-        return "[unsupported content]"
+        return None
     kind = item.get("type")
     if kind == "text":
         text = item.get("text")
         return text if isinstance(text, str) else ""
     if kind in _URL_KINDS:
         source = item.get("source")
-        if isinstance(source, Mapping):
-            part = _file_part(kind, source.get("type", ""), source.get("value"),
-                              source.get("mimeType"))
-            if part is not None:
-                return part
-        return f"[{kind} attachment not available to the model]"
+        return _file_part(kind, source, provider) if isinstance(source, Mapping) else None
     if kind == "binary":  # deprecated 0.x form
         mime = item.get("mimeType")
         url_kind = _url_kind(mime if isinstance(mime, str) else None)
-        part = _file_part(url_kind, "url", item.get("url"), mime) or _file_part(
-            url_kind, "data", item.get("data"), mime
+        return _file_part(url_kind, {"type": "url", "value": item.get("url"), "mimeType": mime},
+                          provider) or _file_part(
+            url_kind, {"type": "data", "value": item.get("data"), "mimeType": mime}, provider
         )
-        if part is not None:
-            return part
+    return None
+
+
+def _content_item(item: Any, provider: str | None) -> UserContent:
+    """One part of a user message (a placeholder names what the model cannot be given)."""
+    part = _media(item, provider)
+    if part is not None:
+        return part
+    kind = item.get("type") if isinstance(item, Mapping) else None
+    if kind in _URL_KINDS:
+        return f"[{kind} attachment not available to the model]"
+    if kind == "binary":
         name = item.get("filename") or item.get("id") or "file"
         return f"[attachment {name} not available to the model]"
-    return f"[unsupported content: {kind}]"
+    return f"[unsupported content: {kind}]" if kind else "[unsupported content]"
+
+
+def _tool_content(content: Any, provider: str | None) -> Any:
+    """A tool message's content for ``ToolReturnPart``: its text, or its parts when it has
+    media (text parts and what the model can take; the rest is left out)."""
+    if not isinstance(content, list) or not any(
+        isinstance(p, Mapping) and p.get("type") != "text" for p in content
+    ):
+        return _text_of(content)
+    parts = [part for part in (_media(p, provider) for p in content) if part]
+    return parts or ""
 
 
 def _text_of(content: Any) -> str:
@@ -133,8 +171,14 @@ def _paired_call_ids(messages: Sequence[Mapping[str, Any]]) -> set[str]:
     return {i for i in called & answered if isinstance(i, str)}
 
 
-def to_model_messages(messages: Sequence[Mapping[str, Any]]) -> list[ModelMessage]:
-    """AG-UI message dicts as pydantic-ai message history (see the module docstring)."""
+def to_model_messages(
+    messages: Sequence[Mapping[str, Any]], *, provider: str | None = None
+) -> list[ModelMessage]:
+    """AG-UI message dicts as pydantic-ai message history (see the module docstring).
+
+    ``provider`` is the run's model provider (``Model.system``): provider file handles are
+    only given to it.
+    """
     paired = _paired_call_ids(messages)
     names: dict[str, str] = {}
     groups: list[tuple[bool, list[Any]]] = []  # (is_response, parts)
@@ -150,7 +194,7 @@ def to_model_messages(messages: Sequence[Mapping[str, Any]]) -> list[ModelMessag
         if role == "user":
             content = msg.get("content")
             if isinstance(content, list):
-                items = [_content_item(c) for c in content]
+                items = [_content_item(c, provider) for c in content]
                 add(UserPromptPart(content=items), False)
             else:
                 add(UserPromptPart(content=_text_of(content)), False)
@@ -175,12 +219,13 @@ def to_model_messages(messages: Sequence[Mapping[str, Any]]) -> list[ModelMessag
                 logger.info("dropping tool result %r without a call from history", call_id)
                 continue
             error = msg.get("error")
-            content = _text_of(msg.get("content"))
             if error:
-                add(ToolReturnPart(tool_name=names[call_id], content=content or str(error),
+                text = _text_of(msg.get("content"))
+                add(ToolReturnPart(tool_name=names[call_id], content=text or str(error),
                                    tool_call_id=call_id, outcome="failed"), False)
             else:
-                add(ToolReturnPart(tool_name=names[call_id], content=content,
+                add(ToolReturnPart(tool_name=names[call_id],
+                                   content=_tool_content(msg.get("content"), provider),
                                    tool_call_id=call_id), False)
     return [
         ModelResponse(parts=parts) if is_response else ModelRequest(parts=parts)

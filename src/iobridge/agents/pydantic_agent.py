@@ -230,7 +230,10 @@ class PydanticAIAgent(Agent):
     async def run(self, ctx: RunContext) -> AsyncIterator[AgentOutput]:
         """Run the pydantic-ai agent's model/tool loop and stream its outputs."""
         options = ctx.options
-        history = to_model_messages(ctx.messages)
+        model = self.agent.model
+        history = to_model_messages(
+            ctx.messages, provider=model.system if isinstance(model, Model) else None
+        )
         instructions = context_instructions(ctx.context)
         if not history and not instructions and self.needs_messages():
             raise AgentError("the run has no messages for the model", code="INVALID_REQUEST")
@@ -239,7 +242,6 @@ class PydanticAIAgent(Agent):
             run=ctx, added=self._tool_definitions(ctx.frontend_tools), structured=structured
         )
         settings = cast(ModelSettings, {**self.model_settings, **options.model_settings})
-        model = self.agent.model
         if isinstance(model, Model):
             settings = adapt_settings(model, settings)
         extra: dict[str, Any] = {}

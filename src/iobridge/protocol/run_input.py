@@ -18,6 +18,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 from pydantic_core import PydanticCustomError
 
 from iobridge.errors import InputError, PayloadTooLarge
+from iobridge.protocol.media import content_problems
 from iobridge.protocol.text import MAX_ID_LENGTH, reject_nul, validate_id
 from iobridge.protocol.versions import check_protocol_version
 
@@ -257,6 +258,8 @@ def parse_run_input(
         except pydantic.ValidationError as exc:
             problems.extend(_errors(exc, ("messages", index)))
             continue
+        if role in ("user", "tool"):
+            problems += content_problems(message.get("content"), ("messages", index, "content"))
         if message["id"] in seen:
             problems.append(
                 {"loc": ["messages", index, "id"], "message": "duplicate message id"}
