@@ -473,7 +473,8 @@ class Backend:
             run = self.runtime.get_run(principal.id, run_id)
         except NotFoundError:
             command = {"op": "result", "call": tool_call_id, "content": result.content,
-                       "value": result.value, "isError": result.is_error}
+                       "value": result.value, "isError": result.is_error,
+                       "parts": result.parts}
             answer = await self._elsewhere(principal, run_id, command)
             if answer is None:
                 raise
@@ -497,8 +498,10 @@ class Backend:
             if op == "cancel":
                 return {"value": self.runtime.cancel(run)}
             if op == "result":
+                parts = command.get("parts")
                 result = ToolResult(content=str(command["content"]), value=command["value"],
-                                    is_error=bool(command["isError"]))
+                                    is_error=bool(command["isError"]),
+                                    parts=parts if isinstance(parts, list) else None)
                 self.runtime.submit_tool_result(run, str(command["call"]), result)
             elif op == "attach":
                 self.runtime.attach(run)

@@ -5,13 +5,14 @@ what they must before anything is stored."""
 from __future__ import annotations
 
 import base64
+import json
 import sqlite3
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from fake_openai import FakeOpenAI, text
+from fake_openai import FakeOpenAI, calls, text
 from tests.helpers import parse_sse
 
 from agui_verify import verify_events
@@ -233,3 +234,104 @@ async def test_malformed_media_is_400_and_stores_nothing(
     error = await refused(server, body("t-bad", "r1", [user("u1", part)]), 400)
     assert error["code"] == "INVALID_REQUEST"
     assert error["details"][0]["loc"][:4] == ["messages", 0, "content", 1]
+
+
+SCREENSHOT = {"name": "screenshot", "description": "Capture the user's screen (browser).",
+              "parameters": {"type": "object", "properties": {}}}
+SHOT_PARTS = [{"type": "text", "text": "the screen"}, IMAGE]
+
+
+async def stream_and_answer(server: Any, payload: dict[str, Any],
+                            answer: dict[str, Any]) -> list[dict[str, Any]]:
+    """One run whose frontend calls are answered with ``answer`` while the stream is open."""
+    events: list[dict[str, Any]] = []
+    async with (
+        httpx.AsyncClient(base_url=server.url, timeout=20) as client,
+        client.stream("POST", "/io-bridge/run", json=payload) as response,
+    ):
+        assert response.status_code == 200
+        async for line in response.aiter_lines():
+            if not line.startswith("data: "):
+                continue
+            event = json.loads(line[len("data: "):])
+            events.append(event)
+            if event["type"] == "TOOL_CALL_END":
+                posted = await client.post(
+                    f"/io-bridge/runs/{payload['runId']}/tool-calls/{event['toolCallId']}"
+                    "/result", json=answer)
+                assert posted.status_code == 200, posted.text
+    verify_events(events, thread_id=payload["threadId"], run_id=payload["runId"])
+    return events
+
+
+async def test_a_frontend_tool_answers_with_content_parts(
+    fake_openai: FakeOpenAI, serve: Any
+) -> None:
+    fake_openai.push(calls(("call_s", "screenshot", "{}")), text("I see it."))
+    server = serve(agents=[agent(fake_openai, model="gpt-4o")])
+    payload = {**body("t-shot", "r1", [user("u1", say="look at my screen")]),
+               "tools": [SCREENSHOT]}
+    events = await stream_and_answer(server, payload, {"content": SHOT_PARTS})
+    [result] = [e for e in events if e["type"] == "TOOL_CALL_RESULT"]
+    assert result["content"] == SHOT_PARTS  # carried as parts, not flattened
+    assert events[-1]["type"] == "RUN_FINISHED"
+
+    # The model got the image as its own content type (OpenAI chat takes no images in a tool
+    # message: pydantic-ai sends the text there and the image in a user message after it).
+    second = fake_openai.requests[1]["messages"]
+    tool = next(m for m in second if m["role"] == "tool")
+    assert tool["tool_call_id"] == "call_s" and "the screen" in json.dumps(tool["content"])
+    image_url = f"data:image/png;base64,{b64(PNG)}"
+    assert image_url in json.dumps(second[second.index(tool) + 1:])
+
+    stored = await history(server, "t-shot", "agui")
+    [tool_message] = [m for m in stored if m["role"] == "tool"]
+    assert tool_message["content"] == SHOT_PARTS
+    mastra = await history(server, "t-shot", "mastra")
+    [invocation] = [p["toolInvocation"] for m in mastra for p in m["content"]["parts"]
+                    if p["type"] == "tool-invocation"]
+    assert invocation["state"] == "result" and invocation["result"] == SHOT_PARTS
+
+
+async def test_a_tool_message_of_content_parts_in_the_next_run_reaches_the_model(
+    fake_openai: FakeOpenAI, serve: Any
+) -> None:
+    fake_openai.push(calls(("call_s", "screenshot", "{}")), text("Got it."))
+    server = serve(agents=[agent(fake_openai, model="gpt-4o", tool_result_mode="next-run")])
+    payload = {**body("t-next", "r1", [user("u1", say="look")]), "tools": [SCREENSHOT]}
+    first = parse_sse((await post(server, payload)).text)
+    assert first[-1]["outcome"] == {"type": "success", "pendingToolCallIds": ["call_s"]}
+    answer = {"id": "tm1", "role": "tool", "toolCallId": "call_s", "content": SHOT_PARTS}
+    second = parse_sse((await post(server, {**body("t-next", "r2", [answer]),
+                                            "tools": [SCREENSHOT]})).text)
+    assert second[-1]["type"] == "RUN_FINISHED"
+    request = fake_openai.requests[1]["messages"]
+    assert f"data:image/png;base64,{b64(PNG)}" in json.dumps(request)
+    stored = await history(server, "t-next", "agui")
+    assert next(m for m in stored if m["role"] == "tool")["content"] == SHOT_PARTS
+
+
+async def test_malformed_tool_result_parts_are_refused_and_the_call_still_waits(
+    fake_openai: FakeOpenAI, serve: Any
+) -> None:
+    fake_openai.push(calls(("call_s", "screenshot", "{}")), text("ok"))
+    server = serve(agents=[agent(fake_openai, model="gpt-4o")])
+    payload = {**body("t-badshot", "r1", [user("u1", say="look")]), "tools": [SCREENSHOT]}
+    events: list[dict[str, Any]] = []
+    async with (
+        httpx.AsyncClient(base_url=server.url, timeout=20) as client,
+        client.stream("POST", "/io-bridge/run", json=payload) as response,
+    ):
+        async for line in response.aiter_lines():
+            if not line.startswith("data: "):
+                continue
+            event = json.loads(line[len("data: "):])
+            events.append(event)
+            if event["type"] == "TOOL_CALL_END":
+                url = f"/io-bridge/runs/r1/tool-calls/{event['toolCallId']}/result"
+                bad = await client.post(url, json={"content": [{"type": "image"}]})
+                assert bad.status_code == 400
+                assert bad.json()["error"]["details"][0]["loc"] == ["content", 0, "source"]
+                good = await client.post(url, json={"content": "fine"})
+                assert good.status_code == 200
+    assert [e["content"] for e in events if e["type"] == "TOOL_CALL_RESULT"] == ["fine"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any
 
 import pytest
@@ -211,6 +212,18 @@ def test_a_result_gets_text_content_and_a_message_id() -> None:
     emitted = run(call("START", toolCallName="f"), call("END"),
                   call("RESULT", content={"v": [1, None]}))
     assert emitted[-2] == call("RESULT", content='{"v":[1,null]}', messageId="id1")
+
+
+def test_a_result_of_content_parts_passes_and_malformed_parts_become_text() -> None:
+    parts = [{"type": "text", "text": "shot"},
+             {"type": "image", "source": {"type": "url", "value": "https://x/s.png"}}]
+    emitted = run(call("START", toolCallName="f"), call("END"),
+                  call("RESULT", messageId="r", content=parts))
+    assert emitted[-2] == call("RESULT", messageId="r", content=parts)
+    broken = [{"type": "image", "source": {"type": "data", "value": "***"}}]
+    emitted = run(call("START", toolCallName="f"), call("END"),
+                  call("RESULT", messageId="r", content=broken))
+    assert emitted[-2]["content"] == json.dumps(broken, separators=(",", ":"))
 
 
 def test_tool_chunks_expand_and_the_next_id_ends_the_previous_call() -> None:

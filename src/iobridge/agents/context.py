@@ -53,6 +53,11 @@ class ToolResult:
     value: Any = None
     #: True when the call was handed to the client and its result arrives in a later run.
     deferred: bool = False
+    #: The result as AG-UI content parts (text and media: ``{"content": [...]}`` posted by a
+    #: frontend, a tool message's parts, an upstream's): TOOL_CALL_RESULT and the stored tool
+    #: message carry them, the model gets them as its native content; ``content`` holds
+    #: their text for whoever reads only text.
+    parts: list[dict[str, Any]] | None = None
 
 
 ResumeStatus = Literal["resolved", "cancelled"]

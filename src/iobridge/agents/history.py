@@ -137,7 +137,7 @@ def _content_item(item: Any, provider: str | None) -> UserContent:
     return f"[unsupported content: {kind}]" if kind else "[unsupported content]"
 
 
-def _tool_content(content: Any, provider: str | None) -> Any:
+def tool_return_content(content: Any, provider: str | None) -> Any:
     """A tool message's content for ``ToolReturnPart``: its text, or its parts when it has
     media (text parts and what the model can take; the rest is left out)."""
     if not isinstance(content, list) or not any(
@@ -225,7 +225,7 @@ def to_model_messages(
                                    tool_call_id=call_id, outcome="failed"), False)
             else:
                 add(ToolReturnPart(tool_name=names[call_id],
-                                   content=_tool_content(msg.get("content"), provider),
+                                   content=tool_return_content(msg.get("content"), provider),
                                    tool_call_id=call_id), False)
     return [
         ModelResponse(parts=parts) if is_response else ModelRequest(parts=parts)

@@ -65,7 +65,7 @@ from pydantic_core import SchemaValidator, core_schema, to_json, to_jsonable_pyt
 
 from iobridge.agents.base import Agent
 from iobridge.agents.context import ToolResult
-from iobridge.agents.history import context_instructions, to_model_messages
+from iobridge.agents.history import context_instructions, to_model_messages, tool_return_content
 from iobridge.agents.outputs import (
     FinalResult,
     ReasoningDelta,
@@ -442,6 +442,9 @@ class BridgeToolset(WrapperToolset[Any]):
                 raise CallDeferred()
             if result.is_error:
                 raise ToolFailed(result.content)
+            if result.parts:
+                # Media the frontend returned go to the model as its own content.
+                return tool_return_content(result.parts, getattr(ctx.model, "system", None))
             return result.content
         handle = self.run.start_tool_call(name, tool_call_id=ctx.tool_call_id, local=True)
         handle.add_args(to_json(tool_args, fallback=str).decode())

@@ -34,6 +34,7 @@ from iobridge.agents import outputs as out
 from iobridge.agents.context import ToolResult
 from iobridge.errors import AgentError, InputError
 from iobridge.protocol import events as ev
+from iobridge.protocol.media import content_problems
 from iobridge.protocol.text import validate_id
 
 if TYPE_CHECKING:
@@ -269,11 +270,17 @@ class UpstreamRound:
             return  # the client answers its own tools; a second result is dropped
         self._end_call(upstream_id)  # type: ignore[arg-type]
         content = event.get("content")
-        if not isinstance(content, str):
-            content = orjson.dumps(content, default=str).decode()
+        if isinstance(content, list) and content and not content_problems(content, ()):
+            # AG-UI 1.0 content parts (an image a tool produced, say): kept as parts.
+            text = "".join(p["text"] for p in content if p.get("type") == "text")
+            result = ToolResult(content=text, value=content, parts=content)
+        else:
+            if not isinstance(content, str):
+                content = orjson.dumps(content, default=str).decode()
+            result = ToolResult(content=content)
         call.answered = True
-        call.handle.complete(ToolResult(content=content))
-        self._messages.append(_tool_message(call.entry["id"], content))
+        call.handle.complete(result)
+        self._messages.append(_tool_message(call.entry["id"], result.parts or result.content))
         self._assistant = None
 
     # -- steps, state, custom --------------------------------------------------------
@@ -312,7 +319,7 @@ class UpstreamRound:
         return self._assistant
 
 
-def _tool_message(tool_call_id: str, content: str) -> dict[str, Any]:
+def _tool_message(tool_call_id: str, content: str | list[dict[str, Any]]) -> dict[str, Any]:
     return {"id": uuid.uuid4().hex, "role": "tool", "toolCallId": tool_call_id,
             "content": content}
 

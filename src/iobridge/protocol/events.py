@@ -120,8 +120,11 @@ def tool_call_end(tool_call_id: str) -> Event:
     return {"type": TOOL_CALL_END, "toolCallId": tool_call_id}
 
 
-def tool_call_result(message_id: str, tool_call_id: str, content: str) -> Event:
-    """TOOL_CALL_RESULT carrying the result as text (JSON for structured values)."""
+def tool_call_result(
+    message_id: str, tool_call_id: str, content: str | list[dict[str, Any]]
+) -> Event:
+    """TOOL_CALL_RESULT carrying the result as text (JSON for structured values), or as
+    AG-UI 1.0 content parts."""
     return {
         "type": TOOL_CALL_RESULT,
         "messageId": message_id,

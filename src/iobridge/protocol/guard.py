@@ -59,6 +59,7 @@ import orjson
 
 from iobridge.protocol import events as ev
 from iobridge.protocol.events import Event
+from iobridge.protocol.media import content_problems
 from iobridge.protocol.text import is_id
 
 
@@ -436,7 +437,10 @@ class LifecycleGuard:
         if not is_id(call_id) or self._closed_calls.get(call_id, True):
             return
         content = event.get("content")
-        if not isinstance(content, (str, list)):
+        if not isinstance(content, (str, list)) or (
+            isinstance(content, list) and content_problems(content, ())
+        ):
+            # Only text or well-formed content parts pass the client's schema.
             event["content"] = json.dumps(content, separators=(",", ":"), default=str)
         if not is_id(event.get("messageId")):
             event["messageId"] = self._new_id()

@@ -240,7 +240,7 @@ class Session:
 
     def tool_result(self, call_id: str, result: ToolResult) -> None:
         """Emit TOOL_CALL_RESULT; the next text starts a new assistant message."""
-        self.push(ev.tool_call_result(self.new_id(), call_id, result.content))
+        self.push(ev.tool_call_result(self.new_id(), call_id, result.parts or result.content))
         self.transcript.mark_error(call_id, result.content if result.is_error else None)
         self._assistant_id = None
 
