@@ -43,6 +43,7 @@ REQUIRED_STRINGS: dict[str, tuple[str, ...]] = {
     "SUBAGENT_STARTED": ("subagentRunId", "name"),
     "SUBAGENT_FINISHED": ("subagentRunId",),
     "SUBAGENT_ERROR": ("subagentRunId", "message"),
+    "REASONING_ENCRYPTED_VALUE": ("subtype", "entityId", "encryptedValue"),
 }
 #: Optional string members (Zod: ``z.string().optional()``).
 OPTIONAL_STRINGS: dict[str, tuple[str, ...]] = {
@@ -101,6 +102,10 @@ def _check_shape(index: int, event: dict[str, Any]) -> str:
         raise StreamError(f"#{index} {kind}: bad role {event.get('role')!r}")
     if kind == "REASONING_MESSAGE_START" and event.get("role") != "reasoning":
         raise StreamError(f"#{index} {kind}: role must be 'reasoning'")
+    if kind == "REASONING_ENCRYPTED_VALUE" and event["subtype"] not in ("tool-call", "message"):
+        raise StreamError(f"#{index} {kind}: subtype must be 'tool-call' or 'message'")
+    if "metadata" in event and not isinstance(event["metadata"], dict):
+        raise StreamError(f"#{index} {kind}: metadata must be an object")
     if kind == "TOOL_CALL_RESULT":
         if not isinstance(event.get("content"), (str, list)):
             raise StreamError(f"#{index} {kind}: content must be text or parts")

@@ -12,6 +12,11 @@ tool results) become pydantic-ai's native content: a ``url`` source an ``ImageUr
 provider ``file`` handle an ``UploadedFile``, but only for the provider that issued it (the
 run's model, when the handle names none). Anything else becomes a short text placeholder in a
 user message, and is left out of a tool result.
+
+Reasoning reaches the model only as its provider's own artefact: a ``reasoning`` message with
+an ``encryptedValue`` becomes a ``ThinkingPart`` with that signature, for the provider and
+model that produced it (``metadata.iobridge``, written when it was streamed), and is left out
+for any other.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from pydantic_ai.messages import (
     ModelResponsePart,
     SystemPromptPart,
     TextPart,
+    ThinkingPart,
     ToolCallPart,
     ToolReturnPart,
     UploadedFile,
@@ -171,13 +177,46 @@ def _paired_call_ids(messages: Sequence[Mapping[str, Any]]) -> set[str]:
     return {i for i in called & answered if isinstance(i, str)}
 
 
+#: The ``metadata`` key under which iobridge records who produced a reasoning artefact.
+PRODUCER_KEY = "iobridge"
+
+
+def producer_metadata(**fields: Any) -> dict[str, Any]:
+    """``metadata`` naming the producer of an encrypted value (``None`` fields left out)."""
+    return {PRODUCER_KEY: {k: v for k, v in fields.items() if v is not None}}
+
+
+def _thinking(message: Mapping[str, Any], provider: str | None,
+              model_name: str | None) -> ThinkingPart | None:
+    """A stored reasoning message as the ``ThinkingPart`` its model sent (``None``: another
+    model's, or no artefact)."""
+    value = message.get("encryptedValue")
+    metadata = message.get("metadata")
+    producer = metadata.get(PRODUCER_KEY) if isinstance(metadata, Mapping) else None
+    if not isinstance(value, str) or not isinstance(producer, Mapping) or provider is None:
+        return None
+    if producer.get("provider") != provider or producer.get("model") != model_name:
+        return None
+    details = producer.get("details")
+    part_id = producer.get("id")
+    return ThinkingPart(
+        content=_text_of(message.get("content")),
+        signature=value,
+        provider_name=provider,
+        id=part_id if isinstance(part_id, str) else None,
+        provider_details=dict(details) if isinstance(details, Mapping) else None,
+    )
+
+
 def to_model_messages(
-    messages: Sequence[Mapping[str, Any]], *, provider: str | None = None
+    messages: Sequence[Mapping[str, Any]], *, provider: str | None = None,
+    model_name: str | None = None,
 ) -> list[ModelMessage]:
     """AG-UI message dicts as pydantic-ai message history (see the module docstring).
 
-    ``provider`` is the run's model provider (``Model.system``): provider file handles are
-    only given to it.
+    ``provider`` and ``model_name`` are the run's model (``Model.system``,
+    ``Model.model_name``): provider file handles are only given to its provider, reasoning
+    artefacts only to the model that produced them.
     """
     paired = _paired_call_ids(messages)
     names: dict[str, str] = {}
@@ -200,6 +239,10 @@ def to_model_messages(
                 add(UserPromptPart(content=_text_of(content)), False)
         elif role in ("system", "developer"):
             add(SystemPromptPart(content=_text_of(msg.get("content"))), False)
+        elif role == "reasoning":
+            thinking = _thinking(msg, provider, model_name)
+            if thinking is not None:
+                add(thinking, True)
         elif role == "assistant":
             text = _text_of(msg.get("content"))
             if text:

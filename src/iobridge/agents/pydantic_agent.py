@@ -65,10 +65,16 @@ from pydantic_core import SchemaValidator, core_schema, to_json, to_jsonable_pyt
 
 from iobridge.agents.base import Agent
 from iobridge.agents.context import ToolResult
-from iobridge.agents.history import context_instructions, to_model_messages, tool_return_content
+from iobridge.agents.history import (
+    context_instructions,
+    producer_metadata,
+    to_model_messages,
+    tool_return_content,
+)
 from iobridge.agents.outputs import (
     FinalResult,
     ReasoningDelta,
+    ReasoningEncryptedValue,
     ReasoningEnd,
     StepFinished,
     StepStarted,
@@ -231,9 +237,9 @@ class PydanticAIAgent(Agent):
         """Run the pydantic-ai agent's model/tool loop and stream its outputs."""
         options = ctx.options
         model = self.agent.model
-        history = to_model_messages(
-            ctx.messages, provider=model.system if isinstance(model, Model) else None
-        )
+        provider = model.system if isinstance(model, Model) else None
+        model_name = model.model_name if isinstance(model, Model) else None
+        history = to_model_messages(ctx.messages, provider=provider, model_name=model_name)
         instructions = context_instructions(ctx.context)
         if not history and not instructions and self.needs_messages():
             raise AgentError("the run has no messages for the model", code="INVALID_REQUEST")
@@ -276,8 +282,7 @@ class PydanticAIAgent(Agent):
                         yield StepStarted(name=f"model-request-{step}")
                         async with node.stream(agent_run.ctx) as events:
                             async for event in events:
-                                output = _translate(event)
-                                if output is not None:
+                                for output in _translate(event, provider, model_name):
                                     yield output
                     result = agent_run.result
             except pai_errors.ModelAPIError as exc:
@@ -543,26 +548,40 @@ def _add_usage(ctx: RunContext, response: ModelResponse) -> None:
     )
 
 
-def _translate(event: object) -> AgentOutput | None:
-    """One pydantic-ai stream event as an agent output (tool-call parts are announced later)."""
+def _translate(
+    event: object, provider: str | None, model_name: str | None
+) -> tuple[AgentOutput, ...]:
+    """One pydantic-ai stream event as agent outputs (tool-call parts are announced later).
+
+    A thinking part's signature (Anthropic's ``signature``, OpenAI's encrypted reasoning,
+    Gemini's thought signature) is kept as REASONING_ENCRYPTED_VALUE, with what the next
+    turn needs to give it back to this model (``metadata.iobridge``).
+    """
     if isinstance(event, PartDeltaEvent):
         delta = event.delta
-        if isinstance(delta, TextPartDelta):
-            return TextDelta(delta=delta.content_delta) if delta.content_delta else None
-        if isinstance(delta, ThinkingPartDelta):
-            return ReasoningDelta(delta=delta.content_delta) if delta.content_delta else None
-        return None
+        if isinstance(delta, TextPartDelta) and delta.content_delta:
+            return (TextDelta(delta=delta.content_delta),)
+        if isinstance(delta, ThinkingPartDelta) and delta.content_delta:
+            return (ReasoningDelta(delta=delta.content_delta),)
+        return ()
     if isinstance(event, PartStartEvent):
         part = event.part
         if isinstance(part, TextPart) and part.content:
-            return TextDelta(delta=part.content)
+            return (TextDelta(delta=part.content),)
         if isinstance(part, ThinkingPart) and part.content:
-            return ReasoningDelta(delta=part.content)
-        return None
+            return (ReasoningDelta(delta=part.content),)
+        return ()
     if isinstance(event, PartEndEvent):
         part = event.part
         if isinstance(part, TextPart) and part.content:
-            return TextEnd()
+            return (TextEnd(),)
+        if isinstance(part, ThinkingPart) and part.signature:
+            metadata = producer_metadata(
+                provider=part.provider_name or provider, model=model_name, id=part.id,
+                details=part.provider_details,
+            )
+            return (ReasoningEncryptedValue(value=part.signature, metadata=metadata),
+                    ReasoningEnd())
         if isinstance(part, ThinkingPart) and part.content:
-            return ReasoningEnd()
-    return None
+            return (ReasoningEnd(),)
+    return ()

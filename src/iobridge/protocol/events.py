@@ -35,6 +35,7 @@ REASONING_MESSAGE_START = "REASONING_MESSAGE_START"
 REASONING_MESSAGE_CONTENT = "REASONING_MESSAGE_CONTENT"
 REASONING_MESSAGE_END = "REASONING_MESSAGE_END"
 REASONING_MESSAGE_CHUNK = "REASONING_MESSAGE_CHUNK"
+REASONING_ENCRYPTED_VALUE = "REASONING_ENCRYPTED_VALUE"
 STATE_SNAPSHOT = "STATE_SNAPSHOT"
 STATE_DELTA = "STATE_DELTA"
 MESSAGES_SNAPSHOT = "MESSAGES_SNAPSHOT"
@@ -167,6 +168,18 @@ def reasoning_message_content(message_id: str, delta: str) -> Event:
 def reasoning_message_end(message_id: str) -> Event:
     """REASONING_MESSAGE_END."""
     return {"type": REASONING_MESSAGE_END, "messageId": message_id}
+
+
+def reasoning_encrypted_value(
+    subtype: str, entity_id: str, value: str, metadata: dict[str, Any] | None = None
+) -> Event:
+    """REASONING_ENCRYPTED_VALUE for a message (``subtype`` ``message``) or a tool call
+    (``tool-call``)."""
+    event: Event = {"type": REASONING_ENCRYPTED_VALUE, "subtype": subtype, "entityId": entity_id,
+                    "encryptedValue": value}
+    if metadata:
+        event["metadata"] = metadata
+    return event
 
 
 def state_snapshot(snapshot: Any) -> Event:

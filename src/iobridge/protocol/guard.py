@@ -605,6 +605,10 @@ def _is_str(value: Any) -> bool:
     return isinstance(value, str) and bool(value)
 
 
+def _is_subtype(value: Any) -> bool:
+    return value in ("tool-call", "message")
+
+
 def _is_list(value: Any) -> bool:
     return isinstance(value, list)
 
@@ -625,7 +629,7 @@ _REQUIRED: dict[str, tuple[tuple[str, Callable[[Any], bool]], ...]] = {
     SUBAGENT_STARTED: (("subagentRunId", _is_str), ("name", _is_str)),
     SUBAGENT_FINISHED: (("subagentRunId", _is_str),),
     SUBAGENT_ERROR: (("subagentRunId", _is_str), ("message", _is_str)),
-    "REASONING_ENCRYPTED_VALUE": (("subtype", _is_str), ("entityId", _is_str),
+    "REASONING_ENCRYPTED_VALUE": (("subtype", _is_subtype), ("entityId", _is_str),
                                   ("encryptedValue", _is_str)),
 }
 

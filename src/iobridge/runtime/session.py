@@ -72,6 +72,8 @@ class Session:
         self._assistant_id: str | None = None
         self._assistant_has_text = False
         self._reasoning: tuple[str, str] | None = None
+        #: The run's last reasoning message (an encrypted value after its end belongs to it).
+        self._last_reasoning: str | None = None
         self._terminal: bytes | None = None
         #: The run ended with RUN_FINISHED, not cancelled (a generated title is worth it).
         self.succeeded = False
@@ -186,6 +188,8 @@ class Session:
                 self.push(ev.reasoning_message_content(self._reasoning[1], delta))
             case out.ReasoningEnd():
                 self._close_reasoning()
+            case out.ReasoningEncryptedValue(value=value, tool_call_id=call, metadata=metadata):
+                self._encrypted_value(value, call, metadata)
             case out.StepStarted(name=name):
                 self._close_open()
                 self.push(ev.step_started(name))
@@ -233,6 +237,23 @@ class Session:
             self.push(ev.reasoning_message_end(message_id))
             self.push(ev.reasoning_end(span_id))
             self._reasoning = None
+            self._last_reasoning = message_id
+
+    def _encrypted_value(
+        self, value: str, tool_call_id: str | None, metadata: dict[str, Any] | None
+    ) -> None:
+        if tool_call_id is not None:
+            self.push(ev.reasoning_encrypted_value("tool-call", tool_call_id, value, metadata))
+            return
+        if self._reasoning is None and self._last_reasoning is None:
+            # Opaque reasoning with nothing readable: an empty reasoning message holds it.
+            self._close_text()
+            self._reasoning = (self.new_id(), self.new_id())
+            self.push(ev.reasoning_start(self._reasoning[0]))
+            self.push(ev.reasoning_message_start(self._reasoning[1]))
+        entity = self._reasoning[1] if self._reasoning is not None else self._last_reasoning
+        assert entity is not None
+        self.push(ev.reasoning_encrypted_value("message", entity, value, metadata))
 
     def _close_open(self) -> None:
         self._close_reasoning()
