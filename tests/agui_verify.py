@@ -13,6 +13,7 @@ It is written from the specs, not from the guard, so a bug in one is not hidden 
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from typing import Any
 
 TERMINALS = ("RUN_FINISHED", "RUN_ERROR")
@@ -149,11 +150,18 @@ def verify_events(
     *,
     thread_id: str | None = None,
     run_id: str | None = None,
+    earlier_calls: Collection[str] = (),
 ) -> None:
-    """Raise ``StreamError`` unless ``events`` is one valid, terminated io/AG-UI run."""
+    """Raise ``StreamError`` unless ``events`` is one valid, terminated io/AG-UI run.
+
+    ``earlier_calls``: tool calls an earlier run of the thread announced and left open, which
+    this run may answer with a TOOL_CALL_RESULT alone (the client files it after the call
+    it holds; AG-UI 1.0 ``defaultApplyEvents``).
+    """
     if not events:
         raise StreamError("empty stream")
     run = _Run()
+    run.closed_calls.update(earlier_calls)
     terminal_at: int | None = None
     for index, event in enumerate(events):
         if not isinstance(event, dict):

@@ -44,6 +44,15 @@ RAW = "RAW"
 
 TERMINAL_TYPES = frozenset({RUN_FINISHED, RUN_ERROR})
 
+#: The labels and the count fields of an AG-UI 1.0 ``TokenUsage``.
+USAGE_LABELS = frozenset({"provider", "model"})
+USAGE_COUNTS = frozenset({
+    "inputTokens", "outputTokens", "totalTokens", "reasoningTokens", "cachedInputTokens",
+    "cacheWriteInputTokens",
+})
+#: The largest count a JSON reader keeps exactly (the protocol's bound).
+MAX_SAFE_INTEGER = 2**53 - 1
+
 
 def run_started(thread_id: str, run_id: str, parent_run_id: str | None = None) -> Event:
     """RUN_STARTED echoing the request's ids and declaring the AG-UI version iobridge speaks

@@ -362,11 +362,12 @@ class Runtime:
         except RunEnded:
             pass
         except Interrupted as exc:
-            call_id = exc.interrupt.get("toolCallId")
-            if isinstance(call_id, str):
-                # The call the interrupt asks about is answered by the resumed run, not here.
-                session.deferred_calls.append(call_id)
-            session.finish(outcome={"type": "interrupt", "interrupts": [exc.interrupt]})
+            for interrupt in exc.interrupts:
+                call_id = interrupt.get("toolCallId")
+                if isinstance(call_id, str):
+                    # The call an interrupt asks about is answered by the resumed run.
+                    session.deferred_calls.append(call_id)
+            session.finish(outcome={"type": "interrupt", "interrupts": exc.interrupts})
         except asyncio.CancelledError:
             if run.stop_reason == "cancelled":
                 session.finish(outcome={"type": "cancelled"})

@@ -122,6 +122,17 @@ class Session:
             else:
                 log.append(data)
 
+    def answer_earlier_call(self, call_id: str, result: ToolResult) -> None:
+        """TOOL_CALL_RESULT for a call of an earlier run that this run resumes."""
+        if self.guard.ended:
+            raise RunEnded()
+        self.guard.allow_result(call_id)
+        self.tool_result(call_id, result)
+
+    def annotate(self, metadata: dict[str, Any] | None) -> None:
+        """Give ``metadata`` to the events of the next outputs (see ``LifecycleGuard``)."""
+        self.guard.annotate(metadata)
+
     def release_terminal(self) -> None:
         """Append the held terminal event and close the log (the run is over)."""
         log = self.log
