@@ -19,15 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ag_ui.core import Event
 from ag_ui_validate.pytest_plugin import assert_valid_agui
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from pydantic import TypeAdapter
 from tests.backends import open_backend
 from tests.helpers import app_client
 
 from agui_verify import StreamError, parse_sse, verify_events
-from ag_ui.core import Event
-from pydantic import TypeAdapter
 from iobridge.agents import outputs as out
 from iobridge.agents.function import FunctionAgent
 from iobridge.agents.tools import tool
