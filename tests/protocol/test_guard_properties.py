@@ -489,7 +489,8 @@ async def _two_runs(kind: str, agent: FunctionAgent, content: Any = "go") -> tup
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(script=st.lists(OUTPUTS, max_size=12), raise_at=st.one_of(st.none(), st.integers(0, 12)),
        content=st.just("go") | st.lists(GOOD_PARTS, min_size=1, max_size=4))
-@example(script=["\x00"], raise_at=None, content="go")  # U+0000 from the agent: found once by a CI run
+# U+0000 from the agent: found once by a CI run.
+@example(script=["\x00"], raise_at=None, content="go")
 # An empty messageId from the agent: streamed, then refused by the store (found by a CI run).
 @example(script=[out.RawEvent(event={"type": "TEXT_MESSAGE_START", "messageId": ""})],
          raise_at=None, content="go")
