@@ -32,6 +32,7 @@ from typing import Any, Protocol
 import orjson
 
 from iobridge.agents.base import Agent
+from iobridge.agents.capabilities import accepted_media
 from iobridge.agents.catalog import AgentCatalog
 from iobridge.agents.catalog import build_catalog as make_catalog
 from iobridge.auth import Authenticator, Principal
@@ -49,6 +50,7 @@ from iobridge.protocol.bodies import Body
 from iobridge.protocol.json_limits import DEFAULT_MAX_JSON_DEPTH
 from iobridge.protocol.message_formats import to_mastra
 from iobridge.protocol.options import RunOptions, ToolResultMode, parse_run_options
+from iobridge.protocol.media import MediaLimits, check_media, check_result_media
 from iobridge.protocol.run_input import OFF_LOOP_BYTES, RunInput, parse_run_input
 from iobridge.protocol.thread_bodies import parse_thread_create, parse_thread_update
 from iobridge.protocol.tool_results import parse_tool_result
@@ -266,7 +268,10 @@ class Backend:
         Raises:
             InputError: a bad body or ``forwardedProps``, or a ``resume`` that does not
                 answer the thread's open interrupts (400, ``INTERRUPT_*``).
-            PayloadTooLarge: ``state`` over ``max_state_bytes`` (413 ``STATE_TOO_LARGE``).
+            PayloadTooLarge: ``state`` over ``max_state_bytes`` (413 ``STATE_TOO_LARGE``),
+                media over ``max_media_part_bytes``/``max_media_message_bytes`` (413
+                ``MEDIA_TOO_LARGE``); an InputError ``UNSUPPORTED_MEDIA`` (400) for media the
+                agent declares it does not accept.
             NotFoundError: an unknown agent, a foreign resource or thread (404).
             ConflictError: the runId is running, or the thread is busy (409).
             TooManyRequests: over the active-run limits (429 ``TOO_MANY_RUNS``).
@@ -290,6 +295,12 @@ class Backend:
         options = await parse_run_options_off_loop(run_input.forwarded_props, self.settings)
         resource_id = self.authenticator.resolve_resource(principal, options.resource_id)
         agent = self.catalog.get(options.agent_id)
+        check_media(
+            run_input.messages,
+            self._media_limits(),
+            lambda: accepted_media(agent.capabilities()),
+            agent_id=agent.id,
+        )
         return await self.runtime.start(
             run_input,
             options,
@@ -458,6 +469,8 @@ class Backend:
             ConflictError: the call already has a result.
         """
         result = parse_tool_result(body, self.settings.max_json_depth)
+        if result.parts is not None:
+            check_result_media(result.parts, self._media_limits())
         try:
             run = self.runtime.get_run(principal.id, run_id)
         except NotFoundError:
@@ -470,6 +483,10 @@ class Backend:
             answer.unwrap()
             return
         self.runtime.submit_tool_result(run, tool_call_id, result)
+
+    def _media_limits(self) -> MediaLimits:
+        return MediaLimits(max_part_bytes=self.settings.max_media_part_bytes,
+                           max_message_bytes=self.settings.max_media_message_bytes)
 
     # -- agents -------------------------------------------------------------------------
 

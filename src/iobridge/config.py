@@ -24,6 +24,7 @@ from iobridge.protocol.options import (
     DEFAULT_MAX_SCHEMA_OBJECTS,
     ToolResultMode,
 )
+from iobridge.protocol.media import DEFAULT_MAX_MEDIA_MESSAGE_BYTES, DEFAULT_MAX_MEDIA_PART_BYTES
 from iobridge.protocol.run_input import DEFAULT_MAX_MESSAGES
 from iobridge.protocol.run_limits import (
     DEFAULT_MAX_INTERRUPT_BYTES,
@@ -247,6 +248,12 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
     #: Most messages one run request may carry (413 ``TOO_MANY_MESSAGES`` beyond).
     max_messages: int = Field(default=DEFAULT_MAX_MESSAGES, ge=1)
+    #: Most bytes one media part (image, audio, video, document) of a message may carry,
+    #: decoded (a URL counts its length); 413 ``MEDIA_TOO_LARGE`` beyond. Inline data takes
+    #: 4/3 of its bytes in the body: raise ``max_body_bytes`` with it.
+    max_media_part_bytes: int = Field(default=DEFAULT_MAX_MEDIA_PART_BYTES, ge=1)
+    #: Most bytes of media one message may carry in all its parts (413 beyond).
+    max_media_message_bytes: int = Field(default=DEFAULT_MAX_MEDIA_MESSAGE_BYTES, ge=1)
     #: Seconds of silence on an SSE stream before a ``: ping`` comment.
     ping_interval: float = Field(default=15.0, gt=0)
     #: Seconds a frontend tool call waits for its result.

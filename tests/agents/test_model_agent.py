@@ -411,7 +411,9 @@ async def test_no_messages_and_no_instructions_is_an_error() -> None:
 
 def test_describe_lists_model_and_server_tools() -> None:
     agent = make_agent("http://127.0.0.1:9/v1", tools=[add], description="Adds numbers")
-    assert agent.describe() == {
+    described = agent.describe()
+    assert described.pop("capabilities")["tools"]["items"] == [add.as_declaration()]
+    assert described == {
         "id": "assistant", "name": "assistant", "description": "Adds numbers",
         "modelId": "openai:gpt-4o", "status": "available",
         "tools": [{"name": "add", "description": "Add two integers."}],

@@ -303,7 +303,7 @@ async def test_broken_lifecycle_is_repaired(serve: Any) -> None:
         server = serve(agents=[agent(upstream.url)])
         events = await run(server, run_body("go", agentId="up"))
     assert text(events) == "abc"
-    assert events[0] == {"type": "RUN_STARTED", "threadId": "t1", "runId": "r1"}
+    assert events[0] == {**RUN_STARTED, "protocolVersion": "1.0"}
     assert events[-1] == {"type": "RUN_FINISHED", "threadId": "t1", "runId": "r1",
                           "result": {"ok": 1}}
     [result] = [e for e in events if e["type"] == "TOOL_CALL_RESULT"]

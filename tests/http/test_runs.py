@@ -40,7 +40,8 @@ async def test_text_run_streams_a_valid_run(serve: Any) -> None:
     assert response.headers["cache-control"] == "no-cache"
     assert response.headers["x-accel-buffering"] == "no"
     events = parse_sse(response.text)
-    assert events[0] == {"type": "RUN_STARTED", "threadId": "t1", "runId": "r1"}
+    assert events[0] == {"type": "RUN_STARTED", "threadId": "t1", "runId": "r1",
+                         "protocolVersion": "1.0"}
     assert types(events)[1] == "TEXT_MESSAGE_START"
     assert types(events)[-2:] == ["TEXT_MESSAGE_END", "RUN_FINISHED"]
     text = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")

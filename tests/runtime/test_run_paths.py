@@ -213,7 +213,7 @@ async def test_the_parent_run_id_is_echoed_in_run_started(serve: Any) -> None:
         events = parse_sse((await client.post("/io-bridge/run", json={
             **run_body("hi", run_id="r2"), "parentRunId": "r1"})).text)
     assert events[0] == {"type": "RUN_STARTED", "threadId": "t1", "runId": "r2",
-                         "parentRunId": "r1"}
+                         "parentRunId": "r1", "protocolVersion": "1.0"}
 
 
 async def test_an_agent_that_never_awaits_does_not_hold_the_loop_for_its_whole_run(

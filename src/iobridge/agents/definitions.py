@@ -26,6 +26,7 @@ from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai.settings import ModelSettings
 
 from iobridge.agents.base import Agent
+from iobridge.agents.capabilities import CapabilityError, validate_capabilities
 from iobridge.agents.mcp import build_mcp_toolsets
 from iobridge.agents.model import ModelAgent
 from iobridge.agents.providers import AgentConfigError, build_model, check_base_url
@@ -53,11 +54,11 @@ _SECRET_KEYS = frozenset({"api_key", "apiKey", "key", "token", "secret", "passwo
 _KEYS = frozenset({
     "id", "aliases", "name", "description", "instructions", "model", "base_url", "api_key_env",
     "tools", "model_settings", "tool_result_mode", "output_retries", "timeout", "pydantic_ai",
-    "mcp_servers",
+    "mcp_servers", "capabilities",
 })
 _UPSTREAM_KEYS = frozenset({
     "id", "aliases", "name", "description", "agui_url", "headers", "headers_env", "timeout",
-    "max_event_bytes", "max_rounds", "tool_result_mode",
+    "max_event_bytes", "max_rounds", "tool_result_mode", "capabilities",
 })
 #: Header names whose values are secrets: they come from ``headers_env``, never the file.
 _SECRET_HEADER = re.compile(r"auth|token|key|secret|cookie|session|password", re.IGNORECASE)
@@ -101,6 +102,8 @@ class AgentDefinition:
     output_retries: int = 2
     #: Seconds one model request may take.
     timeout: float | None = None
+    #: Overrides of the AG-UI ``AgentCapabilities`` the agent declares (``GET /agents``).
+    capabilities: Mapping[str, Any] | None = None
 
 
 def _check_str(data: Mapping[str, Any], key: str, *, required: bool = False) -> str | None:
@@ -146,6 +149,9 @@ def definition_from_dict(data: Mapping[str, Any]) -> AgentDefinition:
     timeout = data.get("timeout")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)):
         raise AgentConfigError("'timeout' must be a number of seconds")
+    capabilities = data.get("capabilities")
+    if capabilities is not None and not isinstance(capabilities, Mapping):
+        raise AgentConfigError("'capabilities' must be a table (AG-UI AgentCapabilities)")
     mcp_servers = data.get("mcp_servers", [])
     if not isinstance(mcp_servers, list):
         raise AgentConfigError("'mcp_servers' must be a list of tables ([[agents.mcp_servers]])")
@@ -172,6 +178,7 @@ def definition_from_dict(data: Mapping[str, Any]) -> AgentDefinition:
         tool_result_mode=_check_str(data, "tool_result_mode"),
         output_retries=output_retries,
         timeout=timeout,
+        capabilities=capabilities,
     )
 
 
@@ -266,6 +273,7 @@ def build_agent(
         raise AgentConfigError(f"invalid model_settings: {problems}") from None
     if d.timeout is not None:
         settings["timeout"] = d.timeout
+    overrides = _capability_overrides(d.capabilities)
     tools = [resolve_tool(t) for t in d.tools]
     names = [t.name for t in tools]
     duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -290,6 +298,7 @@ def build_agent(
             model_settings=cast(ModelSettings, settings),
             output_retries=d.output_retries,
             tool_result_mode=mode,
+            capabilities=overrides,
         )
     model = build_model(d.model, base_url=d.base_url, api_key_env=d.api_key_env, environ=env)
     return ModelAgent(
@@ -305,7 +314,22 @@ def build_agent(
         output_retries=d.output_retries,
         tool_result_mode=mode,
         toolsets=toolsets,
+        capabilities=overrides,
     )
+
+
+def _capability_overrides(data: Any) -> dict[str, Any] | None:
+    """A ``capabilities`` table checked as AG-UI ``AgentCapabilities``.
+
+    Raises:
+        AgentConfigError: it does not validate (the message names the offending keys).
+    """
+    if data is None:
+        return None
+    try:
+        return validate_capabilities(data)
+    except CapabilityError as exc:
+        raise AgentConfigError(str(exc)) from None
 
 
 def load_agents(
@@ -435,6 +459,7 @@ def build_upstream_agent(
     rounds = data.get("max_rounds", DEFAULT_MAX_ROUNDS)
     if isinstance(rounds, bool) or not isinstance(rounds, int) or not 0 <= rounds <= 100:
         raise AgentConfigError("'max_rounds' must be an integer between 0 and 100")
+    overrides = _capability_overrides(data.get("capabilities"))
     return AgUiUpstreamAgent(
         url,
         id=agent_id,
@@ -448,4 +473,5 @@ def build_upstream_agent(
         ),
         max_rounds=rounds,
         tool_result_mode=mode,
+        capabilities=overrides,
     )

@@ -8,7 +8,7 @@ coroutine form returns the reply text (or any JSON value, which becomes
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, cast
 
 from iobridge.agents.base import Agent
@@ -20,7 +20,13 @@ AgentFunc = Callable[[RunContext], Any]
 
 
 class FunctionAgent(Agent):
-    """Wraps ``func(ctx)`` (async generator of outputs, or coroutine returning the reply)."""
+    """Wraps ``func(ctx)`` (async generator of outputs, or coroutine returning the reply).
+
+    What the function does is unknown to the bridge, so it declares only its server tools;
+    ``capabilities`` (an AG-UI ``AgentCapabilities`` object) says the rest.
+    """
+
+    agent_type = "function"
 
     def __init__(
         self,
@@ -32,6 +38,7 @@ class FunctionAgent(Agent):
         tools: Sequence[ServerTool] = (),
         model_id: str | None = None,
         aliases: Sequence[str] = (),
+        capabilities: Mapping[str, Any] | None = None,
     ) -> None:
         self.func = func
         self.id = id
@@ -40,6 +47,8 @@ class FunctionAgent(Agent):
         self.description = description or (inspect.getdoc(func) or "").split("\n\n")[0]
         self.tools = tuple(tools)
         self.model_id = model_id
+        if capabilities is not None:
+            self.set_capabilities(capabilities)
 
     def run(self, ctx: RunContext) -> AsyncIterator[AgentOutput]:
         produced = self.func(ctx)
@@ -60,12 +69,14 @@ class FunctionAgent(Agent):
 def function_agent(
     *, id: str, name: str | None = None, description: str | None = None,
     tools: Sequence[ServerTool] = (), aliases: Sequence[str] = (),
+    capabilities: Mapping[str, Any] | None = None,
 ) -> Callable[[AgentFunc], FunctionAgent]:
     """Decorator form of ``FunctionAgent``."""
 
     def wrap(func: AgentFunc) -> FunctionAgent:
         return FunctionAgent(
-            func, id=id, name=name, description=description, tools=tools, aliases=aliases
+            func, id=id, name=name, description=description, tools=tools, aliases=aliases,
+            capabilities=capabilities,
         )
 
     return wrap

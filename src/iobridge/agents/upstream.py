@@ -15,6 +15,12 @@ continue the same client stream (with the state of the upstream's last STATE_SNA
 it sent one). In next-run mode the client's run ends with the calls
 pending, as for a model agent.
 
+Outcomes: an upstream run that ends with an ``interrupt`` outcome ends the client's run with
+the same interrupts (a ``toolCallId`` in the client's ids), stored with the thread like any
+agent's; the run that answers them (``resume``) forwards the answers to the upstream with the
+thread's history, where the interrupted calls are still open. A ``cancelled`` outcome ends
+the client's run cancelled. The upstream's ``usage`` is summed into the run's.
+
 Failures end the run with a RUN_ERROR whose message is fixed and whose code says what
 happened; the details (status, upstream message) go to the log only:
 
@@ -46,13 +52,15 @@ import httpx
 import orjson
 
 from iobridge.agents.base import Agent
-from iobridge.agents.outputs import FinalResult
+from iobridge.agents.context import Interrupted, Resume
+from iobridge.agents.outputs import FinalResult, RawEvent
 from iobridge.agents.upstream_events import UpstreamRound
 from iobridge.errors import AgentError
 from iobridge.protocol.json_limits import DEFAULT_MAX_JSON_DEPTH, JsonLimitError, loads
 from iobridge.protocol.options import TOOL_RESULT_MODES, ToolResultMode
 from iobridge.protocol.sse import SSEDecoder, SSEError
 from iobridge.protocol.text import NUL_ESCAPE
+from iobridge.protocol.versions import PROTOCOL_VERSION
 
 if TYPE_CHECKING:
     from iobridge.agents.context import RunContext
@@ -90,7 +98,11 @@ class AgUiUpstreamAgent(Agent):
         client: An ``httpx.AsyncClient`` to use (proxies, mTLS, pooling); it is never
             closed here. By default each run opens and closes its own (the TLS context,
             built on first use, is kept).
+        capabilities: Overrides of the AG-UI ``AgentCapabilities`` the agent declares (what
+            the upstream accepts is its own business: the bridge cannot know it).
     """
+
+    agent_type = "ag-ui"
 
     def __init__(
         self,
@@ -106,6 +118,7 @@ class AgUiUpstreamAgent(Agent):
         max_rounds: int = DEFAULT_MAX_ROUNDS,
         tool_result_mode: ToolResultMode | None = None,
         client: httpx.AsyncClient | None = None,
+        capabilities: Mapping[str, Any] | None = None,
     ) -> None:
         if tool_result_mode is not None and tool_result_mode not in TOOL_RESULT_MODES:
             raise ValueError(f"tool_result_mode must be one of {TOOL_RESULT_MODES}")
@@ -132,20 +145,46 @@ class AgUiUpstreamAgent(Agent):
         self.tool_result_mode = tool_result_mode
         self.client = client
         self._tls: ssl.SSLContext | None = None
+        if capabilities is not None:
+            self.set_capabilities(capabilities)
+
+    def own_capabilities(self) -> dict[str, Any]:
+        """What the bridge adds to any upstream: the client's tools reach it, and its
+        interrupts become the run's (answered through ``resume``). What it accepts as input
+        and whether it reasons are the upstream's own: left undeclared."""
+        return {
+            "tools": {"clientProvided": True},
+            "humanInTheLoop": {"interrupts": True},
+        }
 
     async def run(self, ctx: RunContext) -> AsyncIterator[AgentOutput]:
         """Forward the run, then drive follow-up runs while frontend tools are answered."""
-        messages = [dict(m) for m in ctx.messages]
+        messages = [dict(m) for m in ctx.messages if self._sent_back(m)]
         run_id, parent, state = ctx.run_id, None, ctx.state
+        resume = [_resume_entry(answer) for answer in ctx.resume]
+        resumed = _open_calls(messages) if resume else {}
         result: Any = None
         follow_ups = 0
         async with await self._client() as client:
             while True:
-                upstream = UpstreamRound(ctx, ctx.limits.max_upstream_round_bytes)
-                body = self._input(ctx, run_id, parent, state, messages)
+                upstream = UpstreamRound(
+                    ctx, ctx.limits.max_upstream_round_bytes, agent_id=self.id, resumed=resumed
+                )
+                body = self._input(ctx, run_id, parent, state, messages, resume)
                 await self._stream(client, body, upstream)
+                resume = []  # answered: a follow-up run is an ordinary one
                 if upstream.result is not None:
                     result = upstream.result
+                outcome = upstream.outcome
+                if outcome is not None and outcome.get("type") == "interrupt":
+                    raise Interrupted(*_interrupts(outcome, upstream))
+                if outcome is not None:  # cancelled: the client's run ends the same way
+                    finished: dict[str, Any] = {"type": "RUN_FINISHED", "outcome": outcome,
+                                                "usage": list(ctx.usage)}
+                    if result is not None:
+                        finished["result"] = result
+                    yield RawEvent(event=finished)
+                    return
                 if not upstream.frontend_calls:
                     break
                 answers = await asyncio.gather(
@@ -178,12 +217,22 @@ class AgUiUpstreamAgent(Agent):
             self._tls = await asyncio.to_thread(httpx.create_ssl_context)
         return httpx.AsyncClient(timeout=httpx.Timeout(self.timeout), verify=self._tls)
 
+    def _sent_back(self, message: Mapping[str, Any]) -> bool:
+        """Whether a history message goes to the upstream: a reasoning message (one with a
+        provider's encrypted value) only when this upstream produced it."""
+        if message.get("role") != "reasoning":
+            return True
+        metadata = message.get("metadata")
+        producer = metadata.get("iobridge") if isinstance(metadata, Mapping) else None
+        return isinstance(producer, Mapping) and producer.get("agent") == self.id
+
     @staticmethod
     def _input(
         ctx: RunContext, run_id: str, parent: str | None, state: Any,
-        messages: list[dict[str, Any]],
+        messages: list[dict[str, Any]], resume: list[dict[str, Any]],
     ) -> bytes:
-        body: dict[str, Any] = {"threadId": ctx.thread_id, "runId": run_id}
+        body: dict[str, Any] = {"threadId": ctx.thread_id, "runId": run_id,
+                                "protocolVersion": PROTOCOL_VERSION}
         if parent is not None:
             body["parentRunId"] = parent
         body.update(
@@ -193,6 +242,8 @@ class AgUiUpstreamAgent(Agent):
             context=ctx.context,
             forwardedProps=ctx.forwarded_props,
         )
+        if resume:
+            body["resume"] = resume
         return orjson.dumps(body)
 
     async def _stream(
@@ -295,3 +346,45 @@ def _parse_event(data: str, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> dict[str
     return event
 
 
+def _resume_entry(answer: Resume) -> dict[str, Any]:
+    """An answer in its ``RunAgentInput.resume`` wire form."""
+    entry: dict[str, Any] = {"interruptId": answer.interrupt_id, "status": answer.status}
+    if answer.payload is not None:
+        entry["payload"] = answer.payload
+    if answer.metadata is not None:
+        entry["metadata"] = answer.metadata
+    return entry
+
+
+def _open_calls(messages: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """The history's tool calls that have no result yet (those an interrupt left open)."""
+    answered = {m.get("toolCallId") for m in messages if m.get("role") == "tool"}
+    return {
+        call["id"]: call
+        for message in messages
+        for call in (message.get("toolCalls") or [])
+        if isinstance(call, Mapping) and isinstance(call.get("id"), str)
+        and call["id"] not in answered
+    }
+
+
+def _interrupts(outcome: Mapping[str, Any], upstream: UpstreamRound) -> list[dict[str, Any]]:
+    """The upstream's interrupts for the client's run: each ``toolCallId`` of a call
+    announced in this round becomes the client's id of that call.
+
+    Raises:
+        AgentError: ``INVALID_INTERRUPT``, no interrupt objects at all.
+    """
+    interrupts = []
+    for interrupt in outcome.get("interrupts") or []:
+        if not isinstance(interrupt, dict):
+            continue
+        interrupt = dict(interrupt)
+        call_id = interrupt.get("toolCallId")
+        if isinstance(call_id, str):
+            interrupt["toolCallId"] = upstream.local_call_id(call_id) or call_id
+        interrupts.append(interrupt)
+    if not interrupts:
+        raise AgentError("The upstream agent interrupted the run without an interrupt.",
+                         code="INVALID_INTERRUPT")
+    return interrupts

@@ -77,6 +77,7 @@ from iobridge.protocol.events import Event
 from iobridge.protocol.json_limits import depth_exceeds, encodes_within
 from iobridge.protocol.json_patch import PatchError, PatchTooLarge, apply_patch
 from iobridge.protocol.run_limits import INTERRUPTS_TOO_LARGE, RUN_OUTPUT_TOO_LARGE, RunLimits
+from iobridge.protocol.media import content_problems
 from iobridge.protocol.text import is_id
 
 
@@ -174,6 +175,8 @@ class LifecycleGuard:
         self.limits = limits or RunLimits()
         #: Bytes of messages produced so far (``RunLimits.max_run_output_bytes``).
         self.output_bytes = 0
+        #: Metadata given to every event fed while it is set (``annotate``).
+        self._annotation: dict[str, Any] | None = None
 
     # -- public API ------------------------------------------------------------------
 
@@ -192,8 +195,27 @@ class LifecycleGuard:
         if self.state is GuardState.ENDED:
             return []
         self._ensure_started()
+        annotation = self._annotation
+        if annotation is not None and event.get("type") not in _RUN_SCOPED:
+            own = event.get("metadata")
+            event = {**event, "metadata": {**annotation, **own} if isinstance(own, dict)
+                     else annotation}
         self._handle(event)
         return self._drain()
+
+    def allow_result(self, tool_call_id: str) -> None:
+        """Let one TOOL_CALL_RESULT through for a call announced in an earlier run, which
+        this run resumes (an approval interrupt left it open). The client files the result
+        after the call it already holds; nothing is announced again."""
+        if is_id(tool_call_id) and tool_call_id not in self._calls:
+            self._closed_calls.setdefault(tool_call_id, False)
+
+    def annotate(self, metadata: dict[str, Any] | None) -> None:
+        """Give ``metadata`` to every event fed from now on (an event's own keys win), until
+        the next call; ``None`` or ``{}`` stops. For events that translate another agent's
+        (an upstream AG-UI server's ``metadata`` passes through); run-scoped events
+        (RUN_STARTED, RUN_FINISHED, RUN_ERROR) are the bridge's own and get none."""
+        self._annotation = dict(metadata) if metadata else None
 
     def feed_text_content(self, message_id: str, delta: str) -> list[Event]:
         """``feed`` of a TEXT_MESSAGE_CONTENT built by the caller (the hot path of a run).
@@ -206,6 +228,7 @@ class LifecycleGuard:
             and message_id in self._texts
             and type(delta) is str
             and delta
+            and self._annotation is None
         ):
             if not self._spend(_text_bytes(delta)):
                 return self._drain()
@@ -340,7 +363,7 @@ class LifecycleGuard:
         """The guard emits RUN_STARTED itself; an agent's copy is dropped."""
 
     def _on_run_finished(self, event: Event) -> None:
-        self._finish(event.get("result"), event.get("outcome"))
+        self._finish(event.get("result"), event.get("outcome"), _valid_usage(event.get("usage")))
 
     def _finish(
         self, result: Any, outcome: Any, usage: list[dict[str, Any]] | None = None
@@ -523,7 +546,10 @@ class LifecycleGuard:
         if not is_id(call_id) or self._closed_calls.get(call_id, True):
             return
         content = event.get("content")
-        if not isinstance(content, (str, list)):
+        if not isinstance(content, (str, list)) or (
+            isinstance(content, list) and content_problems(content, ())
+        ):
+            # Only text or well-formed content parts pass the client's schema.
             try:
                 content = event["content"] = json.dumps(
                     content, separators=(",", ":"), default=str
@@ -742,8 +768,29 @@ def _valid_outcome(outcome: Any) -> dict[str, Any] | None:
     return outcome if kind == "cancelled" else None
 
 
+def _valid_usage(value: Any) -> list[dict[str, Any]] | None:
+    """An agent's ``usage`` as AG-UI ``TokenUsage`` entries: string labels and non-negative
+    integer counts of the known names (anything else is left out)."""
+    if not isinstance(value, list):
+        return None
+    entries = []
+    for entry in value:
+        if not isinstance(entry, dict):
+            continue
+        kept = {k: v for k, v in entry.items()
+                if (k in ev.USAGE_LABELS and isinstance(v, str))
+                or (k in ev.USAGE_COUNTS and type(v) is int and 0 <= v <= ev.MAX_SAFE_INTEGER)}
+        if any(k in ev.USAGE_COUNTS for k in kept):
+            entries.append(kept)
+    return entries or None
+
+
 def _is_str(value: Any) -> bool:
     return isinstance(value, str) and bool(value)
+
+
+def _is_subtype(value: Any) -> bool:
+    return value in ("tool-call", "message")
 
 
 def _is_list(value: Any) -> bool:
@@ -766,7 +813,7 @@ _REQUIRED: dict[str, tuple[tuple[str, Callable[[Any], bool]], ...]] = {
     SUBAGENT_STARTED: (("subagentRunId", _is_str), ("name", _is_str)),
     SUBAGENT_FINISHED: (("subagentRunId", _is_str),),
     SUBAGENT_ERROR: (("subagentRunId", _is_str), ("message", _is_str)),
-    "REASONING_ENCRYPTED_VALUE": (("subtype", _is_str), ("entityId", _is_str),
+    "REASONING_ENCRYPTED_VALUE": (("subtype", _is_subtype), ("entityId", _is_str),
                                   ("encryptedValue", _is_str)),
 }
 
@@ -780,6 +827,8 @@ PASS_THROUGH = frozenset(
 )
 #: ``source`` of the RAW events that carry event types the guard does not know.
 RAW_SOURCE = "iobridge"
+#: Events about the run itself: never annotated with another agent's metadata.
+_RUN_SCOPED = frozenset({ev.RUN_STARTED, ev.RUN_FINISHED, ev.RUN_ERROR})
 
 
 #: Required members whose type is "any": ``null`` is a value there, not an absent option.
@@ -795,6 +844,8 @@ def _clean(event: Event) -> Event:
     stamp = clean.get("timestamp")
     if stamp is not None and (not isinstance(stamp, int) or isinstance(stamp, bool)):
         del clean["timestamp"]
+    if "metadata" in clean and not isinstance(clean["metadata"], dict):
+        del clean["metadata"]  # an object or absent (AG-UI 1.0): the client rejects others
     return clean
 
 

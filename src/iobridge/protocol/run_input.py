@@ -23,7 +23,9 @@ from iobridge.protocol.json_limits import (
     check_value,
     loads,
 )
+from iobridge.protocol.media import content_problems
 from iobridge.protocol.text import MAX_ID_LENGTH, reject_nul, validate_id
+from iobridge.protocol.versions import check_protocol_version
 
 #: Default most messages one run request may carry (``Settings.max_messages``).
 DEFAULT_MAX_MESSAGES = 10_000
@@ -146,6 +148,7 @@ class _RunAgentInput(_Open):
     thread_id: Identifier = Field(alias="threadId")
     run_id: Identifier = Field(alias="runId")
     parent_run_id: Identifier | None = Field(default=None, alias="parentRunId")
+    protocol_version: str | None = Field(default=None, alias="protocolVersion")
     messages: list[dict[str, Any]]
     tools: list[_Tool] = Field(default_factory=list)
     context: list[_Context] = Field(default_factory=list)
@@ -191,6 +194,8 @@ class RunInput:
     #: ``resume`` entries (AG-UI 1.0) in wire form: ``{interruptId, status, payload?,
     #: metadata?}``; empty when the run does not continue an interrupted one.
     resume: list[dict[str, Any]] = field(default_factory=list)
+    #: The AG-UI version the client declared (``None``: a client from before versions).
+    protocol_version: str | None = None
     #: The request body exactly as parsed, unknown keys included.
     raw: dict[str, Any] = field(default_factory=dict)
 
@@ -232,9 +237,10 @@ def parse_run_input(
         InputError: ``INVALID_ID``: threadId, runId or parentRunId is a string with control
             (or other non-printable) characters; ``INVALID_TEXT``: U+0000 in any text;
             ``JSON_TOO_DEEP``: the body, or a tool call's ``arguments``, nests deeper than
-            ``max_depth``; ``NUMBER_OUT_OF_RANGE``: an integer beyond 64 bits; otherwise
-            not JSON, not an object, or a required field missing or malformed (``details``
-            lists each problem with its location).
+            ``max_depth``; ``NUMBER_OUT_OF_RANGE``: an integer beyond 64 bits;
+            ``UNSUPPORTED_PROTOCOL_VERSION``: a ``protocolVersion`` of another major line;
+            otherwise not JSON, not an object, or a required field missing or malformed
+            (``details`` lists each problem with its location).
     """
     if isinstance(body, dict):
         data = body
@@ -253,6 +259,7 @@ def parse_run_input(
         if isinstance(value, str) and value:
             validate_id(value, key)
     reject_nul(data, None if isinstance(body, dict) else body)
+    protocol_version = check_protocol_version(data.get("protocolVersion"))
     try:
         parsed = _input_adapter.validate_python(data)
     except pydantic.ValidationError as exc:
@@ -271,6 +278,8 @@ def parse_run_input(
         except pydantic.ValidationError as exc:
             problems.extend(_errors(exc, ("messages", index)))
             continue
+        if role in ("user", "tool"):
+            problems += content_problems(message.get("content"), ("messages", index, "content"))
         if message["id"] in seen:
             problems.append(
                 {"loc": ["messages", index, "id"], "message": "duplicate message id"}
@@ -291,6 +300,7 @@ def parse_run_input(
         state=parsed.state,
         forwarded_props=forwarded,
         resume=[r.model_dump(by_alias=True, exclude_none=True) for r in parsed.resume or []],
+        protocol_version=protocol_version,
         raw=data,
     )
 

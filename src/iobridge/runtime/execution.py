@@ -274,11 +274,12 @@ class Execution:
         except RunEnded:
             pass
         except Interrupted as exc:
-            call_id = exc.interrupt.get("toolCallId")
-            if isinstance(call_id, str):
-                # The call the interrupt asks about is answered by the resumed run, not here.
-                events.deferred_calls.append(call_id)
-            events.finish(outcome={"type": "interrupt", "interrupts": [exc.interrupt]})
+            for interrupt in exc.interrupts:
+                call_id = interrupt.get("toolCallId")
+                if isinstance(call_id, str):
+                    # The call an interrupt asks about is answered by the resumed run.
+                    events.deferred_calls.append(call_id)
+            events.finish(outcome={"type": "interrupt", "interrupts": exc.interrupts})
         except asyncio.CancelledError:
             self._stopped()
         except AgentError as exc:

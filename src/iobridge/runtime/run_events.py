@@ -76,6 +76,8 @@ class RunEvents:
         self._assistant_id: str | None = None
         self._assistant_has_text = False
         self._reasoning: tuple[str, str] | None = None
+        #: The run's last reasoning message (an encrypted value after its end belongs to it).
+        self._last_reasoning: str | None = None
         self._terminal: bytes | None = None
         #: The run ended with RUN_FINISHED, not cancelled (a generated title is worth it).
         self.succeeded = False
@@ -124,6 +126,17 @@ class RunEvents:
             else:
                 log.append(data)
 
+    def answer_earlier_call(self, call_id: str, result: ToolResult) -> None:
+        """TOOL_CALL_RESULT for a call of an earlier run that this run resumes."""
+        if self.guard.ended:
+            raise RunEnded()
+        self.guard.allow_result(call_id)
+        self.tool_result(call_id, result)
+
+    def annotate(self, metadata: dict[str, Any] | None) -> None:
+        """Give ``metadata`` to the events of the next outputs (see ``LifecycleGuard``)."""
+        self.guard.annotate(metadata)
+
     def release_terminal(self) -> None:
         """Append the held terminal event and close the log (the run is over)."""
         log = self.log
@@ -171,6 +184,8 @@ class RunEvents:
                 self._reasoning_delta(delta)
             case out.ReasoningEnd():
                 self._close_reasoning()
+            case out.ReasoningEncryptedValue(value=value, tool_call_id=call, metadata=metadata):
+                self._encrypted_value(value, call, metadata)
             case _:
                 self._emit_other(output)
 
@@ -247,6 +262,23 @@ class RunEvents:
             self.push(ev.reasoning_message_end(message_id))
             self.push(ev.reasoning_end(span_id))
             self._reasoning = None
+            self._last_reasoning = message_id
+
+    def _encrypted_value(
+        self, value: str, tool_call_id: str | None, metadata: dict[str, Any] | None
+    ) -> None:
+        if tool_call_id is not None:
+            self.push(ev.reasoning_encrypted_value("tool-call", tool_call_id, value, metadata))
+            return
+        if self._reasoning is None and self._last_reasoning is None:
+            # Opaque reasoning with nothing readable: an empty reasoning message holds it.
+            self._close_text()
+            self._reasoning = (self.new_id(), self.new_id())
+            self.push(ev.reasoning_start(self._reasoning[0]))
+            self.push(ev.reasoning_message_start(self._reasoning[1]))
+        entity = self._reasoning[1] if self._reasoning is not None else self._last_reasoning
+        assert entity is not None
+        self.push(ev.reasoning_encrypted_value("message", entity, value, metadata))
 
     def _close_open(self) -> None:
         self._close_reasoning()
@@ -254,7 +286,7 @@ class RunEvents:
 
     def tool_result(self, call_id: str, result: ToolResult) -> None:
         """Emit TOOL_CALL_RESULT; the next text starts a new assistant message."""
-        self.push(ev.tool_call_result(self.new_id(), call_id, result.content))
+        self.push(ev.tool_call_result(self.new_id(), call_id, result.parts or result.content))
         self.transcript.mark_error(call_id, result.content if result.is_error else None)
         self._assistant_id = None
 
