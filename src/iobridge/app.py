@@ -48,9 +48,9 @@ from iobridge.errors import (
 from iobridge.observability.metrics import Metrics
 from iobridge.protocol.bodies import Body
 from iobridge.protocol.json_limits import DEFAULT_MAX_JSON_DEPTH
+from iobridge.protocol.media import MediaLimits, check_media, check_result_media
 from iobridge.protocol.message_formats import to_mastra
 from iobridge.protocol.options import RunOptions, ToolResultMode, parse_run_options
-from iobridge.protocol.media import MediaLimits, check_media, check_result_media
 from iobridge.protocol.run_input import OFF_LOOP_BYTES, RunInput, parse_run_input
 from iobridge.protocol.thread_bodies import parse_thread_create, parse_thread_update
 from iobridge.protocol.tool_results import parse_tool_result

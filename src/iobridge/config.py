@@ -19,12 +19,12 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from iobridge.auth import AuthSettings
 from iobridge.protocol.guard import DEFAULT_MAX_STATE_BYTES
 from iobridge.protocol.json_limits import DEFAULT_MAX_JSON_DEPTH, MAX_JSON_DEPTH_SETTING
+from iobridge.protocol.media import DEFAULT_MAX_MEDIA_MESSAGE_BYTES, DEFAULT_MAX_MEDIA_PART_BYTES
 from iobridge.protocol.options import (
     DEFAULT_MAX_SCHEMA_BYTES,
     DEFAULT_MAX_SCHEMA_OBJECTS,
     ToolResultMode,
 )
-from iobridge.protocol.media import DEFAULT_MAX_MEDIA_MESSAGE_BYTES, DEFAULT_MAX_MEDIA_PART_BYTES
 from iobridge.protocol.run_input import DEFAULT_MAX_MESSAGES
 from iobridge.protocol.run_limits import (
     DEFAULT_MAX_INTERRUPT_BYTES,

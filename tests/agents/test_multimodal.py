@@ -300,8 +300,9 @@ async def test_a_tool_message_of_content_parts_in_the_next_run_reaches_the_model
     server = serve(agents=[agent(fake_openai, model="gpt-4o", tool_result_mode="next-run")])
     payload = {**body("t-next", "r1", [user("u1", say="look")]), "tools": [SCREENSHOT]}
     first = parse_sse((await post(server, payload)).text)
-    assert first[-1]["outcome"] == {"type": "success", "pendingToolCallIds": ["call_s"]}
-    answer = {"id": "tm1", "role": "tool", "toolCallId": "call_s", "content": SHOT_PARTS}
+    [call_id] = [e["toolCallId"] for e in first if e["type"] == "TOOL_CALL_START"]
+    assert first[-1]["outcome"] == {"type": "success", "pendingToolCallIds": [call_id]}
+    answer = {"id": "tm1", "role": "tool", "toolCallId": call_id, "content": SHOT_PARTS}
     second = parse_sse((await post(server, {**body("t-next", "r2", [answer]),
                                             "tools": [SCREENSHOT]})).text)
     assert second[-1]["type"] == "RUN_FINISHED"
@@ -335,3 +336,40 @@ async def test_malformed_tool_result_parts_are_refused_and_the_call_still_waits(
                 good = await client.post(url, json={"content": "fine"})
                 assert good.status_code == 200
     assert [e["content"] for e in events if e["type"] == "TOOL_CALL_RESULT"] == ["fine"]
+
+
+async def test_a_posted_result_over_the_media_limits_is_413_and_the_call_still_waits(
+    fake_openai: FakeOpenAI, serve: Any
+) -> None:
+    fake_openai.push(calls(("call_s", "screenshot", "{}")), text("ok"))
+    server = serve(agents=[agent(fake_openai, model="gpt-4o")], max_media_part_bytes=1000,
+                   max_media_message_bytes=1500)
+    payload = {**body("t-bigshot", "r1", [user("u1", say="look")]), "tools": [SCREENSHOT]}
+    events: list[dict[str, Any]] = []
+    async with (
+        httpx.AsyncClient(base_url=server.url, timeout=20) as client,
+        client.stream("POST", "/io-bridge/run", json=payload) as response,
+    ):
+        async for line in response.aiter_lines():
+            if not line.startswith("data: "):
+                continue
+            event = json.loads(line[len("data: "):])
+            events.append(event)
+            if event["type"] == "TOOL_CALL_END":
+                url = f"/io-bridge/runs/r1/tool-calls/{event['toolCallId']}/result"
+                big = inline("image", b"x" * 1001, "image/png")
+                over = await client.post(url, json={"content": [big]})
+                assert over.status_code == 413, over.text
+                error = over.json()["error"]
+                assert error["code"] == "MEDIA_TOO_LARGE"
+                assert error["details"] == {"loc": ["content", 0], "bytes": 1001, "limit": 1000}
+                two = [inline("image", b"x" * 750, "image/png"),
+                       inline("image", b"y" * 751, "image/png")]
+                total = await client.post(url, json={"content": two})
+                assert total.status_code == 413
+                assert total.json()["error"]["details"]["bytes"] == 1501
+                fits = await client.post(url, json={"content": [
+                    inline("image", b"x" * 1000, "image/png")]})
+                assert fits.status_code == 200, fits.text
+    results = [e for e in events if e["type"] == "TOOL_CALL_RESULT"]
+    assert len(results) == 1 and events[-1]["type"] == "RUN_FINISHED"

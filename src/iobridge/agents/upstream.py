@@ -160,6 +160,7 @@ class AgUiUpstreamAgent(Agent):
     async def run(self, ctx: RunContext) -> AsyncIterator[AgentOutput]:
         """Forward the run, then drive follow-up runs while frontend tools are answered."""
         messages = [dict(m) for m in ctx.messages if self._sent_back(m)]
+        used_ids = _tool_call_ids(ctx.messages)
         run_id, parent, state = ctx.run_id, None, ctx.state
         resume = [_resume_entry(answer) for answer in ctx.resume]
         resumed = _open_calls(messages) if resume else {}
@@ -168,7 +169,8 @@ class AgUiUpstreamAgent(Agent):
         async with await self._client() as client:
             while True:
                 upstream = UpstreamRound(
-                    ctx, ctx.limits.max_upstream_round_bytes, agent_id=self.id, resumed=resumed
+                    ctx, ctx.limits.max_upstream_round_bytes, used_ids=used_ids,
+                    agent_id=self.id, resumed=resumed,
                 )
                 body = self._input(ctx, run_id, parent, state, messages, resume)
                 await self._stream(client, body, upstream)
@@ -388,3 +390,13 @@ def _interrupts(outcome: Mapping[str, Any], upstream: UpstreamRound) -> list[dic
         raise AgentError("The upstream agent interrupted the run without an interrupt.",
                          code="INVALID_INTERRUPT")
     return interrupts
+
+
+def _tool_call_ids(messages: Sequence[Mapping[str, Any]]) -> set[str]:
+    """Tool call ids already in the history (an upstream's id that repeats one is replaced)."""
+    return {
+        call["id"]
+        for message in messages
+        for call in (message.get("toolCalls") or [])
+        if isinstance(call, Mapping) and isinstance(call.get("id"), str)
+    }

@@ -50,6 +50,7 @@ from iobridge.errors import AgentError
 from iobridge.protocol import events as ev
 from iobridge.protocol.media import content_problems
 from iobridge.protocol.run_limits import DEFAULT_MAX_UPSTREAM_ROUND_BYTES
+from iobridge.protocol.text import is_id
 
 if TYPE_CHECKING:
     from iobridge.agents.context import RunContext, ToolCallHandle
@@ -83,6 +84,7 @@ class UpstreamRound:
     Args:
         ctx: The client's run.
         max_round_bytes: Most bytes the round may keep (see the module docstring).
+        used_ids: Tool call ids taken in the thread and this run (updated as calls start).
         agent_id: The agent the round runs for (its reasoning values are marked with it).
         resumed: Calls of earlier runs that this run's ``resume`` answers: id -> the call
             as the history holds it (``{id, function: {name, arguments}}``).
@@ -90,9 +92,11 @@ class UpstreamRound:
 
     def __init__(
         self, ctx: RunContext, max_round_bytes: int = DEFAULT_MAX_UPSTREAM_ROUND_BYTES, *,
-        agent_id: str = "", resumed: Mapping[str, Mapping[str, Any]] | None = None,
+        used_ids: set[str] | None = None, agent_id: str = "",
+        resumed: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         self.ctx = ctx
+        self.used_ids = used_ids if used_ids is not None else set()
         self.max_round_bytes = max_round_bytes
         #: Bytes kept so far (text, arguments, results, ids).
         self.kept_bytes = 0
@@ -316,13 +320,22 @@ class UpstreamRound:
         ):
             return
         self._keep(upstream_id + name, entries=2)
-        handle = self.ctx.start_tool_call(name)
+        handle = self.ctx.start_tool_call(name, tool_call_id=self._local_id(upstream_id))
+        self.used_ids.add(handle.tool_call_id)
         entry = {"id": upstream_id, "type": "function",
                  "function": {"name": name, "arguments": "{}"}}
         self._assistant_message().setdefault("toolCalls", []).append(entry)
         self._calls[upstream_id] = UpstreamCall(
             handle=handle, entry=entry, frontend=self.ctx.session.is_frontend_tool(name)
         )
+
+    def _local_id(self, upstream_id: str) -> str | None:
+        """The upstream's id when the client's run can use it: its later runs see the ids
+        it made; one the thread or this run already holds, or no valid id, is minted anew
+        (``None``)."""
+        if not is_id(upstream_id):
+            return None
+        return None if upstream_id in self.used_ids else upstream_id
 
     def _on_tool_args(self, event: dict[str, Any]) -> None:
         upstream_id = event.get("toolCallId")

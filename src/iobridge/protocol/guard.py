@@ -76,8 +76,8 @@ from iobridge.protocol import events as ev
 from iobridge.protocol.events import Event
 from iobridge.protocol.json_limits import depth_exceeds, encodes_within
 from iobridge.protocol.json_patch import PatchError, PatchTooLarge, apply_patch
-from iobridge.protocol.run_limits import INTERRUPTS_TOO_LARGE, RUN_OUTPUT_TOO_LARGE, RunLimits
 from iobridge.protocol.media import content_problems
+from iobridge.protocol.run_limits import INTERRUPTS_TOO_LARGE, RUN_OUTPUT_TOO_LARGE, RunLimits
 from iobridge.protocol.text import is_id
 
 

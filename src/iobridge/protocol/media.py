@@ -32,7 +32,6 @@ from ag_ui.core import ContentPart
 from iobridge.errors import InputError, PayloadTooLarge
 
 __all__ = [
-    "check_result_media",
     "DEFAULT_MAX_MEDIA_MESSAGE_BYTES",
     "DEFAULT_MAX_MEDIA_PART_BYTES",
     "MEDIA_PART_TYPES",
@@ -40,6 +39,7 @@ __all__ = [
     "UNSUPPORTED_MEDIA",
     "MediaLimits",
     "check_media",
+    "check_result_media",
     "content_problems",
     "media_kind",
     "part_bytes",

@@ -36,7 +36,6 @@ Folding rules (pure, no I/O; the caller passes each message with its ISO ``creat
 
 from __future__ import annotations
 
-import json
 import mimetypes
 from collections.abc import Mapping, Sequence
 from typing import Any
