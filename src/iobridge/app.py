@@ -154,6 +154,7 @@ class Backend:
                 max_retained_runs=self.settings.max_retained_runs,
                 detach_grace_seconds=self.settings.detach_grace_seconds,
                 tool_result_mode=self.settings.tool_result_mode,
+                pre_1_0_outcomes=self.settings.pre_1_0_outcomes,
                 max_retained_bytes=self.settings.max_retained_bytes,
                 max_run_log_bytes=self.settings.max_run_log_bytes,
                 max_active_runs=self.settings.max_active_runs,

@@ -70,6 +70,8 @@ class RuntimeSettings:
     detach_grace_seconds: float = 0.0
     #: Default frontend tool mode: ``in-run`` (the io protocol) or ``next-run`` (plain AG-UI).
     tool_result_mode: ToolResultMode = "in-run"
+    #: Requests without ``protocolVersion`` get AG-UI 0.x outcome shapes (``Settings``).
+    pre_1_0_outcomes: bool = False
     #: Bytes of finished runs' logs kept for resume (oldest finished dropped first).
     max_retained_bytes: int = 256 * 1024 * 1024
     #: Bytes of events one run keeps for replay (older ones answer "no longer retained").
@@ -225,6 +227,7 @@ class Runtime:
         session = Session(
             log, run_input.thread_id, run_input.run_id, parent_run_id=run_input.parent_run_id,
             state=state, max_state_bytes=self.settings.max_state_bytes,
+            pre_1_0=self.settings.pre_1_0_outcomes and "protocolVersion" not in run_input.raw,
         )
         session.usage = run.usage
         dispatch = ToolDispatch(
