@@ -371,7 +371,9 @@ class Runtime:
                 session.deferred_calls.append(call_id)
             session.finish(outcome={"type": "interrupt", "interrupts": [exc.interrupt]})
         except asyncio.CancelledError:
-            if run.stop_reason == "cancelled":
+            # A client gone with no follower left is how AG-UI frontends stop a run (they
+            # abort the request): cancelled like the cancel route, what was produced kept.
+            if run.stop_reason in ("cancelled", "disconnected"):
                 session.finish(outcome={"type": "cancelled"})
             elif run.stop_reason == "shutdown":
                 session.fail("The server is shutting down.", "SERVER_SHUTDOWN")
