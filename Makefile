@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: serve test lint bench e2e-deps clean mutants mutants-report fuzz
+.PHONY: serve test lint bench e2e-deps frontend-deps clean mutants mutants-report fuzz
 
 $(STAMP): pyproject.toml setup.py src/iobridge/npamp/_speedups.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,7 +23,14 @@ tests/e2e/node_modules/.installed: tests/e2e/package.json
 
 e2e-deps: tests/e2e/node_modules/.installed
 
-test: $(STAMP) e2e-deps
+# assistant-ui and CopilotKit (tests/frontends), installed exactly from the lock.
+tests/frontends/node_modules/.installed: tests/frontends/package.json tests/frontends/package-lock.json
+	cd tests/frontends && npm ci --no-audit --no-fund --silent
+	touch $@
+
+frontend-deps: tests/frontends/node_modules/.installed
+
+test: $(STAMP) e2e-deps frontend-deps
 	$(BIN)/ruff check src tests bench
 	$(BIN)/lint-imports
 	$(BIN)/mypy
@@ -104,4 +111,4 @@ mutants-report:
 	$(BIN)/python scripts/mutants.py report $(MUTANT_GROUPS)
 
 clean:
-	rm -rf $(VENV) tests/e2e/node_modules build
+	rm -rf $(VENV) tests/e2e/node_modules tests/frontends/node_modules build

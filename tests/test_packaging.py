@@ -35,7 +35,7 @@ def _files(folder: str, pattern: str = "*") -> set[str]:
     return {
         p.relative_to(ROOT).as_posix()
         for p in (ROOT / folder).rglob(pattern)
-        if p.is_file() and "__pycache__" not in p.parts
+        if p.is_file() and "__pycache__" not in p.parts and "node_modules" not in p.parts
     }
 
 

@@ -260,6 +260,10 @@ class Settings(BaseSettings):
     tool_timeout: float = Field(default=300.0, gt=0)
     #: ``in-run`` (result route, the io protocol) or ``next-run`` (plain AG-UI re-run).
     tool_result_mode: ToolResultMode = "in-run"
+    #: A run request without ``protocolVersion`` (an AG-UI 0.x client, as assistant-ui and
+    #: CopilotKit bundle) gets ``RUN_FINISHED.outcome`` in 0.x shapes: only ``interrupt``
+    #: (0.x clients fail a run on ``pendingToolCallIds`` or ``cancelled``).
+    pre_1_0_outcomes: bool = False
     #: Seconds a finished run's events stay available for resume.
     retention_seconds: float = Field(default=300.0, ge=0)
     max_retained_runs: int = Field(default=1000, ge=0)

@@ -83,6 +83,18 @@ def run_finished(
     return event
 
 
+def pre_1_0_outcome(outcome: dict[str, Any]) -> dict[str, Any] | None:
+    """``RUN_FINISHED.outcome`` as an AG-UI 0.x client takes it (``None``: send none).
+
+    A request without ``protocolVersion`` comes from a 0.x client (``@ag-ui/client`` 0.0.x,
+    which assistant-ui and CopilotKit bundle). Its strict schema fails the whole run on a
+    ``success`` with 1.0's ``pendingToolCallIds`` and on ``cancelled`` (1.0 only), and
+    assistant-ui reads a plain ``success`` as "no tool call is waiting"; without an outcome
+    a 0.x client sees the calls without results and runs them. ``interrupt`` is in both.
+    """
+    return outcome if outcome.get("type") == "interrupt" else None
+
+
 def run_error(
     message: str, code: str | None = None, *, usage: list[dict[str, Any]] | None = None
 ) -> Event:

@@ -186,6 +186,7 @@ class Execution:
             run.log, run.thread_id, run.run_id, parent_run_id=run_input.parent_run_id,
             state=state, max_state_bytes=runtime.settings.max_state_bytes,
             limits=runtime.settings.run_limits,
+            pre_1_0=runtime.settings.pre_1_0_outcomes and "protocolVersion" not in run_input.raw,
         )
         self.events.usage = run.usage
         self.session = AgentSession(
@@ -307,7 +308,9 @@ class Execution:
     def _stopped(self) -> None:
         """The run's task was cancelled: end it as the reason it was stopped says."""
         reason = self.run.stop_reason
-        if reason == "cancelled":
+        # A client gone with no follower left is how AG-UI frontends stop a run (they abort
+        # the request): cancelled like the cancel route, what was produced kept.
+        if reason in ("cancelled", "disconnected"):
             self.events.finish(outcome={"type": "cancelled"})
         elif reason == "shutdown":
             self.events.fail("The server is shutting down.", "SERVER_SHUTDOWN")

@@ -57,8 +57,11 @@ class RunEvents:
         state: Any = None,
         max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
         limits: RunLimits | None = None,
+        pre_1_0: bool = False,
     ) -> None:
         self.log = log
+        #: The client speaks AG-UI 0.x (no ``protocolVersion``): outcomes in 0.x shapes.
+        self.pre_1_0 = pre_1_0
         self.new_id = new_id
         self.guard = LifecycleGuard(
             thread_id, run_id, parent_run_id=parent_run_id, new_id=new_id, state=state,
@@ -112,9 +115,15 @@ class RunEvents:
             if event["type"] in ev.TERMINAL_TYPES:
                 # Held until the run is concluded (messages stored, thread free), so a
                 # client that sees the terminal event can read the thread or run again.
-                self._terminal = data
                 outcome = event.get("outcome")
                 kind = outcome.get("type") if isinstance(outcome, dict) else None
+                if self.pre_1_0 and isinstance(outcome, dict):
+                    legacy = {k: v for k, v in event.items() if k != "outcome"}
+                    shape = ev.pre_1_0_outcome(outcome)
+                    if shape is not None:
+                        legacy["outcome"] = shape
+                    data = encode_event(legacy)
+                self._terminal = data
                 self.succeeded = event["type"] == ev.RUN_FINISHED and kind != "cancelled"
                 self.failed = event["type"] == ev.RUN_ERROR
                 if kind == "interrupt" and isinstance(outcome, dict):
