@@ -154,8 +154,8 @@ def test_no_construction_lets_an_attribute_or_element_through(serve: Any, page: 
                 renderInto(root, source);
                 return root;
             });
-            return (%s)(roots);
-        }""" % SNAPSHOT_AND_PROVOKE.strip(),
+            return (PROBE)(roots);
+        }""".replace("PROBE", SNAPSHOT_AND_PROVOKE.strip()),
         corpus,
     )
     assert len(snapshots) == len(corpus) == len(CONSTRUCTIONS) * len(PAYLOADS)

@@ -8,6 +8,7 @@ of thread then Enter at once wiped the new bubble when the history arrived.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -41,7 +42,7 @@ class EchoAgent(Agent):
     id = "echo"
     name = "Echo agent"
 
-    async def run(self, ctx: RunContext) -> Any:
+    async def run(self, ctx: RunContext) -> AsyncIterator[AgentOutput]:
         yield f"echo: {ctx.messages[-1]['content']}"
 
 

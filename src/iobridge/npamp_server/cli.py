@@ -15,7 +15,10 @@ from iobridge.npamp.bridge import Effect, TransportErrorCode
 from iobridge.npamp.handshake import IdentityKey, SignatureScheme, keygen, load_identity
 from iobridge.npamp_server.client import RunRefused
 
-app = typer.Typer(help="AG-UI over N-PAMP: keys and a command-line client.", no_args_is_help=True)
+app = typer.Typer(
+    help="AG-UI over N-PAMP: keys and a command-line client.", no_args_is_help=True,
+    rich_markup_mode=None,  # plain help, as ``iobridge``'s (wraps at 80 columns, cuts nothing)
+)
 
 
 @app.command("keygen")
