@@ -5,23 +5,36 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# What serving needs (the package and its dependencies, no test tools): `make serve` only.
+SERVE_STAMP := $(VENV)/.serve-installed
+SOURCES := pyproject.toml setup.py src/iobridge/npamp/_speedups.c
 
 .PHONY: serve test lint bench e2e-deps clean mutants mutants-report
 
-$(STAMP): pyproject.toml setup.py src/iobridge/npamp/_speedups.c
+# The dev install holds everything serving needs, so it marks the serve install done too.
+$(STAMP): $(SOURCES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	touch $(STAMP) $(SERVE_STAMP)
 
-serve: $(STAMP)
+$(SERVE_STAMP): $(SOURCES)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e .
+	touch $(SERVE_STAMP)
+
+serve: $(SERVE_STAMP)
 	$(BIN)/iobridge serve
 
 tests/e2e/node_modules/.installed: tests/e2e/package.json
 	cd tests/e2e && npm install --no-audit --no-fund --silent
 	touch $@
 
-e2e-deps: tests/e2e/node_modules/.installed
+tests/web/node_modules/.installed: tests/web/package.json
+	cd tests/web && npm install --no-audit --no-fund --silent
+	touch $@
+
+e2e-deps: tests/e2e/node_modules/.installed tests/web/node_modules/.installed
 
 test: $(STAMP) e2e-deps
 	$(BIN)/ruff check src tests bench
@@ -85,4 +98,4 @@ mutants-report:
 	$(BIN)/python scripts/mutants.py report $(MUTANT_GROUPS)
 
 clean:
-	rm -rf $(VENV) tests/e2e/node_modules
+	rm -rf $(VENV) tests/e2e/node_modules tests/web/node_modules
