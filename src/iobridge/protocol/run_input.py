@@ -3,9 +3,10 @@
 Tolerant in: unknown keys are kept, optional fields default, every AG-UI message role is
 accepted (including legacy ``binary`` content parts), and ``tools``/``context``/
 ``forwardedProps`` may be absent. A role that is not an AG-UI role (``"human"``) is refused
-with the list of roles: stored, it would be dropped silently from every view of the thread. Strict where it matters: the ids and
-the shapes a backend relies on (message ids, tool call ids, toolCallId pairing fields) are
-checked, and a bad body is one ``InputError`` listing every problem.
+with the list of roles: stored, it would be dropped silently from every view of the thread.
+Strict where it matters: the ids and the shapes a backend relies on (message ids, tool call
+ids, toolCallId pairing fields) are checked, and a bad body is one ``InputError`` listing
+every problem.
 """
 
 from __future__ import annotations
