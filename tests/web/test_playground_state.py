@@ -200,3 +200,38 @@ def test_settings_and_inspector_survive_a_reload(serve: Any, page: Any) -> None:
     # ... and a new thread starts on the chosen one.
     expect(page.locator("#agent")).to_have_value("echo")
     assert page.errors == []
+
+
+class BulkyAgent(Agent):
+    """600 deltas of 3,000 characters: 1.8 M characters of events, more than a tab keeps."""
+
+    id = "bulky"
+    name = "Bulky agent"
+
+    async def run(self, ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        for n in range(600):
+            yield f"{n:04d}" + "x" * 2996
+
+
+def test_the_saved_inspector_is_bounded_and_keeps_the_latest_events(
+    serve: Any, page: Any
+) -> None:
+    server = serve(agents=[BulkyAgent()], default_agent="bulky")
+    page.goto(f"{server.url}/playground")
+    _wait_idle(page)
+    page.locator("#text").fill("lots")
+    page.locator("#text").press("Enter")
+    expect(page.locator(".msg.assistant")).to_contain_text("0599")
+    _wait_idle(page)
+    shown = page.locator("#events li[data-type]").count()
+    saved = page.evaluate("sessionStorage.getItem('iobridge.events').length")
+    assert 900_000 < saved <= 1024 * 1024
+    page.reload()
+    _wait_idle(page)
+    restored = page.locator("#events li[data-type]")
+    count = restored.count()
+    assert 250 < count < shown  # about a third of the 600 deltas fit, and the tail of the run
+    expect(restored.last.locator(".type")).to_have_text("RUN_FINISHED")
+    assert '"delta": "0599' in restored.nth(count - 3).locator("pre").inner_text()
+    expect(page.locator("#events li.run-head")).to_have_count(1)
+    assert page.errors == []

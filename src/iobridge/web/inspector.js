@@ -35,6 +35,8 @@ export class Inspector {
   /** A run begins: its events are shown under ``label`` (agent, thread). */
   startRun(runId, label) {
     this.runs.set(runId, { started: null, label });
+    // Only runs with events still listed need their heading (at most MAX_EVENTS of them).
+    if (this.runs.size > MAX_EVENTS) this.runs.delete(this.runs.keys().next().value);
   }
 
   log(runId, event) {
