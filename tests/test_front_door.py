@@ -76,9 +76,9 @@ class Served:
     def __init__(self, command: str, folder: Path, env: dict[str, str]) -> None:
         self.port = int(env["IOBRIDGE_PORT"])
         self.url = f"http://127.0.0.1:{self.port}"
-        self.process = subprocess.Popen(
+        self.process = subprocess.Popen(  # a group of its own: make and the server it starts
             ["/bin/sh", "-c", f"exec {command}"], cwd=folder, env=env,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
         )
         self.lines: list[str] = []
         deadline = time.monotonic() + 30
@@ -103,7 +103,7 @@ class Served:
         return [line.strip() for line in self.lines if line.startswith("iobridge: ")]
 
     def stop(self) -> str:
-        self.process.send_signal(signal.SIGTERM)
+        os.killpg(self.process.pid, signal.SIGTERM)
         rest = self.process.communicate(timeout=30)[0].decode()
         return "".join(self.lines) + rest
 
@@ -112,6 +112,50 @@ def _serve_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("IOBRIDGE_")}
     env.update(IOBRIDGE_PORT=str(free_port()), IOBRIDGE_LOG_LEVEL="warning", **extra)
     return env
+
+
+def test_the_readme_quick_start_serves_and_answers_its_curl(tmp_path: Path) -> None:
+    """``make serve`` as the README types it, from a clone's folder whose ``.venv`` is made
+    (its serve stamp newer than the sources: the install itself is
+    ``test_make_serve_installs_only_what_serving_needs``), then the README's curl as typed."""
+    text = README.read_text(encoding="utf-8")
+    quick = re.search(r"## Quick start\n.*?```sh\n(.*?)```", text, re.S)
+    assert quick, "the README lost its quick start"
+    (make_serve,) = [line.split("#")[0].strip() for line in quick.group(1).splitlines()
+                     if line.startswith("make serve")]
+    assert make_serve == "make serve"
+    curl = re.search(r"```sh\n(curl -N http://127\.0\.0\.1:8000/io-bridge/run .*?)```", text, re.S)
+    assert curl, "the README lost its curl example"
+
+    folder = tmp_path / "iobridge"
+    for name in ("Makefile", "pyproject.toml", "setup.py", "src/iobridge/npamp/_speedups.c"):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes((ROOT / name).read_bytes())
+    # Only the command `make serve` runs: an install it should not attempt fails here
+    # instead of changing the suite's own virtualenv.
+    (folder / ".venv" / "bin").mkdir(parents=True)
+    (folder / ".venv" / "bin" / "iobridge").symlink_to(Path(sys.prefix) / "bin" / "iobridge")
+    stamp = folder / ".venv" / ".serve-installed"
+    stamp.touch()
+    os.utime(stamp, (time.time() + 60, time.time() + 60))  # newer than every copied source
+    env = _serve_env(MAKEFLAGS="")
+    server = Served(make_serve, folder, env)
+    try:
+        assert f"iobridge: database: SQLite file {folder.resolve()}/iobridge.db" in server.banner
+        assert "iobridge: agent demo (default): available" in server.banner
+        typed = curl.group(1).replace("127.0.0.1:8000", f"127.0.0.1:{server.port}")
+        answered = subprocess.run(["/bin/sh", "-c", typed], cwd=folder, capture_output=True,
+                                  text=True, timeout=30)
+    finally:
+        output = server.stop()
+    assert "pip install" not in output  # nothing was installed: the stamp was current
+    assert answered.returncode == 0, answered.stderr
+    events = parse_sse(answered.stdout)
+    assert events[0]["type"] == "RUN_STARTED" and events[-1]["type"] == "RUN_FINISHED", events
+    results = [e["content"] for e in events if e["type"] == "TOOL_CALL_RESULT"]
+    assert len(results) == 2 and any("14" in r for r in results), results
+    assert (folder / "iobridge.db").is_file()  # the thread is kept where the banner said
+    assert "Traceback" not in output, output
 
 
 def test_the_docs_project_folder_recipe_runs_verbatim(

@@ -124,6 +124,28 @@ def test_the_playground_at_each_width(
     assert page.errors == []
 
 
+def test_usable_at_360_px(serve: Any, new_page: Any) -> None:
+    """The narrowest width the page supports: a whole turn, both drawers, nothing sideways."""
+    server = serve()
+    page = new_page(width=360, height=640)
+    _open(page, server.url)
+    _send(page, "2 + 3 * 4")
+    expect(page.locator(".msg.assistant").last).to_contain_text("= 14.")
+    _no_sideways_scroll(page, 360)
+    chat, composer = _box(page, "#chat"), _box(page, "#composer")
+    assert chat["width"] >= 358 and composer["width"] == pytest.approx(chat["width"], abs=2)
+    assert composer["y"] + composer["height"] <= 641
+    assert _box(page, "#send")["x"] + _box(page, "#send")["width"] <= 360
+    for opener, drawer in (("#open-threads", "#threads-pane"), ("#open-side", "#side-pane")):
+        page.locator(opener).click()
+        _slid_in(page, drawer)
+        assert _box(page, drawer)["width"] <= 360
+        _no_sideways_scroll(page, 360)
+        page.keyboard.press("Escape")
+        expect(page.locator(drawer)).to_be_hidden()
+    assert page.errors == []
+
+
 def test_a_long_unavailable_reason_does_not_break_the_header(serve: Any, new_page: Any) -> None:
     server = serve()
     for width in (390, 1280):
