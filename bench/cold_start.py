@@ -4,14 +4,15 @@ the first ``/healthz`` answer, with pip's cache as it is on this machine.
 Two variants, interleaved round by round so that load from elsewhere touches both:
 
 - ``serve``: ``make serve`` as the README types it (what serving needs only);
-- ``dev``: ``make .venv/.installed`` then ``make serve``: the dev install (pip upgraded, every
-  extra and test tool, bytecode compiled), which is what ``make serve`` did before it had a
-  stamp of its own; the baseline.
+- the baseline, ``dev``: ``make .venv/.installed`` then ``make serve``: the dev install (pip
+  upgraded, every extra and test tool, bytecode compiled), which is what ``make serve`` did
+  before it had a stamp of its own; or, with ``--base-rev REV``, ``make serve`` as it is in the
+  tree of ``REV`` (``--base-rev af03d35``: the target before this round).
 
-Prints each round's seconds and the ratio dev/serve, then the medians. The server listens on
+Prints each round's seconds and the ratio baseline/serve, then the medians. The server listens on
 a free port (``IOBRIDGE_PORT``) and is stopped with SIGTERM once it answers.
 
-    .venv/bin/python bench/cold_start.py [--rounds 3] [--rev HEAD] [--timeout 600]
+    .venv/bin/python bench/cold_start.py [--rounds 3] [--rev HEAD] [--base-rev REV]
 """
 
 from __future__ import annotations
@@ -31,10 +32,6 @@ from pathlib import Path
 from _harness import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
-VARIANTS = {
-    "serve": ["make serve"],
-    "dev": ["make .venv/.installed", "make serve"],
-}
 
 
 def export_tree(rev: str, folder: Path) -> None:
@@ -52,8 +49,9 @@ def healthy(port: int) -> bool:
         return False
 
 
-def cold_start(variant: str, rev: str, timeout: float) -> float:
-    """Seconds from nothing to a ``/healthz`` answer of ``variant`` run from a fresh tree."""
+def cold_start(variant: str, rev: str, commands: list[str], timeout: float) -> float:
+    """Seconds from nothing to a ``/healthz`` answer: ``commands`` run in a fresh tree of
+    ``rev``, the last one serving."""
     with tempfile.TemporaryDirectory(prefix="iobridge-cold-") as scratch:
         folder = Path(scratch) / "iobridge"
         folder.mkdir()
@@ -62,47 +60,65 @@ def cold_start(variant: str, rev: str, timeout: float) -> float:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("IOBRIDGE_", "VIRTUAL_ENV", "MAKE"))}
         env.update(IOBRIDGE_PORT=str(port), IOBRIDGE_LOG_LEVEL="warning")
-        *setup, last = VARIANTS[variant]
+        *setup, last = commands
+        log = (Path(scratch) / "output.log").open("wb")  # pip's and make's, shown on failure
         started = time.monotonic()
-        for command in setup:
-            subprocess.run(command, shell=True, cwd=folder, env=env, check=True,
-                           stdout=subprocess.DEVNULL, timeout=timeout)
-        server = subprocess.Popen(last, shell=True, cwd=folder, env=env,
-                                  stdout=subprocess.DEVNULL, start_new_session=True)
         try:
-            while not healthy(port):
-                if server.poll() is not None:
-                    raise RuntimeError(f"{variant}: {last!r} exited with {server.returncode}")
-                if time.monotonic() - started > timeout:
-                    raise RuntimeError(f"{variant}: no /healthz answer within {timeout:g} s")
-                time.sleep(0.1)
-            return time.monotonic() - started
+            for command in setup:
+                subprocess.run(command, shell=True, cwd=folder, env=env, check=True,
+                               stdout=log, stderr=log, timeout=timeout)
+            server = subprocess.Popen(last, shell=True, cwd=folder, env=env, stdout=log,
+                                      stderr=log, start_new_session=True)
+            try:
+                while not healthy(port):
+                    if server.poll() is not None:
+                        raise RuntimeError(f"{variant}: {last!r} exited: {server.returncode}")
+                    if time.monotonic() - started > timeout:
+                        raise RuntimeError(f"{variant}: no /healthz within {timeout:g} s")
+                    time.sleep(0.1)
+                return time.monotonic() - started
+            finally:
+                os.killpg(server.pid, signal.SIGTERM)
+                server.wait(timeout=60)
+        except (RuntimeError, subprocess.SubprocessError):
+            log.close()
+            sys.stderr.write((Path(scratch) / "output.log").read_text(errors="replace")[-4000:])
+            raise
         finally:
-            os.killpg(server.pid, signal.SIGTERM)
-            server.wait(timeout=60)
+            log.close()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--rev", default="HEAD", help="the commit whose tree is started")
+    parser.add_argument("--base-rev", help="baseline: make serve in this commit's tree "
+                        "(default: the dev install of --rev)")
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--quick", action="store_true", help="one round (make bench)")
     args = parser.parse_args()
     rounds = 1 if args.quick else args.rounds
-    print(f"cold start of make serve, tree of {args.rev}, {rounds} round(s), "
+    variants = {"serve": (args.rev, ["make serve"])}
+    if args.base_rev:
+        variants["baseline"] = (args.base_rev, ["make serve"])
+    else:
+        variants["baseline"] = (args.rev, ["make .venv/.installed", "make serve"])
+    baseline = (f"make serve of {args.base_rev}" if args.base_rev
+                else f"dev install of {args.rev}, then make serve")
+    print(f"cold start of make serve of {args.rev} vs {baseline}; {rounds} round(s), "
           f"pip cache as found, {os.cpu_count()} cores")
-    seconds: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    seconds: dict[str, list[float]] = {name: [] for name in variants}
     for number in range(1, rounds + 1):
-        order = list(VARIANTS) if number % 2 else list(reversed(VARIANTS))
+        order = list(variants) if number % 2 else list(reversed(variants))
         for name in order:
-            seconds[name].append(cold_start(name, args.rev, args.timeout))
-        serve, dev = seconds["serve"][-1], seconds["dev"][-1]
-        print(f"round {number}: serve {serve:.1f} s, dev (baseline) {dev:.1f} s, "
-              f"dev/serve {dev / serve:.2f}x")
-    serve, dev = statistics.median(seconds["serve"]), statistics.median(seconds["dev"])
-    print(f"median: serve {serve:.1f} s (target <= 60 s), dev {dev:.1f} s, "
-          f"dev/serve {dev / serve:.2f}x")
+            rev, commands = variants[name]
+            seconds[name].append(cold_start(name, rev, commands, args.timeout))
+        serve, base = seconds["serve"][-1], seconds["baseline"][-1]
+        print(f"round {number}: serve {serve:.1f} s, baseline {base:.1f} s, "
+              f"baseline/serve {base / serve:.2f}x")
+    serve, base = statistics.median(seconds["serve"]), statistics.median(seconds["baseline"])
+    print(f"median: serve {serve:.1f} s (target <= 60 s), baseline {base:.1f} s, "
+          f"baseline/serve {base / serve:.2f}x")
 
 
 if __name__ == "__main__":
