@@ -49,7 +49,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 # Every bench script (``_*.py`` are their shared parts); the slow ones in their --quick form.
-BENCH_QUICK := bench/idle_runs.py bench/long_thread.py bench/memory_bounds.py bench/scale_out.py
+BENCH_QUICK := bench/cold_start.py bench/idle_runs.py bench/long_thread.py bench/memory_bounds.py bench/scale_out.py
 
 bench: $(STAMP)
 	for script in bench/[!_]*.py; do \
