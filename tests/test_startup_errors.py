@@ -100,7 +100,8 @@ def test_config_typos_are_refused_with_the_valid_keys(tmp_path: Path) -> None:
     config = tmp_path / "iobridge.toml"
     config.write_text("prot = 8001\n[auht]\nmode = \"none\"\n", encoding="utf-8")
     code, output = _serve("--config", str(config))
-    _one_line(code, output, "unknown setting(s)", "auht, prot", "valid: ", "port")
+    _one_line(code, output, "unknown setting(s)",
+              "auht (did you mean auth?), prot (did you mean port?); valid: ", "port")
 
 
 def test_db_upgrade_with_a_bad_url() -> None:

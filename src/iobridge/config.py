@@ -10,8 +10,9 @@ from __future__ import annotations
 import ipaddress
 import os
 import tomllib
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -33,6 +34,7 @@ from iobridge.protocol.run_limits import (
     DEFAULT_MAX_UPSTREAM_ROUND_BYTES,
     RunLimits,
 )
+from iobridge.typos import did_you_mean
 
 DEFAULT_CONFIG_FILE = "iobridge.toml"
 #: ``allowed_hosts`` when the server is bound to a loopback address and none are configured.
@@ -431,13 +433,60 @@ class Settings(BaseSettings):
                 file_values = tomllib.load(fh)
             unknown = sorted(set(file_values) - set(cls.model_fields))
             if unknown:
+                named = ", ".join(k + did_you_mean(k, cls.model_fields) for k in unknown)
                 raise UnknownSettings(
-                    f"unknown setting(s) in {path}: {', '.join(unknown)} "
-                    f"(valid: {', '.join(sorted(cls.model_fields))})"
+                    f"unknown setting(s) in {path}: {named}; "
+                    f"valid: {', '.join(sorted(cls.model_fields))}"
                 )
         values = _deep_merge(file_values, _from_env(cls))
         values = _deep_merge(values, {k: v for k, v in overrides.items() if v is not None})
         return cls.model_validate(values)
+
+
+def keys_at(location: Sequence[str | int]) -> list[str]:
+    """The setting names valid at ``location`` (``("npamp",)``, ``("auth", "api_keys", 0)``):
+    what a misspelt key there may have meant; empty where the location holds no table."""
+    kind: Any = Settings
+    for step in location:
+        kind = _table_type(kind, isinstance(step, int))
+        fields = getattr(kind, "model_fields", None)
+        if isinstance(step, int) or fields is None:
+            continue
+        if step not in fields:
+            return []
+        kind = fields[step].annotation
+    kind = _table_type(kind, False)
+    return sorted(getattr(kind, "model_fields", {}))
+
+
+def _table_type(kind: Any, item: bool) -> Any:
+    """``kind`` without ``| None``, or the item type of a ``list[...]`` when ``item``."""
+    for arg in (a for a in get_args(kind) if a is not type(None)):
+        if item and get_origin(kind) is list:
+            return arg
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return kind
+
+
+def unknown_environment(environ: Mapping[str, str]) -> list[str]:
+    """A sentence for each ``IOBRIDGE_*`` variable that names no setting (the server ignores
+    it), with a suggestion when it looks like a typo of one."""
+    known = {f"IOBRIDGE_{name.upper()}" for name in Settings.model_fields}
+    found = []
+    for name in sorted(environ):
+        if not name.startswith("IOBRIDGE_") or name.startswith(_OTHER_VARIABLES):
+            continue
+        head = name.split("__")[0]
+        if head not in known:
+            found.append(f"{name} names no setting and is ignored{did_you_mean(head, known)}")
+    return found
+
+
+#: ``IOBRIDGE_*`` variables that other parts read (the client, scripts, tests).
+_OTHER_VARIABLES = (
+    "IOBRIDGE_CONFIG", "IOBRIDGE_API_KEY", "IOBRIDGE_TEST_", "IOBRIDGE_PG_", "IOBRIDGE_MUTANT_",
+)
 
 
 def is_loopback(host: str) -> bool:

@@ -25,6 +25,7 @@ __all__ = [
     "check_extras",
     "check_port",
     "check_settings",
+    "describe_database",
     "explain",
 ]
 
@@ -49,6 +50,20 @@ def safe_url(url: str) -> str:
         return make_url(url).render_as_string(hide_password=True)
     except ArgumentError:
         return "<unparsable URL>"
+
+
+def describe_database(url: str) -> str:
+    """Where the threads are kept, for the startup banner (an absolute path for a SQLite
+    file; a URL without its password otherwise)."""
+    if url.startswith("memory"):
+        return "in memory (nothing is kept after exit)"
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return "<unparsable URL>"
+    if parsed.drivername.startswith("sqlite") and parsed.database not in (None, "", ":memory:"):
+        return f"SQLite file {Path(str(parsed.database)).expanduser().resolve()}"
+    return safe_url(url)
 
 
 def check_database_url(url: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 from typing import Any
 
@@ -435,8 +436,9 @@ def test_toml_pydantic_ai_entry_wraps_the_imported_agent() -> None:
     ("entry", "reason"),
     [
         ({"pydantic_ai": "no_such_module_xyz:agent"},
-         "pydantic_ai 'no_such_module_xyz:agent': cannot import 'no_such_module_xyz' "
-         "(ModuleNotFoundError: No module named 'no_such_module_xyz')"),
+         f"pydantic_ai 'no_such_module_xyz:agent': no module named 'no_such_module_xyz' in "
+         f"the working directory {os.getcwd()} or the installed packages (start iobridge from "
+         "the folder that holds no_such_module_xyz/ or no_such_module_xyz.py, or install it)"),
         ({"pydantic_ai": "pyai_agents:missing"},
          "pydantic_ai 'pyai_agents:missing': 'pyai_agents' has no attribute 'missing'"),
         ({"pydantic_ai": "pyai_agents:not_an_agent"},

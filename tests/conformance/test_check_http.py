@@ -19,7 +19,7 @@ from iobridge.agents.base import Agent
 from iobridge.auth import hash_api_key
 from iobridge.cli import app
 from iobridge.conformance.check.http_checks import HttpTarget, check_http
-from iobridge.conformance.check.report import Outcome, Report
+from iobridge.conformance.check.report import Report
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -169,14 +169,16 @@ def test_bad_options_are_one_line_errors(serve: Any) -> None:
     assert cli("http://127.0.0.1:1", "--level", "5").exit_code == 2
 
 
-def test_unreachable_backend_fails_every_level_without_a_traceback() -> None:
+def test_an_unreachable_backend_is_one_line_and_exit_2_not_a_report() -> None:
     from tests.helpers import free_port
 
-    result = cli(f"http://127.0.0.1:{free_port()}", "--json", "--timeout", "5")
-    assert result.exit_code == 1
-    report = json.loads(result.stdout)
-    assert report["counts"]["failed"] > 0 and report["counts"]["passed"] == 0
-    assert Outcome.FAILED.value in {r["outcome"] for r in report["results"]}
+    port = free_port()
+    result = cli(f"http://127.0.0.1:{port}", "--json", "--timeout", "5")
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        f"iobridge: cannot connect to http://127.0.0.1:{port}: All connection attempts failed "
+        "(is the server running, and on this port?)"
+    ]
 
 
 def test_headers_carry_credentials_and_resources_pick_the_two_owners(serve: Any) -> None:

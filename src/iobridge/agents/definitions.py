@@ -18,6 +18,7 @@ import importlib
 import logging
 import os
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -44,6 +45,7 @@ from iobridge.protocol.options import (
     parse_model_settings,
     parse_tool_result_mode,
 )
+from iobridge.typos import did_you_mean
 
 logger = logging.getLogger(__name__)
 
@@ -131,9 +133,8 @@ def definition_from_dict(data: Mapping[str, Any]) -> AgentDefinition:
         )
     unknown = sorted(k for k in data if k not in _KEYS)
     if unknown:
-        raise AgentConfigError(
-            f"unknown key(s) {', '.join(unknown)}; known keys: {', '.join(sorted(_KEYS))}"
-        )
+        named = ", ".join(k + did_you_mean(k, _KEYS) for k in unknown)
+        raise AgentConfigError(f"unknown key(s) {named}; known keys: {', '.join(sorted(_KEYS))}")
     tools = data.get("tools", [])
     if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):
         raise AgentConfigError("'tools' must be a list of 'package.module:function' strings")
@@ -214,19 +215,50 @@ def import_target(spec: str, what: str, kind: str) -> Any:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise AgentConfigError(f"{what} {spec!r} must look like 'package.module:{kind}'")
+    folder = search_working_directory()
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:  # any import-time failure of user code is a config error
-        first = str(exc).splitlines()[0] if str(exc) else ""
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not _is_part_of(exc.name, module_name):
+            raise _import_failed(spec, what, module_name, exc) from None
+        top = module_name.split(".")[0]
         raise AgentConfigError(
-            f"{what} {spec!r}: cannot import {module_name!r} ({type(exc).__name__}: {first})"
+            f"{what} {spec!r}: no module named {exc.name!r} in the working directory "
+            f"{folder} or the installed packages (start iobridge from the folder that holds "
+            f"{top}/ or {top}.py, or install it)"
         ) from None
+    except Exception as exc:  # any import-time failure of user code is a config error
+        raise _import_failed(spec, what, module_name, exc) from None
     target: Any = module
     for part in attr.split("."):
         if not hasattr(target, part):
             raise AgentConfigError(f"{what} {spec!r}: {module_name!r} has no attribute {attr!r}")
         target = getattr(target, part)
     return target
+
+
+def search_working_directory() -> str:
+    """Put the working directory first on ``sys.path`` (once), as uvicorn's ``--app-dir``
+    does: ``iobridge serve`` run from a project folder imports that project's modules, even
+    when ``sys.path[0]`` is the folder of the ``iobridge`` script. Returns the folder."""
+    folder = os.getcwd()
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+        importlib.invalidate_caches()
+    return folder
+
+
+def _is_part_of(missing: str, module_name: str) -> bool:
+    """Whether the module not found is ``module_name`` or one of its packages (not a module
+    that the user's code itself imports)."""
+    return module_name == missing or module_name.startswith(missing + ".")
+
+
+def _import_failed(spec: str, what: str, module_name: str, exc: Exception) -> AgentConfigError:
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return AgentConfigError(
+        f"{what} {spec!r}: cannot import {module_name!r} ({type(exc).__name__}: {first})"
+    )
 
 
 def build_agent(
@@ -408,8 +440,9 @@ def build_upstream_agent(
     """
     unknown = sorted(k for k in data if k not in _UPSTREAM_KEYS)
     if unknown:
+        named = ", ".join(k + did_you_mean(k, _UPSTREAM_KEYS) for k in unknown)
         raise AgentConfigError(
-            f"unknown key(s) {', '.join(unknown)} for an agui_url agent; known keys: "
+            f"unknown key(s) {named} for an agui_url agent; known keys: "
             f"{', '.join(sorted(_UPSTREAM_KEYS))}"
         )
     agent_id = _check_str(data, "id", required=True) or ""

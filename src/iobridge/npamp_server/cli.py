@@ -18,7 +18,10 @@ if TYPE_CHECKING:
     from iobridge.npamp.handshake import IdentityKey
     from iobridge.npamp_server.client import RunRefused
 
-app = typer.Typer(help="AG-UI over N-PAMP: keys and a command-line client.", no_args_is_help=True)
+app = typer.Typer(
+    help="AG-UI over N-PAMP: keys and a command-line client.", no_args_is_help=True,
+    rich_markup_mode=None,  # plain help, as ``iobridge``'s (wraps at 80 columns, cuts nothing)
+)
 
 
 @app.command("keygen")

@@ -1,10 +1,12 @@
 """Tolerant parsing of ``RunAgentInput``, the body of a run request.
 
 Tolerant in: unknown keys are kept, optional fields default, every AG-UI message role is
-accepted (including legacy ``binary`` content parts and roles newer than this code), and
-``tools``/``context``/``forwardedProps`` may be absent. Strict where it matters: the ids and
-the shapes a backend relies on (message ids, tool call ids, toolCallId pairing fields) are
-checked, and a bad body is one ``InputError`` listing every problem.
+accepted (including legacy ``binary`` content parts), and ``tools``/``context``/
+``forwardedProps`` may be absent. A role that is not an AG-UI role (``"human"``) is refused
+with the list of roles: stored, it would be dropped silently from every view of the thread.
+Strict where it matters: the ids and the shapes a backend relies on (message ids, tool call
+ids, toolCallId pairing fields) are checked, and a bad body is one ``InputError`` listing
+every problem.
 """
 
 from __future__ import annotations
@@ -120,7 +122,7 @@ _Message = Annotated[
 
 
 class _OtherMessage(_Open):
-    """A role newer than this code: kept in history, never shown to the model."""
+    """What a message without a usable role is still checked for (its id and role)."""
 
     id: Identifier
     role: Identifier
@@ -220,6 +222,18 @@ def _check_arguments(message: dict[str, Any], index: int, max_depth: int) -> Non
         )
 
 
+def _unknown_role(role: Any, index: int) -> dict[str, Any] | None:
+    """A role that is a string but no AG-UI role (``"human"``): refused, naming the roles,
+    rather than stored where no view of the thread could show it."""
+    if not isinstance(role, str) or role in _KNOWN_ROLES:
+        return None
+    return {
+        "loc": ["messages", index, "role"],
+        "message": f"unknown role {role[:64]!r}; a message's role is one of "
+                   f"{', '.join(sorted(_KNOWN_ROLES))}",
+    }
+
+
 def parse_run_input(
     body: bytes | str | dict[str, Any],
     *,
@@ -270,6 +284,10 @@ def parse_run_input(
     seen: set[str] = set()
     for index, message in enumerate(parsed.messages):
         role = message.get("role")
+        unknown = _unknown_role(role, index)
+        if unknown is not None:
+            problems.append(unknown)
+            continue
         try:
             if role in _KNOWN_ROLES:
                 _message_adapter.validate_python(message)
