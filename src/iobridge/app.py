@@ -298,16 +298,24 @@ class Backend:
         ``settings.detach_grace_seconds``). With ``idle`` set, ``sink.keep_alive`` is
         called after that many quiet seconds. A run another replica drives is followed
         through the shared log; its owner counts the follower the same way. What the sink
-        raises (a broken connection) propagates once the follower is detached.
+        raises (a broken connection) propagates once the follower is detached. While the
+        run waits for its thread (``queued``), ``sink.queued`` is called at once and instead
+        of ``keep_alive``.
         """
         batches = self._batches(run, after, idle, detach_grace)
+        waiting = isinstance(run, Run) and run.queued
         try:
+            if waiting:
+                await sink.queued()
             # Closed here, not left to the loop's finalizer hook (a task per run to close it,
             # once the garbage collector finds it).
             async with aclosing(batches):
                 async for events in batches:
                     if not events:
-                        await sink.keep_alive()
+                        if waiting and isinstance(run, Run) and run.queued:
+                            await sink.queued()
+                        else:
+                            await sink.keep_alive()
                         continue
                     last = _ends(run, events[-1][0])
                     if not await sink.send(events, last=last) or last:
@@ -633,6 +641,12 @@ class EventSink(Protocol):
     async def keep_alive(self) -> None:
         """Nothing new for ``idle`` seconds (called only when following with ``idle``)."""
         ...
+
+    async def queued(self) -> None:
+        """The run waits for the runs ahead of it on its thread: called when following
+        starts and, with ``idle``, after each quiet period until it starts (default: as
+        ``keep_alive``)."""
+        await self.keep_alive()
 
     async def end(self) -> None:
         """The run ended after a batch not known to hold its terminal event (a run another

@@ -18,7 +18,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from iobridge.auth import AuthSettings
 from iobridge.protocol.guard import DEFAULT_MAX_STATE_BYTES
-from iobridge.protocol.options import ToolResultMode
+from iobridge.protocol.options import MultitaskStrategy, ToolResultMode
 from iobridge.protocol.run_input import DEFAULT_MAX_MESSAGES
 
 DEFAULT_CONFIG_FILE = "iobridge.toml"
@@ -241,6 +241,12 @@ class Settings(BaseSettings):
     tool_timeout: float = Field(default=300.0, gt=0)
     #: ``in-run`` (result route, the io protocol) or ``next-run`` (plain AG-UI re-run).
     tool_result_mode: ToolResultMode = "in-run"
+    #: What a run does when its thread is busy (``forwardedProps.multitaskStrategy`` and an
+    #: agent's ``multitask_strategy`` win): ``reject``, ``enqueue``, ``interrupt``, ``rollback``.
+    multitask_strategy: MultitaskStrategy = "reject"
+    #: Runs waiting on one busy thread (``enqueue``, and ``interrupt``/``rollback`` waiting
+    #: for the run they stop); more answer 429 ``TOO_MANY_QUEUED_RUNS``.
+    max_queued_runs_per_thread: int = Field(default=8, ge=1)
     #: Seconds a finished run's events stay available for resume.
     retention_seconds: float = Field(default=300.0, ge=0)
     max_retained_runs: int = Field(default=1000, ge=0)

@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from iobridge.agents.context import RunContext
     from iobridge.agents.outputs import AgentOutput
     from iobridge.agents.tools import ServerTool
-    from iobridge.protocol.options import ToolResultMode
+    from iobridge.protocol.options import MultitaskStrategy, ToolResultMode
 
 
 class Agent(ABC):
@@ -35,6 +35,9 @@ class Agent(ABC):
     #: How frontend tool results reach this agent; ``None`` leaves it to the request, then
     #: the transport, then the server setting.
     tool_result_mode: ToolResultMode | None = None
+    #: What a run of this agent does when its thread is busy; ``None`` leaves it to the
+    #: request, then the server setting (``multitask_strategy``).
+    multitask_strategy: MultitaskStrategy | None = None
 
     def describe(self) -> dict[str, Any]:
         """Discovery data: ``{id, name, description, modelId, aliases?, status, tools}``."""

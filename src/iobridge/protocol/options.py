@@ -228,6 +228,13 @@ TOOL_RESULT_MODES: tuple[ToolResultMode, ...] = get_args(ToolResultMode)
 
 DEFAULT_LAST_MESSAGES = 40
 
+#: What a run does when its thread is busy with another run (``multitaskStrategy``):
+#: ``reject`` (409 ``THREAD_BUSY``), ``enqueue`` (wait for the runs ahead), ``interrupt``
+#: (cancel the live run, keep what it produced) or ``rollback`` (cancel it and remove its
+#: messages).
+MultitaskStrategy = Literal["reject", "enqueue", "interrupt", "rollback"]
+MULTITASK_STRATEGIES: tuple[MultitaskStrategy, ...] = get_args(MultitaskStrategy)
+
 
 def _props_error(message: str) -> InputError:
     return InputError(message, code="INVALID_FORWARDED_PROPS")
@@ -247,6 +254,27 @@ def parse_tool_result_mode(raw: Any, *, where: str = "forwardedProps.toolResultM
         if raw == mode:
             return mode
     raise _props_error(f"{where} must be 'in-run' or 'next-run'")
+
+
+def parse_multitask_strategy(
+    raw: Any, *, where: str = "forwardedProps.multitaskStrategy"
+) -> MultitaskStrategy | None:
+    """``raw`` as a ``MultitaskStrategy`` (``None`` stays ``None``: the default applies).
+
+    Raises:
+        InputError: any other value (``INVALID_MULTITASK_STRATEGY``, naming the four).
+    """
+    if raw is None:
+        return None
+    for strategy in MULTITASK_STRATEGIES:
+        if raw == strategy:
+            return strategy
+    names = ", ".join(f"'{s}'" for s in MULTITASK_STRATEGIES)
+    raise InputError(
+        f"{where} must be one of {names}",
+        code="INVALID_MULTITASK_STRATEGY",
+        details=[{"field": where, "message": f"must be one of {names}"}],
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -300,6 +328,9 @@ class RunOptions:
     model_settings: dict[str, Any] = field(default_factory=dict)
     structured_output: StructuredOutput | None = None
     tool_result_mode: ToolResultMode | None = None
+    #: ``multitaskStrategy``: what to do when the thread is busy (``None``: the agent's,
+    #: then the server's).
+    multitask_strategy: MultitaskStrategy | None = None
     #: ``messagesSnapshot``: send the stored thread as MESSAGES_SNAPSHOT after RUN_STARTED.
     messages_snapshot: bool = False
     #: The whole ``forwardedProps`` object, unknown keys included (pass-through).
@@ -327,6 +358,7 @@ def parse_run_options(forwarded_props: Mapping[str, Any] | None) -> RunOptions:
         model_settings=parse_model_settings(props.get("modelSettings")),
         structured_output=parse_structured_output(props.get("structuredOutput")),
         tool_result_mode=parse_tool_result_mode(props.get("toolResultMode")),
+        multitask_strategy=parse_multitask_strategy(props.get("multitaskStrategy")),
         messages_snapshot=snapshot,
         props=props,
     )

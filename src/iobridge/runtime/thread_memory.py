@@ -99,6 +99,11 @@ class RunMemory(Protocol):
         """
         ...
 
+    def rollback(self) -> asyncio.Future[int] | None:
+        """Begin removing what the run stored (after ``save_start`` settled): a newer run
+        rolled it back (``multitaskStrategy: rollback``). ``None``: nothing stored."""
+        ...
+
 
 class ThreadMemory(Protocol):
     """Persistence of the run engine; without one the engine is stateless."""
@@ -186,6 +191,13 @@ class _StoreRun:
         if self.title is not None and finished and not self.hydrate_only and titler is not None:
             return asyncio.ensure_future(self._titled_write(titler, messages, produced, carryover))
         return self._write(messages, self.title, carryover)
+
+    def rollback(self) -> asyncio.Future[int] | None:
+        started = self._started
+        if started is None or not started.done() or started.cancelled() or started.exception():
+            return None
+        ids = [m["id"] for m in self.incoming]
+        return asyncio.ensure_future(self.store.delete_messages(self.thread_id, ids))
 
     async def _titled_write(
         self,

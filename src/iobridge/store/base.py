@@ -357,6 +357,13 @@ class ThreadStore(ABC):
             InputError: a message lacks a valid ``id`` or ``role``; nothing is stored.
         """
 
+    @abstractmethod
+    async def delete_messages(self, thread_id: str, message_ids: Collection[str]) -> int:
+        """Remove these messages from the thread (a rolled-back run's); how many were.
+
+        Touches ``updated_at`` when anything was removed. Unknown ids are skipped.
+        """
+
     async def read_for_run(
         self,
         thread_id: str,

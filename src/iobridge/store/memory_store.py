@@ -123,6 +123,22 @@ class MemoryThreadStore(ThreadStore):
         self._threads[thread_id] = replace(thread, title=title)
         return True
 
+    async def delete_messages(self, thread_id: str, message_ids: Collection[str]) -> int:
+        stored = self._messages.get(thread_id)
+        if not stored or not message_ids:
+            return 0
+        gone = set(message_ids)
+        kept = [(m, t) for m, t in zip(stored, self._times[thread_id], strict=True)
+                if m["id"] not in gone]
+        removed = len(stored) - len(kept)
+        if removed:
+            self._messages[thread_id] = [m for m, _ in kept]
+            self._times[thread_id] = [t for _, t in kept]
+            self._threads[thread_id] = replace(
+                self._threads[thread_id], updated_at=self._clock()
+            )
+        return removed
+
     async def delete_thread(self, thread_id: str) -> bool:
         self._messages.pop(thread_id, None)
         self._times.pop(thread_id, None)

@@ -341,6 +341,23 @@ class SqlThreadStore(ThreadStore):
         check_thread_text(title)
         return await self._writes.submit(lambda conn: _set_title_if_empty(conn, thread_id, title))
 
+    async def delete_messages(self, thread_id: str, message_ids: Collection[str]) -> int:
+        ids = list(message_ids)
+        if not ids:
+            return 0
+
+        def remove(conn: Connection) -> int:
+            result = conn.execute(delete(messages).where(
+                messages.c.thread_id == thread_id, messages.c.message_id.in_(ids)
+            ))
+            removed = int(result.rowcount or 0)
+            if removed:
+                conn.execute(update(threads).where(threads.c.id == thread_id)
+                             .values(updated_at=self._clock()))
+            return removed
+
+        return await self._writes.submit(remove)
+
     async def delete_thread(self, thread_id: str) -> bool:
         def remove(conn: Connection) -> bool:
             # Explicit, not only ON DELETE CASCADE: SQLite enforces foreign keys per connection.
