@@ -52,3 +52,34 @@ def server(database_url: str) -> Iterator[Callable[..., LiveServer]]:
 
 def client(live: LiveServer) -> httpx.Client:
     return httpx.Client(base_url=f"{live.url}/io-bridge", timeout=20)
+
+
+@pytest.fixture(scope="module")
+def replicas(tmp_path_factory: pytest.TempPathFactory, pg_url: str) -> Iterator[tuple[Any, Any]]:
+    """Replicas A and B (``iobridge serve`` processes) on one PostgreSQL and a real Redis,
+    with the demo agent as default and the slow agent, a queue bound of 3."""
+    import json
+    import os
+    import uuid
+
+    from tests.cluster.replicas import redis_server, start_replica
+
+    root = str(Path(__file__).resolve().parents[2])
+    env = {
+        "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
+        "IOBRIDGE_DEFAULT_AGENT": "demo",
+        "IOBRIDGE_AGENTS": json.dumps([
+            {"id": "slow", "pydantic_ai": "tests.branches.slow_agents:agent"}]),
+        "IOBRIDGE_MAX_QUEUED_RUNS_PER_THREAD": "3",
+        "IOBRIDGE_DETACH_GRACE_SECONDS": "0",
+    }
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    with redis_server(tmp_path_factory.mktemp("redis")) as redis_url:
+        a = start_replica("A", tmp_path_factory.mktemp("a"), redis_url=redis_url,
+                          database_url=pg_url, prefix=prefix, env=env)
+        b = start_replica("B", tmp_path_factory.mktemp("b"), redis_url=redis_url,
+                          database_url=pg_url, prefix=prefix, env=env)
+        yield a, b
+        for replica in (a, b):
+            output = replica.stop()
+            assert "Traceback" not in output, output

@@ -124,6 +124,11 @@ local order = redis.call('INCR', KEYS[7])
 if ARGV[7] == 'front' then order = order - 1000000000000 end
 redis.call('ZADD', KEYS[5], order, ARGV[1])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+-- The record tells other replicas where the queued run is (to cancel it there).
+redis.call('DEL', KEYS[3], KEYS[4])
+redis.call('HSET', KEYS[3], 'replica', ARGV[3], 'thread', ARGV[4], 'token', ARGV[1],
+           'first', 1, 'last', 0, 'bytes', 0)
+redis.call('PEXPIRE', KEYS[3], ARGV[5])
 return {4, redis.call('GET', KEYS[6])}
 """
 #: The same keys and arguments: a queued run takes the thread once it is first and free.
@@ -135,11 +140,12 @@ if head(KEYS[5], ARGV[9]) ~= ARGV[1] or not take() then return 1 end
 redis.call('ZREM', KEYS[5], ARGV[1])
 return 0
 """
-#: KEYS live, queue; ARGV token, the freed channel, the thread lock's name. A queued run
-#: leaves: the next one may be first now.
+#: KEYS live, queue, rec; ARGV token, the freed channel, the thread lock's name. A queued
+#: run leaves (its record with it): the next one may be first now.
 _LEAVE = """
 redis.call('ZREM', KEYS[2], ARGV[1])
 if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+if redis.call('HGET', KEYS[3], 'token') == ARGV[1] then redis.call('DEL', KEYS[3]) end
 redis.call('PUBLISH', ARGV[2], ARGV[3])
 return 0
 """
@@ -558,17 +564,20 @@ class RedisCluster:
                     await asyncio.wait_for(freed.wait(), self.settings.heartbeat_seconds)
         except BaseException:
             self._claims.pop((place.owner, place.run_id), None)
-            await asyncio.shield(self._left(keys[0], keys[4], place.token, keys[1]))
+            await asyncio.shield(self._left(keys[0], keys[4], keys[2], place.token, keys[1]))
             raise
         finally:
             waiting.discard(freed)
             if not waiting:
                 self._queued.pop(keys[1], None)
 
-    async def _left(self, live: bytes, queue: bytes, token: bytes, lock: bytes) -> None:
+    async def _left(
+        self, live: bytes, queue: bytes, record: bytes, token: bytes, lock: bytes
+    ) -> None:
         try:
             await asyncio.wait_for(self._batched(
-                self._leave, (live, queue), (token, self._freed_channel, lock)), REDIS_TIMEOUT)
+                self._leave, (live, queue, record), (token, self._freed_channel, lock)),
+                REDIS_TIMEOUT)
         except (RedisError, OSError, TimeoutError):
             logger.warning("a queued run could not leave its queue; it expires by itself")
 
