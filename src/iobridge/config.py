@@ -247,6 +247,9 @@ class Settings(BaseSettings):
     #: Runs waiting on one busy thread (``enqueue``, and ``interrupt``/``rollback`` waiting
     #: for the run they stop); more answer 429 ``TOO_MANY_QUEUED_RUNS``.
     max_queued_runs_per_thread: int = Field(default=8, ge=1)
+    #: Branches one thread keeps (``replaceFrom``: regenerate, edit); one more answers 400
+    #: ``TOO_MANY_BRANCHES``.
+    max_branches_per_thread: int = Field(default=32, ge=2)
     #: Seconds a finished run's events stay available for resume.
     retention_seconds: float = Field(default=300.0, ge=0)
     max_retained_runs: int = Field(default=1000, ge=0)

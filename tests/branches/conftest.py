@@ -36,12 +36,12 @@ def server(database_url: str) -> Iterator[Callable[..., LiveServer]]:
     """``server(**settings)``: a live server with the demo and the slow agent."""
     started: list[LiveServer] = []
 
-    def start(*, agents: list[Any] | None = None, **overrides: Any) -> LiveServer:
+    def start(*, python_agents: list[Any] | None = None, **overrides: Any) -> LiveServer:
         overrides.setdefault("database_url", database_url)
         overrides.setdefault("default_agent", "demo")
         slow = PydanticAIAgent(slow_agents.agent, id="slow")
         live = LiveServer(create_app(Backend(Settings(**overrides),
-                                             agents=[slow, *(agents or [])])))
+                                             agents=[slow, *(python_agents or [])])))
         started.append(live.__enter__())
         return live
 

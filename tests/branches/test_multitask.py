@@ -54,7 +54,7 @@ def test_the_strategy_of_the_agent_or_the_server_applies(server: Serve, where: s
     if where == "agent":
         patient = DemoAgent()
         patient.id, patient.multitask_strategy = "patient", "rollback"
-        live = server(agents=[patient])
+        live = server(python_agents=[patient])
         second = body(_thread(), "second", agentId="patient")
     else:
         live = server(multitask_strategy="rollback")

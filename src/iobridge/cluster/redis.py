@@ -834,6 +834,14 @@ class RedisCluster:
                 "PUBLISH", self._reply_channel(request.sender), encode(reply),
             ).add_done_callback(_log_failure)
 
+    async def thread_busy(self, resource_id: str, thread_id: str) -> bool:
+        try:
+            held = await self._redis.exists(self._key("thread", resource_id, thread_id),
+                                            self._key("queue", resource_id, thread_id))
+        except (RedisError, OSError):
+            raise _unavailable() from None
+        return bool(held)
+
     # -- transports' names for runs -------------------------------------------------------
 
     async def remember_alias(self, owner: str, alias: bytes, run_id: str) -> None:

@@ -43,6 +43,7 @@ from typing import Any, Literal, get_args
 import jsonschema
 
 from iobridge.errors import InputError
+from iobridge.protocol.text import validate_id
 
 logger = logging.getLogger(__name__)
 
@@ -331,6 +332,9 @@ class RunOptions:
     #: ``multitaskStrategy``: what to do when the thread is busy (``None``: the agent's,
     #: then the server's).
     multitask_strategy: MultitaskStrategy | None = None
+    #: ``replaceFrom``: a stored message of the thread's current branch; from it on the
+    #: thread's messages become an earlier branch (regenerate, edit).
+    replace_from: str | None = None
     #: ``messagesSnapshot``: send the stored thread as MESSAGES_SNAPSHOT after RUN_STARTED.
     messages_snapshot: bool = False
     #: The whole ``forwardedProps`` object, unknown keys included (pass-through).
@@ -347,6 +351,12 @@ def parse_run_options(forwarded_props: Mapping[str, Any] | None) -> RunOptions:
     agent_id = props.get("agentId")
     if agent_id is not None and (not isinstance(agent_id, str) or not agent_id):
         raise InputError("forwardedProps.agentId must be a non-empty string", code="INVALID_ID")
+    replace_from = props.get("replaceFrom")
+    if replace_from is not None:
+        try:
+            validate_id(replace_from, "forwardedProps.replaceFrom")
+        except InputError as exc:
+            raise InputError(exc.message, code="INVALID_REPLACE_FROM") from None
     snapshot = props.get("messagesSnapshot", False)
     if not isinstance(snapshot, bool):
         raise InputError("forwardedProps.messagesSnapshot must be a boolean",
@@ -359,6 +369,7 @@ def parse_run_options(forwarded_props: Mapping[str, Any] | None) -> RunOptions:
         structured_output=parse_structured_output(props.get("structuredOutput")),
         tool_result_mode=parse_tool_result_mode(props.get("toolResultMode")),
         multitask_strategy=parse_multitask_strategy(props.get("multitaskStrategy")),
+        replace_from=replace_from,
         messages_snapshot=snapshot,
         props=props,
     )

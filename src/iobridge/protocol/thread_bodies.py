@@ -50,6 +50,8 @@ class ThreadUpdate(BaseModel):
 
     title: str | None = None
     metadata: dict[str, Any] | None = None
+    #: Switch the thread to this branch (``GET /threads/{id}/branches``).
+    currentBranch: str | None = None
 
 
 def validate_title(value: object) -> str:
@@ -112,6 +114,8 @@ def parse_thread_update(body: Body) -> ThreadUpdate:
     """
     parsed = _validated(body, ThreadUpdate)
     _check_text(parsed.title, parsed.metadata)
+    if parsed.currentBranch is not None:
+        validate_id(parsed.currentBranch, "currentBranch")
     return parsed
 
 

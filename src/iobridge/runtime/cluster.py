@@ -132,6 +132,9 @@ class Cluster(Coordinator, Protocol):
             ServiceUnavailable: the owner does not answer.
         """
 
+    async def thread_busy(self, resource_id: str, thread_id: str) -> bool:
+        """Whether a run on another replica holds the thread (or runs wait for it)."""
+
     async def remember_alias(self, owner: str, alias: bytes, run_id: str) -> None:
         """Share a transport's name for a run (an N-PAMP stream id), so any replica finds it."""
 
@@ -188,6 +191,9 @@ class LocalCluster:
 
     async def ask(self, command: RunCommand) -> Answer | None:
         return None
+
+    async def thread_busy(self, resource_id: str, thread_id: str) -> bool:
+        return False
 
     async def remember_alias(self, owner: str, alias: bytes, run_id: str) -> None:
         return None

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -39,7 +40,7 @@ from iobridge.errors import InputError, NotFoundError
 from iobridge.protocol.interrupts import check_resume, next_record
 from iobridge.protocol.messages import answered_call, merge_incoming, model_view, window
 from iobridge.protocol.text import reject_nul
-from iobridge.store.base import Carryover, normalize_messages
+from iobridge.store.base import Carryover, RunRead, normalize_messages, replace_from_error
 
 if TYPE_CHECKING:
     from iobridge.observability.metrics import Metrics
@@ -273,9 +274,26 @@ class StoreMemory:
     With ``metrics``, the run's reads and writes are timed (``iobridge_store_operation_seconds``).
     """
 
-    def __init__(self, store: ThreadStore, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, store: ThreadStore, metrics: Metrics | None = None, *, max_branches: int = 32
+    ) -> None:
         self.store = store
         self.metrics = metrics
+        self.max_branches = max_branches
+
+    async def _read(self, run_input: RunInput, options: RunOptions) -> RunRead:
+        messages = run_input.messages
+        begun = time.perf_counter()
+        read = await self.store.read_for_run(
+            run_input.thread_id,
+            message_ids=[m["id"] for m in messages if isinstance(m.get("id"), str)],
+            tool_call_ids=[c for m in messages if (c := answered_call(m)) is not None],
+            last_n=options.memory.last_messages,
+            first_user=options.memory.generate_title,
+        )
+        if self.metrics is not None:
+            self.metrics.store_operation("read_for_run", time.perf_counter() - begun)
+        return read
 
     async def begin(
         self, run_input: RunInput, options: RunOptions, resource_id: str, agent: Agent
@@ -288,23 +306,23 @@ class StoreMemory:
                 or ``resume`` does not answer the open interrupts (``INTERRUPT_*`` codes).
         """
         memory = options.memory
-        messages = run_input.messages
-        begun = time.perf_counter()
-        read = await self.store.read_for_run(
-            run_input.thread_id,
-            message_ids=[m["id"] for m in messages if isinstance(m.get("id"), str)],
-            tool_call_ids=[c for m in messages if (c := answered_call(m)) is not None],
-            last_n=memory.last_messages,
-            first_user=memory.generate_title,
-        )
-        if self.metrics is not None:
-            self.metrics.store_operation("read_for_run", time.perf_counter() - begun)
+        read = await self._read(run_input, options)
         thread = read.thread
         if thread is not None and thread.resource_id != resource_id:
             raise NotFoundError("thread not found", code="THREAD_NOT_FOUND")
         record = dict(thread.interrupts) if thread is not None and thread.interrupts else None
         resume, answered = check_resume(record, run_input.resume)
-        incoming = merge_incoming(read.stored_ids, read.answered, messages)
+        if options.replace_from is not None:
+            # Regenerate / edit: the one write before RUN_STARTED, once the run is checked;
+            # the model then sees the new branch only.
+            if thread is None or memory.read_only:
+                raise replace_from_error(options.replace_from)
+            await self.store.fork_branch(
+                run_input.thread_id, options.replace_from, f"b-{uuid.uuid4().hex[:16]}",
+                max_branches=self.max_branches,
+            )
+            read = await self._read(run_input, options)
+        incoming = merge_incoming(read.stored_ids, read.answered, run_input.messages)
         normalize_messages(incoming)
         title = None
         first = [read.first_user] if read.first_user is not None else []
