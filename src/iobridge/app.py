@@ -167,7 +167,8 @@ class Backend:
                 self._store = await open_store(self.settings.database_url)
                 stack.push_async_callback(self._store.close)
             self.runtime.memory = StoreMemory(
-                self.store, self.metrics, max_branches=self.settings.max_branches_per_thread
+                self.store, self.metrics, max_branches=self.settings.max_branches_per_thread,
+                diverging=self.settings.diverging_history,
             )
             if self.settings.redis_url is not None:
                 from iobridge.cluster.redis import RedisCluster

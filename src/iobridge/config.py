@@ -250,6 +250,11 @@ class Settings(BaseSettings):
     #: Branches one thread keeps (``replaceFrom``: regenerate, edit); one more answers 400
     #: ``TOO_MANY_BRANCHES``.
     max_branches_per_thread: int = Field(default=32, ge=2)
+    #: A run whose messages hold the stored ones up to some point and omit what the thread
+    #: stored after it (a whole-history client's regenerate): ``merge`` (new messages are
+    #: added, as always) or ``branch`` (treated as ``replaceFrom`` the first one omitted;
+    #: beware: a client that merely missed messages looks the same).
+    diverging_history: Literal["merge", "branch"] = "merge"
     #: Seconds a finished run's events stay available for resume.
     retention_seconds: float = Field(default=300.0, ge=0)
     max_retained_runs: int = Field(default=1000, ge=0)

@@ -33,7 +33,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from iobridge.agents.base import Agent
 from iobridge.errors import InputError, NotFoundError
@@ -275,11 +275,27 @@ class StoreMemory:
     """
 
     def __init__(
-        self, store: ThreadStore, metrics: Metrics | None = None, *, max_branches: int = 32
+        self,
+        store: ThreadStore,
+        metrics: Metrics | None = None,
+        *,
+        max_branches: int = 32,
+        diverging: Literal["merge", "branch"] = "merge",
     ) -> None:
         self.store = store
         self.metrics = metrics
         self.max_branches = max_branches
+        self.diverging = diverging
+
+    async def _omitted(self, run_input: RunInput, read: RunRead) -> str | None:
+        """With ``diverging_history = "branch"``: the first stored message a whole-history
+        client left out, if the stored ones it sent are the thread's first ones in order
+        and it omits the rest (a regenerate); ``None`` for any other history."""
+        stored = [m["id"] for m in await self.store.list_messages(run_input.thread_id)]
+        sent = [m["id"] for m in run_input.messages if m.get("id") in read.stored_ids]
+        if len(sent) < len(stored) and sent == stored[: len(sent)]:
+            return str(stored[len(sent)])
+        return None
 
     async def _read(self, run_input: RunInput, options: RunOptions) -> RunRead:
         messages = run_input.messages
@@ -312,13 +328,16 @@ class StoreMemory:
             raise NotFoundError("thread not found", code="THREAD_NOT_FOUND")
         record = dict(thread.interrupts) if thread is not None and thread.interrupts else None
         resume, answered = check_resume(record, run_input.resume)
-        if options.replace_from is not None:
+        replace_from = options.replace_from
+        if replace_from is None and self.diverging == "branch" and read.stored_ids:
+            replace_from = await self._omitted(run_input, read)
+        if replace_from is not None:
             # Regenerate / edit: the one write before RUN_STARTED, once the run is checked;
             # the model then sees the new branch only.
             if thread is None or memory.read_only:
-                raise replace_from_error(options.replace_from)
+                raise replace_from_error(replace_from)
             await self.store.fork_branch(
-                run_input.thread_id, options.replace_from, f"b-{uuid.uuid4().hex[:16]}",
+                run_input.thread_id, replace_from, f"b-{uuid.uuid4().hex[:16]}",
                 max_branches=self.max_branches,
             )
             read = await self._read(run_input, options)
