@@ -55,9 +55,12 @@ def client(live: LiveServer) -> httpx.Client:
 
 
 @pytest.fixture(scope="module")
-def replicas(tmp_path_factory: pytest.TempPathFactory, pg_url: str) -> Iterator[tuple[Any, Any]]:
+def replicas(
+    tmp_path_factory: pytest.TempPathFactory, pg_url: str
+) -> Iterator[tuple[Any, Any, Any]]:
     """Replicas A and B (``iobridge serve`` processes) on one PostgreSQL and a real Redis,
-    with the demo agent as default and the slow agent, a queue bound of 3."""
+    with the demo agent as default and the slow agent, a queue bound of 3; and a client of
+    that Redis whose ``queued(thread)`` counts the runs waiting for a thread."""
     import json
     import os
     import uuid
@@ -79,7 +82,18 @@ def replicas(tmp_path_factory: pytest.TempPathFactory, pg_url: str) -> Iterator[
                           database_url=pg_url, prefix=prefix, env=env)
         b = start_replica("B", tmp_path_factory.mktemp("b"), redis_url=redis_url,
                           database_url=pg_url, prefix=prefix, env=env)
-        yield a, b
+        import redis
+
+        shared = redis.Redis.from_url(redis_url)
+
+        class Queues:
+            def queued(self, thread: str) -> int:
+                keys = [k for k in shared.scan_iter(f"{prefix}:queue:*") if k.endswith(
+                    f".{thread}".encode())]
+                return sum(int(shared.zcard(k)) for k in keys)
+
+        yield a, b, Queues()
+        shared.close()
         for replica in (a, b):
             output = replica.stop()
             assert "Traceback" not in output, output

@@ -3,6 +3,7 @@ replica A, the second on replica B."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any
 
@@ -21,9 +22,9 @@ from tests.branches.scenarios import (
 @pytest.mark.parametrize("first", ["parked", "streaming"])
 @pytest.mark.parametrize("strategy", ["reject", "enqueue", "interrupt", "rollback"])
 def test_two_overlapping_runs_on_two_replicas(
-    replicas: tuple[Any, Any], strategy: str, first: str
+    replicas: tuple[Any, Any, Any], strategy: str, first: str
 ) -> None:
-    a, b = replicas
+    a, b, _ = replicas
     thread = f"cl-{uuid.uuid4().hex[:10]}"
     first_events, second, messages, bodies = overlap(
         a.client(), b.client(), thread, first, strategy
@@ -31,11 +32,11 @@ def test_two_overlapping_runs_on_two_replicas(
     check_overlap(first_events, second, messages, bodies, first, strategy)
 
 
-def test_the_queue_bound_holds_across_replicas(replicas: tuple[Any, Any]) -> None:
+def test_the_queue_bound_holds_across_replicas(replicas: tuple[Any, Any, Any]) -> None:
     """Three runs wait (on both replicas); the fourth gets 429 and nothing is stored; a
     queued run cancelled through the other replica, and one whose client left, store
     nothing."""
-    a, b = replicas
+    a, b, shared = replicas
     thread = f"cl-{uuid.uuid4().hex[:10]}"
     first = first_body(thread, "parked")
     waiting = [body(thread, f"queued {i}", multitaskStrategy="enqueue") for i in range(4)]
@@ -49,13 +50,20 @@ def test_the_queue_bound_holds_across_replicas(replicas: tuple[Any, Any]) -> Non
             assert q1.first_frame() == ": queued"
             with b.client().stream("POST", "/run", json=waiting[2]) as r2:
                 assert Stream(r2).first_frame() == ": queued"
+                assert shared.queued(thread) == 3
                 full = a.client().post("/run", json=waiting[3])
                 assert full.status_code == 429
                 assert full.json()["error"]["code"] == "TOO_MANY_QUEUED_RUNS"
-            # waiting[2]'s client left; waiting[1] is cancelled through replica A.
+            # waiting[2]'s client left: once replica B saw it go, it left the shared queue.
+            deadline = time.monotonic() + 10
+            while shared.queued(thread) != 2:
+                assert time.monotonic() < deadline, "the abandoned run stayed queued"
+                time.sleep(0.02)
+            # waiting[1] is cancelled through replica A.
             cancelled = a.client().post(f"/runs/{waiting[1]['runId']}/cancel", json={})
             assert cancelled.status_code == 202, cancelled.text
             assert q1.rest()[-1]["code"] == "RUN_CANCELLED"
+            assert shared.queued(thread) == 1
             posted = a.client().post(f"/runs/{first['runId']}/tool-calls/{call}/result",
                                      json={"result": {"temperature": 21}})
             assert posted.status_code == 200
