@@ -91,6 +91,9 @@ class CollectingSink:
     async def keep_alive(self) -> None:
         self.keep_alives += 1
 
+    async def queued(self) -> None:
+        self.keep_alives += 1
+
     async def end(self) -> None:
         self.ending = "end"
 

@@ -54,6 +54,7 @@ from iobridge.protocol.options import RunOptions, ToolResultMode, parse_run_opti
 from iobridge.protocol.run_input import OFF_LOOP_BYTES, RunInput, parse_run_input
 from iobridge.protocol.thread_bodies import parse_thread_create, parse_thread_update
 from iobridge.protocol.tool_results import parse_tool_result
+from iobridge.runtime.admission import thread_busy
 from iobridge.runtime.cluster import Cluster, LocalCluster, RemoteRun
 from iobridge.runtime.engine import Runtime
 from iobridge.runtime.replica_messages import (
@@ -65,7 +66,15 @@ from iobridge.runtime.replica_messages import (
 )
 from iobridge.runtime.run import Run
 from iobridge.runtime.thread_memory import StoreMemory
-from iobridge.store.base import Thread, ThreadStore, format_timestamp, validate_id
+from iobridge.store.base import (
+    MAIN_BRANCH,
+    Branch,
+    StoredMessage,
+    Thread,
+    ThreadStore,
+    format_timestamp,
+    validate_id,
+)
 from iobridge.store.migrate import open_store
 
 __all__ = [
@@ -174,7 +183,9 @@ class Backend:
                 self._store = await open_store(self.settings.database_url)
                 stack.push_async_callback(self._store.close)
             self.runtime.memory = StoreMemory(
-                self.store, self.metrics, max_interrupt_bytes=self.settings.max_interrupt_bytes
+                self.store, self.metrics, max_interrupt_bytes=self.settings.max_interrupt_bytes,
+                max_branches=self.settings.max_branches_per_thread,
+                diverging=self.settings.diverging_history,
             )
             if self.settings.redis_url is not None:
                 from iobridge.cluster.redis import RedisCluster
@@ -327,16 +338,24 @@ class Backend:
         ``settings.detach_grace_seconds``). With ``idle`` set, ``sink.keep_alive`` is
         called after that many quiet seconds. A run another replica drives is followed
         through the shared log; its owner counts the follower the same way. What the sink
-        raises (a broken connection) propagates once the follower is detached.
+        raises (a broken connection) propagates once the follower is detached. While the
+        run waits for its thread (``queued``), ``sink.queued`` is called at once and instead
+        of ``keep_alive``.
         """
         batches = self._batches(run, after, idle, detach_grace)
+        waiting = isinstance(run, Run) and run.queued
         try:
+            if waiting:
+                await sink.queued()
             # Closed here, not left to the loop's finalizer hook (a task per run to close it,
             # once the garbage collector finds it).
             async with aclosing(batches):
                 async for events in batches:
                     if not events:
-                        await sink.keep_alive()
+                        if waiting and isinstance(run, Run) and run.queued:
+                            await sink.queued()
+                        else:
+                            await sink.keep_alive()
                         continue
                     last = _ends(run, events[-1][0])
                     if not await sink.send(events, last=last) or last:
@@ -576,17 +595,44 @@ class Backend:
     async def update_thread(
         self, principal: Principal, thread_id: str, body: Body, *, resource: str | None = None
     ) -> Thread:
-        """Replace the caller's thread's title and/or metadata (``PATCH``'s body).
+        """Replace the caller's thread's title and/or metadata, and/or switch its current
+        branch (``PATCH``'s body).
 
         Raises:
             InputError: a bad body (``protocol.thread_bodies.parse_thread_update``).
-            NotFoundError: missing, or another resource's thread.
+            NotFoundError: missing, or another resource's thread; an unknown branch.
+            ConflictError: a branch switch while a run holds the thread (``THREAD_BUSY``).
         """
         patch = parse_thread_update(body, self.settings.max_json_depth)
-        await self.get_thread(principal, thread_id, resource)
+        thread = await self.get_thread(principal, thread_id, resource)
+        if patch.currentBranch is not None:
+            await self._switch_branch(thread, patch.currentBranch)
+        if patch.title is None and patch.metadata is None:
+            return await self.get_thread(principal, thread_id, resource)
         return await self.store.update_thread(
             thread_id, title=patch.title, metadata=patch.metadata
         )
+
+    async def _switch_branch(self, thread: Thread, branch_id: str) -> None:
+        """Make ``branch_id`` the thread's current branch, unless a run holds the thread
+        (here or on another replica): its messages would land on the wrong branch."""
+        if await self.cluster.thread_busy(thread.resource_id, thread.id) or (
+            self.runtime.admission.holder((thread.resource_id, thread.id)) is not None
+        ):
+            raise thread_busy()
+        if not await self.store.switch_branch(thread.id, branch_id):
+            raise _branch_not_found(branch_id)
+
+    async def list_branches(
+        self, principal: Principal, thread_id: str, resource: str | None = None
+    ) -> list[Branch]:
+        """The caller's thread's branches, oldest first.
+
+        Raises:
+            NotFoundError: missing, or another resource's thread.
+        """
+        await self.get_thread(principal, thread_id, resource)
+        return await self.store.list_branches(thread_id)
 
     async def delete_thread(
         self, principal: Principal, thread_id: str, resource: str | None = None
@@ -605,6 +651,7 @@ class Backend:
         limit: int | None = None,
         before: str | None = None,
         format: str | None = None,
+        branch: str | None = None,
     ) -> MessagePage:
         """The caller's thread's latest ``limit`` messages before ``before``, oldest first,
         in ``format`` (``mastra`` or ``agui``; default ``settings.messages_format``), and the
@@ -612,15 +659,53 @@ class Backend:
 
         A page never starts with tool results whose call is on the previous page: it grows
         back to the assistant message that made the calls (up to ``MAX_MESSAGES_PAGE``).
+        ``branch``: one of the thread's branches (default: the current one).
 
         Raises:
             InputError: an unknown format.
-            NotFoundError: missing, or another resource's thread.
+            NotFoundError: missing, or another resource's thread; an unknown branch
+                (``BRANCH_NOT_FOUND``).
         """
         chosen = format or self.settings.messages_format
         if chosen not in MESSAGE_FORMATS:
             raise InputError("format must be 'mastra' or 'agui'", code="INVALID_REQUEST")
         thread = await self.get_thread(principal, thread_id, resource)
+        if branch is not None and branch != (thread.current_branch or MAIN_BRANCH):
+            rows, next_cursor = await self._branch_page(thread_id, branch, limit, before)
+        else:
+            rows, next_cursor = await self._page(thread_id, limit, before)
+        if chosen == "agui":
+            return MessagePage([row.message for row in rows], next_cursor)
+        timed = [(row.message, format_timestamp(row.created_at)) for row in rows]
+        messages = to_mastra(timed, thread_id=thread.id, resource_id=thread.resource_id)
+        return MessagePage(messages, next_cursor)
+
+    async def _branch_page(
+        self, thread_id: str, branch: str, limit: int | None, before: str | None
+    ) -> tuple[list[StoredMessage], str | None]:
+        """A page of an earlier branch (kept whole in its record), cut as ``_page`` cuts."""
+        validate_id(branch, "branch")
+        rows = await self.store.branch_messages(thread_id, branch)
+        if rows is None:
+            raise _branch_not_found(branch)
+        end = len(rows)
+        if before is not None:
+            end = next((i for i, r in enumerate(rows) if r.message["id"] == before), -1)
+            if end < 0:
+                raise InputError(f"no message {before!r} in this branch", code="INVALID_CURSOR")
+        if limit is None:
+            return rows[:end], None
+        start = max(0, end - limit)
+        while start > 0 and end - start < MAX_MESSAGES_PAGE and (
+            rows[start].message.get("role") == "tool"
+        ):
+            start -= 1
+        return rows[start:end], rows[start].message["id"] if start > 0 else None
+
+    async def _page(
+        self, thread_id: str, limit: int | None, before: str | None
+    ) -> tuple[list[StoredMessage], str | None]:
+        """A page of the thread's messages (its current branch); see ``list_messages``."""
         store = self.store
         rows = await store.list_stored_messages(thread_id, limit=limit, before=before)
         next_cursor = None
@@ -639,11 +724,7 @@ class Backend:
             first = rows[0].message["id"]
             if await store.list_stored_messages(thread_id, limit=1, before=first):
                 next_cursor = first
-        if chosen == "agui":
-            return MessagePage([row.message for row in rows], next_cursor)
-        timed = [(row.message, format_timestamp(row.created_at)) for row in rows]
-        messages = to_mastra(timed, thread_id=thread.id, resource_id=thread.resource_id)
-        return MessagePage(messages, next_cursor)
+        return rows, next_cursor
 
 
 @dataclass(frozen=True, slots=True)
@@ -668,6 +749,12 @@ class EventSink(Protocol):
     async def keep_alive(self) -> None:
         """Nothing new for ``idle`` seconds (called only when following with ``idle``)."""
         ...
+
+    async def queued(self) -> None:
+        """The run waits for the runs ahead of it on its thread: called when following
+        starts and, with ``idle``, after each quiet period until it starts (default: as
+        ``keep_alive``)."""
+        await self.keep_alive()
 
     async def end(self) -> None:
         """The run ended after a batch not known to hold its terminal event (a run another
@@ -709,6 +796,10 @@ def _ends(run: FollowedRun, seq: int) -> bool:
 
 def _bad_cursor() -> InputError:
     return InputError("Last-Event-ID must be an event id of this run", code="INVALID_CURSOR")
+
+
+def _branch_not_found(branch_id: str) -> NotFoundError:
+    return NotFoundError(f"branch {branch_id!r} not found", code="BRANCH_NOT_FOUND")
 
 
 def _thread_not_found(thread_id: str) -> NotFoundError:

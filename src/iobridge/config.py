@@ -24,6 +24,7 @@ from iobridge.protocol.media import DEFAULT_MAX_MEDIA_MESSAGE_BYTES, DEFAULT_MAX
 from iobridge.protocol.options import (
     DEFAULT_MAX_SCHEMA_BYTES,
     DEFAULT_MAX_SCHEMA_OBJECTS,
+    MultitaskStrategy,
     ToolResultMode,
 )
 from iobridge.protocol.run_input import DEFAULT_MAX_MESSAGES
@@ -266,6 +267,20 @@ class Settings(BaseSettings):
     #: CopilotKit bundle) gets ``RUN_FINISHED.outcome`` in 0.x shapes: only ``interrupt``
     #: (0.x clients fail a run on ``pendingToolCallIds`` or ``cancelled``).
     pre_1_0_outcomes: bool = False
+    #: What a run does when its thread is busy (``forwardedProps.multitaskStrategy`` and an
+    #: agent's ``multitask_strategy`` win): ``reject``, ``enqueue``, ``interrupt``, ``rollback``.
+    multitask_strategy: MultitaskStrategy = "reject"
+    #: Runs waiting on one busy thread (``enqueue``, and ``interrupt``/``rollback`` waiting
+    #: for the run they stop); more answer 429 ``TOO_MANY_QUEUED_RUNS``.
+    max_queued_runs_per_thread: int = Field(default=8, ge=1)
+    #: Branches one thread keeps (``replaceFrom``: regenerate, edit); one more answers 400
+    #: ``TOO_MANY_BRANCHES``.
+    max_branches_per_thread: int = Field(default=32, ge=2)
+    #: A run whose messages hold the stored ones up to some point and omit what the thread
+    #: stored after it (a whole-history client's regenerate): ``merge`` (new messages are
+    #: added, as always) or ``branch`` (treated as ``replaceFrom`` the first one omitted;
+    #: beware: a client that merely missed messages looks the same).
+    diverging_history: Literal["merge", "branch"] = "merge"
     #: Seconds a finished run's events stay available for resume.
     retention_seconds: float = Field(default=300.0, ge=0)
     max_retained_runs: int = Field(default=1000, ge=0)

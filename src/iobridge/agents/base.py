@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from iobridge.agents.context import RunContext
     from iobridge.agents.outputs import AgentOutput
     from iobridge.agents.tools import ServerTool
-    from iobridge.protocol.options import ToolResultMode
+    from iobridge.protocol.options import MultitaskStrategy, ToolResultMode
 
 
 class Agent(ABC):
@@ -45,6 +45,9 @@ class Agent(ABC):
     capability_overrides: Mapping[str, Any] | None = None
     #: ``identity.type`` of the declaration: what kind of agent this is.
     agent_type: str = "iobridge"
+    #: What a run of this agent does when its thread is busy; ``None`` leaves it to the
+    #: request, then the server setting (``multitask_strategy``).
+    multitask_strategy: MultitaskStrategy | None = None
 
     def describe(self) -> dict[str, Any]:
         """Discovery data: ``{id, name, description, modelId, aliases?, status, tools,

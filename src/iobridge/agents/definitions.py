@@ -42,7 +42,9 @@ from iobridge.agents.upstream import (
 from iobridge.errors import InputError
 from iobridge.protocol.options import (
     TOOL_RESULT_MODES,
+    MultitaskStrategy,
     parse_model_settings,
+    parse_multitask_strategy,
     parse_tool_result_mode,
 )
 from iobridge.typos import did_you_mean
@@ -56,11 +58,11 @@ _SECRET_KEYS = frozenset({"api_key", "apiKey", "key", "token", "secret", "passwo
 _KEYS = frozenset({
     "id", "aliases", "name", "description", "instructions", "model", "base_url", "api_key_env",
     "tools", "model_settings", "tool_result_mode", "output_retries", "timeout", "pydantic_ai",
-    "mcp_servers", "capabilities",
+    "mcp_servers", "capabilities", "multitask_strategy",
 })
 _UPSTREAM_KEYS = frozenset({
     "id", "aliases", "name", "description", "agui_url", "headers", "headers_env", "timeout",
-    "max_event_bytes", "max_rounds", "tool_result_mode", "capabilities",
+    "max_event_bytes", "max_rounds", "tool_result_mode", "capabilities", "multitask_strategy",
 })
 #: Header names whose values are secrets: they come from ``headers_env``, never the file.
 _SECRET_HEADER = re.compile(r"auth|token|key|secret|cookie|session|password", re.IGNORECASE)
@@ -100,6 +102,8 @@ class AgentDefinition:
     model_settings: Mapping[str, Any] = field(default_factory=dict)
     #: ``"in-run"`` or ``"next-run"`` (``None``: the server's default).
     tool_result_mode: str | None = None
+    #: What a run does when its thread is busy (``None``: the request's, then the server's).
+    multitask_strategy: str | None = None
     #: How often an answer violating ``structuredOutput`` goes back to the model.
     output_retries: int = 2
     #: Seconds one model request may take.
@@ -177,6 +181,7 @@ def definition_from_dict(data: Mapping[str, Any]) -> AgentDefinition:
         tools=tuple(tools),
         model_settings=dict(settings),
         tool_result_mode=_check_str(data, "tool_result_mode"),
+        multitask_strategy=_check_str(data, "multitask_strategy"),
         output_retries=output_retries,
         timeout=timeout,
         capabilities=capabilities,
@@ -391,7 +396,11 @@ def load_agents(
                 key = raw_id if isinstance(raw_id, str) and raw_id else key
                 if key in errors or any(a.id == key for a in agents):
                     raise AgentConfigError(f"duplicate agent id {key!r}")
-                agents.append(build_upstream_agent(entry, environ=environ))
+                upstream = build_upstream_agent(entry, environ=environ)
+                upstream.multitask_strategy = _multitask_strategy(
+                    _check_str(entry, "multitask_strategy")
+                )
+                agents.append(upstream)
                 continue
             elif isinstance(entry, Mapping):
                 raw_id = entry.get("id")
@@ -402,11 +411,20 @@ def load_agents(
             key = definition.id or key
             if key in errors or any(a.id == key for a in agents):
                 raise AgentConfigError(f"duplicate agent id {key!r}")
-            agents.append(build_agent(definition, environ=environ))
+            agent = build_agent(definition, environ=environ)
+            agent.multitask_strategy = _multitask_strategy(definition.multitask_strategy)
+            agents.append(agent)
         except AgentConfigError as exc:
             errors[key] = exc.message
             logger.error("agent %s is unavailable: %s", key, exc.message)
     return agents, errors
+
+
+def _multitask_strategy(value: str | None) -> MultitaskStrategy | None:
+    try:
+        return parse_multitask_strategy(value, where="multitask_strategy")
+    except InputError as exc:
+        raise AgentConfigError(exc.message) from None
 
 
 def _number(data: Mapping[str, Any], key: str, default: float, *, integer: bool = False) -> Any:

@@ -23,7 +23,7 @@ from starlette.types import Receive, Scope, Send
 
 from iobridge.app import Backend, EventSink, FollowedRun
 from iobridge.errors import EventsNotRetained
-from iobridge.protocol.sse import PING, sse_frames
+from iobridge.protocol.sse import PING, QUEUED, sse_frames
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 #: Seconds a stream runs before a task watches for the client's disconnect.
@@ -104,6 +104,9 @@ class _SseWriter(EventSink):
 
     async def keep_alive(self) -> None:
         await self._send({"type": "http.response.body", "body": PING, "more_body": True})
+
+    async def queued(self) -> None:
+        await self._send({"type": "http.response.body", "body": QUEUED, "more_body": True})
 
     async def end(self) -> None:
         await self._send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -24,7 +24,7 @@ from iobridge.config import Settings
 from iobridge.errors import IobridgeError, NotFoundError
 from iobridge.observability.metrics import EngineSample, Metrics
 from iobridge.protocol.tool_results import ToolResult
-from iobridge.runtime.admission import Admission
+from iobridge.runtime.admission import Admission, StopRequest, Ticket
 from iobridge.runtime.cluster import Coordinator, LocalCluster
 from iobridge.runtime.execution import Execution
 from iobridge.runtime.pending import PendingRegistry
@@ -34,6 +34,7 @@ from iobridge.runtime.replica_messages import (
     CancelRun,
     DetachFollower,
     RunCommand,
+    StopRun,
     SubmitToolResult,
 )
 from iobridge.runtime.run import Run, RunKey
@@ -77,7 +78,7 @@ class Runtime:
         self._retained: OrderedDict[RunKey, float] = OrderedDict()
         self._retained_bytes = 0
         #: Which runs may start, and what the admitted ones hold until released.
-        self.admission = Admission(self.settings)
+        self.admission = Admission(self.settings, stop=self._stop_holder)
         self._detach_timers: dict[RunKey, asyncio.TimerHandle] = {}
         #: Events of concluded runs per agent (live runs' are read from their logs).
         self._events: dict[str, int] = {}
@@ -191,6 +192,10 @@ class Runtime:
 
     def act(self, command: RunCommand) -> Answer:
         """Act for another replica on one of this process's runs; errors become answers."""
+        if isinstance(command, StopRun):
+            return Answer(value=self.stop_run(
+                (command.owner, command.run), "rollback" if command.rollback else "interrupt"
+            ))
         try:
             run = self.get_run(command.owner, command.run)
             match command:
@@ -213,6 +218,28 @@ class Runtime:
         run.stop_reason = run.stop_reason or reason
         run.task.cancel()
         return True
+
+    def stop_run(self, key: RunKey, request: StopRequest) -> bool:
+        """A newer run on its thread stops this one (now, or once it began if it is still
+        starting); False if it is neither starting nor running."""
+        ticket = self.admission.starting(key)
+        if ticket is not None:
+            self.admission.stop_holder(ticket, request)
+            return True
+        run = self._runs.get(key)
+        if run is None or run.done:
+            return False
+        run.rollback = run.rollback or request == "rollback"
+        return self.cancel(run)
+
+    def _stop_holder(self, ticket: Ticket, request: StopRequest) -> None:
+        """Admission asks a thread's holder to stop: a run that is producing is cancelled
+        now (its stream ends ``outcome: cancelled``); one still starting stops once begun."""
+        run = self._runs.get(ticket.key)
+        if run is None or run.queued or run.done:
+            return
+        run.rollback = run.rollback or request == "rollback"
+        self.cancel(run)
 
     def attach(self, run: Run) -> None:
         """A transport starts following the run."""

@@ -25,9 +25,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from iobridge.agents.context import Interrupted, Resume, RunContext
-from iobridge.errors import AgentError, ServiceUnavailable
+from iobridge.errors import AgentError, IobridgeError, ServiceUnavailable
 from iobridge.observability.logs import current_run
 from iobridge.protocol import events as ev
+from iobridge.protocol.events import encode_event
 from iobridge.protocol.messages import model_view
 from iobridge.runtime.agent_session import AgentSession
 from iobridge.runtime.run import Run, RunKey
@@ -37,9 +38,10 @@ from iobridge.store.base import is_outage
 
 if TYPE_CHECKING:
     from iobridge.agents.base import Agent
-    from iobridge.protocol.options import RunOptions, ToolResultMode
+    from iobridge.protocol.options import MultitaskStrategy, RunOptions, ToolResultMode
     from iobridge.protocol.run_input import RunInput
     from iobridge.runtime.admission import Ticket
+    from iobridge.runtime.cluster import QueuedClaim
     from iobridge.runtime.engine import Runtime
     from iobridge.runtime.thread_memory import RunMemory
 
@@ -97,8 +99,14 @@ class Execution:
             or tool_result_mode
             or runtime.settings.tool_result_mode
         )
+        self.strategy: MultitaskStrategy = (
+            options.multitask_strategy
+            or agent.multitask_strategy
+            or runtime.settings.multitask_strategy
+        )
         self.memory: RunMemory | None = None
         self._ticket: Ticket | None = None
+        self._saved: asyncio.Future[None] | None = None
         self._claimed = False
         self._admitted = 0.0
         self._started = 0.0
@@ -108,47 +116,60 @@ class Execution:
     async def start(self) -> Run:
         """Admit, claim, read and begin the run; its events then appear in ``run.log``.
 
+        A run that waits for its thread (``enqueue``, or an interrupt waiting for the run it
+        stops) is returned at once, empty and ``queued``: its task waits, then claims, reads
+        and begins it; a failure meanwhile ends its log with RUN_ERROR and stores nothing.
+
         Raises:
-            TooManyRequests: an admission limit is reached (``TOO_MANY_RUNS``).
+            TooManyRequests: an admission limit is reached (``TOO_MANY_RUNS``), or the
+                thread's queue is full (``TOO_MANY_QUEUED_RUNS``).
             ConflictError: the runId is already running, or the thread is busy.
             ServiceUnavailable: the thread store does not answer (``STORE_UNAVAILABLE``).
             NotFoundError: a thread of another resource.
             InputError: a ``resume`` that does not answer the thread's open interrupts.
         """
         ticket = self.admit()
+        if ticket.turn is not None:
+            return self.queue(None)
         try:
-            await self.claim()
+            place = await self.claim()
+            if place is not None:
+                self.runtime.admission.unhold(ticket)
+                return self.queue(place)
             await self.read()
         except BaseException as exc:
-            await self.refuse()
-            if isinstance(exc, Exception) and is_outage(exc):
-                logger.error("run %s: the thread store does not answer (%s: %s)",
-                             self.input.run_id, type(exc).__name__, exc)
-                raise ServiceUnavailable(
-                    "the thread store does not answer", code="STORE_UNAVAILABLE",
-                    retry_after=STORE_RETRY_AFTER,
-                ) from exc
-            raise
-        finally:
             self.runtime.admission.started(ticket)
+            await self.refuse()
+            error = _refusal(exc, self.input.run_id)
+            if error is exc:
+                raise
+            raise error from exc
+        self.runtime.admission.started(ticket)
         return self.begin()
 
     def admit(self) -> Ticket:
-        """Step 1: count the run against the limits and mark its thread busy (nothing is
-        awaited, so two requests cannot both pass)."""
+        """Step 1: count the run against the limits and mark its thread busy, or queue the
+        run for it (nothing is awaited, so two requests cannot both pass)."""
         runtime = self.runtime
         self._ticket = runtime.admission.admit(
-            self.key, (self.resource_id, self.input.thread_id), live=runtime.is_live(self.key)
+            self.key, (self.resource_id, self.input.thread_id), live=runtime.is_live(self.key),
+            strategy=self.strategy, shared=runtime.cluster.distributed,
         )
         self._admitted = time.perf_counter()
         return self._ticket
 
-    async def claim(self) -> None:
-        """Step 2: claim the runId and the thread across replicas."""
-        await self.runtime.cluster.claim(
-            self.owner, self.input.run_id, self.resource_id, self.input.thread_id
+    async def claim(self) -> QueuedClaim | None:
+        """Step 2: claim the runId and the thread across replicas (or queue for it)."""
+        place = await self.runtime.cluster.claim(
+            self.owner, self.input.run_id, self.resource_id, self.input.thread_id,
+            strategy=self.strategy,
         )
-        self._claimed = True
+        if place is None:
+            self._claimed = True
+            assert self._ticket is not None
+            if not self._ticket.holding:
+                self.runtime.admission.hold(self._ticket)
+        return place
 
     async def read(self) -> None:
         """Step 3: read the thread (ownership, history, state, interrupts); nothing is
@@ -168,15 +189,81 @@ class Execution:
                 self.owner, self.input.run_id, self.resource_id, self.input.thread_id
             )
 
-    def begin(self) -> Run:
-        """Step 4: build the run's parts, emit RUN_STARTED, begin writing the new messages
-        and start the task that drives the run."""
-        runtime, run_input, memory = self.runtime, self.input, self.memory
-        self.run = run = Run(
+    def queue(self, place: QueuedClaim | None) -> Run:
+        """The run waits for its thread (here, or in the cluster's queue at ``place``): its
+        record is registered at once (so it can be followed and cancelled), its task waits."""
+        self.run = run = self._new_run()
+        run.queued = True
+        self.runtime.register(run)
+        run.task = asyncio.get_running_loop().create_task(
+            self._queued(place), name=f"run-{run.run_id}", context=_run_context(run)
+        )
+        return run
+
+    async def _queued(self, place: QueuedClaim | None) -> None:
+        """The task of a queued run: its turn, then the read and the run (or, if it is
+        cancelled or refused meanwhile, RUN_ERROR with nothing stored)."""
+        runtime, ticket = self.runtime, self._ticket
+        assert ticket is not None
+        try:
+            if place is None:
+                await runtime.admission.wait(ticket)
+            else:
+                await runtime.cluster.wait_claim(place)
+                self._claimed = True
+                runtime.admission.hold(ticket)
+            await self.read()
+        except BaseException as exc:
+            runtime.admission.started(ticket)
+            await asyncio.shield(self.refuse())
+            self._not_started(exc)
+            return
+        runtime.admission.started(ticket)
+        self.run.queued = False
+        self._begin_run()
+        self._saved = memory_start(self.memory)
+        await self.drive()
+
+    def _not_started(self, exc: BaseException) -> None:
+        """A queued run ends before it started: RUN_ERROR, the log closed, nothing stored."""
+        run = self.run
+        if isinstance(exc, asyncio.CancelledError):
+            message, code = "The run was cancelled before it started.", "RUN_CANCELLED"
+        else:
+            error = _refusal(exc, run.run_id)
+            if not isinstance(error, IobridgeError):
+                logger.error("queued run %s failed to start", run.run_id, exc_info=exc)
+                error = AgentError("The run could not start.", code="AGENT_ERROR")
+            message, code = error.message, error.code
+        run.log.append(encode_event(ev.run_error(message, code)))
+        run.log.close()
+        run.queued = False
+        self.runtime.retire(run)
+
+    def _new_run(self) -> Run:
+        runtime, run_input = self.runtime, self.input
+        return Run(
             run_id=run_input.run_id, thread_id=run_input.thread_id, owner=self.owner,
             resource_id=self.resource_id, agent_id=self.agent.id, options=self.options,
             log=RunLog(max_bytes=runtime.settings.max_run_log_bytes),
         )
+
+    def begin(self) -> Run:
+        """Step 4: build the run's parts, emit RUN_STARTED, begin writing the new messages
+        and start the task that drives the run."""
+        self.run = run = self._new_run()
+        self._begin_run()
+        # Begun, not awaited: queued for the store's next commit (or done at once in memory).
+        context = _run_context(run)
+        self._saved = context.run(memory_start, self.memory)
+        run.task = asyncio.get_running_loop().create_task(
+            self.drive(), name=f"run-{run.run_id}", context=context
+        )
+        return run
+
+    def _begin_run(self) -> None:
+        """The run's parts around ``self.run``, registered, RUN_STARTED in its log."""
+        runtime, run_input, memory, run = self.runtime, self.input, self.memory, self.run
         # The client's state wins; without one the run continues from the thread's.
         state = run_input.state
         self.state_from_thread = state is None and memory is not None and memory.state is not None
@@ -201,14 +288,11 @@ class Execution:
         runtime.cluster.started(run)
         self._started = time.perf_counter()
         runtime.metrics.run_started(self.agent.id, self._started - self._admitted)
-        # RUN_STARTED is in the log: the new messages are written while the agent works.
-        context = _run_context(run)
-        # Begun, not awaited: queued for the store's next commit (or done at once in memory).
-        self._saved = context.run(memory.save_start) if memory is not None else None
-        run.task = asyncio.get_running_loop().create_task(
-            self.drive(), name=f"run-{run.run_id}", context=context
-        )
-        return run
+        assert self._ticket is not None
+        if self._ticket.stop is not None:
+            # A newer run asked this one to stop while it was starting: it stops at once.
+            run.rollback = self._ticket.stop == "rollback"
+            run.stop_reason = "cancelled"
 
     def _agent_context(self, state: Any) -> RunContext:
         """What the agent sees: the model's history, the request's tools and context."""
@@ -270,6 +354,8 @@ class Execution:
         cancelled or failed (every way out leaves a terminal event)."""
         events = self.events
         try:
+            if self.run.stop_reason is not None:
+                raise asyncio.CancelledError  # stopped before its agent began (a newer run)
             await self._outputs()
             events.finish()
         except RunEnded:
@@ -346,6 +432,13 @@ class Execution:
         if self._saved is not None:
             cancelled = await _settle(self._saved)
             _log_failure(self._saved, self.run)
+        if self.run.rollback and events.outcome == "cancelled":
+            # Rolled back by a newer run: what the start write stored goes, nothing else is.
+            undo = memory.rollback()
+            if undo is not None:
+                cancelled = await _settle(undo) or cancelled
+                _log_failure(undo, self.run)
+            return cancelled
         self._close_unanswered()
         write = memory.save_end(
             events.transcript.messages, finished=events.succeeded, failed=events.failed,
@@ -386,6 +479,23 @@ class Execution:
         return cancelled
 
 
+def memory_start(memory: RunMemory | None) -> asyncio.Future[None] | None:
+    """Begin storing the run's new messages (stateless: nothing to store)."""
+    return memory.save_start() if memory is not None else None
+
+
+def _refusal(exc: BaseException, run_id: str) -> BaseException:
+    """What a run that could not start answers: a store outage becomes 503, the rest as is."""
+    if isinstance(exc, Exception) and is_outage(exc):
+        logger.error("run %s: the thread store does not answer (%s: %s)",
+                     run_id, type(exc).__name__, exc)
+        return ServiceUnavailable(
+            "the thread store does not answer", code="STORE_UNAVAILABLE",
+            retry_after=STORE_RETRY_AFTER,
+        )
+    return exc
+
+
 def _run_context(run: Run) -> contextvars.Context:
     """A context for one of the run's tasks: its log records carry the run's ids."""
     context = contextvars.copy_context()
@@ -393,7 +503,7 @@ def _run_context(run: Run) -> contextvars.Context:
     return context
 
 
-def _log_failure(write: asyncio.Future[None], run: Run) -> None:
+def _log_failure(write: asyncio.Future[Any], run: Run) -> None:
     if not write.cancelled() and write.exception() is not None:
         logger.error(
             "could not store the messages of run %s", run.run_id, exc_info=write.exception()

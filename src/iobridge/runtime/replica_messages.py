@@ -28,6 +28,7 @@ __all__ = [
     "Reply",
     "Request",
     "RunCommand",
+    "StopRun",
     "SubmitToolResult",
     "decode_reply",
     "decode_request",
@@ -49,6 +50,14 @@ class CancelRun(_ForRun):
     """Stop the run; answered with whether it was still running."""
 
     op: Literal["cancel"] = "cancel"
+
+
+class StopRun(_ForRun):
+    """A newer run on the thread interrupts this one (``rollback``: and removes what it
+    stored); the run stops at once, or as soon as it began if it is still starting."""
+
+    op: Literal["stop"] = "stop"
+    rollback: bool = False
 
 
 class SubmitToolResult(_ForRun):
@@ -79,7 +88,7 @@ class MirrorLog(_ForRun):
 
 
 RunCommand = Annotated[
-    CancelRun | SubmitToolResult | AttachFollower | DetachFollower | MirrorLog,
+    CancelRun | StopRun | SubmitToolResult | AttachFollower | DetachFollower | MirrorLog,
     Field(discriminator="op"),
 ]
 

@@ -30,9 +30,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from iobridge.agents.base import Agent
 from iobridge.errors import InputError, NotFoundError
@@ -40,7 +41,7 @@ from iobridge.protocol.interrupts import check_resume, next_record
 from iobridge.protocol.messages import answered_call, merge_incoming, model_view, window
 from iobridge.protocol.run_limits import DEFAULT_MAX_INTERRUPT_BYTES
 from iobridge.protocol.text import reject_nul
-from iobridge.store.base import Carryover, normalize_messages
+from iobridge.store.base import Carryover, RunRead, normalize_messages, replace_from_error
 
 if TYPE_CHECKING:
     from iobridge.observability.metrics import Metrics
@@ -98,6 +99,11 @@ class RunMemory(Protocol):
         RUN_ERROR. ``raised``: the interrupts it finished with; ``state``: the shared
         state it ended with.
         """
+        ...
+
+    def rollback(self) -> asyncio.Future[int] | None:
+        """Begin removing what the run stored (after ``save_start`` settled): a newer run
+        rolled it back (``multitaskStrategy: rollback``). ``None``: nothing stored."""
         ...
 
 
@@ -188,6 +194,13 @@ class _StoreRun:
             return asyncio.ensure_future(self._titled_write(titler, messages, produced, carryover))
         return self._write(messages, self.title, carryover)
 
+    def rollback(self) -> asyncio.Future[int] | None:
+        started = self._started
+        if started is None or not started.done() or started.cancelled() or started.exception():
+            return None
+        ids = [m["id"] for m in self.incoming]
+        return asyncio.ensure_future(self.store.delete_messages(self.thread_id, ids))
+
     async def _titled_write(
         self,
         titler: Titler,
@@ -263,12 +276,43 @@ class StoreMemory:
     """
 
     def __init__(
-        self, store: ThreadStore, metrics: Metrics | None = None, *,
+        self,
+        store: ThreadStore,
+        metrics: Metrics | None = None,
+        *,
         max_interrupt_bytes: int = DEFAULT_MAX_INTERRUPT_BYTES,
+        max_branches: int = 32,
+        diverging: Literal["merge", "branch"] = "merge",
     ) -> None:
         self.store = store
         self.metrics = metrics
         self.max_interrupt_bytes = max_interrupt_bytes
+        self.max_branches = max_branches
+        self.diverging = diverging
+
+    async def _omitted(self, run_input: RunInput, read: RunRead) -> str | None:
+        """With ``diverging_history = "branch"``: the first stored message a whole-history
+        client left out, if the stored ones it sent are the thread's first ones in order
+        and it omits the rest (a regenerate); ``None`` for any other history."""
+        stored = [m["id"] for m in await self.store.list_messages(run_input.thread_id)]
+        sent = [m["id"] for m in run_input.messages if m.get("id") in read.stored_ids]
+        if len(sent) < len(stored) and sent == stored[: len(sent)]:
+            return str(stored[len(sent)])
+        return None
+
+    async def _read(self, run_input: RunInput, options: RunOptions) -> RunRead:
+        messages = run_input.messages
+        begun = time.perf_counter()
+        read = await self.store.read_for_run(
+            run_input.thread_id,
+            message_ids=[m["id"] for m in messages if isinstance(m.get("id"), str)],
+            tool_call_ids=[c for m in messages if (c := answered_call(m)) is not None],
+            last_n=options.memory.last_messages,
+            first_user=options.memory.generate_title,
+        )
+        if self.metrics is not None:
+            self.metrics.store_operation("read_for_run", time.perf_counter() - begun)
+        return read
 
     async def begin(
         self, run_input: RunInput, options: RunOptions, resource_id: str, agent: Agent
@@ -281,17 +325,7 @@ class StoreMemory:
                 or ``resume`` does not answer the open interrupts (``INTERRUPT_*`` codes).
         """
         memory = options.memory
-        messages = run_input.messages
-        begun = time.perf_counter()
-        read = await self.store.read_for_run(
-            run_input.thread_id,
-            message_ids=[m["id"] for m in messages if isinstance(m.get("id"), str)],
-            tool_call_ids=[c for m in messages if (c := answered_call(m)) is not None],
-            last_n=memory.last_messages,
-            first_user=memory.generate_title,
-        )
-        if self.metrics is not None:
-            self.metrics.store_operation("read_for_run", time.perf_counter() - begun)
+        read = await self._read(run_input, options)
         thread = read.thread
         if thread is not None and thread.resource_id != resource_id:
             raise NotFoundError("thread not found", code="THREAD_NOT_FOUND")
@@ -299,7 +333,20 @@ class StoreMemory:
         resume, answered = check_resume(
             record, run_input.resume, max_bytes=self.max_interrupt_bytes
         )
-        incoming = merge_incoming(read.stored_ids, read.answered, messages)
+        replace_from = options.replace_from
+        if replace_from is None and self.diverging == "branch" and read.stored_ids:
+            replace_from = await self._omitted(run_input, read)
+        if replace_from is not None:
+            # Regenerate / edit: the one write before RUN_STARTED, once the run is checked;
+            # the model then sees the new branch only.
+            if thread is None or memory.read_only:
+                raise replace_from_error(replace_from)
+            await self.store.fork_branch(
+                run_input.thread_id, replace_from, f"b-{uuid.uuid4().hex[:16]}",
+                max_branches=self.max_branches,
+            )
+            read = await self._read(run_input, options)
+        incoming = merge_incoming(read.stored_ids, read.answered, run_input.messages)
         normalize_messages(incoming)
         title = None
         first = [read.first_user] if read.first_user is not None else []

@@ -25,7 +25,7 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-__all__ = ["ID_LENGTH", "UTCDateTime", "messages", "metadata", "threads"]
+__all__ = ["ID_LENGTH", "UTCDateTime", "branches", "messages", "metadata", "threads"]
 
 ID_LENGTH = 256
 
@@ -67,6 +67,8 @@ threads = Table(
     # Revision 0002: what the last run left for the next (``store.base.Carryover``).
     Column("state", JSON(none_as_null=True), nullable=True),
     Column("interrupts", JSON(none_as_null=True), nullable=True),
+    # Revision 0004: the branch the thread's messages are (NULL: it never branched).
+    Column("current_branch", String(ID_LENGTH), nullable=True),
     Index("ix_iobridge_threads_resource_updated", "resource_id", "updated_at", "id"),
     Index("ix_iobridge_threads_updated", "updated_at", "id"),
 )
@@ -89,4 +91,22 @@ messages = Table(
     PrimaryKeyConstraint("thread_id", "position", name="pk_iobridge_messages"),
     UniqueConstraint("thread_id", "message_id", name="uq_iobridge_messages_id"),
     Index("ix_iobridge_messages_tool_call", "thread_id", "tool_call_id"),
+)
+
+#: Revision 0004: a thread's branches; ``messages`` holds a branch's messages while it is not
+#: the current one (``[{"message", "createdAt"}, ...]``; NULL while it is current).
+branches = Table(
+    "iobridge_branches",
+    metadata,
+    Column(
+        "thread_id",
+        String(ID_LENGTH),
+        ForeignKey("iobridge_threads.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("id", String(ID_LENGTH), nullable=False),
+    Column("from_message_id", String(ID_LENGTH), nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("messages", JSON(none_as_null=True), nullable=True),
+    PrimaryKeyConstraint("thread_id", "id", name="pk_iobridge_branches"),
 )
