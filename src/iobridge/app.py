@@ -155,9 +155,13 @@ class Backend:
         stack = AsyncExitStack()
         try:
             if self._given_store is None:
-                self._store = await open_store(self.settings.database_url)
+                self._store = await open_store(
+                    self.settings.database_url, timeout=self.settings.store_timeout_seconds
+                )
                 stack.push_async_callback(self._store.close)
-            self.runtime.memory = StoreMemory(self.store, self.metrics)
+            self.runtime.memory = StoreMemory(
+                self.store, self.metrics, timeout=self.settings.store_timeout_seconds
+            )
             if self.settings.redis_url is not None:
                 from iobridge.cluster.redis import RedisCluster
 
@@ -211,6 +215,8 @@ class Backend:
         """Why the backend cannot serve now (``None``: it can)."""
         if not self.admitting:
             return "shutting down"
+        if self.runtime.writes_failing():
+            return "the store refuses writes"
         begun = time.perf_counter()
         try:
             await asyncio.wait_for(self.store.get_thread("readyz"), READY_TIMEOUT)

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from iobridge.auth import AuthSettings
+from iobridge.auth import AuthSettings, check_config_id
 from iobridge.protocol.guard import DEFAULT_MAX_STATE_BYTES
 from iobridge.protocol.options import ToolResultMode
 from iobridge.protocol.run_input import DEFAULT_MAX_MESSAGES
@@ -71,7 +71,12 @@ class NpampPeer(BaseModel):
     def _not_empty(cls, value: list[str] | None) -> list[str] | None:
         if value is not None and not value:
             raise ValueError("resource_ids must not be empty (omit it to allow any)")
-        return value
+        return value if value is None else [check_config_id(v) for v in value]
+
+    @field_validator("principal", "default_resource")
+    @classmethod
+    def _usable(cls, value: str | None) -> str | None:
+        return value if value is None else check_config_id(value)
 
 
 class NpampOpaquePeer(BaseModel):
@@ -263,6 +268,10 @@ class Settings(BaseSettings):
     detach_grace_seconds: float = Field(default=0.0, ge=0)
     #: Thread store. ``memory`` keeps nothing across restarts.
     database_url: str = "sqlite+aiosqlite:///./iobridge.db"
+    #: Seconds each store call made for a request may take (a run's thread read, its start
+    #: and end writes; every SQL read and transaction): past it a new run answers 503
+    #: ``STORE_UNAVAILABLE`` and a streaming run ends ``RUN_ERROR STORE_UNAVAILABLE``.
+    store_timeout_seconds: float = Field(default=5.0, gt=0)
     #: Redis shared by replicas and workers (``redis://host:6379/0``); unset: one process.
     redis_url: str | None = None
     #: Prefix of every Redis key, so deployments can share one Redis.

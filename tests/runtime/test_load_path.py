@@ -429,7 +429,7 @@ class WriteFailingStore(MemoryThreadStore):
         raise RuntimeError("disk full")
 
 
-async def test_a_run_whose_writes_fail_still_ends_and_the_operator_is_told(
+async def test_a_run_whose_writes_fail_ends_store_unavailable_and_the_operator_is_told(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with (
@@ -441,7 +441,9 @@ async def test_a_run_whose_writes_fail_still_ends_and_the_operator_is_told(
             assert (await client.get("/io-bridge/threads/t1")).status_code == 404
             again = parse_sse((await client.post("/io-bridge/run", json=run_body(
                 "hi", run_id="r2"))).text)
-    assert events[-1]["type"] == again[-1]["type"] == "RUN_FINISHED"  # the thread was freed
+    # Not finished: nothing was stored (issue 29); the thread was freed for the next run.
+    assert events[-1]["type"] == again[-1]["type"] == "RUN_ERROR"
+    assert events[-1]["code"] == again[-1]["code"] == "STORE_UNAVAILABLE"
     failures = [r for r in caplog.records if r.getMessage().startswith("could not store")]
     # Each run's start write and end write, each with its cause.
     assert [r.getMessage().rsplit(" ", 1)[-1] for r in failures] == ["r1", "r1", "r2", "r2"]

@@ -46,6 +46,11 @@ if TYPE_CHECKING:
     from iobridge.runtime.thread_memory import ThreadMemory
 
 
+#: Seconds the readiness check answers 503 after a run's end write failed, unless another
+#: succeeds first; then traffic is let back in, and a failing store turns it 503 again.
+WRITE_FAILURE_HOLD = 10.0
+
+
 class Runtime:
     """Starts and tracks runs; see the module docstring.
 
@@ -81,6 +86,8 @@ class Runtime:
         self._detach_timers: dict[RunKey, asyncio.TimerHandle] = {}
         #: Events of concluded runs per agent (live runs' are read from their logs).
         self._events: dict[str, int] = {}
+        #: When a run's end write last failed (monotonic), until one succeeds again.
+        self._write_failed_at: float | None = None
         self.metrics.watch(self._sample)
 
     # -- starting ----------------------------------------------------------------------
@@ -130,6 +137,18 @@ class Runtime:
         """The run is over (stored, released): keep it for resume within the bounds."""
         self._events[run.agent_id] = self._events.get(run.agent_id, 0) + run.log.last_seq
         self._retain(run)
+
+    def store_written(self, stored: bool) -> None:
+        """A run's end write settled: ``stored`` or failed (the readiness check reads it)."""
+        self._write_failed_at = None if stored else time.monotonic()
+
+    def writes_failing(self) -> bool:
+        """Whether the last run's end write failed within ``WRITE_FAILURE_HOLD`` seconds
+        (held, then probed again by traffic: recovery needs no restart)."""
+        failed = self._write_failed_at
+        if failed is not None and time.monotonic() - failed >= WRITE_FAILURE_HOLD:
+            self._write_failed_at = failed = None
+        return failed is not None
 
     # -- retention ---------------------------------------------------------------------
 

@@ -128,6 +128,18 @@ class RunEvents:
             log.append(self._terminal)
         log.close()
 
+    def not_stored(self) -> None:
+        """What the run produced could not be stored: a held RUN_FINISHED becomes RUN_ERROR
+        ``STORE_UNAVAILABLE`` (a run is finished only if it was stored; a RUN_ERROR stays)."""
+        if self._terminal is None or self.failed:
+            return
+        self._terminal = encode_event(ev.run_error(
+            "what the run produced could not be stored", "STORE_UNAVAILABLE",
+            usage=self.usage or None,
+        ))
+        self.succeeded, self.failed = False, True
+        self.outcome, self.error_code = "error", "STORE_UNAVAILABLE"
+
     def start(self) -> None:
         """Emit RUN_STARTED."""
         self._append(self.guard.start())

@@ -23,6 +23,12 @@ again; it still stores the state the client was shown.
 ``forwardedProps.messagesSnapshot: true`` also reads the whole thread, for a
 MESSAGES_SNAPSHOT right after RUN_STARTED (a reloaded AG-UI client gets its history back); on
 an existing thread, a run whose input brings no new user or tool message only hydrates.
+
+Every store call made for a run is bounded by ``timeout`` (``store_timeout_seconds``): the
+read in ``begin`` raises ``TimeoutError`` past it (the run is refused with 503
+``STORE_UNAVAILABLE``), and a write not settled within it fails with ``TimeoutError`` and is
+withdrawn (a write the store has not begun is never made; one it began is one transaction,
+rolled back when the SQL store gives it up).
 """
 
 from __future__ import annotations
@@ -146,6 +152,8 @@ class _StoreRun:
     titler: Titler | None
     context: list[dict[str, Any]]
     metrics: Metrics | None = None
+    #: Seconds each write may take before it fails (``None``: unbounded).
+    timeout: float | None = None
     snapshot: list[dict[str, Any]] | None = None
     hydrate_only: bool = False
     state: Any = None
@@ -234,14 +242,14 @@ class _StoreRun:
         carryover: Carryover | None = None,
     ) -> asyncio.Future[None]:
         begun = time.perf_counter()
-        write = self.store.start_write_for_run(
+        write = _within(self.timeout, self.store.start_write_for_run(
             self.thread_id,
             resource_id=self.resource_id,
             agent_id=self.agent_id,
             messages=messages,
             title=title,
             carryover=carryover,
-        )
+        ))
         metrics = self.metrics
         if metrics is not None:
             def timed(done: asyncio.Future[None]) -> None:
@@ -258,12 +266,16 @@ class _StoreRun:
 class StoreMemory:
     """``ThreadMemory`` over a ``ThreadStore``; a threadId is never a credential.
 
-    With ``metrics``, the run's reads and writes are timed (``iobridge_store_operation_seconds``).
+    With ``metrics``, the run's reads and writes are timed (``iobridge_store_operation_seconds``);
+    ``timeout`` bounds each of them in seconds (``None``: unbounded).
     """
 
-    def __init__(self, store: ThreadStore, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, store: ThreadStore, metrics: Metrics | None = None, *, timeout: float | None = None
+    ) -> None:
         self.store = store
         self.metrics = metrics
+        self.timeout = timeout
 
     async def begin(
         self, run_input: RunInput, options: RunOptions, resource_id: str, agent: Agent
@@ -274,7 +286,17 @@ class StoreMemory:
             NotFoundError: the thread belongs to another resource (answered as missing).
             InputError: a new message cannot be stored (``INVALID_MESSAGE``; nothing stored),
                 or ``resume`` does not answer the open interrupts (``INTERRUPT_*`` codes).
+            TimeoutError: the store did not answer within ``timeout``.
         """
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await self._begin(run_input, options, resource_id, agent)
+        except TimeoutError as exc:
+            raise TimeoutError(f"the store did not answer within {self.timeout} s") from exc
+
+    async def _begin(
+        self, run_input: RunInput, options: RunOptions, resource_id: str, agent: Agent
+    ) -> RunMemory:
         memory = options.memory
         messages = run_input.messages
         begun = time.perf_counter()
@@ -317,6 +339,7 @@ class StoreMemory:
             titler=agent.title if type(agent).title is not Agent.title else None,
             context=[*first, *(m for m in read.window if m.get("id") not in first_ids)],
             metrics=self.metrics,
+            timeout=self.timeout,
             snapshot=snapshot,
             hydrate_only=snapshot is not None
             and thread is not None
@@ -327,3 +350,35 @@ class StoreMemory:
             resume=resume,
             answered=answered,
         )
+
+
+def _within(timeout: float | None, write: asyncio.Future[None]) -> asyncio.Future[None]:
+    """``write``, failed with ``TimeoutError`` (and withdrawn: cancelled) if it has not
+    settled within ``timeout`` seconds. No task: a timer and a callback."""
+    if timeout is None or write.done():
+        return write
+    loop = asyncio.get_running_loop()
+    bounded: asyncio.Future[None] = loop.create_future()
+
+    def expire() -> None:
+        if not bounded.done():
+            bounded.set_exception(
+                TimeoutError(f"the store did not answer within {timeout} s")
+            )
+            write.cancel()
+
+    timer = loop.call_later(timeout, expire)
+
+    def settled(done: asyncio.Future[None]) -> None:
+        timer.cancel()
+        if bounded.done():
+            return
+        if done.cancelled():
+            bounded.cancel()
+        elif (error := done.exception()) is not None:
+            bounded.set_exception(error)
+        else:
+            bounded.set_result(None)
+
+    write.add_done_callback(settled)
+    return bounded

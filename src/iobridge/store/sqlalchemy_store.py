@@ -247,9 +247,13 @@ class SqlThreadStore(ThreadStore):
     Args:
         engine: An engine from :func:`make_engine` (SQLite or PostgreSQL); the store owns it.
         clock: Timestamps (injectable for tests).
+        timeout: Seconds each read and each transaction may take (``None``: unbounded);
+            past it the call raises ``TimeoutError`` (``store_timeout_seconds``).
     """
 
-    def __init__(self, engine: AsyncEngine, *, clock: Clock = utc_now) -> None:
+    def __init__(
+        self, engine: AsyncEngine, *, clock: Clock = utc_now, timeout: float | None = None
+    ) -> None:
         self.engine = engine
         self._clock = clock
         self._lock_rows = engine.dialect.name != "sqlite"
@@ -258,13 +262,16 @@ class SqlThreadStore(ThreadStore):
         executor: SqlExecutor
         if engine.dialect.name == "sqlite":
             sync = _sqlite_sync_engine(engine, readers=2)
-            executor = ThreadExecutor(sync, sync.execution_options(**{WRITE_OPTION: True}))
+            executor = ThreadExecutor(
+                sync, sync.execution_options(**{WRITE_OPTION: True}), timeout=timeout
+            )
         else:
             # Reads in autocommit: under READ COMMITTED every statement takes its own snapshot
             # anyway, and a read batch then costs no BEGIN and no ROLLBACK round trip.
             executor = AsyncExecutor(
                 engine.execution_options(isolation_level="AUTOCOMMIT"),
                 engine.execution_options(**{WRITE_OPTION: True}),
+                timeout=timeout,
             )
         self._sql = executor
         #: How a batch of runs' reads and writes of their threads is answered and written
