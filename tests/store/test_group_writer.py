@@ -233,3 +233,32 @@ async def test_started_writes_queue_at_once_and_settle_when_committed(tmp_path: 
     assert stored == [1, 2]
     await writer.close()
     await executor.close()
+
+
+
+class SilentExecutor(ThreadExecutor):
+    """Every transaction times out (a store that does not answer); counts the attempts."""
+
+    def __init__(self, path: Path) -> None:
+        engine = create_engine(f"sqlite:///{path}")
+        super().__init__(engine, engine)
+        self.attempts: list[int] = []
+
+    async def transaction(self, jobs: Any) -> list[Any]:
+        self.attempts.append(len(jobs))
+        raise TimeoutError("the store did not answer")
+
+
+async def test_a_batch_that_times_out_fails_whole_without_waiting_again_per_job(
+    tmp_path: Path,
+) -> None:
+    """A store that does not answer is not one bad job: retrying each job alone would wait
+    the timeout once more per job."""
+    executor = SilentExecutor(tmp_path / "w.db")
+    writer = GroupWriter(executor)
+    writes = [writer.start(insert(k)) for k in range(5)]  # type: ignore[arg-type]
+    results = await asyncio.gather(*writes, return_exceptions=True)
+    assert all(isinstance(r, TimeoutError) for r in results)
+    assert executor.attempts == [5]  # one transaction for the batch, none per job
+    await writer.close()
+    await executor.close()
