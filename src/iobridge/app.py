@@ -41,7 +41,6 @@ from iobridge.errors import (
     NotFoundError,
     PayloadTooLarge,
     ServiceUnavailable,
-    TooManyRequests,
 )
 from iobridge.observability.metrics import Metrics
 from iobridge.protocol.bodies import Body
@@ -56,6 +55,7 @@ from iobridge.runtime.replica_messages import (
     AttachFollower,
     CancelRun,
     DetachFollower,
+    RoomForFollower,
     RunCommand,
     SubmitToolResult,
 )
@@ -285,6 +285,9 @@ class Backend:
             owner=principal.id,
             resource_id=resource_id,
             tool_result_mode=tool_result_mode,
+            # Auth mode none: every caller is one principal, a deployment's own auth in front
+            # tells its users apart by resourceId; the per-caller limit counts those.
+            caller=resource_id if self.authenticator.mode == "none" else principal.id,
         )
 
     async def follow(
@@ -407,17 +410,26 @@ class Backend:
             # The mirror may lag what the client saw on the owner: a live run waits for it.
             if after < 0 or (after > last and run.ended):
                 raise _bad_cursor()
+            if not run.ended:
+                await self._room_elsewhere(run)
         else:
             first, last = run.log.first_seq, run.log.last_seq
             if not 0 <= after <= last:
                 raise _bad_cursor()
-            if run.subscribers >= self.settings.max_followers_per_run:
-                raise TooManyRequests(
-                    "this run has too many followers", code="TOO_MANY_FOLLOWERS"
-                )
+            self.runtime.room_for_follower(run)
         if after < first - 1:
             raise EventsNotRetained(first)
         return run, after
+
+    async def _room_elsewhere(self, run: RemoteRun) -> None:
+        """The owner counts a live run's followers on every replica (``TOO_MANY_FOLLOWERS``);
+        an owner that does not answer has no followers to protect (the run ends lost)."""
+        try:
+            answer = await self.cluster.ask(RoomForFollower(owner=run.owner, run=run.run_id))
+        except ServiceUnavailable:
+            return
+        if answer is not None:
+            answer.unwrap()
 
     async def cancel_run(self, principal: Principal, run_id: str) -> bool:
         """Stop the caller's run (wherever it runs); ``False`` if it had already ended.

@@ -21,7 +21,7 @@ from iobridge.app import Backend
 from iobridge.auth import ANONYMOUS
 from iobridge.cluster.redis import MIRROR_DELAY
 from iobridge.config import Settings
-from iobridge.errors import ConflictError, EventsNotRetained, NotFoundError
+from iobridge.errors import ConflictError, EventsNotRetained, NotFoundError, TooManyRequests
 from iobridge.runtime.cluster import LocalCluster, RemoteRun
 from iobridge.runtime.runlog import DEFAULT_BATCH_BYTES
 
@@ -333,3 +333,47 @@ async def test_a_result_and_a_cancel_cross_replicas_typed_and_whole(tmp_path: Pa
             await asyncio.wait_for(asyncio.shield(run.task), 5)
             assert json.loads(run.log.entries()[-1][1])["outcome"] == {"type": "cancelled"}
             assert await b.cancel_run(ANONYMOUS, "r") is False
+
+
+async def test_max_followers_per_run_counts_the_followers_of_every_replica(
+    tmp_path: Path,
+) -> None:
+    """The owner counts a live run's followers wherever they follow from: with the limit at
+    2, one follower here and one on another replica leave room for none, on either."""
+    release = asyncio.Event()
+
+    async def parked(ctx: Any) -> AsyncIterator[str]:
+        yield "waiting"
+        await release.wait()
+        yield "done"
+
+    with redis_server(tmp_path) as url:
+        settings = Settings(database_url="memory://", redis_url=url, redis_prefix="fol",
+                            max_followers_per_run=2)
+        agent = FunctionAgent(parked, id="parked")
+        async with Backend(settings, agents=[agent]) as a, Backend(settings,
+                                                                   agents=[agent]) as b:
+            body = {"threadId": "t", "runId": "r", "agentId": "parked", "messages": [
+                {"id": "u", "role": "user", "content": "go"}]}
+            run = await a.start_run(ANONYMOUS, body)
+            here, _ = await a.resume(ANONYMOUS, "r", None)
+            there, _ = await b.resume(ANONYMOUS, "r", None)
+            assert isinstance(there, RemoteRun)
+            sinks = [CollectingSink(), CollectingSink()]
+            following = [asyncio.create_task(a.follow(here, sinks[0])),
+                         asyncio.create_task(b.follow(there, sinks[1]))]
+            for _ in range(500):  # the remote follower's attach reaches the owner
+                if run.subscribers == 2:
+                    break
+                await asyncio.sleep(0.01)
+            assert run.subscribers == 2
+            for replica in (a, b):
+                with pytest.raises(TooManyRequests) as full:
+                    await replica.resume(ANONYMOUS, "r", None)
+                assert full.value.code == "TOO_MANY_FOLLOWERS"
+            release.set()
+            await asyncio.gather(*following)
+            assert sinks[0].events == run.log.entries()
+            # An ended run has no followers to protect: replayed from the shared log.
+            ended, _ = await b.resume(ANONYMOUS, "r", None)
+            assert isinstance(ended, RemoteRun) and ended.ended

@@ -4,6 +4,7 @@ thread held until stored, bounded memory, admission limits, and no dangling call
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import threading
@@ -279,6 +280,43 @@ async def test_runs_over_the_per_principal_limit_are_429_and_store_nothing(serve
             "/io-bridge/run", json=run_body("hi", thread_id="tb", run_id="rb"), headers=alice
         )
         assert parse_sse(again.text)[-1]["type"] == "RUN_FINISHED"
+
+
+async def _park(client: httpx.AsyncClient, stack: contextlib.AsyncExitStack, n: int,
+                resource: str) -> None:
+    """Start a run that waits on a frontend tool (held by its open stream)."""
+    body = run_body("get_weather", tools=[WEATHER], thread_id=f"tp{n}", run_id=f"rp{n}",
+                    resourceId=resource)
+    stream = await stack.enter_async_context(client.stream("POST", "/io-bridge/run", json=body))
+    assert stream.status_code == 200
+    async for event in _events(stream):
+        if event["type"] == "TOOL_CALL_END":
+            return
+
+
+async def test_in_auth_none_the_per_principal_limit_counts_per_resource_id(serve: Any) -> None:
+    """Auth mode none: every caller is one principal; a deployment with its own auth in
+    front tells its users apart by resourceId, and the limit counts those (issue 34)."""
+    server = serve(max_active_runs_per_principal=2)
+    async with (
+        httpx.AsyncClient(base_url=server.url, timeout=10) as client,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        for n, resource in enumerate(["u1", "u2", "u3"]):  # three users: all start
+            await _park(client, stack, n, resource)
+        assert server.runtime.active_runs == 3
+        for n in (3, 4):  # two of one user: both start
+            await _park(client, stack, n, "shared")
+        over = await client.post("/io-bridge/run", json=run_body(
+            "hi", thread_id="tp5", run_id="rp5", resourceId="shared"))
+        assert over.status_code == 429
+        assert over.json()["error"]["code"] == "TOO_MANY_RUNS"
+        # Without a resourceId the run acts for (and counts against) the default resource.
+        for n in (6, 7):
+            await _park(client, stack, n, "default")
+        no_resource = await client.post("/io-bridge/run", json=run_body(
+            "hi", thread_id="tp8", run_id="rp8"))
+        assert no_resource.status_code == 429
 
 
 async def test_runs_over_the_total_limit_are_429(serve: Any) -> None:

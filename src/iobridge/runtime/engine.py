@@ -21,7 +21,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from iobridge.config import Settings
-from iobridge.errors import IobridgeError, NotFoundError
+from iobridge.errors import IobridgeError, NotFoundError, TooManyRequests
 from iobridge.observability.metrics import EngineSample, Metrics
 from iobridge.protocol.tool_results import ToolResult
 from iobridge.runtime.admission import Admission
@@ -33,6 +33,7 @@ from iobridge.runtime.replica_messages import (
     AttachFollower,
     CancelRun,
     DetachFollower,
+    RoomForFollower,
     RunCommand,
     SubmitToolResult,
 )
@@ -101,15 +102,17 @@ class Runtime:
         owner: str,
         resource_id: str,
         tool_result_mode: ToolResultMode | None = None,
+        caller: str | None = None,
     ) -> Run:
         """Start the run (:meth:`Execution.start`); its events appear in ``run.log``.
 
         ``tool_result_mode`` is the transport's default frontend-tool mode (N-PAMP: results
         come in the next run); ``forwardedProps.toolResultMode`` and the agent's own win.
+        ``caller``: whom the run counts against per caller (default: ``owner``).
         """
         execution = Execution(
             self, run_input, options, agent, owner=owner, resource_id=resource_id,
-            tool_result_mode=tool_result_mode,
+            tool_result_mode=tool_result_mode, caller=caller,
         )
         return await execution.start()
 
@@ -217,6 +220,8 @@ class Runtime:
                     return Answer(value=self.cancel(run))
                 case SubmitToolResult(call=call, result=result):
                     self.submit_tool_result(run, call, result)
+                case RoomForFollower():
+                    self.room_for_follower(run)
                 case AttachFollower():
                     self.attach(run)
                 case DetachFollower(grace=grace):
@@ -232,6 +237,16 @@ class Runtime:
         run.stop_reason = run.stop_reason or reason
         run.task.cancel()
         return True
+
+    def room_for_follower(self, run: Run) -> None:
+        """Check that one more client may follow ``run`` (its followers here and on other
+        replicas: theirs attach here too).
+
+        Raises:
+            TooManyRequests: it has ``max_followers_per_run`` (``TOO_MANY_FOLLOWERS``).
+        """
+        if run.subscribers >= self.settings.max_followers_per_run:
+            raise TooManyRequests("this run has too many followers", code="TOO_MANY_FOLLOWERS")
 
     def attach(self, run: Run) -> None:
         """A transport starts following the run."""

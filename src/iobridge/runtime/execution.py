@@ -72,6 +72,8 @@ class Execution:
         resource_id: The resource it acts for (its thread's owner).
         tool_result_mode: The transport's default frontend-tool mode;
             ``forwardedProps.toolResultMode`` and the agent's own win.
+        caller: Whom the run counts against in ``max_active_runs_per_principal``
+            (default: ``owner``).
     """
 
     def __init__(
@@ -84,6 +86,7 @@ class Execution:
         owner: str,
         resource_id: str,
         tool_result_mode: ToolResultMode | None = None,
+        caller: str | None = None,
     ) -> None:
         self.runtime = runtime
         self.input = run_input
@@ -92,6 +95,7 @@ class Execution:
         self.owner = owner
         self.resource_id = resource_id
         self.key: RunKey = (owner, run_input.run_id)
+        self.caller = owner if caller is None else caller
         self.mode: ToolResultMode = (
             options.tool_result_mode
             or agent.tool_result_mode
@@ -139,7 +143,8 @@ class Execution:
         awaited, so two requests cannot both pass)."""
         runtime = self.runtime
         self._ticket = runtime.admission.admit(
-            self.key, (self.resource_id, self.input.thread_id), live=runtime.is_live(self.key)
+            self.key, (self.resource_id, self.input.thread_id), live=runtime.is_live(self.key),
+            caller=self.caller,
         )
         self._admitted = time.perf_counter()
         return self._ticket
