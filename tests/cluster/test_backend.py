@@ -377,3 +377,46 @@ async def test_max_followers_per_run_counts_the_followers_of_every_replica(
             # An ended run has no followers to protect: replayed from the shared log.
             ended, _ = await b.resume(ANONYMOUS, "r", None)
             assert isinstance(ended, RemoteRun) and ended.ended
+
+
+async def test_a_replica_whose_claim_expired_does_not_release_its_successor_s(
+    tmp_path: Path,
+) -> None:
+    """The release compares before it deletes: A's thread lock expired (a pause longer than
+    the lost bound), B took the thread, then A's run ends: B's lock stays, the thread stays
+    busy on every replica until B's run is stored."""
+    gates = {"a": asyncio.Event(), "b": asyncio.Event()}
+
+    async def parked(ctx: Any) -> AsyncIterator[str]:
+        yield "waiting"
+        await gates[ctx.run_id[0]].wait()
+        yield "done"
+
+    with redis_server(tmp_path) as url:
+        redis = aioredis.from_url(url)
+        settings = Settings(database_url="memory://", redis_url=url, redis_prefix="lk")
+        agent = FunctionAgent(parked, id="parked")
+        try:
+            async with Backend(settings, agents=[agent]) as a, Backend(settings,
+                                                                       agents=[agent]) as b:
+                def body(run_id: str) -> dict[str, Any]:
+                    return {"threadId": "t", "runId": run_id, "agentId": "parked",
+                            "messages": [{"id": f"u-{run_id}", "role": "user",
+                                          "content": "go"}]}
+
+                first = await a.start_run(ANONYMOUS, body("a1"))
+                (lock,) = await redis.keys("lk:thread:*")
+                await redis.delete(lock)  # A's claim on the thread expired
+                second = await b.start_run(ANONYMOUS, body("b1"))  # B takes the thread
+                held = await redis.get(lock)
+                gates["a"].set()
+                await first.task  # A stores its run and releases what it still thinks it holds
+                assert await redis.get(lock) == held  # B's lock, untouched
+                with pytest.raises(ConflictError) as busy:
+                    await a.start_run(ANONYMOUS, body("a2"))
+                assert busy.value.code == "THREAD_BUSY"
+                gates["b"].set()
+                await second.task
+                assert await redis.get(lock) is None  # B released its own
+        finally:
+            await redis.aclose()
