@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.helpers import LiveServer, parse_sse, run_body
+from tests.helpers import LiveServer, app_client, parse_sse, run_body
 
 from iobridge.agents.context import RunContext
 from iobridge.agents.function import FunctionAgent
@@ -335,16 +335,14 @@ async def test_runs_over_the_total_limit_are_429(serve: Any) -> None:
             "code": "TOO_MANY_RUNS", "message": "the server is running as many runs as it may"}
 
 
-async def test_new_runs_during_shutdown_are_503_with_retry_after(serve: Any) -> None:
-    server = serve()
-    backend = server.app.state.backend
-    async with httpx.AsyncClient(base_url=server.url) as client:
-        backend.admitting = False  # what Backend.shutdown sets first
-        try:
-            refused = await client.post("/io-bridge/run", json=run_body("hi"))
-            ready = await client.get("/readyz")
-        finally:
-            backend.admitting = True
+async def test_new_runs_during_shutdown_are_503_with_retry_after() -> None:
+    """``Backend.shutdown`` itself stops admission (the test does not set the flag)."""
+    app = create_app(Backend(Settings(database_url="memory://", drain_seconds=0)))
+    async with app_client(app) as client:
+        assert (await client.get("/readyz")).status_code == 200
+        await app.state.backend.shutdown()
+        refused = await client.post("/io-bridge/run", json=run_body("hi"))
+        ready = await client.get("/readyz")
         assert refused.status_code == 503
         assert refused.json()["error"]["code"] == "SERVER_SHUTTING_DOWN"
         assert refused.headers["retry-after"] == "5"
