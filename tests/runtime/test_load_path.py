@@ -193,6 +193,18 @@ async def test_a_resume_before_the_run_log_window_is_410(serve: Any) -> None:
         frames = [f.split("\n") for f in tail.text.split("\n\n") if f]
         assert [f[0] for f in frames] == ["id: 301", "id: 302", "id: 303", "id: 304"]
         assert json.loads(frames[-1][1].removeprefix("data: "))["type"] == "RUN_FINISHED"
+        # At the window's edge: the cursor just before the first retained event replays it
+        # whole; one further back would leave a gap, so it is 410.
+        first = server.run("r1").log.first_seq
+        assert first > 2
+        edge = await client.get("/io-bridge/runs/r1/events",
+                                headers={"Last-Event-ID": str(first - 1)})
+        assert edge.status_code == 200
+        replayed = [f.split("\n")[0] for f in edge.text.split("\n\n") if f]
+        assert replayed[0] == f"id: {first}" and replayed[-1] == "id: 304"
+        gap = await client.get("/io-bridge/runs/r1/events",
+                               headers={"Last-Event-ID": str(first - 2)})
+        assert gap.status_code == 410
     run = server.run("r1")
     assert run.log.nbytes <= 8192 and run.log.last_seq == 304
 
