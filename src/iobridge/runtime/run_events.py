@@ -31,6 +31,11 @@ def _new_id() -> str:
     return uuid.uuid4().hex
 
 
+def _unencodable_terminal() -> Event:
+    """What replaces a terminal event that cannot be encoded (a ``result`` nested too deep)."""
+    return ev.run_error("The run's terminal event could not be encoded.", "AGENT_ERROR")
+
+
 class RunEvents:
     """The event side of one run: outputs to guarded, encoded, logged events.
 
@@ -97,7 +102,15 @@ class RunEvents:
             # What the guard closes on the way to RUN_ERROR was cut short: not persisted.
             self.transcript.seal(complete=False)
         for event in events:
-            data = encode_event(event)
+            try:
+                data = encode_event(event)
+            except TypeError:  # orjson: nested past its depth limit, or not JSON
+                if event["type"] not in ev.TERMINAL_TYPES:
+                    raise  # the agent fails; its RUN_ERROR is encoded below
+                # The guard has ended: without this the run would end with no terminal event.
+                event = _unencodable_terminal()
+                self.transcript.seal(complete=False)
+                data = encode_event(event)
             if has_nul_escape(data):
                 # U+0000 from the agent: replaced on the wire and in the transcript alike,
                 # so the thread can store what the client saw (no store holds U+0000).
@@ -122,8 +135,12 @@ class RunEvents:
                 log.append(data)
 
     def release_terminal(self) -> None:
-        """Append the held terminal event and close the log (the run is over)."""
+        """Append the held terminal event and close the log (the run is over); a run that
+        has none gets a last-resort RUN_ERROR, so every follower and resume sees one."""
         log = self.log
+        if self._terminal is None and not log.closed:
+            self._append([ev.run_error("The run ended without a terminal event.",
+                                       "AGENT_ERROR")])
         if self._terminal is not None and not log.closed:
             log.append(self._terminal)
         log.close()
