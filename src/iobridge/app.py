@@ -26,7 +26,7 @@ import uuid
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import orjson
 
@@ -76,6 +76,7 @@ __all__ = [
 
 #: What ``resume`` hands a transport: a run of this process, or one another replica drives.
 FollowedRun = Run | RemoteRun
+_SomeRun = TypeVar("_SomeRun", Run, RemoteRun)
 
 logger = logging.getLogger("iobridge")
 
@@ -364,12 +365,19 @@ class Backend:
             logger.warning("could not tell replica %s about a follower", run.replica)
 
     def get_run(self, principal: Principal, run_id: str) -> Run:
-        """A live or retained run the caller started, in this process.
+        """A live or retained run the caller started, in this process, for a resource the
+        caller may act for (a member of a shared principal sees only her resources' runs).
 
         Raises:
             NotFoundError: unknown, expired, or someone else's (404, alike).
         """
-        return self.runtime.get_run(principal.id, run_id)
+        return self._visible(principal, self.runtime.get_run(principal.id, run_id))
+
+    def _visible(self, principal: Principal, run: _SomeRun) -> _SomeRun:
+        """``run`` if ``principal`` may act for its resource; else missing, exactly alike."""
+        if not self.authenticator.can_access(principal, run.resource_id):
+            raise NotFoundError("unknown run", code="RUN_NOT_FOUND")
+        return run
 
     async def find_run(self, principal: Principal, run_id: str) -> FollowedRun:
         """The caller's run here, or on another replica (through the shared record).
@@ -378,12 +386,13 @@ class Backend:
             NotFoundError: unknown, expired, or someone else's (404, alike).
         """
         try:
-            return self.runtime.get_run(principal.id, run_id)
+            run = self.runtime.get_run(principal.id, run_id)
         except NotFoundError:
             remote = await self.cluster.find(principal.id, run_id)
             if remote is None:
                 raise
-            return remote
+            return self._visible(principal, remote)
+        return self._visible(principal, run)
 
     async def resume(
         self, principal: Principal, run_id: str, cursor: str | int | None
@@ -438,9 +447,11 @@ class Backend:
             NotFoundError: no such run for this caller.
         """
         try:
-            run = self.runtime.get_run(principal.id, run_id)
+            run = self.get_run(principal, run_id)
         except NotFoundError:
-            answer = await self.cluster.ask(CancelRun(owner=principal.id, run=run_id))
+            answer = await self.cluster.ask(
+                CancelRun(owner=principal.id, run=run_id, resources=_resources(principal))
+            )
             if answer is None:
                 raise
             return bool(answer.unwrap())
@@ -459,10 +470,11 @@ class Backend:
         """
         result = parse_tool_result(body)
         try:
-            run = self.runtime.get_run(principal.id, run_id)
+            run = self.get_run(principal, run_id)
         except NotFoundError:
             command = SubmitToolResult(
-                owner=principal.id, run=run_id, call=tool_call_id, result=result
+                owner=principal.id, run=run_id, call=tool_call_id, result=result,
+                resources=_resources(principal),
             )
             answer = await self.cluster.ask(command)
             if answer is None:
@@ -688,6 +700,12 @@ def _ends(run: FollowedRun, seq: int) -> bool:
         return False
     log = run.log
     return log.closed and seq == log.last_seq
+
+
+def _resources(principal: Principal) -> list[str] | None:
+    """What a command for another replica's run says the caller may act for."""
+    allowed = principal.resource_ids
+    return None if allowed is None else sorted(allowed)
 
 
 def _bad_cursor() -> InputError:

@@ -285,6 +285,7 @@ async def test_the_shared_log_keeps_at_most_max_run_log_bytes(
                 [record] = await redis.keys("bound:run:*long")
                 assert await redis.hget(record, "first") == str(first).encode()
                 remote = RemoteRun(run_id="long", thread_id="t", owner=run.owner,
+                                   resource_id=run.resource_id,
                                    replica="elsewhere", first_seq=first,
                                    last_seq=run.log.last_seq, ended=True)
                 with pytest.raises(EventsNotRetained) as trimmed:

@@ -88,7 +88,7 @@ if not redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return 2 en
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('DEL', KEYS[3], KEYS[4])
 redis.call('HSET', KEYS[3], 'replica', ARGV[3], 'thread', ARGV[4], 'token', ARGV[1],
-           'first', 1, 'last', 0, 'bytes', 0)
+           'first', 1, 'last', 0, 'bytes', 0, 'resource', ARGV[6])
 redis.call('PEXPIRE', KEYS[3], ARGV[5])
 return 0
 """
@@ -415,7 +415,8 @@ class RedisCluster:
         try:
             status = await self._batched(
                 self._claim, keys,
-                (token, self._lock_arg, self._replica_arg, thread_id.encode(), self._ttl_arg),
+                (token, self._lock_arg, self._replica_arg, thread_id.encode(), self._ttl_arg,
+                 resource_id.encode()),
             )
         except (RedisError, OSError):
             logger.warning("claim: Redis does not answer", exc_info=True)
@@ -519,16 +520,19 @@ class RedisCluster:
     async def find(self, owner: str, run_id: str) -> RemoteRun | None:
         try:
             fields = await self._redis.hmget(
-                self._key("run", owner, run_id), ["replica", "thread", "first", "last", "end"]
+                self._key("run", owner, run_id),
+                ["replica", "thread", "first", "last", "end", "resource"],
             )
         except (RedisError, OSError):
             raise _unavailable() from None
-        replica, thread, first, last, end = fields
+        replica, thread, first, last, end, resource = fields
         if replica is None or replica.decode() == self.replica_id:
             return None  # unknown, or ours and no longer retained
         return RemoteRun(
             run_id=run_id, thread_id=thread.decode(), owner=owner, replica=replica.decode(),
             first_seq=int(first), last_seq=int(last), ended=end is not None,
+            # A record without one (an older replica's) is seen by unrestricted callers only.
+            resource_id=resource.decode() if resource is not None else "",
         )
 
     async def follow(

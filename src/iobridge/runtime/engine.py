@@ -215,6 +215,8 @@ class Runtime:
         """Act for another replica on one of this process's runs; errors become answers."""
         try:
             run = self.get_run(command.owner, command.run)
+            if command.resources is not None and run.resource_id not in command.resources:
+                raise NotFoundError("unknown run", code="RUN_NOT_FOUND")
             match command:
                 case CancelRun():
                     return Answer(value=self.cancel(run))

@@ -44,6 +44,9 @@ class _ForRun(_Message):
     #: The run's key on its owner: the principal that started it, and its runId.
     owner: str
     run: str
+    #: The resources the asking caller may act for (``None``: any); a run of another
+    #: resource is answered as missing.
+    resources: list[str] | None = None
 
 
 class CancelRun(_ForRun):
