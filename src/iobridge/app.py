@@ -27,7 +27,7 @@ import uuid
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import orjson
 
@@ -43,7 +43,6 @@ from iobridge.errors import (
     NotFoundError,
     PayloadTooLarge,
     ServiceUnavailable,
-    TooManyRequests,
 )
 from iobridge.observability.metrics import Metrics
 from iobridge.protocol.bodies import Body
@@ -61,6 +60,7 @@ from iobridge.runtime.replica_messages import (
     AttachFollower,
     CancelRun,
     DetachFollower,
+    RoomForFollower,
     RunCommand,
     SubmitToolResult,
 )
@@ -89,6 +89,7 @@ __all__ = [
 
 #: What ``resume`` hands a transport: a run of this process, or one another replica drives.
 FollowedRun = Run | RemoteRun
+_SomeRun = TypeVar("_SomeRun", Run, RemoteRun)
 
 logger = logging.getLogger("iobridge")
 
@@ -180,12 +181,15 @@ class Backend:
         stack = AsyncExitStack()
         try:
             if self._given_store is None:
-                self._store = await open_store(self.settings.database_url)
+                self._store = await open_store(
+                    self.settings.database_url, timeout=self.settings.store_timeout_seconds
+                )
                 stack.push_async_callback(self._store.close)
             self.runtime.memory = StoreMemory(
                 self.store, self.metrics, max_interrupt_bytes=self.settings.max_interrupt_bytes,
                 max_branches=self.settings.max_branches_per_thread,
                 diverging=self.settings.diverging_history,
+                timeout=self.settings.store_timeout_seconds,
             )
             if self.settings.redis_url is not None:
                 from iobridge.cluster.redis import RedisCluster
@@ -240,6 +244,8 @@ class Backend:
         """Why the backend cannot serve now (``None``: it can)."""
         if not self.admitting:
             return "shutting down"
+        if self.runtime.writes_failing():
+            return "the store refuses writes"
         begun = time.perf_counter()
         try:
             await asyncio.wait_for(self.store.get_thread("readyz"), READY_TIMEOUT)
@@ -319,6 +325,9 @@ class Backend:
             owner=principal.id,
             resource_id=resource_id,
             tool_result_mode=tool_result_mode,
+            # Auth mode none: every caller is one principal, a deployment's own auth in front
+            # tells its users apart by resourceId; the per-caller limit counts those.
+            caller=resource_id if self.authenticator.mode == "none" else principal.id,
         )
 
     async def follow(
@@ -403,12 +412,19 @@ class Backend:
             logger.warning("could not tell replica %s about a follower", run.replica)
 
     def get_run(self, principal: Principal, run_id: str) -> Run:
-        """A live or retained run the caller started, in this process.
+        """A live or retained run the caller started, in this process, for a resource the
+        caller may act for (a member of a shared principal sees only her resources' runs).
 
         Raises:
             NotFoundError: unknown, expired, or someone else's (404, alike).
         """
-        return self.runtime.get_run(principal.id, run_id)
+        return self._visible(principal, self.runtime.get_run(principal.id, run_id))
+
+    def _visible(self, principal: Principal, run: _SomeRun) -> _SomeRun:
+        """``run`` if ``principal`` may act for its resource; else missing, exactly alike."""
+        if not self.authenticator.can_access(principal, run.resource_id):
+            raise NotFoundError("unknown run", code="RUN_NOT_FOUND")
+        return run
 
     async def find_run(self, principal: Principal, run_id: str) -> FollowedRun:
         """The caller's run here, or on another replica (through the shared record).
@@ -417,12 +433,13 @@ class Backend:
             NotFoundError: unknown, expired, or someone else's (404, alike).
         """
         try:
-            return self.runtime.get_run(principal.id, run_id)
+            run = self.runtime.get_run(principal.id, run_id)
         except NotFoundError:
             remote = await self.cluster.find(principal.id, run_id)
             if remote is None:
                 raise
-            return remote
+            return self._visible(principal, remote)
+        return self._visible(principal, run)
 
     async def resume(
         self, principal: Principal, run_id: str, cursor: str | int | None
@@ -449,17 +466,26 @@ class Backend:
             # The mirror may lag what the client saw on the owner: a live run waits for it.
             if after < 0 or (after > last and run.ended):
                 raise _bad_cursor()
+            if not run.ended:
+                await self._room_elsewhere(run)
         else:
             first, last = run.log.first_seq, run.log.last_seq
             if not 0 <= after <= last:
                 raise _bad_cursor()
-            if run.subscribers >= self.settings.max_followers_per_run:
-                raise TooManyRequests(
-                    "this run has too many followers", code="TOO_MANY_FOLLOWERS"
-                )
+            self.runtime.room_for_follower(run)
         if after < first - 1:
             raise EventsNotRetained(first)
         return run, after
+
+    async def _room_elsewhere(self, run: RemoteRun) -> None:
+        """The owner counts a live run's followers on every replica (``TOO_MANY_FOLLOWERS``);
+        an owner that does not answer has no followers to protect (the run ends lost)."""
+        try:
+            answer = await self.cluster.ask(RoomForFollower(owner=run.owner, run=run.run_id))
+        except ServiceUnavailable:
+            return
+        if answer is not None:
+            answer.unwrap()
 
     async def cancel_run(self, principal: Principal, run_id: str) -> bool:
         """Stop the caller's run (wherever it runs); ``False`` if it had already ended.
@@ -468,9 +494,11 @@ class Backend:
             NotFoundError: no such run for this caller.
         """
         try:
-            run = self.runtime.get_run(principal.id, run_id)
+            run = self.get_run(principal, run_id)
         except NotFoundError:
-            answer = await self.cluster.ask(CancelRun(owner=principal.id, run=run_id))
+            answer = await self.cluster.ask(
+                CancelRun(owner=principal.id, run=run_id, resources=_resources(principal))
+            )
             if answer is None:
                 raise
             return bool(answer.unwrap())
@@ -491,10 +519,11 @@ class Backend:
         if result.parts is not None:
             check_result_media(result.parts, self._media_limits())
         try:
-            run = self.runtime.get_run(principal.id, run_id)
+            run = self.get_run(principal, run_id)
         except NotFoundError:
             command = SubmitToolResult(
-                owner=principal.id, run=run_id, call=tool_call_id, result=result
+                owner=principal.id, run=run_id, call=tool_call_id, result=result,
+                resources=_resources(principal),
             )
             answer = await self.cluster.ask(command)
             if answer is None:
@@ -792,6 +821,12 @@ def _ends(run: FollowedRun, seq: int) -> bool:
         return False
     log = run.log
     return log.closed and seq == log.last_seq
+
+
+def _resources(principal: Principal) -> list[str] | None:
+    """What a command for another replica's run says the caller may act for."""
+    allowed = principal.resource_ids
+    return None if allowed is None else sorted(allowed)
 
 
 def _bad_cursor() -> InputError:

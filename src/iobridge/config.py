@@ -17,7 +17,7 @@ from typing import Any, Literal, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from iobridge.auth import AuthSettings
+from iobridge.auth import AuthSettings, check_config_id
 from iobridge.protocol.guard import DEFAULT_MAX_STATE_BYTES
 from iobridge.protocol.json_limits import DEFAULT_MAX_JSON_DEPTH, MAX_JSON_DEPTH_SETTING
 from iobridge.protocol.media import DEFAULT_MAX_MEDIA_MESSAGE_BYTES, DEFAULT_MAX_MEDIA_PART_BYTES
@@ -87,7 +87,12 @@ class NpampPeer(BaseModel):
     def _not_empty(cls, value: list[str] | None) -> list[str] | None:
         if value is not None and not value:
             raise ValueError("resource_ids must not be empty (omit it to allow any)")
-        return value
+        return value if value is None else [check_config_id(v) for v in value]
+
+    @field_validator("principal", "default_resource")
+    @classmethod
+    def _usable(cls, value: str | None) -> str | None:
+        return value if value is None else check_config_id(value)
 
 
 class NpampOpaquePeer(BaseModel):
@@ -303,6 +308,10 @@ class Settings(BaseSettings):
     detach_grace_seconds: float = Field(default=0.0, ge=0)
     #: Thread store. ``memory`` keeps nothing across restarts.
     database_url: str = "sqlite:///./iobridge.db"
+    #: Seconds each store call made for a request may take (a run's thread read, its start
+    #: and end writes; every SQL read and transaction): past it a new run answers 503
+    #: ``STORE_UNAVAILABLE`` and a streaming run ends ``RUN_ERROR STORE_UNAVAILABLE``.
+    store_timeout_seconds: float = Field(default=5.0, gt=0)
     #: Redis shared by replicas and workers (``redis://host:6379/0``); unset: one process.
     redis_url: str | None = None
     #: Prefix of every Redis key, so deployments can share one Redis.

@@ -478,6 +478,26 @@ def test_an_invalid_outcome_is_dropped_from_run_finished(outcome: dict[str, Any]
         {**FINISHED, "result": "r"}]
 
 
+def test_ids_of_exactly_the_longest_length_are_kept() -> None:
+    """256 characters is a usable id (the stores' columns hold 256): the agent's ids are
+    streamed as given; 257 is refused (the test below)."""
+    longest = "m" * 256
+    call_id = "c" * 256
+    emitted = run(
+        text("START", longest), text("CONTENT", longest, delta="kept"), text("END", longest),
+        call("START", call_id, toolCallName="f", parentMessageId=longest), call("END", call_id),
+        {"type": "TOOL_CALL_RESULT", "toolCallId": call_id, "messageId": "r" * 256,
+         "content": "1"},
+    )
+    assert [e["type"] for e in body(emitted)] == [
+        "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END", "TOOL_CALL_START",
+        "TOOL_CALL_ARGS", "TOOL_CALL_END", "TOOL_CALL_RESULT"]
+    start, content, end, call_start, *_, result = body(emitted)
+    assert start["messageId"] == content["messageId"] == end["messageId"] == longest
+    assert call_start["toolCallId"] == call_id and call_start["parentMessageId"] == longest
+    assert result["toolCallId"] == call_id and result["messageId"] == "r" * 256
+
+
 @pytest.mark.parametrize("bad", ["", "a\nb", "x" * 257, "\ud800"])
 def test_ids_no_store_could_keep_are_refused_like_missing_ones(bad: str) -> None:
     """An agent's empty, non-printable or overlong message or tool-call id opens nothing

@@ -30,7 +30,13 @@ from iobridge.agents.base import Agent
 from iobridge.agents.capabilities import CapabilityError, validate_capabilities
 from iobridge.agents.mcp import build_mcp_toolsets
 from iobridge.agents.model import ModelAgent
-from iobridge.agents.providers import AgentConfigError, build_model, check_base_url
+from iobridge.agents.providers import (
+    ENV_NAME,
+    AgentConfigError,
+    build_model,
+    check_base_url,
+    values_from_env,
+)
 from iobridge.agents.pydantic_agent import PydanticAIAgent
 from iobridge.agents.tools import ServerTool, tool
 from iobridge.agents.upstream import (
@@ -52,7 +58,6 @@ from iobridge.typos import did_you_mean
 logger = logging.getLogger(__name__)
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Keys that would put a secret in the file.
 _SECRET_KEYS = frozenset({"api_key", "apiKey", "key", "token", "secret", "password"})
 _KEYS = frozenset({
@@ -287,7 +292,7 @@ def build_agent(
                 f"alias {alias!r} must be 1-64 letters, digits, '.', '_' or '-', not the id"
             )
     env = os.environ if environ is None else environ
-    if d.api_key_env is not None and not _ENV_NAME.match(d.api_key_env):
+    if d.api_key_env is not None and not ENV_NAME.match(d.api_key_env):
         # Never echo the value: it may well be a pasted key.
         raise AgentConfigError(
             "api_key_env must be the name of an environment variable (like OPENAI_API_KEY), "
@@ -490,15 +495,7 @@ def build_upstream_agent(
             "environment variable and name that variable in headers_env"
         )
     environ = os.environ if environ is None else environ
-    for name, env_name in _string_table(data, "headers_env").items():
-        if not _ENV_NAME.match(env_name):
-            raise AgentConfigError(
-                f"headers_env {name!r} must name an environment variable, not hold the value"
-            )
-        value = environ.get(env_name, "").strip()
-        if not value:
-            raise AgentConfigError(f"environment variable {env_name} is not set (header {name})")
-        headers[name] = value
+    headers.update(values_from_env(_string_table(data, "headers_env"), environ, "headers_env"))
     try:
         mode = parse_tool_result_mode(
             _check_str(data, "tool_result_mode"), where="tool_result_mode"

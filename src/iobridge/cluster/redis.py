@@ -107,13 +107,14 @@ local function take()
   redis.call('SET', KEYS[6], ARGV[6], 'PX', ARGV[5])
   redis.call('DEL', KEYS[3], KEYS[4])
   redis.call('HSET', KEYS[3], 'replica', ARGV[3], 'thread', ARGV[4], 'token', ARGV[1],
-             'first', 1, 'last', 0, 'bytes', 0)
+             'first', 1, 'last', 0, 'bytes', 0, 'resource', ARGV[10])
   redis.call('PEXPIRE', KEYS[3], ARGV[5])
   return true
 end
 """
 #: KEYS live, thread, rec, log, queue, holder, queue counter; ARGV token, lock px, replica,
-#: threadId, ttl, holder, mode (reject | enqueue | front), queue bound, heartbeat prefix.
+#: threadId, ttl, holder, mode (reject | enqueue | front), queue bound, heartbeat prefix,
+#: resourceId (kept in the record: whose run it is, for callers on other replicas).
 #: {0}: claimed; {1}: runId live; {2}: busy; {3}: queue full; {4, holder}: queued.
 _CLAIM = _QUEUE_HEAD + _TAKE_LOCK + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return {1} end
@@ -127,7 +128,7 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 -- The record tells other replicas where the queued run is (to cancel it there).
 redis.call('DEL', KEYS[3], KEYS[4])
 redis.call('HSET', KEYS[3], 'replica', ARGV[3], 'thread', ARGV[4], 'token', ARGV[1],
-           'first', 1, 'last', 0, 'bytes', 0)
+           'first', 1, 'last', 0, 'bytes', 0, 'resource', ARGV[10])
 redis.call('PEXPIRE', KEYS[3], ARGV[5])
 return {4, redis.call('GET', KEYS[6])}
 """
@@ -484,7 +485,8 @@ class RedisCluster:
         try:
             status = await self._batched(
                 self._claim, keys, (*self._claim_args(token, owner, run_id, thread_id), mode,
-                                    self._queue_bound_arg, self._beats_arg),
+                                    self._queue_bound_arg, self._beats_arg,
+                                    resource_id.encode()),
             )
         except (RedisError, OSError):
             logger.warning("claim: Redis does not answer", exc_info=True)
@@ -541,7 +543,7 @@ class RedisCluster:
         every heartbeat, for a lock that expired or a message that was lost)."""
         keys = self._claim_keys(place.owner, place.run_id, place.resource_id, place.thread_id)
         args = (*self._claim_args(place.token, place.owner, place.run_id, place.thread_id),
-                b"", b"", self._beats_arg)
+                b"", b"", self._beats_arg, place.resource_id.encode())
         freed = asyncio.Event()
         waiting = self._queued.setdefault(keys[1], set())
         waiting.add(freed)
@@ -680,16 +682,19 @@ class RedisCluster:
     async def find(self, owner: str, run_id: str) -> RemoteRun | None:
         try:
             fields = await self._redis.hmget(
-                self._key("run", owner, run_id), ["replica", "thread", "first", "last", "end"]
+                self._key("run", owner, run_id),
+                ["replica", "thread", "first", "last", "end", "resource"],
             )
         except (RedisError, OSError):
             raise _unavailable() from None
-        replica, thread, first, last, end = fields
+        replica, thread, first, last, end, resource = fields
         if replica is None or replica.decode() == self.replica_id:
             return None  # unknown, or ours and no longer retained
         return RemoteRun(
             run_id=run_id, thread_id=thread.decode(), owner=owner, replica=replica.decode(),
             first_seq=int(first), last_seq=int(last), ended=end is not None,
+            # A record without one (an older replica's) is seen by unrestricted callers only.
+            resource_id=resource.decode() if resource is not None else "",
         )
 
     async def follow(

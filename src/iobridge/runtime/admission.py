@@ -1,7 +1,8 @@
 """Admission: which runs may start, and what an admitted run holds until it is released.
 
 A run is admitted before anything is claimed or read: within the limits (runs producing
-events or waiting, in total and per owner), its runId not already live or starting for its
+events or waiting, in total and per caller: its owner, or the resource it acts for when every
+caller is one principal, auth mode ``none``), its runId not already live or starting for its
 owner. Its thread is then either free (the run holds it from now on) or busy with another
 run, and the run's ``multitaskStrategy`` decides (this is the one place that does):
 
@@ -59,6 +60,8 @@ class Ticket:
     key: RunKey
     thread: ThreadKey
     strategy: MultitaskStrategy = "reject"
+    #: Whom the run counts against (``max_active_runs_per_principal``; default: its owner).
+    caller: str = ""
     #: Set while the run waits for its thread here; done once the thread is passed to it.
     turn: asyncio.Future[None] | None = None
     #: The run holds its thread in this process.
@@ -87,8 +90,8 @@ class Admission:
         self._stop = stop
         self._holders: dict[ThreadKey, Ticket] = {}
         self._queues: dict[ThreadKey, deque[Ticket]] = {}
-        #: Admitted runs per owner, and in total.
-        self._per_owner: dict[str, int] = {}
+        #: Admitted runs per caller, and in total.
+        self._per_caller: dict[str, int] = {}
         self._total = 0
         #: Runs between admission and their first event (waiting, or their thread read).
         self._starting: dict[RunKey, Ticket] = {}
@@ -118,8 +121,10 @@ class Admission:
         live: bool,
         strategy: MultitaskStrategy = "reject",
         shared: bool = False,
+        caller: str | None = None,
     ) -> Ticket:
-        """Admit a run (``live``: a run with its key is live here already).
+        """Admit a run (``live``: a run with its key is live here already) counted against
+        ``caller`` (default: its owner).
 
         ``shared``: threads are locked cluster-wide; a busy thread here is left to the
         cluster's claim (the ticket then holds nothing) unless the strategy rejects.
@@ -130,16 +135,16 @@ class Admission:
             ConflictError: the runId is live or starting (``RUN_ALREADY_RUNNING``), or the
                 thread is busy and the strategy rejects (``THREAD_BUSY``).
         """
-        owner = key[0]
+        caller = key[0] if caller is None else caller
         if self._total >= self.settings.max_active_runs:
             raise TooManyRequests(
                 "the server is running as many runs as it may", code="TOO_MANY_RUNS"
             )
-        if self._per_owner.get(owner, 0) >= self.settings.max_active_runs_per_principal:
+        if self._per_caller.get(caller, 0) >= self.settings.max_active_runs_per_principal:
             raise TooManyRequests("too many runs at once for this caller", code="TOO_MANY_RUNS")
         if live or key in self._starting:
             raise ConflictError("a run with this runId is running", code="RUN_ALREADY_RUNNING")
-        ticket = Ticket(key, thread, strategy)
+        ticket = Ticket(key, thread, strategy, caller)
         holder = self._holders.get(thread)
         if holder is None:
             self._holders[thread] = ticket
@@ -149,7 +154,7 @@ class Admission:
         elif not shared:
             self._enqueue(ticket, holder)
         self._starting[key] = ticket
-        self._count(owner, +1)
+        self._count(caller, +1)
         return ticket
 
     def _enqueue(self, ticket: Ticket, holder: Ticket) -> None:
@@ -211,7 +216,7 @@ class Admission:
                     del self._queues[thread]
             ticket.turn.cancel()
         ticket.holding = False
-        self._count(ticket.owner, -1)
+        self._count(ticket.caller, -1)
 
     def _pass_on(self, thread: ThreadKey) -> None:
         """The thread's holder is done: the first run waiting gets it, else it is free."""
@@ -232,10 +237,10 @@ class Admission:
                 following, "rollback" if queue[0].strategy == "rollback" else "interrupt"
             )
 
-    def _count(self, owner: str, delta: int) -> None:
-        active = self._per_owner.get(owner, 0) + delta
+    def _count(self, caller: str, delta: int) -> None:
+        active = self._per_caller.get(caller, 0) + delta
         if active:
-            self._per_owner[owner] = active
+            self._per_caller[caller] = active
         else:
-            self._per_owner.pop(owner, None)
+            self._per_caller.pop(caller, None)
         self._total += delta

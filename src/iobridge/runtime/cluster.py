@@ -33,6 +33,8 @@ class RemoteRun:
     run_id: str
     thread_id: str
     owner: str
+    #: The resource the run acts for (who else of its owner may see it).
+    resource_id: str
     #: The replica that drives the run (where commands go).
     replica: str
     #: Sequence numbers of the first retained and the last mirrored event.

@@ -21,7 +21,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from iobridge.config import Settings
-from iobridge.errors import IobridgeError, NotFoundError
+from iobridge.errors import IobridgeError, NotFoundError, TooManyRequests
 from iobridge.observability.metrics import EngineSample, Metrics
 from iobridge.protocol.tool_results import ToolResult
 from iobridge.runtime.admission import Admission, StopRequest, Ticket
@@ -33,6 +33,7 @@ from iobridge.runtime.replica_messages import (
     AttachFollower,
     CancelRun,
     DetachFollower,
+    RoomForFollower,
     RunCommand,
     StopRun,
     SubmitToolResult,
@@ -45,6 +46,11 @@ if TYPE_CHECKING:
     from iobridge.protocol.options import RunOptions, ToolResultMode
     from iobridge.protocol.run_input import RunInput
     from iobridge.runtime.thread_memory import ThreadMemory
+
+
+#: Seconds the readiness check answers 503 after a run's end write failed, unless another
+#: succeeds first; then traffic is let back in, and a failing store turns it 503 again.
+WRITE_FAILURE_HOLD = 10.0
 
 
 class Runtime:
@@ -82,6 +88,8 @@ class Runtime:
         self._detach_timers: dict[RunKey, asyncio.TimerHandle] = {}
         #: Events of concluded runs per agent (live runs' are read from their logs).
         self._events: dict[str, int] = {}
+        #: When a run's end write last failed (monotonic), until one succeeds again.
+        self._write_failed_at: float | None = None
         self.metrics.watch(self._sample)
 
     # -- starting ----------------------------------------------------------------------
@@ -95,15 +103,17 @@ class Runtime:
         owner: str,
         resource_id: str,
         tool_result_mode: ToolResultMode | None = None,
+        caller: str | None = None,
     ) -> Run:
         """Start the run (:meth:`Execution.start`); its events appear in ``run.log``.
 
         ``tool_result_mode`` is the transport's default frontend-tool mode (N-PAMP: results
         come in the next run); ``forwardedProps.toolResultMode`` and the agent's own win.
+        ``caller``: whom the run counts against per caller (default: ``owner``).
         """
         execution = Execution(
             self, run_input, options, agent, owner=owner, resource_id=resource_id,
-            tool_result_mode=tool_result_mode,
+            tool_result_mode=tool_result_mode, caller=caller,
         )
         return await execution.start()
 
@@ -131,6 +141,18 @@ class Runtime:
         """The run is over (stored, released): keep it for resume within the bounds."""
         self._events[run.agent_id] = self._events.get(run.agent_id, 0) + run.log.last_seq
         self._retain(run)
+
+    def store_written(self, stored: bool) -> None:
+        """A run's end write settled: ``stored`` or failed (the readiness check reads it)."""
+        self._write_failed_at = None if stored else time.monotonic()
+
+    def writes_failing(self) -> bool:
+        """Whether the last run's end write failed within ``WRITE_FAILURE_HOLD`` seconds
+        (held, then probed again by traffic: recovery needs no restart)."""
+        failed = self._write_failed_at
+        if failed is not None and time.monotonic() - failed >= WRITE_FAILURE_HOLD:
+            self._write_failed_at = failed = None
+        return failed is not None
 
     # -- retention ---------------------------------------------------------------------
 
@@ -198,11 +220,15 @@ class Runtime:
             ))
         try:
             run = self.get_run(command.owner, command.run)
+            if command.resources is not None and run.resource_id not in command.resources:
+                raise NotFoundError("unknown run", code="RUN_NOT_FOUND")
             match command:
                 case CancelRun():
                     return Answer(value=self.cancel(run))
                 case SubmitToolResult(call=call, result=result):
                     self.submit_tool_result(run, call, result)
+                case RoomForFollower():
+                    self.room_for_follower(run)
                 case AttachFollower():
                     self.attach(run)
                 case DetachFollower(grace=grace):
@@ -240,6 +266,16 @@ class Runtime:
             return
         run.rollback = run.rollback or request == "rollback"
         self.cancel(run)
+
+    def room_for_follower(self, run: Run) -> None:
+        """Check that one more client may follow ``run`` (its followers here and on other
+        replicas: theirs attach here too).
+
+        Raises:
+            TooManyRequests: it has ``max_followers_per_run`` (``TOO_MANY_FOLLOWERS``).
+        """
+        if run.subscribers >= self.settings.max_followers_per_run:
+            raise TooManyRequests("this run has too many followers", code="TOO_MANY_FOLLOWERS")
 
     def attach(self, run: Run) -> None:
         """A transport starts following the run."""

@@ -9,7 +9,8 @@ The steps are methods, in the order they run:
    begun, the task that drives it started;
 5. ``drive`` (that task) — what the client is shown of the thread, then ``produce``: the
    agent's outputs through the guard into the log;
-6. ``save`` — what it produced stored (with unanswered frontend calls closed);
+6. ``save`` — what it produced stored (with unanswered frontend calls closed); a run whose
+   end write fails ends ``RUN_ERROR STORE_UNAVAILABLE`` instead of RUN_FINISHED;
 7. ``release`` — its thread and runId freed, its terminal event released, the run retained.
 
 A failure in ``claim`` or ``read`` undoes what the steps before took (``refuse``); from
@@ -73,6 +74,8 @@ class Execution:
         resource_id: The resource it acts for (its thread's owner).
         tool_result_mode: The transport's default frontend-tool mode;
             ``forwardedProps.toolResultMode`` and the agent's own win.
+        caller: Whom the run counts against in ``max_active_runs_per_principal``
+            (default: ``owner``).
     """
 
     def __init__(
@@ -85,6 +88,7 @@ class Execution:
         owner: str,
         resource_id: str,
         tool_result_mode: ToolResultMode | None = None,
+        caller: str | None = None,
     ) -> None:
         self.runtime = runtime
         self.input = run_input
@@ -93,6 +97,7 @@ class Execution:
         self.owner = owner
         self.resource_id = resource_id
         self.key: RunKey = (owner, run_input.run_id)
+        self.caller = owner if caller is None else caller
         self.mode: ToolResultMode = (
             options.tool_result_mode
             or agent.tool_result_mode
@@ -154,6 +159,7 @@ class Execution:
         self._ticket = runtime.admission.admit(
             self.key, (self.resource_id, self.input.thread_id), live=runtime.is_live(self.key),
             strategy=self.strategy, shared=runtime.cluster.distributed,
+            caller=self.caller,
         )
         self._admitted = time.perf_counter()
         return self._ticket
@@ -446,7 +452,10 @@ class Execution:
         )
         if write is not None:
             cancelled = await _settle(write) or cancelled
-            _log_failure(write, self.run)
+            stored = _log_failure(write, self.run)
+            self.runtime.store_written(stored)
+            if not stored:
+                events.not_stored()
         return cancelled
 
     def _close_unanswered(self) -> None:
@@ -503,11 +512,19 @@ def _run_context(run: Run) -> contextvars.Context:
     return context
 
 
-def _log_failure(write: asyncio.Future[Any], run: Run) -> None:
-    if not write.cancelled() and write.exception() is not None:
-        logger.error(
-            "could not store the messages of run %s", run.run_id, exc_info=write.exception()
-        )
+def _log_failure(write: asyncio.Future[None], run: Run) -> bool:
+    """Log why ``write`` failed; True if it stored what it had to."""
+    if write.cancelled():
+        return False
+    error = write.exception()
+    if error is None:
+        return True
+    if is_outage(error):  # no stack trace for a store that is down or too slow
+        logger.error("could not store the messages of run %s (%s: %s)",
+                     run.run_id, type(error).__name__, error)
+    else:
+        logger.error("could not store the messages of run %s", run.run_id, exc_info=error)
+    return False
 
 
 async def _settle(task: asyncio.Future[Any]) -> bool:

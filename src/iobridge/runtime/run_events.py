@@ -32,6 +32,11 @@ def _new_id() -> str:
     return uuid.uuid4().hex
 
 
+def _unencodable_terminal() -> Event:
+    """What replaces a terminal event that cannot be encoded (a ``result`` nested too deep)."""
+    return ev.run_error("The run's terminal event could not be encoded.", "AGENT_ERROR")
+
+
 class RunEvents:
     """The event side of one run: outputs to guarded, encoded, logged events.
 
@@ -105,7 +110,15 @@ class RunEvents:
             # What the guard closes on the way to RUN_ERROR was cut short: not persisted.
             self.transcript.seal(complete=False)
         for event in events:
-            data = encode_event(event)
+            try:
+                data = encode_event(event)
+            except TypeError:  # orjson: nested past its depth limit, or not JSON
+                if event["type"] not in ev.TERMINAL_TYPES:
+                    raise  # the agent fails; its RUN_ERROR is encoded below
+                # The guard has ended: without this the run would end with no terminal event.
+                event = _unencodable_terminal()
+                self.transcript.seal(complete=False)
+                data = encode_event(event)
             if has_nul_escape(data):
                 # U+0000 from the agent: replaced on the wire and in the transcript alike,
                 # so the thread can store what the client saw (no store holds U+0000).
@@ -147,11 +160,27 @@ class RunEvents:
         self.guard.annotate(metadata)
 
     def release_terminal(self) -> None:
-        """Append the held terminal event and close the log (the run is over)."""
+        """Append the held terminal event and close the log (the run is over); a run that
+        has none gets a last-resort RUN_ERROR, so every follower and resume sees one."""
         log = self.log
+        if self._terminal is None and not log.closed:
+            self._append([ev.run_error("The run ended without a terminal event.",
+                                       "AGENT_ERROR")])
         if self._terminal is not None and not log.closed:
             log.append(self._terminal)
         log.close()
+
+    def not_stored(self) -> None:
+        """What the run produced could not be stored: a held RUN_FINISHED becomes RUN_ERROR
+        ``STORE_UNAVAILABLE`` (a run is finished only if it was stored; a RUN_ERROR stays)."""
+        if self._terminal is None or self.failed:
+            return
+        self._terminal = encode_event(ev.run_error(
+            "what the run produced could not be stored", "STORE_UNAVAILABLE",
+            usage=self.usage or None,
+        ))
+        self.succeeded, self.failed = False, True
+        self.outcome, self.error_code = "error", "STORE_UNAVAILABLE"
 
     def start(self) -> None:
         """Emit RUN_STARTED."""

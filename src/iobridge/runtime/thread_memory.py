@@ -23,6 +23,12 @@ again; it still stores the state the client was shown.
 ``forwardedProps.messagesSnapshot: true`` also reads the whole thread, for a
 MESSAGES_SNAPSHOT right after RUN_STARTED (a reloaded AG-UI client gets its history back); on
 an existing thread, a run whose input brings no new user or tool message only hydrates.
+
+Every store call made for a run is bounded by ``timeout`` (``store_timeout_seconds``): the
+read in ``begin`` raises ``TimeoutError`` past it (the run is refused with 503
+``STORE_UNAVAILABLE``), and a write not settled within it fails with ``TimeoutError`` and is
+withdrawn (a write the store has not begun is never made; one it began is one transaction,
+rolled back when the SQL store gives it up).
 """
 
 from __future__ import annotations
@@ -153,6 +159,8 @@ class _StoreRun:
     titler: Titler | None
     context: list[dict[str, Any]]
     metrics: Metrics | None = None
+    #: Seconds each write may take before it fails (``None``: unbounded).
+    timeout: float | None = None
     snapshot: list[dict[str, Any]] | None = None
     hydrate_only: bool = False
     state: Any = None
@@ -248,14 +256,14 @@ class _StoreRun:
         carryover: Carryover | None = None,
     ) -> asyncio.Future[None]:
         begun = time.perf_counter()
-        write = self.store.start_write_for_run(
+        write = _within(self.timeout, self.store.start_write_for_run(
             self.thread_id,
             resource_id=self.resource_id,
             agent_id=self.agent_id,
             messages=messages,
             title=title,
             carryover=carryover,
-        )
+        ))
         metrics = self.metrics
         if metrics is not None:
             def timed(done: asyncio.Future[None]) -> None:
@@ -272,7 +280,8 @@ class _StoreRun:
 class StoreMemory:
     """``ThreadMemory`` over a ``ThreadStore``; a threadId is never a credential.
 
-    With ``metrics``, the run's reads and writes are timed (``iobridge_store_operation_seconds``).
+    With ``metrics``, the run's reads and writes are timed (``iobridge_store_operation_seconds``);
+    ``timeout`` bounds each of them in seconds (``None``: unbounded).
     """
 
     def __init__(
@@ -283,12 +292,14 @@ class StoreMemory:
         max_interrupt_bytes: int = DEFAULT_MAX_INTERRUPT_BYTES,
         max_branches: int = 32,
         diverging: Literal["merge", "branch"] = "merge",
+        timeout: float | None = None,
     ) -> None:
         self.store = store
         self.metrics = metrics
         self.max_interrupt_bytes = max_interrupt_bytes
         self.max_branches = max_branches
         self.diverging = diverging
+        self.timeout = timeout
 
     async def _omitted(self, run_input: RunInput, read: RunRead) -> str | None:
         """With ``diverging_history = "branch"``: the first stored message a whole-history
@@ -323,7 +334,17 @@ class StoreMemory:
             NotFoundError: the thread belongs to another resource (answered as missing).
             InputError: a new message cannot be stored (``INVALID_MESSAGE``; nothing stored),
                 or ``resume`` does not answer the open interrupts (``INTERRUPT_*`` codes).
+            TimeoutError: the store did not answer within ``timeout``.
         """
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await self._begin(run_input, options, resource_id, agent)
+        except TimeoutError as exc:
+            raise TimeoutError(f"the store did not answer within {self.timeout} s") from exc
+
+    async def _begin(
+        self, run_input: RunInput, options: RunOptions, resource_id: str, agent: Agent
+    ) -> RunMemory:
         memory = options.memory
         read = await self._read(run_input, options)
         thread = read.thread
@@ -371,6 +392,7 @@ class StoreMemory:
             titler=agent.title if type(agent).title is not Agent.title else None,
             context=[*first, *(m for m in read.window if m.get("id") not in first_ids)],
             metrics=self.metrics,
+            timeout=self.timeout,
             snapshot=snapshot,
             hydrate_only=snapshot is not None
             and thread is not None
@@ -381,3 +403,35 @@ class StoreMemory:
             resume=resume,
             answered=answered,
         )
+
+
+def _within(timeout: float | None, write: asyncio.Future[None]) -> asyncio.Future[None]:
+    """``write``, failed with ``TimeoutError`` (and withdrawn: cancelled) if it has not
+    settled within ``timeout`` seconds. No task: a timer and a callback."""
+    if timeout is None or write.done():
+        return write
+    loop = asyncio.get_running_loop()
+    bounded: asyncio.Future[None] = loop.create_future()
+
+    def expire() -> None:
+        if not bounded.done():
+            bounded.set_exception(
+                TimeoutError(f"the store did not answer within {timeout} s")
+            )
+            write.cancel()
+
+    timer = loop.call_later(timeout, expire)
+
+    def settled(done: asyncio.Future[None]) -> None:
+        timer.cancel()
+        if bounded.done():
+            return
+        if done.cancelled():
+            bounded.cancel()
+        elif (error := done.exception()) is not None:
+            bounded.set_exception(error)
+        else:
+            bounded.set_result(None)
+
+    write.add_done_callback(settled)
+    return bounded

@@ -267,9 +267,14 @@ class SqlThreadStore(ThreadStore):
         engine: An engine from :func:`make_engine` (SQLite's sync engine or PostgreSQL's
             async one); the store owns it.
         clock: Timestamps (injectable for tests).
+        timeout: Seconds each read and each transaction may take (``None``: unbounded);
+            past it the call raises ``TimeoutError`` (``store_timeout_seconds``).
     """
 
-    def __init__(self, engine: Engine | AsyncEngine, *, clock: Clock = utc_now) -> None:
+    def __init__(
+        self, engine: Engine | AsyncEngine, *, clock: Clock = utc_now,
+        timeout: float | None = None,
+    ) -> None:
         self.engine = engine
         self._clock = clock
         self._lock_rows = engine.dialect.name != "sqlite"
@@ -280,7 +285,8 @@ class SqlThreadStore(ThreadStore):
             if engine.dialect.name != "sqlite":
                 raise TypeError("a sync engine must be SQLite's (make_engine makes them)")
             executor = ThreadExecutor(
-                engine, engine.execution_options(**{WRITE_OPTION: True}), readers=SQLITE_READERS
+                engine, engine.execution_options(**{WRITE_OPTION: True}), readers=SQLITE_READERS,
+                timeout=timeout,
             )
         else:
             # Reads in autocommit: under READ COMMITTED every statement takes its own snapshot
@@ -288,6 +294,7 @@ class SqlThreadStore(ThreadStore):
             executor = AsyncExecutor(
                 engine.execution_options(isolation_level="AUTOCOMMIT"),
                 engine.execution_options(**{WRITE_OPTION: True}),
+                timeout=timeout,
             )
         self._sql = executor
         #: How a batch of runs' reads and writes of their threads is answered and written
