@@ -21,8 +21,10 @@ from iobridge.http.app import create_app
 from iobridge.runtime.run_events import RunEvents
 from iobridge.runtime.runlog import RunLog
 
-UNENCODABLE = {"type": "RUN_ERROR", "code": "AGENT_ERROR",
-               "message": "The run's terminal event could not be encoded."}
+#: The guard's answer (``protocol.guard``), before the run's last resort would be needed.
+UNENCODABLE = {"type": "RUN_ERROR", "code": "INVALID_RESULT",
+               "message": "The agent ended the run with a terminal event that cannot be encoded "
+                          "as JSON (or whose result nests deeper than 64 levels)."}
 
 
 def _nested(depth: int) -> Any:
@@ -65,9 +67,9 @@ async def test_a_terminal_event_that_cannot_be_encoded_still_ends_the_run(
     assert live[-1] == replay[-1] == UNENCODABLE
     assert [e["type"] for e in live].count("RUN_ERROR") == 1
     assert "RUN_FINISHED" not in [e["type"] for e in live]
-    # What the client saw whole is stored, like any run that ends with RUN_ERROR.
-    assert [(m["role"], m["content"]) for m in stored] == [("user", "go"),
-                                                          ("assistant", "the reply")]
+    # Like any run that ends with RUN_ERROR, the text the guard closed on the way to it
+    # was cut short: not stored.
+    assert [(m["role"], m["content"]) for m in stored] == [("user", "go")]
 
 
 def test_a_run_released_without_a_terminal_event_gets_a_last_resort_one() -> None:

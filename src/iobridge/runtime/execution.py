@@ -512,7 +512,7 @@ def _run_context(run: Run) -> contextvars.Context:
     return context
 
 
-def _log_failure(write: asyncio.Future[None], run: Run) -> bool:
+def _log_failure(write: asyncio.Future[Any], run: Run) -> bool:
     """Log why ``write`` failed; True if it stored what it had to."""
     if write.cancelled():
         return False
