@@ -11,6 +11,7 @@ from iobridge.agents.capabilities import (
     merge_capabilities,
     validate_capabilities,
 )
+from iobridge.agents.subagents import multi_agent_capabilities
 
 if TYPE_CHECKING:
     from iobridge.agents.context import RunContext
@@ -45,6 +46,9 @@ class Agent(ABC):
     capability_overrides: Mapping[str, Any] | None = None
     #: ``identity.type`` of the declaration: what kind of agent this is.
     agent_type: str = "iobridge"
+    #: Ids of the catalog agents this one may run as subagents (``subagents = [...]``): the
+    #: catalog gives it one tool per subagent (``iobridge.agents.subagents``).
+    subagent_ids: Sequence[str] = ()
 
     def describe(self) -> dict[str, Any]:
         """Discovery data: ``{id, name, description, modelId, aliases?, status, tools,
@@ -70,6 +74,7 @@ class Agent(ABC):
                                 kind=self.agent_type),
             self.own_capabilities(),
         )
+        declared = merge_capabilities(declared, multi_agent_capabilities(self.tools))
         if self.capability_overrides:
             declared = merge_capabilities(declared, self.capability_overrides)
         return declared

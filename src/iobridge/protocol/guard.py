@@ -661,8 +661,10 @@ class LifecycleGuard:
 
     def _on_step_started(self, event: Event) -> None:
         name = event.get("stepName")
+        if not isinstance(name, str) or not name:
+            return
         key = (event.get("subagentRunId"), name)
-        if isinstance(name, str) and name and key not in self._steps:
+        if key not in self._steps:
             self._steps.append(key)
             self._emit(event)
 
