@@ -259,3 +259,31 @@ async def test_a_python_agent_delegates_to_an_agui_upstream(server_for: Any) -> 
     final = [e for e in events if e["type"] == "TEXT_MESSAGE_CONTENT" and "subagentRunId" not in e]
     assert final and final[0]["delta"].startswith("Remote said: ")
     assert len(upstream.bodies) == 1
+
+
+async def test_a_subagent_that_breaks_a_run_bound_ends_the_run_with_its_terminal_event(
+    server_for: Any,
+) -> None:
+    from iobridge.agents.outputs import RawEvent
+
+    async def broken(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        yield "working"
+        yield RawEvent(event={"type": "TOOL_CALL_START", "toolCallId": "b1",
+                              "toolCallName": "x"})
+        yield RawEvent(event={"type": "TOOL_CALL_ARGS", "toolCallId": "b1", "delta": "{oops"})
+        yield RawEvent(event={"type": "TOOL_CALL_END", "toolCallId": "b1"})
+        yield "never shown"
+
+    async def ask(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        await ctx.subagent("broken", "go")
+        yield "never shown either"
+
+    server = server_for(agents=[FunctionAgent(ask, id="asker"),
+                                FunctionAgent(broken, id="broken")])
+    events = await run(server, "asker", "r1", "go")
+    assert events[-1]["type"] == "RUN_ERROR" and events[-1]["code"] == "INVALID_TOOL_ARGS"
+    kinds = [e["type"] for e in events]
+    assert kinds.count("SUBAGENT_STARTED") == 1 and "SUBAGENT_ERROR" in kinds
+    assert "never shown" not in str(events)
+    thread = await stored(server)
+    assert [m["role"] for m in thread] == ["user"]  # the cut-short text is not stored

@@ -58,6 +58,7 @@ class SubagentEvents(RunEvents):
 
     def __init__(self, run: RunEvents, subagent_run_id: str) -> None:
         # The run's parts, shared rather than built: RunEvents.__init__ would make new ones.
+        self._run = run
         self.log = run.log
         self.pre_1_0 = run.pre_1_0
         self.new_id = run.new_id
@@ -102,6 +103,11 @@ class SubagentEvents(RunEvents):
             elif item["type"] == ev.TEXT_MESSAGE_CONTENT:
                 self.answer.append(item["delta"])
         self._append(released)
+
+    def _append(self, events: list[Event]) -> None:
+        # The run's: a terminal event the guard ends the run with here (a bound the
+        # subagent broke) is the run's terminal event.
+        self._run._append(events)
 
 
 def _started(agent: Agent, subagent_run_id: str, parent: str | None,
