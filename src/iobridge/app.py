@@ -163,6 +163,7 @@ class Backend:
         self.catalog = catalog or build_catalog(self.settings, agents)
         self.authenticator = authenticator or Authenticator(self.settings.auth)
         self.runtime = Runtime(settings=self.settings, metrics=self.metrics)
+        self.runtime.find_agent = self.catalog.get
         #: Runs of other replicas and shared busy marks (``redis_url``); else one process.
         self.cluster: Cluster = LocalCluster()
         self._tracer_provider = tracer_provider

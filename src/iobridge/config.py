@@ -32,6 +32,7 @@ from iobridge.protocol.run_limits import (
     DEFAULT_MAX_INTERRUPT_BYTES,
     DEFAULT_MAX_PATCH_OPS,
     DEFAULT_MAX_RUN_OUTPUT_BYTES,
+    DEFAULT_MAX_SUBAGENT_DEPTH,
     DEFAULT_MAX_UPSTREAM_ROUND_BYTES,
     RunLimits,
 )
@@ -384,6 +385,9 @@ class Settings(BaseSettings):
     #: a ``resume`` beyond answers ``413 INTERRUPTS_TOO_LARGE``, an agent raising beyond ends
     #: its run with ``RUN_ERROR INTERRUPTS_TOO_LARGE``.
     max_interrupt_bytes: int = Field(default=DEFAULT_MAX_INTERRUPT_BYTES, ge=1024)
+    #: Most levels of subagents one run nests (an agent's ``subagents`` calling theirs); a
+    #: call one level deeper is a failed tool result (``SUBAGENT_TOO_DEEP``), the run goes on.
+    max_subagent_depth: int = Field(default=DEFAULT_MAX_SUBAGENT_DEPTH, ge=1, le=16)
 
     @property
     def run_limits(self) -> RunLimits:
@@ -394,6 +398,7 @@ class Settings(BaseSettings):
             max_run_output_bytes=self.max_run_output_bytes,
             max_upstream_round_bytes=self.max_upstream_round_bytes,
             max_interrupt_bytes=self.max_interrupt_bytes,
+            max_subagent_depth=self.max_subagent_depth,
         )
     # --- end of the bounds block --------------------------------------------------------
 

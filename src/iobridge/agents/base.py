@@ -11,6 +11,7 @@ from iobridge.agents.capabilities import (
     merge_capabilities,
     validate_capabilities,
 )
+from iobridge.agents.subagents import multi_agent_capabilities
 
 if TYPE_CHECKING:
     from iobridge.agents.context import RunContext
@@ -48,6 +49,9 @@ class Agent(ABC):
     #: What a run of this agent does when its thread is busy; ``None`` leaves it to the
     #: request, then the server setting (``multitask_strategy``).
     multitask_strategy: MultitaskStrategy | None = None
+    #: Ids of the catalog agents this one may run as subagents (``subagents = [...]``): the
+    #: catalog gives it one tool per subagent (``iobridge.agents.subagents``).
+    subagent_ids: Sequence[str] = ()
 
     def describe(self) -> dict[str, Any]:
         """Discovery data: ``{id, name, description, modelId, aliases?, status, tools,
@@ -73,6 +77,7 @@ class Agent(ABC):
                                 kind=self.agent_type),
             self.own_capabilities(),
         )
+        declared = merge_capabilities(declared, multi_agent_capabilities(self.tools))
         if self.capability_overrides:
             declared = merge_capabilities(declared, self.capability_overrides)
         return declared

@@ -63,7 +63,7 @@ _SECRET_KEYS = frozenset({"api_key", "apiKey", "key", "token", "secret", "passwo
 _KEYS = frozenset({
     "id", "aliases", "name", "description", "instructions", "model", "base_url", "api_key_env",
     "tools", "model_settings", "tool_result_mode", "output_retries", "timeout", "pydantic_ai",
-    "mcp_servers", "capabilities", "multitask_strategy",
+    "mcp_servers", "capabilities", "multitask_strategy", "subagents",
 })
 _UPSTREAM_KEYS = frozenset({
     "id", "aliases", "name", "description", "agui_url", "headers", "headers_env", "timeout",
@@ -115,6 +115,8 @@ class AgentDefinition:
     timeout: float | None = None
     #: Overrides of the AG-UI ``AgentCapabilities`` the agent declares (``GET /agents``).
     capabilities: Mapping[str, Any] | None = None
+    #: Ids of catalog agents it may run as subagents, one tool each (``agents.subagents``).
+    subagents: Sequence[str] = ()
 
 
 def _check_str(data: Mapping[str, Any], key: str, *, required: bool = False) -> str | None:
@@ -162,6 +164,9 @@ def definition_from_dict(data: Mapping[str, Any]) -> AgentDefinition:
     capabilities = data.get("capabilities")
     if capabilities is not None and not isinstance(capabilities, Mapping):
         raise AgentConfigError("'capabilities' must be a table (AG-UI AgentCapabilities)")
+    subagents = data.get("subagents", [])
+    if not isinstance(subagents, list) or not all(isinstance(a, str) for a in subagents):
+        raise AgentConfigError("'subagents' must be a list of agent ids")
     mcp_servers = data.get("mcp_servers", [])
     if not isinstance(mcp_servers, list):
         raise AgentConfigError("'mcp_servers' must be a list of tables ([[agents.mcp_servers]])")
@@ -190,6 +195,7 @@ def definition_from_dict(data: Mapping[str, Any]) -> AgentDefinition:
         output_retries=output_retries,
         timeout=timeout,
         capabilities=capabilities,
+        subagents=tuple(subagents),
     )
 
 
@@ -272,6 +278,24 @@ def _import_failed(spec: str, what: str, module_name: str, exc: Exception) -> Ag
 
 
 def build_agent(
+    definition: AgentDefinition, *, environ: Mapping[str, str] | None = None
+) -> Agent:
+    """Build the agent a definition describes (its subagents are linked by the catalog).
+
+    Raises:
+        AgentConfigError: anything that prevents the agent from working.
+    """
+    for subagent in definition.subagents:
+        if not _ID.match(subagent):
+            raise AgentConfigError(f"subagent {subagent!r} is not an agent id")
+    if len(set(definition.subagents)) != len(definition.subagents):
+        raise AgentConfigError("'subagents' names an agent twice")
+    agent = _build_agent(definition, environ=environ)
+    agent.subagent_ids = tuple(definition.subagents)
+    return agent
+
+
+def _build_agent(
     definition: AgentDefinition, *, environ: Mapping[str, str] | None = None
 ) -> Agent:
     """Build the agent a definition describes.

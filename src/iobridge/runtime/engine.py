@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from iobridge.config import Settings
@@ -79,6 +80,8 @@ class Runtime:
         self.metrics = metrics or Metrics()
         #: Makes run and tool-call spans; set by the Backend while tracing is on.
         self.tracer: RunTracer | None = None
+        #: Finds the catalog agents runs call as subagents; set by the Backend.
+        self.find_agent: Callable[[str], Agent] | None = None
         self.pending = PendingRegistry()
         self._runs: dict[RunKey, Run] = {}
         self._retained: OrderedDict[RunKey, float] = OrderedDict()

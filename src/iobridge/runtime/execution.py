@@ -286,9 +286,9 @@ class Execution:
             self.events, self.agent, [t["name"] for t in run_input.tools],
             pending=runtime.pending, run=self.key, tool_timeout=runtime.settings.tool_timeout,
             defer_frontend=self.mode == "next-run", metrics=runtime.metrics,
-            tracer=runtime.tracer,
+            tracer=runtime.tracer, find_agent=runtime.find_agent,
         )
-        self.context = self._agent_context(state)
+        self.context = self.session.context = self._agent_context(state)
         runtime.register(run)
         self.events.start()
         runtime.cluster.started(run)

@@ -79,13 +79,7 @@ class RunEvents:
         self.usage: list[dict[str, Any]] = []
         #: Frontend tool calls handed to the client for a later run (next-run mode).
         self.deferred_calls: list[str] = []
-        self._text_id: str | None = None
-        #: The assistant message the current turn's text and tool calls belong to.
-        self._assistant_id: str | None = None
-        self._assistant_has_text = False
-        self._reasoning: tuple[str, str] | None = None
-        #: The run's last reasoning message (an encrypted value after its end belongs to it).
-        self._last_reasoning: str | None = None
+        self._reset_translation()
         self._terminal: bytes | None = None
         #: The run ended with RUN_FINISHED, not cancelled (a generated title is worth it).
         self.succeeded = False
@@ -97,6 +91,16 @@ class RunEvents:
         #: ``cancelled``, ``interrupt``), or ``error`` with RUN_ERROR's ``code``.
         self.outcome = "success"
         self.error_code: str | None = None
+
+    def _reset_translation(self) -> None:
+        """The state of turning outputs into events: what is open for the agent now."""
+        self._text_id: str | None = None
+        #: The assistant message the current turn's text and tool calls belong to.
+        self._assistant_id: str | None = None
+        self._assistant_has_text = False
+        self._reasoning: tuple[str, str] | None = None
+        #: The run's last reasoning message (an encrypted value after its end belongs to it).
+        self._last_reasoning: str | None = None
 
     # -- plumbing --------------------------------------------------------------------
 
@@ -322,6 +326,10 @@ class RunEvents:
     def _close_open(self) -> None:
         self._close_reasoning()
         self._close_text()
+
+    def close_open(self) -> None:
+        """Close the open text and reasoning messages (an agent's turn is over)."""
+        self._close_open()
 
     def tool_result(self, call_id: str, result: ToolResult) -> None:
         """Emit TOOL_CALL_RESULT; the next text starts a new assistant message."""
