@@ -129,6 +129,11 @@ def create_app(backend: Backend) -> FastAPI:
             backend.settings.prefix,
             default_agent=lambda: catalog.default_id,
             authenticate=backend.authenticator.authenticate,
+            limits={
+                "maxBodyBytes": backend.settings.max_body_bytes,
+                "maxMediaPartBytes": backend.settings.max_media_part_bytes,
+                "maxMediaMessageBytes": backend.settings.max_media_message_bytes,
+            },
         )
         app.include_router(page)
     return app

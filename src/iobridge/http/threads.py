@@ -126,8 +126,17 @@ async def get_thread(
     principal: CurrentPrincipal,
     resource: ResourceQuery = None,
 ) -> dict[str, Any]:
-    """The thread, or 404 ``THREAD_NOT_FOUND`` (also for another resource's thread)."""
-    return (await backend.get_thread(principal, threadId, resource)).to_json()
+    """The thread, or 404 ``THREAD_NOT_FOUND`` (also for another resource's thread).
+
+    A thread whose last run ended asking (outcome ``interrupt``) also carries those open
+    ``interrupts``, so a client that reloads can ask again instead of losing the question.
+    """
+    thread = await backend.get_thread(principal, threadId, resource)
+    data = thread.to_json()
+    pending = (thread.interrupts or {}).get("open")
+    if pending:
+        data["interrupts"] = list(pending)
+    return data
 
 
 @router.patch(

@@ -103,6 +103,9 @@ class Thread(_Open):
     metadata: dict[str, Any] = Field(default_factory=dict)
     createdAt: str
     updatedAt: str
+    #: ``GET /threads/{threadId}`` only: the interrupts the thread's last run ended with,
+    #: still open (AG-UI ``Interrupt`` objects); absent when none is open.
+    interrupts: list[dict[str, Any]] | SkipJsonSchema[None] = None
 
 
 class ThreadPage(_Open):
