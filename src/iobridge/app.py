@@ -798,20 +798,27 @@ class EventSink(Protocol):
 
 
 class RunAliases:
-    """A transport's own names for runs (N-PAMP correlation ids), per principal, shared
-    with the other replicas so a client may come back on any of them. On one process
-    nothing is shared: the transport's own map is all there is."""
+    """A transport's own names for runs (N-PAMP correlation ids), per principal and
+    resources, shared with the other replicas so a client may come back on any of them. On
+    one process nothing is shared: the transport's own map is all there is."""
 
     def __init__(self, backend: Backend) -> None:
         self._backend = backend
 
+    @staticmethod
+    def scope(principal: Principal) -> str:
+        """Whose names these are: the principal *and* its resources, so a member of a shared
+        principal neither finds another resource's alias nor replaces it."""
+        allowed = principal.resource_ids
+        return orjson.dumps([principal.id, None if allowed is None else sorted(allowed)]).decode()
+
     async def remember(self, principal: Principal, alias: bytes, run_id: str) -> None:
         """Share ``alias`` → ``run_id`` (for as long as finished runs are retained)."""
-        await self._backend.cluster.remember_alias(principal.id, alias, run_id)
+        await self._backend.cluster.remember_alias(self.scope(principal), alias, run_id)
 
     async def recall(self, principal: Principal, alias: bytes) -> str | None:
         """The runId another replica shared under ``alias`` (``None``: none)."""
-        return await self._backend.cluster.recall_alias(principal.id, alias)
+        return await self._backend.cluster.recall_alias(self.scope(principal), alias)
 
 
 def _ends(run: FollowedRun, seq: int) -> bool:
