@@ -537,6 +537,9 @@ async def _two_runs(kind: str, agent: FunctionAgent, content: Any = "go") -> tup
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+# 30 examples of two whole runs each on PostgreSQL outlast the suite's 120 s on a loaded
+# 2-core machine: the bound is a hang guard, not a timing.
+@pytest.mark.timeout(600)
 @settings(max_examples=30, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(script=st.lists(OUTPUTS, max_size=12), raise_at=st.one_of(st.none(), st.integers(0, 12)),
