@@ -24,10 +24,10 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 import orjson
 
@@ -73,6 +73,8 @@ from iobridge.store.base import (
     Thread,
     ThreadStore,
     format_timestamp,
+    is_outage,
+    outage_refusal,
     validate_id,
 )
 from iobridge.store.migrate import open_store
@@ -92,6 +94,25 @@ FollowedRun = Run | RemoteRun
 _SomeRun = TypeVar("_SomeRun", Run, RemoteRun)
 
 logger = logging.getLogger("iobridge")
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def _store_route(method: Callable[_P, Awaitable[_T]]) -> Callable[_P, Awaitable[_T]]:
+    """A thread route whose store does not answer (down, or past ``store_timeout_seconds``)
+    answers 503 ``STORE_UNAVAILABLE`` as a new run does, not a bug's 500."""
+    @functools.wraps(method)
+    async def route(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        try:
+            return await method(*args, **kwargs)
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            logger.error("the thread store does not answer (%s: %s)", type(exc).__name__, exc)
+            raise outage_refusal() from exc
+    return route
+
 
 #: A resume cursor is a run-log sequence number: ASCII digits, at most this many.
 MAX_CURSOR_DIGITS = 19
@@ -554,6 +575,7 @@ class Backend:
 
     # -- threads ------------------------------------------------------------------------
 
+    @_store_route
     async def create_thread(
         self, principal: Principal, body: Body, *, resource: str | None = None
     ) -> Thread:
@@ -583,6 +605,7 @@ class Backend:
             metadata=request.metadata or {},
         )
 
+    @_store_route
     async def list_threads(
         self,
         principal: Principal,
@@ -602,6 +625,7 @@ class Backend:
             agent_id = self.catalog.canonical(agent_id) or agent_id
         return await self.store.list_threads(scope, agent_id=agent_id, limit=limit, cursor=cursor)
 
+    @_store_route
     async def get_thread(
         self, principal: Principal, thread_id: str, resource: str | None = None
     ) -> Thread:
@@ -622,6 +646,7 @@ class Backend:
             raise _thread_not_found(thread_id)
         return thread
 
+    @_store_route
     async def update_thread(
         self, principal: Principal, thread_id: str, body: Body, *, resource: str | None = None
     ) -> Thread:
@@ -653,6 +678,7 @@ class Backend:
         if not await self.store.switch_branch(thread.id, branch_id):
             raise _branch_not_found(branch_id)
 
+    @_store_route
     async def list_branches(
         self, principal: Principal, thread_id: str, resource: str | None = None
     ) -> list[Branch]:
@@ -664,6 +690,7 @@ class Backend:
         await self.get_thread(principal, thread_id, resource)
         return await self.store.list_branches(thread_id)
 
+    @_store_route
     async def delete_thread(
         self, principal: Principal, thread_id: str, resource: str | None = None
     ) -> None:
@@ -672,6 +699,7 @@ class Backend:
         if not await self.store.delete_thread(thread_id):
             raise _thread_not_found(thread_id)
 
+    @_store_route
     async def list_messages(
         self,
         principal: Principal,

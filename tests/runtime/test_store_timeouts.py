@@ -70,6 +70,33 @@ async def test_a_new_run_on_a_store_that_never_answers_is_503_within_the_timeout
         silent.close()
 
 
+async def test_thread_routes_on_a_store_that_never_answers_are_503_not_500() -> None:
+    silent = SilentServer()
+    url = make_url(postgres_url()).set(host="127.0.0.1", port=silent.port)
+    store = SqlThreadStore(make_engine(url.render_as_string(hide_password=False)),
+                           timeout=TIMEOUT)
+    try:
+        with LiveServer(create_app(Backend(Settings(store_timeout_seconds=TIMEOUT),
+                                           store=store))) as server:
+            async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+                for method, path, body in (
+                    ("GET", "/io-bridge/threads", None),
+                    ("POST", "/io-bridge/threads", {"id": "t1"}),
+                    ("GET", "/io-bridge/threads/t1", None),
+                    ("PATCH", "/io-bridge/threads/t1", {"title": "x"}),
+                    ("GET", "/io-bridge/threads/t1/messages", None),
+                    ("GET", "/io-bridge/threads/t1/branches", None),
+                    ("DELETE", "/io-bridge/threads/t1", None),
+                ):
+                    begun = time.monotonic()
+                    response = await client.request(method, path, json=body)
+                    took = time.monotonic() - begun
+                    _assert_store_unavailable(response)
+                    assert took < TIMEOUT + SLACK, f"{method} {path}: 503 after {took:.2f} s"
+    finally:
+        silent.close()
+
+
 async def test_the_timeout_is_a_setting_of_its_own_and_defaults_to_five_seconds() -> None:
     assert Settings().store_timeout_seconds == 5.0
     with pytest.raises(ValueError, match="greater than 0"):

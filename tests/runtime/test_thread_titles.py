@@ -199,3 +199,8 @@ def test_titles_at_the_limit_are_kept_and_longer_ones_cut_at_a_word() -> None:
     assert title_from([_user(longer)]) == "a" * 40 + " " + "b" * (TITLE_LENGTH - 42) + "…"
     words = "one two " + "z" * TITLE_LENGTH
     assert title_from([_user(words)]) == "one two…"
+    # A word ending exactly at the 80th character is whole: it stays.
+    whole = "c" * 39 + " " + "d" * 40 + " more"
+    assert title_from([_user(whole)]) == "c" * 39 + " " + "d" * 40 + "…"
+    # One word longer than the limit is cut at the limit.
+    assert title_from([_user("e" * (TITLE_LENGTH + 5))]) == "e" * TITLE_LENGTH + "…"

@@ -26,7 +26,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from iobridge.agents.context import Interrupted, Resume, RunContext
-from iobridge.errors import AgentError, IobridgeError, ServiceUnavailable
+from iobridge.errors import AgentError, IobridgeError
 from iobridge.observability.logs import current_run
 from iobridge.protocol import events as ev
 from iobridge.protocol.events import encode_event
@@ -35,7 +35,7 @@ from iobridge.runtime.agent_session import AgentSession
 from iobridge.runtime.run import Run, RunKey
 from iobridge.runtime.run_events import RunEnded, RunEvents
 from iobridge.runtime.runlog import RunLog
-from iobridge.store.base import is_outage
+from iobridge.store.base import is_outage, outage_refusal
 
 if TYPE_CHECKING:
     from iobridge.agents.base import Agent
@@ -52,8 +52,6 @@ logger = logging.getLogger("iobridge.runtime")
 
 #: Outputs an agent may produce before the engine yields to the event loop.
 YIELD_EVERY = 32
-#: Seconds a client is asked to wait (``Retry-After``) when the store does not answer.
-STORE_RETRY_AFTER = 5.0
 #: Why a run was stopped -> what its stored, unanswered frontend calls say.
 _UNANSWERED = {
     "cancelled": "the run was cancelled before the client answered",
@@ -498,10 +496,7 @@ def _refusal(exc: BaseException, run_id: str) -> BaseException:
     if isinstance(exc, Exception) and is_outage(exc):
         logger.error("run %s: the thread store does not answer (%s: %s)",
                      run_id, type(exc).__name__, exc)
-        return ServiceUnavailable(
-            "the thread store does not answer", code="STORE_UNAVAILABLE",
-            retry_after=STORE_RETRY_AFTER,
-        )
+        return outage_refusal()
     return exc
 
 

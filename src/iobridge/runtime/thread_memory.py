@@ -136,7 +136,8 @@ def title_from(messages: Sequence[dict[str, Any]]) -> str | None:
             continue
         if len(text) <= TITLE_LENGTH:
             return text
-        cut = text[:TITLE_LENGTH].rsplit(" ", 1)[0]
+        head = text[: TITLE_LENGTH + 1]  # one more: a space there ends a word that fits
+        cut = head.rsplit(" ", 1)[0] if " " in head else text[:TITLE_LENGTH]
         return cut + "…"
     return None
 

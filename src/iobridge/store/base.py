@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from iobridge.errors import ConflictError, InputError, NotFoundError
+from iobridge.errors import ConflictError, InputError, NotFoundError, ServiceUnavailable
 from iobridge.protocol.messages import answered_call, window
 from iobridge.protocol.text import MAX_ID_LENGTH, reject_nul, validate_id
 
@@ -44,6 +44,7 @@ __all__ = [
     "format_timestamp",
     "is_outage",
     "normalize_messages",
+    "outage_refusal",
     "utc_now",
     "validate_id",
 ]
@@ -515,6 +516,19 @@ def is_outage(exc: BaseException) -> bool:
     """Whether ``exc`` says the store cannot be reached (rather than a bug or bad input):
     :class:`StoreUnavailable`, or a socket's ``OSError`` or ``TimeoutError``."""
     return isinstance(exc, OSError | TimeoutError)
+
+
+#: Seconds a refused client is told to wait (``Retry-After``) when the store does not answer.
+STORE_RETRY_AFTER = 5.0
+
+
+def outage_refusal() -> ServiceUnavailable:
+    """What a request answers when the store did not (:func:`is_outage`): 503
+    ``STORE_UNAVAILABLE``, the same on every route, before any stream."""
+    return ServiceUnavailable(
+        "the thread store does not answer", code="STORE_UNAVAILABLE",
+        retry_after=STORE_RETRY_AFTER,
+    )
 
 
 def check_thread_ids(thread_id: str, resource_id: str, agent_id: str | None) -> None:
