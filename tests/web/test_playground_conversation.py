@@ -216,6 +216,29 @@ def test_a_message_sent_while_the_agent_answers_interrupts_it(
     assert page.errors == []
 
 
+def test_a_rollback_interrupt_removes_the_stopped_answer_from_screen_and_thread(
+    serve: Any, new_page: Any
+) -> None:
+    agent = GatedAgent("rolling", "rollback")
+    server = serve(agents=[agent], default_agent="rolling")
+    page = new_page(width=1280, height=900)
+    page.goto(f"{server.url}/playground")
+    _wait_idle(page)
+    _send(page, "first")
+    expect(page.locator(".msg.assistant")).to_have_text(["working on first."])
+    thread = _thread(page)
+    _send(page, "second")
+    expect(page.locator(".turn.rolled-back .msg.notice")).to_contain_text("rollback")
+    agent.gate.set()
+    _wait_idle(page)
+    # Read again from the server once the runs ended: the stopped turn is gone there too.
+    expect(page.locator(".msg.user")).to_have_text(["second"])
+    expect(page.locator(".msg.assistant")).to_have_text(["working on second. done second"])
+    assert _stored(server.url, thread) == [
+        ("user", "second"), ("assistant", "working on second. done second")]
+    assert page.errors == []
+
+
 def test_a_message_sent_while_a_rejecting_agent_answers_shows_the_servers_error(
     serve: Any, new_page: Any
 ) -> None:
