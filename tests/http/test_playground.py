@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import AsyncIterator
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
+from iobridge.agents.base import Agent
+from iobridge.agents.context import RunContext
+from iobridge.agents.outputs import AgentOutput
 from iobridge.auth import hash_api_key
 from iobridge.web import ASSETS
 
@@ -57,6 +61,8 @@ async def test_playground_is_served_for_the_configured_prefix(serve: Any) -> Non
         # What the page checks attachments against before sending them.
         "limits": {"maxBodyBytes": 4 * 1024 * 1024, "maxMediaPartBytes": 1000,
                    "maxMediaMessageBytes": 3 * 1024 * 1024},
+        # What a message sent while the agent answers does (the server's default here).
+        "multitaskStrategies": {"demo": "reject"},
     }
     for name, response in assets.items():
         assert response.status_code == 200, name
@@ -80,6 +86,27 @@ async def test_config_names_the_default_agent_and_authenticates(serve: Any) -> N
     assert anonymous.json()["error"]["code"] == "UNAUTHORIZED"
     assert keyed.json()["defaultAgent"] == "demo"
     assert page.status_code == 200
+
+
+class _Quiet(Agent):
+    """Says nothing: only its discovery data matters here."""
+
+    def __init__(self, agent_id: str, strategy: Any = None) -> None:
+        self.id = agent_id
+        self.multitask_strategy = strategy
+
+    async def run(self, ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        yield ""
+
+
+async def test_config_names_each_agents_busy_thread_strategy(serve: Any) -> None:
+    server = serve(multitask_strategy="enqueue",
+                   agents=[_Quiet("own", "interrupt"), _Quiet("inherits")])
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        config = (await client.get("/playground/config.json")).json()
+    # The agent's own strategy, else the server's.
+    assert config["multitaskStrategies"] == {
+        "own": "interrupt", "inherits": "enqueue", "demo": "enqueue"}
 
 
 def test_scripts_parse_as_modules(tmp_path: Path) -> None:
