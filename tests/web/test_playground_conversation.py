@@ -187,6 +187,31 @@ def test_a_message_sent_while_the_agent_answers_is_queued_then_runs(
     assert page.errors == []
 
 
+def test_a_queued_message_can_be_cancelled_and_comes_back_to_the_composer(
+    serve: Any, new_page: Any
+) -> None:
+    agent = GatedAgent("queuing", "enqueue")
+    server = serve(agents=[agent], default_agent="queuing")
+    page = new_page(width=390, height=844)
+    page.goto(f"{server.url}/playground")
+    _wait_idle(page)
+    _send(page, "first")
+    expect(page.locator(".msg.assistant")).to_have_text(["working on first."])
+    thread = _thread(page)
+    _send(page, "second")
+    queued = page.locator(".turn").nth(1)
+    expect(queued.locator(".chip")).to_contain_text("queued")
+    queued.get_by_role("button", name="Cancel this waiting message").click()
+    expect(queued.locator(".msg.error")).to_contain_text("RUN_CANCELLED")
+    expect(page.locator("#text")).to_have_value("second")
+    expect(page.locator("#stop")).to_be_enabled()  # the first run goes on
+    agent.gate.set()
+    _wait_idle(page)
+    assert _stored(server.url, thread) == [
+        ("user", "first"), ("assistant", "working on first. done first")]
+    assert page.errors == []
+
+
 def test_a_message_sent_while_the_agent_answers_interrupts_it(
     serve: Any, new_page: Any, axe: Any
 ) -> None:

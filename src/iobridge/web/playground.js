@@ -178,9 +178,11 @@ function strategyOf(agentId) {
   return state.strategies[agentId] ?? null;
 }
 
+/** The run Stop ends: the one answering (a message waiting behind it has its own Cancel). */
 function liveRun() {
   const runs = [...state.active.values()];
-  return runs.find((r) => r.started && !r.ended) ?? runs.find((r) => !r.ended) ?? null;
+  return runs.find((r) => r.started && !r.ended) ?? runs.find((r) => !r.ended && !r.busy)
+    ?? null;
 }
 
 function setPhase(phase) {
@@ -684,8 +686,22 @@ function setChip(record, text, kind) {
     return;
   }
   turn.dataset.waiting = kind;
-  record.chip = element("span", `chip ${kind}`, text);
-  record.chip.setAttribute("role", "status");
+  record.chip = element("span", "chip-row");
+  const chip = element("span", `chip ${kind}`, text);
+  chip.setAttribute("role", "status");
+  const cancel = element("button", "", "Cancel");
+  cancel.type = "button";
+  cancel.setAttribute("aria-label", "Cancel this waiting message");
+  cancel.addEventListener("click", async () => {
+    cancel.disabled = true;
+    try {
+      await api("POST", `/runs/${encodeURIComponent(record.runId)}/cancel`);
+    } catch (error) {
+      cancel.disabled = false;
+      addError(`Could not cancel the message: ${explain(error)}`, turn);
+    }
+  });
+  record.chip.append(chip, cancel);
   (turn.querySelector(".msg-tools.user") ?? turn).append(record.chip);
 }
 
@@ -726,7 +742,7 @@ async function run(text, { resume = null, parts = [], replaceFrom = null, turn =
   turn ??= newTurn();
   if (text !== null) addUser(text, parts, { body, into: turn, id: messageId });
   const strategy = busy ? strategyOf(agentId) : null;
-  const record = { runId, threadId, stopping: false, turn, strategy, started: false,
+  const record = { runId, threadId, stopping: false, turn, strategy, busy, started: false,
                    ended: false, chip: null };
   state.active.set(runId, record);
   if (WAITING[strategy]) setChip(record, WAITING[strategy][1], WAITING[strategy][0]);
@@ -831,7 +847,16 @@ async function run(text, { resume = null, parts = [], replaceFrom = null, turn =
             `failed: ${event.message ?? "error"}${event.code ? ` (${event.code})` : ""}`, true);
           break;
         case "RUN_ERROR":
-          addError(`The run failed: ${event.message}${event.code ? ` (${event.code})` : ""}`, turn);
+          if (!record.started && text !== null) {
+            // Ended while it waited (cancelled): nothing was stored, the text comes back.
+            setChip(record, null);
+            notUsed(turn, text);
+            addError(`Not sent: ${event.message}${event.code ? ` (${event.code})` : ""}. `
+              + "Nothing was stored; the text is back in the composer.", turn);
+          } else {
+            addError(`The run failed: ${event.message}${event.code ? ` (${event.code})` : ""}`,
+                     turn);
+          }
           break;
         case "RUN_FINISHED":
           if (event.outcome?.type === "cancelled") stoppedNote(record);
@@ -853,12 +878,7 @@ async function run(text, { resume = null, parts = [], replaceFrom = null, turn =
       ? `The server refused this message while the agent answers: ${error.message} `
         + `(${error.code}, HTTP ${error.status}). It was not stored: it is back in the composer.`
       : explain(error), turn);
-    if (!accepted && text !== null) {
-      turn.classList.add("refused");
-      turn.querySelector(".msg-tools.user .needs-idle")?.remove(); // not stored: no edit
-      // Refused before it started: nothing was stored, so nothing the user wrote is lost.
-      if (!$("text").value) $("text").value = text;
-    }
+    if (!accepted && text !== null) notUsed(turn, text);
   } finally {
     for (const card of calls.values()) {
       if (!card.answer.hidden) {
@@ -871,6 +891,14 @@ async function run(text, { resume = null, parts = [], replaceFrom = null, turn =
     if (!state.active.size) afterRuns(threadId);
     else updateControls();
   }
+}
+
+/** A message the server refused or dropped before its run started: nothing was stored, so
+ * it goes back to the composer (unless the user is typing another one) and cannot be edited. */
+function notUsed(turn, text) {
+  turn.classList.add("refused");
+  turn.querySelector(".msg-tools.user .needs-idle")?.remove();
+  if (!$("text").value) $("text").value = text;
 }
 
 /** A run ended cancelled: by Stop, or by a message sent to interrupt it. */
