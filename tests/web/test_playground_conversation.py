@@ -326,7 +326,7 @@ def test_subagent_activity_folds_under_its_tool_card(
         text("The helper says 42."),
         text("Finding x"),  # the thread's title
     )
-    page = new_page(width=390, height=844)
+    page = new_page(width=390, height=844, color_scheme="dark")
     page.goto(f"{lead_server.url}/playground")
     _wait_idle(page)
     _send(page, "what is x?")
@@ -354,7 +354,7 @@ def test_subagent_activity_folds_under_its_tool_card(
 
     check_folded()
     assert axe(page) == []
-    shoot(page, "conversation-subagent-390")
+    shoot(page, "conversation-subagent-390-dark")
     stored = _api(lead_server.url, f"/threads/{thread}/messages", format="agui")["messages"]
     assert [(m["role"], bool(m.get("subagentRunId")), m.get("content")) for m in stored] == [
         ("user", False, "what is x?"), ("assistant", False, None),

@@ -686,7 +686,7 @@ function setChip(record, text, kind) {
     return;
   }
   turn.dataset.waiting = kind;
-  record.chip = element("span", "chip-row");
+  record.chip = element("div", "chip-row");
   const chip = element("span", `chip ${kind}`, text);
   chip.setAttribute("role", "status");
   const cancel = element("button", "", "Cancel");
@@ -702,7 +702,9 @@ function setChip(record, text, kind) {
     }
   });
   record.chip.append(chip, cancel);
-  (turn.querySelector(".msg-tools.user") ?? turn).append(record.chip);
+  const tools = turn.querySelector(".msg-tools.user");
+  if (tools) tools.after(record.chip);
+  else turn.append(record.chip);
 }
 
 const WAITING = {
