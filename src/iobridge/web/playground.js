@@ -1086,6 +1086,7 @@ function divergences(branches, lists, current) {
   const found = [];
   let alive = branches.map((_, k) => k);
   const currentIndex = branches.findIndex((b) => b.current);
+  if (currentIndex < 0) return found;
   for (let index = 0; index < current.length && alive.length > 1; index += 1) {
     const ids = [];
     const branchOf = new Map();
