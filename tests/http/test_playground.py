@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -53,7 +54,7 @@ async def test_playground_is_served_for_the_configured_prefix(serve: Any) -> Non
     referenced = re.findall(r"(?:src|href)=\"/playground/([^\"]+)\"", page.text)
     # The page names its entry points; the modules it imports come from playground.js.
     assert sorted(referenced) == sorted(
-        set(ASSETS) - {"markdown.js", "inspector.js", "attachments.js"}
+        set(ASSETS) - {"markdown.js", "inspector.js", "attachments.js", "branches.js"}
     )
     assert page.headers["cross-origin-opener-policy"] == "same-origin"
     assert config.json() == {
@@ -111,7 +112,7 @@ async def test_config_names_each_agents_busy_thread_strategy(serve: Any) -> None
 
 def test_scripts_parse_as_modules(tmp_path: Path) -> None:
     node = _node()
-    for name in ("playground.js", "markdown.js", "inspector.js", "attachments.js"):
+    for name in ("playground.js", "markdown.js", "inspector.js", "attachments.js", "branches.js"):
         source = tmp_path / f"{name[:-3]}.mjs"
         source.write_text(files("iobridge.web").joinpath(name).read_text(encoding="utf-8"))
         checked = subprocess.run([node, "--check", str(source)], capture_output=True, timeout=30)
@@ -123,3 +124,32 @@ async def test_playground_can_be_turned_off(serve: Any) -> None:
     async with httpx.AsyncClient(base_url=server.url) as client:
         assert (await client.get("/playground")).status_code == 404
         assert (await client.get("/playground/playground.js")).status_code == 404
+
+
+def test_branch_divergences_find_each_messages_versions(tmp_path: Path) -> None:
+    """``branches.js``: main [u1, a1], regenerated [u1, a2], edited [u2, a3]; the edited one
+    is current. Its first message has two versions (u1 held by two branches: the newest is
+    picked); its reply has none (no other branch starts with u2)."""
+    node = _node()
+    module = tmp_path / "branches.mjs"
+    module.write_text(files("iobridge.web").joinpath("branches.js").read_text(encoding="utf-8"))
+    script = tmp_path / "check.mjs"
+    script.write_text(
+        'import { divergences } from "./branches.mjs";\n'
+        "const m = (...ids) => ids.map((id) => ({ id }));\n"
+        'const branches = [{ id: "main" }, { id: "b2" }, { id: "b3", current: true }];\n'
+        'const lists = [m("u1", "a1"), m("u1", "a2"), m("u2", "a3")];\n'
+        "const onEdited = divergences(branches, lists, lists[2]);\n"
+        "branches[2].current = false; branches[1].current = true;\n"
+        "const onRegenerated = divergences(branches, lists, lists[1]);\n"
+        "const plain = (found) => found.map(({ index, ids, branchOf }) =>\n"
+        "  ({ index, ids, branchOf: Object.fromEntries(branchOf) }));\n"
+        "console.log(JSON.stringify([plain(onEdited), plain(onRegenerated)]));\n"
+    )
+    checked = subprocess.run([node, str(script)], capture_output=True, timeout=30, check=True)
+    on_edited, on_regenerated = json.loads(checked.stdout)
+    assert on_edited == [{"index": 0, "ids": ["u1", "u2"], "branchOf": {"u1": "b2", "u2": "b3"}}]
+    assert on_regenerated == [
+        {"index": 0, "ids": ["u1", "u2"], "branchOf": {"u1": "b2", "u2": "b3"}},
+        {"index": 1, "ids": ["a1", "a2"], "branchOf": {"a1": "main", "a2": "b2"}},
+    ]

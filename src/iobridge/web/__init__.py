@@ -24,6 +24,7 @@ ASSETS = {
     "markdown.js": "text/javascript; charset=utf-8",
     "inspector.js": "text/javascript; charset=utf-8",
     "attachments.js": "text/javascript; charset=utf-8",
+    "branches.js": "text/javascript; charset=utf-8",
     "playground.css": "text/css; charset=utf-8",
     "favicon.svg": "image/svg+xml",
 }

@@ -12,6 +12,7 @@
 import { renderInto } from "./markdown.js";
 import { Inspector } from "./inspector.js";
 import { Attachments, partPreview } from "./attachments.js";
+import { divergences } from "./branches.js";
 
 const PREFIX = document.documentElement.dataset.prefix || "/io-bridge";
 // A thread's history is read as its latest messages, at most this many.
@@ -1074,35 +1075,6 @@ async function reloadThread() {
 }
 
 // ---------------------------------------------------------------- branches
-
-/**
- * Where the thread's branches differ, as the server stores them: for each message of the
- * current branch, the versions other branches with the same messages before it hold there.
- * ``[{index, ids, branchOf}]`` for the places with more than one version; ``branchOf`` maps a
- * version to the branch shown when it is picked (the current one for its own, else the
- * newest that holds it).
- */
-function divergences(branches, lists, current) {
-  const found = [];
-  let alive = branches.map((_, k) => k);
-  const currentIndex = branches.findIndex((b) => b.current);
-  if (currentIndex < 0) return found;
-  for (let index = 0; index < current.length && alive.length > 1; index += 1) {
-    const ids = [];
-    const branchOf = new Map();
-    for (const k of alive) {
-      const id = lists[k][index]?.id;
-      if (id === undefined) continue;
-      if (!ids.includes(id)) ids.push(id);
-      if (k === currentIndex || branchOf.get(id) !== branches[currentIndex].id) {
-        branchOf.set(id, branches[k].id);
-      }
-    }
-    if (ids.length > 1) found.push({ index, ids, branchOf });
-    alive = alive.filter((k) => lists[k][index]?.id === current[index].id);
-  }
-  return found;
-}
 
 async function showBranches(threadId, messages, selection) {
   const path = `/threads/${encodeURIComponent(threadId)}`;
