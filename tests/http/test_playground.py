@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
+from collections.abc import AsyncIterator
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
+from iobridge.agents.base import Agent
+from iobridge.agents.context import RunContext
+from iobridge.agents.outputs import AgentOutput
 from iobridge.auth import hash_api_key
 from iobridge.web import ASSETS
 
@@ -49,7 +54,7 @@ async def test_playground_is_served_for_the_configured_prefix(serve: Any) -> Non
     referenced = re.findall(r"(?:src|href)=\"/playground/([^\"]+)\"", page.text)
     # The page names its entry points; the modules it imports come from playground.js.
     assert sorted(referenced) == sorted(
-        set(ASSETS) - {"markdown.js", "inspector.js", "attachments.js"}
+        set(ASSETS) - {"markdown.js", "inspector.js", "attachments.js", "branches.js"}
     )
     assert page.headers["cross-origin-opener-policy"] == "same-origin"
     assert config.json() == {
@@ -57,6 +62,8 @@ async def test_playground_is_served_for_the_configured_prefix(serve: Any) -> Non
         # What the page checks attachments against before sending them.
         "limits": {"maxBodyBytes": 4 * 1024 * 1024, "maxMediaPartBytes": 1000,
                    "maxMediaMessageBytes": 3 * 1024 * 1024},
+        # What a message sent while the agent answers does (the server's default here).
+        "multitaskStrategies": {"demo": "reject"},
     }
     for name, response in assets.items():
         assert response.status_code == 200, name
@@ -82,9 +89,30 @@ async def test_config_names_the_default_agent_and_authenticates(serve: Any) -> N
     assert page.status_code == 200
 
 
+class _Quiet(Agent):
+    """Says nothing: only its discovery data matters here."""
+
+    def __init__(self, agent_id: str, strategy: Any = None) -> None:
+        self.id = agent_id
+        self.multitask_strategy = strategy
+
+    async def run(self, ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        yield ""
+
+
+async def test_config_names_each_agents_busy_thread_strategy(serve: Any) -> None:
+    server = serve(multitask_strategy="enqueue",
+                   agents=[_Quiet("own", "interrupt"), _Quiet("inherits")])
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        config = (await client.get("/playground/config.json")).json()
+    # The agent's own strategy, else the server's.
+    assert config["multitaskStrategies"] == {
+        "own": "interrupt", "inherits": "enqueue", "demo": "enqueue"}
+
+
 def test_scripts_parse_as_modules(tmp_path: Path) -> None:
     node = _node()
-    for name in ("playground.js", "markdown.js", "inspector.js", "attachments.js"):
+    for name in ("playground.js", "markdown.js", "inspector.js", "attachments.js", "branches.js"):
         source = tmp_path / f"{name[:-3]}.mjs"
         source.write_text(files("iobridge.web").joinpath(name).read_text(encoding="utf-8"))
         checked = subprocess.run([node, "--check", str(source)], capture_output=True, timeout=30)
@@ -96,3 +124,32 @@ async def test_playground_can_be_turned_off(serve: Any) -> None:
     async with httpx.AsyncClient(base_url=server.url) as client:
         assert (await client.get("/playground")).status_code == 404
         assert (await client.get("/playground/playground.js")).status_code == 404
+
+
+def test_branch_divergences_find_each_messages_versions(tmp_path: Path) -> None:
+    """``branches.js``: main [u1, a1], regenerated [u1, a2], edited [u2, a3]; the edited one
+    is current. Its first message has two versions (u1 held by two branches: the newest is
+    picked); its reply has none (no other branch starts with u2)."""
+    node = _node()
+    module = tmp_path / "branches.mjs"
+    module.write_text(files("iobridge.web").joinpath("branches.js").read_text(encoding="utf-8"))
+    script = tmp_path / "check.mjs"
+    script.write_text(
+        'import { divergences } from "./branches.mjs";\n'
+        "const m = (...ids) => ids.map((id) => ({ id }));\n"
+        'const branches = [{ id: "main" }, { id: "b2" }, { id: "b3", current: true }];\n'
+        'const lists = [m("u1", "a1"), m("u1", "a2"), m("u2", "a3")];\n'
+        "const onEdited = divergences(branches, lists, lists[2]);\n"
+        "branches[2].current = false; branches[1].current = true;\n"
+        "const onRegenerated = divergences(branches, lists, lists[1]);\n"
+        "const plain = (found) => found.map(({ index, ids, branchOf }) =>\n"
+        "  ({ index, ids, branchOf: Object.fromEntries(branchOf) }));\n"
+        "console.log(JSON.stringify([plain(onEdited), plain(onRegenerated)]));\n"
+    )
+    checked = subprocess.run([node, str(script)], capture_output=True, timeout=30, check=True)
+    on_edited, on_regenerated = json.loads(checked.stdout)
+    assert on_edited == [{"index": 0, "ids": ["u1", "u2"], "branchOf": {"u1": "b2", "u2": "b3"}}]
+    assert on_regenerated == [
+        {"index": 0, "ids": ["u1", "u2"], "branchOf": {"u1": "b2", "u2": "b3"}},
+        {"index": 1, "ids": ["a1", "a2"], "branchOf": {"a1": "main", "a2": "b2"}},
+    ]

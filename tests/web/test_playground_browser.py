@@ -1,7 +1,7 @@
 """The playground in a real Chromium against a real server on loopback.
 
 Covers: send and stream (Markdown, sanitized), tool cards, frontend tool round trips (auto,
-from the form, a user-declared tool), Stop, Send disabled during a run, a 409 shown as a
+from the form, a user-declared tool), Stop, a send refused while a run is live, a 409 shown as a
 sentence, reload keeping the thread and its history, thread rename/delete, the default
 agent, folded reasoning, the event inspector, and api-key auth.
 """
@@ -169,7 +169,8 @@ def test_frontend_tools_round_trip_auto_form_and_declared(
     form = notice.locator("form")
     expect(form.locator("textarea")).to_have_value('{\n  "shown": true\n}')
     expect(notice.locator(".status")).to_have_text("waiting for your answer")
-    expect(page.locator("#send")).to_be_disabled()
+    expect(page.locator("#stop")).to_be_enabled()  # the run is live while the form waits
+    expect(page.locator("#new-thread")).to_be_disabled()
     form.locator("textarea").fill('{"shown": "by hand"}')
     form.get_by_role("button", name="Send result").click()
     expect(notice.locator("pre.result")).to_contain_text('"shown": "by hand"')
@@ -206,12 +207,16 @@ def test_stop_and_busy_thread(serve: Any, page: Any, screenshot: Any) -> None:
     _send(page, "go")
     reply = page.locator(".msg.assistant").last
     expect(reply).to_contain_text("word2")
-    expect(page.locator("#send")).to_be_disabled()
     expect(page.locator("#stop")).to_be_enabled()
+    # The server's strategy is reject: the page says so, and a send while busy is refused
+    # by the server, shown as its error, nothing stored, the text back in the composer.
+    expect(page.locator("#composer-status")).to_contain_text("refuses a second message")
     page.locator("#text").fill("a second message while busy")  # Enter while the run is live
     page.locator("#text").press("Enter")
-    assert page.locator(".msg.user").count() == 1
-    assert page.locator("#text").input_value() == "a second message while busy"
+    expect(page.locator(".msg.error").last).to_contain_text("THREAD_BUSY, HTTP 409")
+    expect(page.locator(".turn.refused .msg.user")).to_have_text("a second message while busy")
+    expect(page.locator("#text")).to_have_value("a second message while busy")
+    page.locator("#text").fill("")
 
     page.locator("#stop").click()
     expect(page.locator(".msg.notice").last).to_have_text("Run stopped.")

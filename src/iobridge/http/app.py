@@ -125,6 +125,7 @@ def create_app(backend: Backend) -> FastAPI:
     install_index(app, backend.settings.prefix)
     if backend.settings.playground:
         catalog = backend.catalog
+        fallback = backend.settings.multitask_strategy
         page = playground_router(
             backend.settings.prefix,
             default_agent=lambda: catalog.default_id,
@@ -133,6 +134,9 @@ def create_app(backend: Backend) -> FastAPI:
                 "maxBodyBytes": backend.settings.max_body_bytes,
                 "maxMediaPartBytes": backend.settings.max_media_part_bytes,
                 "maxMediaMessageBytes": backend.settings.max_media_message_bytes,
+            },
+            multitask_strategies=lambda: {
+                a.id: a.multitask_strategy or fallback for a in catalog.list()
             },
         )
         app.include_router(page)

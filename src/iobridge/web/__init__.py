@@ -1,9 +1,9 @@
 """The playground: chat with the agents, watch the AG-UI events, answer frontend tools.
 
 Plain HTML, CSS and JavaScript modules shipped in the package (no CDN, no build step).
-The page learns the route prefix from its ``<html data-prefix>``, and the default agent and
-the server's request limits (body, media part, message media) from
-``/playground/config.json``, which authenticates like the API routes.
+The page learns the route prefix from its ``<html data-prefix>``, and the default agent, each
+agent's busy-thread strategy and the server's request limits (body, media part, message media)
+from ``/playground/config.json``, which authenticates like the API routes.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ ASSETS = {
     "markdown.js": "text/javascript; charset=utf-8",
     "inspector.js": "text/javascript; charset=utf-8",
     "attachments.js": "text/javascript; charset=utf-8",
+    "branches.js": "text/javascript; charset=utf-8",
     "playground.css": "text/css; charset=utf-8",
     "favicon.svg": "image/svg+xml",
 }
@@ -48,6 +49,7 @@ def playground_router(
     default_agent: Callable[[], str | None],
     authenticate: Callable[[Mapping[str, str]], object],
     limits: Mapping[str, int] | None = None,
+    multitask_strategies: Callable[[], Mapping[str, str]] = dict,
 ) -> APIRouter:
     """``/playground`` (and ``/`` redirecting to it) for a bridge under ``prefix``.
 
@@ -56,6 +58,8 @@ def playground_router(
     the authentication error the app answers with 401). ``limits`` (camelCase byte counts:
     ``maxBodyBytes``, ``maxMediaPartBytes``, ``maxMediaMessageBytes``) lets the page refuse
     an attachment before sending it; the server enforces them anyway (413).
+    ``multitask_strategies`` maps each agent id to what a run sent while its thread is busy
+    does (``multitaskStrategy``), so the page can say so before the user sends.
     """
     folder = files(__package__)
     page = folder.joinpath("playground.html").read_text(encoding="utf-8")
@@ -70,7 +74,8 @@ def playground_router(
     @router.get("/playground/config.json")
     async def config(request: Request) -> dict[str, Any]:
         authenticate(request.headers)
-        return {"prefix": prefix, "defaultAgent": default_agent(), "limits": dict(limits or {})}
+        return {"prefix": prefix, "defaultAgent": default_agent(), "limits": dict(limits or {}),
+                "multitaskStrategies": dict(multitask_strategies())}
 
     @router.get("/playground/{name}")
     async def asset(name: str) -> Response:

@@ -2,12 +2,17 @@
 // SSE stream, run frontend tools in the page (or answer them from a form) and POST their
 // results back into the same run; threads and history through the REST routes.
 //
-// One phase at a time (connecting, loading a thread, idle, running): Send works only when
-// idle, so a message always goes to the thread on screen and its run is shown there. A new
-// thread is only an id until its first message creates it on the server.
+// One phase at a time (connecting, loading a thread, idle, running): Send works when idle or
+// running (a message sent while a run streams follows the agent's busy-thread strategy:
+// queued, interrupting or refused, as the server answers), never while a thread loads, and the
+// thread cannot change while a run is live, so a message always goes to the thread on screen
+// and its run is shown there. A new thread is only an id until its first message creates it
+// on the server. Regenerate and edit start a branch on the server (``replaceFrom``); a message
+// with siblings shows a picker that switches the thread's current branch.
 import { renderInto } from "./markdown.js";
 import { Inspector } from "./inspector.js";
 import { Attachments, partPreview } from "./attachments.js";
+import { divergences } from "./branches.js";
 
 const PREFIX = document.documentElement.dataset.prefix || "/io-bridge";
 // A thread's history is read as its latest messages, at most this many.
@@ -41,7 +46,14 @@ const state = {
   phase: "connecting",
   // Each thread selection gets a number; a history that arrives for an older one is dropped.
   selection: 0,
-  run: null, // {runId, threadId, stopping}
+  // The runs of the thread on screen still streaming or waiting, by run id:
+  // {runId, threadId, stopping, turn, strategy, started, chip}
+  active: new Map(),
+  // The thread changed on the server in a way the page does not draw live (a branch, a
+  // rollback): its history is read again once the last run ends.
+  reloadAfter: false,
+  // Each agent's busy-thread strategy (``multitaskStrategy``), from the config.
+  strategies: {},
   customTools: loadCustomTools(),
   settings: loadSettings(),
 };
@@ -155,6 +167,25 @@ const PHASE_NOTES = {
   running: "The agent is answering: Stop ends the run.",
 };
 
+/** What a message sent while the agent answers does, as the server says it will. */
+const BUSY_NOTES = {
+  enqueue: "Sending now queues your message: it runs when this answer ends.",
+  interrupt: "Sending now interrupts this answer.",
+  rollback: "Sending now interrupts this answer and removes it from the thread.",
+  reject: "This agent refuses a second message while it answers: wait, or press Stop.",
+};
+
+function strategyOf(agentId) {
+  return state.strategies[agentId] ?? null;
+}
+
+/** The run Stop ends: the one answering (a message waiting behind it has its own Cancel). */
+function liveRun() {
+  const runs = [...state.active.values()];
+  return runs.find((r) => r.started && !r.ended) ?? runs.find((r) => !r.ended && !r.busy)
+    ?? null;
+}
+
 function setPhase(phase) {
   state.phase = phase;
   document.body.dataset.phase = phase;
@@ -163,14 +194,20 @@ function setPhase(phase) {
 
 function updateControls() {
   const running = state.phase === "running";
-  $("send").disabled = state.phase !== "idle";
-  $("stop").disabled = !running || Boolean(state.run?.stopping);
+  $("send").disabled = state.phase !== "idle" && !running;
+  $("stop").disabled = !running || Boolean(liveRun()?.stopping ?? true);
   $("agent").disabled = running;
   attachments.setDisabled(running || state.phase === "connecting");
   $("new-thread").disabled = running || state.phase === "connecting";
   for (const button of $("threads").querySelectorAll("button")) button.disabled = running;
   $("composer").classList.toggle("busy", running);
-  $("composer-status").textContent = PHASE_NOTES[state.phase];
+  // Regenerate, edit and the branch pickers: only with nothing running or loading.
+  for (const control of document.querySelectorAll("#chat .needs-idle")) {
+    control.disabled = state.phase !== "idle";
+  }
+  const busyNote = running ? BUSY_NOTES[strategyOf($("agent").value)] : "";
+  $("composer-status").textContent = [PHASE_NOTES[state.phase], busyNote].filter(Boolean)
+    .join(" ");
 }
 
 // ---------------------------------------------------------------- chat rendering
@@ -201,7 +238,7 @@ async function copyText(button, text) {
 }
 
 /** The row of actions under a message: ``[label, () => text]`` pairs, each copies. */
-function messageTools(kind, actions) {
+function messageTools(kind, actions, into = $("chat")) {
   const row = element("div", `msg-tools ${kind}`);
   for (const [label, text, help] of actions) {
     const button = element("button", "", label);
@@ -210,26 +247,54 @@ function messageTools(kind, actions) {
     button.addEventListener("click", () => copyText(button, text()));
     row.append(button);
   }
-  $("chat").append(row);
+  into.append(row);
   return row;
 }
 
-/** A user bubble: its text, its attachments (thumbnails), copy and (for a run) copy as curl. */
-function addUser(text, parts = [], body = null) {
+/** A conversation turn: a user message and what answered it (a run, or the stored history
+ * from one user message to the next). Turns keep a queued message below the answer still
+ * streaming. */
+function newTurn() {
+  const turn = element("div", "turn");
+  $("chat").append(turn);
+  return turn;
+}
+
+/** A small action button under a message that only works with nothing running. */
+function idleButton(label, help, onClick) {
+  const button = element("button", "needs-idle", label);
+  button.type = "button";
+  button.setAttribute("aria-label", help);
+  button.disabled = state.phase !== "idle";
+  button.addEventListener("click", () => { if (state.phase === "idle") onClick(); });
+  return button;
+}
+
+/**
+ * A user bubble: its text, its attachments (thumbnails), copy, (for a run) copy as curl and
+ * (a stored message) edit. ``{bubble, tools}``.
+ */
+function addUser(text, parts = [], { body = null, into = $("chat"), id = null } = {}) {
   const bubble = element("div", "msg user", text);
+  if (id) bubble.dataset.messageId = id;
   const media = parts.filter((p) => p && p.type !== "text");
   if (media.length) {
     const list = element("div", "attachments");
     list.append(...media.map((part) => partPreview(part, element)));
     bubble.append(list);
   }
-  $("chat").append(bubble);
+  into.append(bubble);
   const actions = [["Copy", () => text, "Copy this message"]];
   if (body) {
     actions.push(["Copy as curl", () => curlFor(body), "Copy as curl: this request as a shell command"]);
   }
-  messageTools("user", actions);
+  const tools = messageTools("user", actions, into);
+  if (id) {
+    tools.append(idleButton("Edit", "Edit this message and answer it again (a new branch)",
+                            () => editMessage(bubble, tools, id, text, media)));
+  }
   scrollChat();
+  return { bubble, tools };
 }
 
 /** A shell command that sends ``body`` again (fresh run and message ids, so the server takes
@@ -249,22 +314,23 @@ function curlFor(body) {
   return lines.join(" \\\n  ");
 }
 
-function addError(text) {
-  $("chat").append(element("div", "msg error", text));
+function addError(text, into = $("chat")) {
+  into.append(element("div", "msg error", text));
   scrollChat();
 }
 
-function notice(text) {
-  $("chat").append(element("div", "msg notice", text));
+function notice(text, into = $("chat")) {
+  into.append(element("div", "msg notice", text));
   scrollChat();
 }
 
 /** An assistant bubble whose Markdown is re-rendered (once per frame) as deltas arrive. */
-function assistantBubble(initial = "") {
+function assistantBubble(initial = "", into = $("chat"), id = null) {
   const node = element("div", "msg assistant");
-  $("chat").append(node);
+  if (id) node.dataset.messageId = id;
+  into.append(node);
   let text = initial;
-  messageTools("assistant", [["Copy", () => text, "Copy this reply (Markdown)"]]);
+  messageTools("assistant", [["Copy", () => text, "Copy this reply (Markdown)"]], into);
   let queued = false;
   const render = () => {
     queued = false;
@@ -286,12 +352,13 @@ function assistantBubble(initial = "") {
 }
 
 /** Reasoning, folded by default. */
-function reasoningBlock(initial = "") {
+function reasoningBlock(initial = "", into = $("chat"), id = null) {
   const details = element("details", "reasoning");
+  if (id) details.dataset.messageId = id;
   details.append(element("summary", "", "Reasoning"));
   const body = element("div", "", initial);
   details.append(body);
-  $("chat").append(details);
+  into.append(details);
   scrollChat();
   return { append(delta) { body.textContent += delta; } };
 }
@@ -305,8 +372,9 @@ function pretty(text) {
   }
 }
 
-/** A tool call: name, origin, arguments and (later) its result, in one card. */
-function toolCard(toolCallId, name, origin) {
+/** A tool call: name, origin, arguments, the subagents it ran (folded) and (later) its
+ * result, in one card. */
+function toolCard(toolCallId, name, origin, into = $("chat")) {
   const card = element("div", `tool-card ${origin}`);
   card.dataset.toolCallId = toolCallId;
   const head = element("header");
@@ -325,11 +393,15 @@ function toolCard(toolCallId, name, origin) {
   const answer = element("div", "section answer");
   answer.hidden = true;
   card.append(head, args, result, answer);
-  $("chat").append(card);
+  into.append(card);
   scrollChat();
   let rawArgs = "";
   return {
-    card, name, origin, answer,
+    card, name, origin, answer, done: false,
+    /** A subagent's block, under the arguments and above the result. */
+    nest(node) {
+      card.insertBefore(node, result);
+    },
     appendArgs(delta) {
       rawArgs += delta;
       argsPre.textContent = rawArgs;
@@ -351,11 +423,34 @@ function toolCard(toolCallId, name, origin) {
       card.classList.toggle("failed", failed);
     },
     setResult(content, failed = false) {
+      this.done = true;
       result.hidden = false;
       resultPre.textContent = pretty(content);
       answer.hidden = true;
       answer.replaceChildren();
       this.setStatus(failed ? "error" : "done", failed);
+    },
+  };
+}
+
+/**
+ * A subagent's activity, folded (collapsed until opened): its name and status in the summary,
+ * what it wrote and the tools it called inside. ``{details, body, setStatus}``.
+ */
+function subagentBlock(name, description, runId) {
+  const details = element("details", "subagent");
+  if (runId) details.dataset.subagentRunId = runId;
+  const summary = element("summary");
+  const status = element("span", "status", "running");
+  summary.append(element("span", "label", "subagent"), element("span", "name", name), status);
+  const body = element("div", "subagent-body");
+  if (description) body.append(element("p", "muted", description));
+  details.append(summary, body);
+  return {
+    details, body,
+    setStatus(text, failed = false) {
+      status.textContent = text;
+      details.classList.toggle("failed", failed);
     },
   };
 }
@@ -481,14 +576,14 @@ function answerForm(runId, toolCallId, card, suggested) {
 }
 
 /** The open interrupts of a run that finished to ask: answer them all in one resume run. */
-function interruptCard(interrupts) {
+function interruptCard(interrupts, into = $("chat")) {
   const card = element("div", "tool-card interrupt");
   const answers = new Map();
   const buttons = [];
   const finishIfAnswered = () => {
     if (answers.size < interrupts.length) return;
     for (const button of buttons) button.disabled = true;
-    run(null, [...answers.values()]);
+    run(null, { resume: [...answers.values()], turn: into.closest?.(".turn") ?? null });
   };
   for (const interrupt of interrupts) {
     const head = element("header");
@@ -517,7 +612,7 @@ function interruptCard(interrupts) {
     section.append(row);
     card.append(head, section);
   }
-  $("chat").append(card);
+  into.append(card);
   scrollChat();
 }
 
@@ -552,6 +647,8 @@ function handleFrontendCall(runId, toolCallId, card) {
 
 // ---------------------------------------------------------------- runs
 
+/** The stream's events, and its SSE comments as ``{comment}`` (``: queued`` while the run
+ * waits for the thread). */
 async function* sseEvents(response) {
   const reader = response.body.getReader();
   const decoder = new TextDecoder();
@@ -564,9 +661,14 @@ async function* sseEvents(response) {
     while ((cut = buffer.indexOf("\n\n")) >= 0) {
       const frame = buffer.slice(0, cut);
       buffer = buffer.slice(cut + 2);
-      const data = frame.split("\n").filter((l) => l.startsWith("data:"))
+      const lines = frame.split("\n");
+      const data = lines.filter((l) => l.startsWith("data:"))
         .map((l) => l.slice(l.startsWith("data: ") ? 6 : 5));
       if (data.length) yield JSON.parse(data.join("\n"));
+      else {
+        const comment = lines.find((l) => l.startsWith(":"));
+        if (comment !== undefined) yield { comment: comment.slice(1).trim() };
+      }
     }
   }
 }
@@ -575,53 +677,118 @@ function serverToolNames() {
   return new Set(state.agents.flatMap((a) => (a.tools || []).map((t) => t.name)));
 }
 
+/** The chip on a message sent while the thread was busy (``null`` removes it). */
+function setChip(record, text, kind) {
+  record.chip?.remove();
+  record.chip = null;
+  const turn = record.turn;
+  if (text === null) {
+    delete turn.dataset.waiting;
+    return;
+  }
+  turn.dataset.waiting = kind;
+  record.chip = element("div", "chip-row");
+  const chip = element("span", `chip ${kind}`, text);
+  chip.setAttribute("role", "status");
+  const cancel = element("button", "", "Cancel");
+  cancel.type = "button";
+  cancel.setAttribute("aria-label", "Cancel this waiting message");
+  cancel.addEventListener("click", async () => {
+    cancel.disabled = true;
+    try {
+      await api("POST", `/runs/${encodeURIComponent(record.runId)}/cancel`);
+    } catch (error) {
+      cancel.disabled = false;
+      addError(`Could not cancel the message: ${explain(error)}`, turn);
+    }
+  });
+  record.chip.append(chip, cancel);
+  const tools = turn.querySelector(".msg-tools.user");
+  if (tools) tools.after(record.chip);
+  else turn.append(record.chip);
+}
+
+const WAITING = {
+  enqueue: ["queued", "queued: runs when the answer above ends"],
+  interrupt: ["interrupting", "interrupting the answer above"],
+  rollback: ["interrupting", "interrupting the answer above (it is removed from the thread)"],
+};
+
 /**
- * One run in the thread on screen: ``text`` as the new user message, or (``resume`` given)
- * answers to interrupts. Only called when idle; the thread cannot change until it ends.
+ * One run in the thread on screen: ``text`` as the new user message, ``resume`` answers to
+ * interrupts, ``replaceFrom`` a stored message the run replaces (regenerate, edit: a new
+ * branch). Drawn in ``turn`` (a new one by default). Called when idle, or while runs stream
+ * (a busy send, which the agent's strategy queues, lets interrupt, or the server refuses);
+ * the thread cannot change until every run of it has ended.
  */
-async function run(text, resume = null, parts = []) {
-  if (state.phase !== "idle") return;
+async function run(text, { resume = null, parts = [], replaceFrom = null, turn = null } = {}) {
+  const busy = state.active.size > 0;
+  if (state.phase !== "idle" && !(state.phase === "running" && busy)) return;
+  if (busy && (resume || replaceFrom)) return;
   const runId = uid();
   const threadId = state.threadId;
   const agentId = $("agent").value;
   const frontend = declaredTools();
   const frontendNames = new Set(frontend.map((t) => t.name));
+  const messageId = uid();
   const body = {
     // No ``state``: the run starts from the thread's stored state (shown as STATE_SNAPSHOT).
     threadId, runId, context: [],
     tools: frontend.map(({ name, description, parameters }) => ({ name, description, parameters })),
     // Only the new message: the server keeps the thread's memory.
-    messages: resume ? [] : [{ id: uid(), role: "user",
+    messages: text === null ? [] : [{ id: messageId, role: "user",
       content: parts.length ? [...(text ? [{ type: "text", text }] : []), ...parts] : text }],
     forwardedProps: { agentId, memoryOptions: { generateTitle: true } },
   };
   if (resume) body.resume = resume;
-  if (text !== null) addUser(text, parts, body);
-  state.run = { runId, threadId, stopping: false };
+  if (replaceFrom) body.forwardedProps.replaceFrom = replaceFrom;
+  turn ??= newTurn();
+  if (text !== null) addUser(text, parts, { body, into: turn, id: messageId });
+  const strategy = busy ? strategyOf(agentId) : null;
+  const record = { runId, threadId, stopping: false, turn, strategy, busy, started: false,
+                   ended: false, chip: null };
+  state.active.set(runId, record);
+  if (WAITING[strategy]) setChip(record, WAITING[strategy][1], WAITING[strategy][0]);
+  else if (busy) setChip(record, "sending while the agent answers", "sending");
   setPhase("running");
   inspector.startRun(runId, `${agentId || "default agent"} · thread ${threadId.slice(0, 8)}`);
   const texts = new Map();
   const reasoning = new Map();
   const calls = new Map();
-  let ended = false;
-  let started = false;
+  const subagents = new Map();
+  // Where an event is drawn: inside its subagent's block, else in the turn.
+  const placeOf = (event) => subagents.get(event.subagentRunId)?.body ?? turn;
+  let accepted = false;
   try {
     const response = await request("POST", `${PREFIX}/run`, body);
-    started = true;
+    accepted = true;
     if (parts.length) attachments.clear();
+    if (replaceFrom) state.reloadAfter = true;
     for await (const event of sseEvents(response)) {
+      if (event.comment !== undefined) {
+        if (event.comment === "queued" && !record.started && !record.chip) {
+          setChip(record, "queued: waits for the thread", "queued");
+        }
+        continue;
+      }
       inspector.log(runId, event);
-      if (event.type === "RUN_STARTED") state.stored = true;
-      ended ||= event.type === "RUN_FINISHED" || event.type === "RUN_ERROR";
+      if (event.type === "RUN_STARTED") {
+        state.stored = true;
+        record.started = true;
+        setChip(record, null);
+        updateControls();
+      }
+      if (event.type === "RUN_FINISHED" || event.type === "RUN_ERROR") record.ended = true;
       if (state.threadId !== threadId) continue; // never drawn into another thread
+      const into = placeOf(event);
       switch (event.type) {
         case "TEXT_MESSAGE_START":
-          texts.set(event.messageId, assistantBubble());
+          texts.set(event.messageId, assistantBubble("", into, event.messageId));
           break;
         case "TEXT_MESSAGE_CONTENT":
         case "TEXT_MESSAGE_CHUNK": {
           const id = event.messageId ?? [...texts.keys()].pop();
-          if (!texts.has(id)) texts.set(id, assistantBubble());
+          if (!texts.has(id)) texts.set(id, assistantBubble("", into, id));
           texts.get(id).append(event.delta ?? "");
           break;
         }
@@ -630,18 +797,20 @@ async function run(text, resume = null, parts = []) {
           break;
         case "REASONING_MESSAGE_START":
         case "THINKING_TEXT_MESSAGE_START":
-          reasoning.set(event.messageId ?? "thinking", reasoningBlock());
+          reasoning.set(event.messageId ?? "thinking", reasoningBlock("", into));
           break;
         case "REASONING_MESSAGE_CONTENT":
         case "THINKING_TEXT_MESSAGE_CONTENT": {
           const id = event.messageId ?? "thinking";
-          if (!reasoning.has(id)) reasoning.set(id, reasoningBlock());
+          if (!reasoning.has(id)) reasoning.set(id, reasoningBlock("", into));
           reasoning.get(id).append(event.delta ?? "");
           break;
         }
         case "TOOL_CALL_START": {
-          const origin = frontendNames.has(event.toolCallName) ? "frontend" : "server";
-          calls.set(event.toolCallId, toolCard(event.toolCallId, event.toolCallName, origin));
+          // A subagent's calls are its own server tools (it gets no frontend tools).
+          const origin = !event.subagentRunId && frontendNames.has(event.toolCallName)
+            ? "frontend" : "server";
+          calls.set(event.toolCallId, toolCard(event.toolCallId, event.toolCallName, origin, into));
           break;
         }
         case "TOOL_CALL_ARGS":
@@ -660,23 +829,59 @@ async function run(text, resume = null, parts = []) {
           calls.get(event.toolCallId)?.setResult(content);
           break;
         }
+        case "SUBAGENT_STARTED": {
+          const block = subagentBlock(event.name ?? "subagent", event.description,
+                                      event.subagentRunId);
+          subagents.set(event.subagentRunId, block);
+          const parent = calls.get(event.parentToolCallId);
+          if (parent) {
+            parent.nest(block.details);
+            parent.setStatus("running a subagent");
+          } else {
+            (subagents.get(event.parentSubagentRunId)?.body ?? turn).append(block.details);
+          }
+          break;
+        }
+        case "SUBAGENT_FINISHED":
+          subagents.get(event.subagentRunId)?.setStatus("done");
+          break;
+        case "SUBAGENT_ERROR":
+          subagents.get(event.subagentRunId)?.setStatus(
+            `failed: ${event.message ?? "error"}${event.code ? ` (${event.code})` : ""}`, true);
+          break;
         case "RUN_ERROR":
-          addError(`The run failed: ${event.message}${event.code ? ` (${event.code})` : ""}`);
+          if (!record.started && text !== null) {
+            // Ended while it waited (cancelled): nothing was stored, the text comes back.
+            setChip(record, null);
+            notUsed(turn, text);
+            addError(`Not sent: ${event.message}${event.code ? ` (${event.code})` : ""}. `
+              + "Nothing was stored; the text is back in the composer.", turn);
+          } else {
+            addError(`The run failed: ${event.message}${event.code ? ` (${event.code})` : ""}`,
+                     turn);
+          }
           break;
         case "RUN_FINISHED":
-          if (event.outcome?.type === "cancelled") notice("Run stopped.");
-          else if (event.outcome?.type === "interrupt") interruptCard(event.outcome.interrupts);
+          if (event.outcome?.type === "cancelled") stoppedNote(record);
+          else if (event.outcome?.type === "interrupt") {
+            interruptCard(event.outcome.interrupts, turn);
+          }
           break;
         default:
           break;
       }
     }
     for (const bubble of texts.values()) bubble.flush();
-    if (!ended) addError("The stream closed before the run finished (no RUN_FINISHED).");
+    if (!record.ended) {
+      addError("The stream closed before the run finished (no RUN_FINISHED).", turn);
+    }
   } catch (error) {
-    addError(explain(error));
-    // Refused before it started: nothing was stored, so nothing the user wrote is lost.
-    if (!started && text !== null && !$("text").value) $("text").value = text;
+    setChip(record, null);
+    addError(busy && error instanceof ApiError && error.code === "THREAD_BUSY"
+      ? `The server refused this message while the agent answers: ${error.message} `
+        + `(${error.code}, HTTP ${error.status}). It was not stored: it is back in the composer.`
+      : explain(error), turn);
+    if (!accepted && text !== null) notUsed(turn, text);
   } finally {
     for (const card of calls.values()) {
       if (!card.answer.hidden) {
@@ -684,22 +889,60 @@ async function run(text, resume = null, parts = []) {
         card.setStatus("the run ended before an answer", true);
       }
     }
-    state.run = null;
+    state.active.delete(runId);
     inspector.save();
-    setPhase("idle");
-    refreshThreads().catch(() => {});
+    if (!state.active.size) afterRuns(threadId);
+    else updateControls();
   }
 }
 
+/** A message the server refused or dropped before its run started: nothing was stored, so
+ * it goes back to the composer (unless the user is typing another one) and cannot be edited. */
+function notUsed(turn, text) {
+  turn.classList.add("refused");
+  turn.querySelector(".msg-tools.user .needs-idle")?.remove();
+  if (!$("text").value) $("text").value = text;
+}
+
+/** A run ended cancelled: by Stop, or by a message sent to interrupt it. */
+function stoppedNote(record) {
+  const interrupter = [...state.active.values()].find(
+    (r) => r !== record && (r.strategy === "interrupt" || r.strategy === "rollback"));
+  if (record.stopping || !interrupter) {
+    notice("Run stopped.", record.turn);
+    return;
+  }
+  record.turn.classList.add("interrupted");
+  if (interrupter.strategy === "rollback") {
+    record.turn.classList.add("rolled-back");
+    state.reloadAfter = true;
+    notice("Interrupted by your next message, and removed from the thread (rollback).",
+           record.turn);
+  } else {
+    notice("Interrupted by your next message.", record.turn);
+  }
+}
+
+/** The last run of the thread ended: idle again, and the history read anew when the server
+ * changed it in a way not drawn live (a new branch, a rollback). */
+async function afterRuns(threadId) {
+  const reload = state.reloadAfter && state.threadId === threadId;
+  state.reloadAfter = false;
+  setPhase("idle");
+  refreshThreads().catch(() => {});
+  if (reload) await reloadThread();
+  else placeRegenerate();
+}
+
 async function stop() {
-  const live = state.run;
+  const live = liveRun();
   if (!live || live.stopping) return;
   live.stopping = true;
   updateControls();
   try {
     await api("POST", `/runs/${encodeURIComponent(live.runId)}/cancel`);
   } catch (error) {
-    addError(`Could not stop the run: ${explain(error)}`);
+    addError(`Could not stop the run: ${explain(error)}`, live.turn);
     live.stopping = false;
     updateControls();
   }
@@ -707,38 +950,78 @@ async function stop() {
 
 // ---------------------------------------------------------------- history
 
+/** The text of a stored user message, and its attachments. */
+function userContent(content) {
+  if (typeof content === "string") return [content, []];
+  const parts = Array.isArray(content) ? content : [];
+  return [parts.filter((p) => p?.type === "text").map((p) => p.text).join(" "), parts];
+}
+
+/**
+ * Draw a thread's messages (AG-UI), one turn per user message. A subagent's messages (they
+ * carry its ``subagentRunId`` and come between its call and the call's result) fold under
+ * the tool card of that call, as they did live.
+ */
 function renderHistory(messages) {
   $("chat").replaceChildren();
   const serverTools = serverToolNames();
   const cards = new Map();
+  const blocks = new Map();
+  let turn = null;
   for (const message of messages) {
+    let into;
+    const nested = Boolean(message.subagentRunId);
+    if (nested) {
+      let block = blocks.get(message.subagentRunId);
+      if (!block) {
+        const parent = [...cards.values()].reverse().find((c) => !c.done);
+        block = subagentBlock(parent?.name ?? "subagent", "", message.subagentRunId);
+        block.setStatus("finished");
+        if (parent) {
+          parent.nest(block.details);
+          (parent.blocks ??= []).push(block);
+        } else {
+          (turn ??= newTurn()).append(block.details);
+        }
+        blocks.set(message.subagentRunId, block);
+      }
+      into = block.body;
+    } else {
+      if (message.role === "user") turn = newTurn();
+      into = turn ??= newTurn();
+    }
     switch (message.role) {
       case "user": {
-        const content = message.content;
-        if (typeof content === "string") addUser(content);
-        else {
-          const parts = Array.isArray(content) ? content : [];
-          addUser(parts.filter((p) => p?.type === "text").map((p) => p.text).join(" "), parts);
-        }
+        const [text, parts] = userContent(message.content);
+        addUser(text, parts, { into, id: nested ? null : message.id });
         break;
       }
-      case "assistant":
-        if (message.content) assistantBubble(message.content);
+      case "assistant": {
+        let first = message.content ? assistantBubble(message.content, into).node : null;
         for (const call of message.toolCalls || []) {
           const name = call.function?.name ?? "tool";
-          const card = toolCard(call.id, name, serverTools.has(name) ? "server" : "frontend");
+          const origin = nested || serverTools.has(name) ? "server" : "frontend";
+          const card = toolCard(call.id, name, origin, into);
           card.setArgs(call.function?.arguments || "{}");
           card.setStatus("no result");
           cards.set(call.id, card);
+          first ??= card.card;
         }
+        if (first && !nested) first.dataset.messageId = message.id;
         break;
-      case "tool":
-        cards.get(message.toolCallId)?.setResult(
+      }
+      case "tool": {
+        const card = cards.get(message.toolCallId);
+        card?.setResult(
           typeof message.content === "string" ? message.content : JSON.stringify(message.content),
           Boolean(message.error));
+        for (const block of card?.blocks ?? []) {
+          block.setStatus(message.error ? "failed" : "done", Boolean(message.error));
+        }
         break;
+      }
       case "reasoning":
-        reasoningBlock(message.content || "");
+        reasoningBlock(message.content || "", into, nested ? null : message.id);
         break;
       default:
         break;
@@ -751,25 +1034,188 @@ async function loadHistory(threadId, selection) {
   try {
     const path = `/threads/${encodeURIComponent(threadId)}`;
     // The thread itself carries the interrupts its last run left open: asked again here.
-    const [{ messages }, thread] = await Promise.all([
+    const [{ messages, nextCursor }, thread] = await Promise.all([
       api("GET", `${path}/messages?format=agui&limit=${HISTORY_LIMIT}`), api("GET", path),
     ]);
     if (selection !== state.selection) return false;
     state.stored = true;
     renderHistory(messages);
-    if (messages.length >= HISTORY_LIMIT) {
+    if (nextCursor) {
       $("chat").prepend(element("div", "msg notice",
         `Showing the latest ${HISTORY_LIMIT} messages of this thread.`));
     }
     if (Array.isArray(thread?.interrupts) && thread.interrupts.length) {
-      interruptCard(thread.interrupts);
+      interruptCard(thread.interrupts, $("chat").lastElementChild ?? $("chat"));
     }
+    try {
+      // The pickers only for a history shown whole (a branch is compared from its start).
+      if (!nextCursor) await showBranches(threadId, messages, selection);
+    } catch (error) {
+      if (selection === state.selection) notice(`Branches not shown: ${explain(error)}`);
+    }
+    if (selection !== state.selection) return false;
+    placeRegenerate();
   } catch (error) {
     if (selection !== state.selection) return false;
     // Not stored yet (a new thread's id): an empty chat is right.
     if (!(error instanceof ApiError && error.status === 404)) addError(explain(error));
   }
   return true;
+}
+
+/** Read the thread on screen again (after a new branch, a switch or a rollback). */
+async function reloadThread() {
+  if (state.phase === "running") return;
+  const selection = ++state.selection;
+  setPhase("loading");
+  if (await loadHistory(state.threadId, selection)) {
+    renderThreads();
+    setPhase("idle");
+  }
+}
+
+// ---------------------------------------------------------------- branches
+
+async function showBranches(threadId, messages, selection) {
+  const path = `/threads/${encodeURIComponent(threadId)}`;
+  const { branches } = await api("GET", `${path}/branches`);
+  if (!Array.isArray(branches) || branches.length < 2) return;
+  const lists = await Promise.all(branches.map((branch) => (branch.current
+    ? Promise.resolve(messages)
+    : api("GET", `${path}/messages?format=agui&limit=${HISTORY_LIMIT}`
+                 + `&branch=${encodeURIComponent(branch.id)}`).then((page) => page.messages))));
+  if (selection !== state.selection) return;
+  for (const { index, ids, branchOf } of divergences(branches, lists, messages)) {
+    const id = messages[index].id;
+    const target = [...$("chat").querySelectorAll("[data-message-id]")]
+      .find((node) => node.dataset.messageId === id);
+    if (!target) continue;
+    const position = ids.indexOf(id);
+    const picker = element("span", "branch-picker");
+    picker.setAttribute("role", "group");
+    picker.setAttribute("aria-label", `Version ${position + 1} of ${ids.length} of this message`);
+    const go = (step) => switchBranch(threadId, branchOf.get(ids[position + step]));
+    const back = idleButton("<", "Previous version", () => go(-1));
+    const next = idleButton(">", "Next version", () => go(1));
+    for (const [button, edge] of [[back, position === 0], [next, position === ids.length - 1]]) {
+      if (!edge) continue;
+      button.classList.remove("needs-idle");
+      button.disabled = true;
+    }
+    picker.append(back, element("span", "count", `${position + 1}/${ids.length}`), next);
+    if (target.classList.contains("user")) {
+      target.nextElementSibling?.prepend(picker);
+    } else {
+      const row = element("div", "msg-tools branches");
+      row.append(picker);
+      target.before(row);
+    }
+  }
+  updateControls();
+}
+
+async function switchBranch(threadId, branchId) {
+  if (!branchId || state.phase !== "idle" || threadId !== state.threadId) return;
+  try {
+    await api("PATCH", `/threads/${encodeURIComponent(threadId)}`, { currentBranch: branchId });
+  } catch (error) {
+    addError(`Could not switch the branch: ${explain(error)}`);
+    return;
+  }
+  await reloadThread();
+}
+
+/** "Regenerate" under the last answer of a stored thread. */
+function placeRegenerate() {
+  for (const old of $("chat").querySelectorAll(".regenerate")) old.remove();
+  if (!state.stored) return;
+  const turns = $("chat").querySelectorAll(".turn:not(.refused)");
+  const turn = turns[turns.length - 1];
+  if (!turn?.querySelector(".msg.user[data-message-id]")) return;
+  if (!turn.querySelector(":scope > .msg.assistant, :scope > .tool-card, :scope > .reasoning")) {
+    return;
+  }
+  const button = idleButton("Regenerate", "Regenerate this answer (a new branch)",
+                            () => regenerate(turn));
+  button.classList.add("regenerate");
+  const rows = turn.querySelectorAll(":scope > .msg-tools.assistant");
+  if (rows.length) rows[rows.length - 1].append(button);
+  else {
+    const row = element("div", "msg-tools assistant");
+    row.append(button);
+    turn.append(row);
+  }
+}
+
+/** Answer the last user message again: the stored reply after it is where the new branch
+ * starts (``replaceFrom``), the old answer stays on the earlier branch. */
+async function regenerate(turn) {
+  if (state.phase !== "idle") return;
+  const threadId = state.threadId;
+  setPhase("loading");
+  let reply = null;
+  try {
+    const { messages } = await api(
+      "GET", `/threads/${encodeURIComponent(threadId)}/messages?format=agui&limit=${HISTORY_LIMIT}`);
+    const last = messages.findLastIndex((m) => m.role === "user" && !m.subagentRunId);
+    reply = last >= 0 ? messages[last + 1] ?? null : null;
+  } catch (error) {
+    addError(`Could not regenerate: ${explain(error)}`);
+  }
+  setPhase("idle");
+  if (!reply || threadId !== state.threadId) return;
+  const user = turn.querySelector(".msg.user");
+  for (const node of [...turn.children]) {
+    if (node !== user && node !== user?.nextElementSibling) node.remove();
+  }
+  run(null, { replaceFrom: reply.id, turn });
+}
+
+/** Edit a stored user message in place; sending it starts a new branch from it. */
+function editMessage(bubble, tools, id, text, media) {
+  if (state.phase !== "idle" || bubble.querySelector("form")) return;
+  const form = element("form", "edit");
+  const input = element("textarea");
+  input.rows = 3;
+  input.value = text;
+  input.setAttribute("aria-label", "Edit the message");
+  const send = element("button", "primary", "Send");
+  send.type = "submit";
+  send.setAttribute("aria-label", "Send the edited message");
+  const cancel = element("button", "", "Cancel");
+  cancel.type = "button";
+  const buttons = element("div");
+  buttons.append(send, cancel);
+  form.append(input, buttons);
+  const shown = [...bubble.childNodes];
+  bubble.replaceChildren(form);
+  tools.hidden = true;
+  input.focus();
+  const restore = () => {
+    bubble.replaceChildren(...shown);
+    tools.hidden = false;
+  };
+  cancel.addEventListener("click", restore);
+  input.addEventListener("keydown", (event) => {
+    if (event.key === "Escape") {
+      event.stopPropagation();
+      restore();
+    } else if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      form.requestSubmit();
+    }
+  });
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const edited = input.value;
+    if ((!edited.trim() && !media.length) || state.phase !== "idle") return;
+    const turn = bubble.closest(".turn");
+    if (turn) {
+      while (turn.nextSibling) turn.nextSibling.remove();
+      turn.remove();
+    }
+    run(edited, { parts: media, replaceFrom: id });
+  });
 }
 
 // ---------------------------------------------------------------- threads
@@ -997,6 +1443,7 @@ async function connect() {
     ]);
     markAuthNeeded(false);
     state.defaultAgent = config.defaultAgent ?? null;
+    state.strategies = config.multitaskStrategies ?? {};
     attachments.setLimits(config.limits);
     state.agents = Array.isArray(agents) ? agents : [];
     renderAgents();
@@ -1065,7 +1512,8 @@ function wireDrawers() {
 
 async function send() {
   const text = $("text").value;
-  if ((!text.trim() && !attachments.count) || state.phase !== "idle") return;
+  const ready = () => state.phase === "idle" || state.phase === "running";
+  if ((!text.trim() && !attachments.count) || !ready()) return;
   const refusal = attachments.refusal(text);
   if (refusal) {
     $("attach-problem").textContent = refusal;
@@ -1078,10 +1526,10 @@ async function send() {
     $("attach-problem").textContent = `An attachment could not be read: ${error.message}`;
     return;
   }
-  if (state.phase !== "idle") return;
+  if (!ready()) return;
   $("text").value = "";
   $("attach-problem").textContent = "";
-  run(text, null, parts);
+  run(text, { parts });
 }
 
 function wireAttachments() {
