@@ -136,9 +136,14 @@ class ServerProcess:
     def __init__(self, app: str, *, agent: str = "deltas", deltas: int = 5,
                  settings: dict[str, Any] | None = None, tree: Tree = THIS_TREE) -> None:
         self.port = free_port()
+        settings = dict(settings or {})
+        url = settings.get("database_url")
+        if tree is not THIS_TREE and isinstance(url, str) and url.startswith("sqlite:///"):
+            # Older cores (af03d35) know SQLite only as sqlite+aiosqlite://; newer ones take both.
+            settings["database_url"] = "sqlite+aiosqlite:///" + url.removeprefix("sqlite:///")
         self.argv = [tree.python, str(tree.script), "--port", str(self.port),
                      "--app", app, "--agent", agent, "--deltas", str(deltas),
-                     "--settings", json.dumps(settings or {})]
+                     "--settings", json.dumps(settings)]
         self.env = {**os.environ, **tree.env} if tree.env else None
         self.process: subprocess.Popen[bytes] | None = None
         self._files = contextlib.ExitStack()

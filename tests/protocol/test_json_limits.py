@@ -112,3 +112,12 @@ def test_encodes_within() -> None:
     assert not encodes_within({"a": nested(10)}, 10)
     assert not encodes_within({"a": 2**64}, 10)
     assert not encodes_within({"a": "\ud800"}, 10)
+    # Brackets inside strings are not nesting: the count only decides when it is low.
+    assert encodes_within({"a": "[" * 50, "b": ["{" * 50]}, 2)
+    assert not encodes_within({"a": "[" * 50, "b": [nested(2)]}, 2)
+
+
+@given(value=_values, limit=st.integers(0, 12))
+def test_encodes_within_agrees_with_a_walk(value: Any, limit: int) -> None:
+    """The bracket count is only a shortcut: the answer is the walk's."""
+    assert encodes_within(value, limit) == (not _walk_exceeds(value, limit))

@@ -91,7 +91,18 @@ def _wrapped(value: Any, max_depth: int) -> Any:
 
 
 def encodes_within(value: Any, max_depth: int) -> bool:
-    """Whether ``value`` encodes as JSON and nests at most ``max_depth`` levels (``< 254``)."""
+    """Whether ``value`` encodes as JSON and nests at most ``max_depth`` levels (``< 254``).
+
+    Its JSON opening no more arrays/objects than ``max_depth`` cannot nest deeper (a count
+    in C, enough for nearly every event); only the rest is encoded again inside the
+    wrapping of ``depth_exceeds``, whose 190 lists cost more than the event itself.
+    """
+    try:
+        text = orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return False
+    if _brackets(text) <= max_depth:
+        return True
     try:
         orjson.dumps(_wrapped(value, max_depth))
     except orjson.JSONEncodeError:
