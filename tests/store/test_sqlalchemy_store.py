@@ -58,9 +58,12 @@ async def test_alembic_upgrade_from_empty_database(kind: str, tmp_path: Path) ->
         assert await _tables(engine) == {
             "iobridge_threads",
             "iobridge_messages",
+            "iobridge_run_checkpoints",
+            "iobridge_run_events",
+            "iobridge_run_tool_results",
             "iobridge_alembic_version",
         }
-        assert await current_revision(engine) == head_revision() == "0002"
+        assert await current_revision(engine) == head_revision() == "0003"
         # Upgrading again is a no-op, and the store works on the result.
         await upgrade_engine(engine)
         store = SqlThreadStore(engine)
@@ -87,7 +90,7 @@ async def test_upgrade_from_0001_keeps_threads_and_adds_state_and_interrupts(
                 "CURRENT_TIMESTAMP)"))
         assert await current_revision(engine) == "0001"
         await upgrade_engine(engine)
-        assert await current_revision(engine) == "0002"
+        assert await current_revision(engine) == head_revision()
         store = SqlThreadStore(engine)
         old = await store.get_thread("old")
         assert old is not None and old.title == "kept"

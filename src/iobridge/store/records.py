@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy import (
     JSON,
+    Boolean,
     Column,
     DateTime,
     Dialect,
@@ -25,7 +26,10 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-__all__ = ["ID_LENGTH", "UTCDateTime", "messages", "metadata", "threads"]
+__all__ = [
+    "ID_LENGTH", "UTCDateTime", "checkpoints", "messages", "metadata", "run_events",
+    "run_tool_results", "threads",
+]
 
 ID_LENGTH = 256
 
@@ -89,4 +93,46 @@ messages = Table(
     PrimaryKeyConstraint("thread_id", "position", name="pk_iobridge_messages"),
     UniqueConstraint("thread_id", "message_id", name="uq_iobridge_messages_id"),
     Index("ix_iobridge_messages_tool_call", "thread_id", "tool_call_id"),
+)
+
+# Revision 0003: durable runs (``store.base.Checkpoint``). ``base`` is written once per run
+# epoch, ``point`` at each durable point; the events up to each point are appended as one
+# ``run_events`` row (newline-joined encoded events).
+checkpoints = Table(
+    "iobridge_run_checkpoints",
+    metadata,
+    Column("owner", String(ID_LENGTH), nullable=False),
+    Column("run_id", String(ID_LENGTH), nullable=False),
+    Column("thread_id", String(ID_LENGTH), nullable=False),
+    Column("resource_id", String(ID_LENGTH), nullable=False),
+    Column("agent_id", String(ID_LENGTH), nullable=False),
+    Column("epoch", Integer, nullable=False),
+    Column("phase", String(16), nullable=False),
+    Column("last_seq", Integer, nullable=False),
+    Column("nbytes", Integer, nullable=False),
+    Column("base", Text, nullable=False),
+    Column("point", Text, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    PrimaryKeyConstraint("owner", "run_id", name="pk_iobridge_run_checkpoints"),
+)
+
+run_events = Table(
+    "iobridge_run_events",
+    metadata,
+    Column("owner", String(ID_LENGTH), nullable=False),
+    Column("run_id", String(ID_LENGTH), nullable=False),
+    Column("first_seq", Integer, nullable=False),
+    Column("data", Text, nullable=False),
+    PrimaryKeyConstraint("owner", "run_id", "first_seq", name="pk_iobridge_run_events"),
+)
+
+run_tool_results = Table(
+    "iobridge_run_tool_results",
+    metadata,
+    Column("owner", String(ID_LENGTH), nullable=False),
+    Column("run_id", String(ID_LENGTH), nullable=False),
+    Column("tool_call_id", String(ID_LENGTH), nullable=False),
+    Column("content", Text, nullable=False),
+    Column("is_error", Boolean, nullable=False),
+    PrimaryKeyConstraint("owner", "run_id", "tool_call_id", name="pk_iobridge_run_tool_results"),
 )

@@ -47,10 +47,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from iobridge.errors import ConflictError, InputError, NotFoundError
 from iobridge.protocol.messages import answered_call, call_ids, window
-from iobridge.store import pg_run_sql
+from iobridge.store import checkpoint_rows, pg_run_sql
 from iobridge.store.base import (
     Carryover,
+    Checkpoint,
     Clock,
+    PointWrite,
     RunRead,
     StoredMessage,
     Thread,
@@ -498,6 +500,43 @@ class SqlThreadStore(ThreadStore):
                          first_user, self._read_runs)
         read: RunRead = await self._sql.read(job)
         return read
+
+    # -- durable runs (``checkpoint_rows``) ----------------------------------------------
+
+    keeps_checkpoints = True
+
+    async def write_point(self, job: PointWrite) -> None:
+        now = self._clock()
+        await self._writes.submit(lambda conn: checkpoint_rows.write_point(conn, job, now))
+
+    async def load_checkpoint(self, owner: str, run_id: str) -> Checkpoint | None:
+        result: Checkpoint | None = await self._sql.read(
+            lambda conn: checkpoint_rows.load_checkpoint(conn, owner, run_id)
+        )
+        return result
+
+    async def claim_checkpoint(self, owner: str, run_id: str, epoch: int) -> bool:
+        return await self._writes.submit(
+            lambda conn: checkpoint_rows.claim_checkpoint(conn, owner, run_id, epoch)
+        )
+
+    async def drop_checkpoint(self, owner: str, run_id: str, epoch: int | None = None) -> None:
+        await self._writes.submit(
+            lambda conn: checkpoint_rows.drop_checkpoint(conn, owner, run_id, epoch)
+        )
+
+    async def record_tool_result(
+        self, owner: str, run_id: str, tool_call_id: str, content: str, is_error: bool
+    ) -> bool:
+        return await self._writes.submit(
+            lambda conn: checkpoint_rows.record_tool_result(
+                conn, owner, run_id, tool_call_id, content, is_error
+            )
+        )
+
+    async def list_checkpoints(self) -> list[tuple[str, str, str]]:
+        result: list[tuple[str, str, str]] = await self._sql.read(checkpoint_rows.list_checkpoints)
+        return result
 
     def _locked_thread(self, conn: Connection, thread_id: str) -> str | None:
         """The thread's owner, its row locked against other writers (``None``: no thread)."""
