@@ -20,6 +20,7 @@ call and encode. This module imports neither transport.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -36,8 +37,10 @@ from iobridge.agents.catalog import build_catalog as make_catalog
 from iobridge.auth import Authenticator, Principal
 from iobridge.config import Settings
 from iobridge.errors import (
+    ConflictError,
     EventsNotRetained,
     InputError,
+    IobridgeError,
     NotFoundError,
     PayloadTooLarge,
     ServiceUnavailable,
@@ -49,7 +52,7 @@ from iobridge.protocol.message_formats import to_mastra
 from iobridge.protocol.options import ToolResultMode, parse_run_options
 from iobridge.protocol.run_input import OFF_LOOP_BYTES, RunInput, parse_run_input
 from iobridge.protocol.thread_bodies import parse_thread_create, parse_thread_update
-from iobridge.protocol.tool_results import parse_tool_result
+from iobridge.protocol.tool_results import ToolResult, parse_tool_result
 from iobridge.runtime.cluster import Cluster, LocalCluster, RemoteRun
 from iobridge.runtime.engine import Runtime
 from iobridge.runtime.replica_messages import (
@@ -158,6 +161,8 @@ class Backend:
                 self._store = await open_store(self.settings.database_url)
                 stack.push_async_callback(self._store.close)
             self.runtime.memory = StoreMemory(self.store, self.metrics)
+            if self.settings.durable_runs and self.store.keeps_checkpoints:
+                self.runtime.checkpoints = self.store
             if self.settings.redis_url is not None:
                 from iobridge.cluster.redis import RedisCluster
 
@@ -175,11 +180,39 @@ class Backend:
             stack.push_async_callback(self.runtime.aclose)
             janitor = asyncio.create_task(self._expire_retained(), name="iobridge-retention")
             stack.callback(janitor.cancel)
+            if self.runtime.checkpoints is not None and not self.cluster.distributed:
+                # One process: the runs the last one left are this one's to continue.
+                await self._continue_stored_runs()
         except BaseException:
             await stack.aclose()
             raise
         self._stack = stack
         return self
+
+    async def _continue_stored_runs(self) -> None:
+        """Continue every checkpointed run (parked ones wait for their results again,
+        streaming ones re-execute from their last durable point)."""
+        store = self.runtime.checkpoints
+        assert store is not None
+        for owner, run_id, _ in await store.list_checkpoints():
+            try:
+                await self._revive(owner, run_id)
+            except IobridgeError as exc:
+                logger.warning("run %s could not be continued: %s", run_id, exc.message)
+
+    async def _revive(self, owner: str, run_id: str) -> Run:
+        """Continue ``owner``'s checkpointed run here (it has no live process).
+
+        Raises:
+            NotFoundError: no checkpoint of it, or its agent is gone.
+            ConflictError: another process continues it.
+        """
+        store = self.runtime.checkpoints
+        checkpoint = None if store is None else await store.load_checkpoint(owner, run_id)
+        if checkpoint is None:
+            raise NotFoundError("unknown run", code="RUN_NOT_FOUND")
+        agent = self.catalog.get(checkpoint.agent_id)
+        return await self.runtime.revive(checkpoint, agent)
 
     @property
     def is_open(self) -> bool:
@@ -204,6 +237,7 @@ class Backend:
         """Stop admitting runs, let live ones finish for ``drain_seconds``, then end the rest
         with RUN_ERROR ``SERVER_SHUTDOWN`` (each stores what it produced)."""
         self.admitting = False
+        self.runtime.suspend_durable()
         await self.runtime.drain(self.settings.drain_seconds)
         await self.runtime.aclose()
 
@@ -373,7 +407,7 @@ class Backend:
         except NotFoundError:
             remote = await self.cluster.find(principal.id, run_id)
             if remote is None:
-                raise
+                return await self._revive(principal.id, run_id)
             return remote
 
     async def resume(
@@ -424,7 +458,8 @@ class Backend:
         except NotFoundError:
             answer = await self.cluster.ask(CancelRun(owner=principal.id, run=run_id))
             if answer is None:
-                raise
+                run = await self._revive(principal.id, run_id)
+                return self.runtime.cancel(run)
             return bool(answer.unwrap())
         return self.runtime.cancel(run)
 
@@ -448,10 +483,46 @@ class Backend:
             )
             answer = await self.cluster.ask(command)
             if answer is None:
-                raise
+                await self._submit_to_stored_run(principal.id, run_id, tool_call_id, result)
+                return
             answer.unwrap()
             return
+        if run.durable and not run.done:
+            await self.runtime.submit_durable_result(run, tool_call_id, result)
+            return
         self.runtime.submit_tool_result(run, tool_call_id, result)
+
+    async def _submit_to_stored_run(
+        self, owner: str, run_id: str, tool_call_id: str, result: ToolResult
+    ) -> None:
+        """A result for a run no process holds: stored once (a second post is refused),
+        then the run is continued here and goes on with it.
+
+        Raises:
+            NotFoundError: no such run, or no such call waiting in it.
+            ConflictError: the call already has a result.
+        """
+        store = self.runtime.checkpoints
+        checkpoint = None if store is None else await store.load_checkpoint(owner, run_id)
+        if store is None or checkpoint is None:
+            raise NotFoundError("unknown run", code="RUN_NOT_FOUND")
+        answered = ConflictError(
+            "this tool call already has a result", code="TOOL_RESULT_ALREADY_SUBMITTED"
+        )
+        if tool_call_id in checkpoint.results:
+            raise answered
+        if tool_call_id not in {c["id"] for c in checkpoint.point.get("pending", [])}:
+            raise NotFoundError("unknown tool call for this run", code="TOOL_CALL_NOT_FOUND")
+        if not await store.record_tool_result(
+            owner, run_id, tool_call_id, result.content, result.is_error
+        ):
+            raise answered
+        with_result = dataclasses.replace(
+            checkpoint, results={**checkpoint.results, tool_call_id: (result.content,
+                                                                       result.is_error)}
+        )
+        agent = self.catalog.get(checkpoint.agent_id)
+        await self.runtime.revive(with_result, agent)
 
     # -- agents -------------------------------------------------------------------------
 

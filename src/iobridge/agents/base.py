@@ -35,6 +35,10 @@ class Agent(ABC):
     #: How frontend tool results reach this agent; ``None`` leaves it to the request, then
     #: the transport, then the server setting.
     tool_result_mode: ToolResultMode | None = None
+    #: Whether a run of this agent may be re-executed from its last durable point in another
+    #: process: ``run`` called again with ``ctx.messages`` holding the history plus what the
+    #: run produced so far (so a step may run twice). See ``docs/deployment.md``.
+    durable: bool = False
 
     def describe(self) -> dict[str, Any]:
         """Discovery data: ``{id, name, description, modelId, aliases?, status, tools}``."""

@@ -20,7 +20,13 @@ AgentFunc = Callable[[RunContext], Any]
 
 
 class FunctionAgent(Agent):
-    """Wraps ``func(ctx)`` (async generator of outputs, or coroutine returning the reply)."""
+    """Wraps ``func(ctx)`` (async generator of outputs, or coroutine returning the reply).
+
+    ``durable=True``: a run may outlive its process; ``func`` is then called again with
+    ``ctx.messages`` holding what the run produced up to its last durable point (a
+    ``StepFinished`` with nothing open, or a wait on frontend tools), so it **may run a step
+    twice** and should go on from the messages it is given.
+    """
 
     def __init__(
         self,
@@ -32,8 +38,10 @@ class FunctionAgent(Agent):
         tools: Sequence[ServerTool] = (),
         model_id: str | None = None,
         aliases: Sequence[str] = (),
+        durable: bool = False,
     ) -> None:
         self.func = func
+        self.durable = durable
         self.id = id
         self.aliases = tuple(aliases)
         self.name = name or id
@@ -59,13 +67,14 @@ class FunctionAgent(Agent):
 
 def function_agent(
     *, id: str, name: str | None = None, description: str | None = None,
-    tools: Sequence[ServerTool] = (), aliases: Sequence[str] = (),
+    tools: Sequence[ServerTool] = (), aliases: Sequence[str] = (), durable: bool = False,
 ) -> Callable[[AgentFunc], FunctionAgent]:
     """Decorator form of ``FunctionAgent``."""
 
     def wrap(func: AgentFunc) -> FunctionAgent:
         return FunctionAgent(
-            func, id=id, name=name, description=description, tools=tools, aliases=aliases
+            func, id=id, name=name, description=description, tools=tools, aliases=aliases,
+            durable=durable,
         )
 
     return wrap

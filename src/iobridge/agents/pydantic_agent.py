@@ -122,6 +122,9 @@ class PydanticAIAgent(Agent):
             (``None``: the server default).
     """
 
+    #: Its runs go on from their message history: model steps re-execute from the messages.
+    durable = True
+
     def __init__(
         self,
         agent: PydanticAgent[Any, Any],

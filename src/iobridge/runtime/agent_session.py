@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from iobridge.agents import outputs as out
@@ -52,6 +52,8 @@ class AgentSession:
         defer_frontend: Next-run mode: frontend calls end the run instead of waiting.
         metrics: Counts awaited tool calls by kind.
         tracer: Makes a span per awaited tool call (``None``: no tracing).
+        on_park: Called when a frontend call begins to wait and after each tool result
+            (a durable run checks there whether it is parked on frontend calls).
     """
 
     def __init__(
@@ -66,8 +68,10 @@ class AgentSession:
         defer_frontend: bool,
         metrics: Metrics | None = None,
         tracer: RunTracer | None = None,
+        on_park: Callable[[], None] | None = None,
     ) -> None:
         self.events = events
+        self.on_park = on_park
         self.agent = agent
         self.pending = pending
         self.run = run
@@ -151,6 +155,8 @@ class _Handle:
         if session.events.guard.ended:
             raise RunEnded()
         session.events.tool_result(self.tool_call_id, result)
+        if session.on_park is not None:
+            session.on_park()
         return result
 
     async def _result(self, args: Mapping[str, Any] | None) -> tuple[ToolResult, str]:
@@ -189,6 +195,8 @@ class _Handle:
         call = self._pending or session.pending.register(
             session.run, self.tool_call_id, self.name
         )
+        if session.on_park is not None:
+            session.on_park()
         try:
             return await session.pending.wait(call, session.tool_timeout)
         except TimeoutError:

@@ -223,6 +223,8 @@ class Checkpoint:
     phase: str
     #: Sequence number of the last event at the point (the events are ``1..last_seq``).
     last_seq: int
+    #: Bytes the checkpoint holds (base, point and events), against ``max_checkpoint_bytes``.
+    nbytes: int
     base: dict[str, Any]
     point: dict[str, Any]
     #: The encoded events up to the point, in order (from the first stored segment).

@@ -98,8 +98,8 @@ def load_checkpoint(conn: Connection, owner: str, run_id: str) -> Checkpoint | N
     return Checkpoint(
         owner=owner, run_id=run_id, thread_id=row.thread_id, resource_id=row.resource_id,
         agent_id=row.agent_id, epoch=row.epoch, phase=row.phase, last_seq=row.last_seq,
-        base=orjson.loads(row.base), point=orjson.loads(row.point), events=events,
-        results=results,
+        nbytes=row.nbytes, base=orjson.loads(row.base), point=orjson.loads(row.point),
+        events=events, results=results,
     )
 
 
