@@ -20,6 +20,7 @@ call and encode. This module imports neither transport.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -56,6 +57,7 @@ from iobridge.protocol.tool_results import ToolResult, parse_tool_result
 from iobridge.runtime.cluster import Cluster, LocalCluster, RemoteRun
 from iobridge.runtime.engine import Runtime
 from iobridge.runtime.replica_messages import (
+    Answer,
     AttachFollower,
     CancelRun,
     DetachFollower,
@@ -211,8 +213,15 @@ class Backend:
         checkpoint = None if store is None else await store.load_checkpoint(owner, run_id)
         if checkpoint is None:
             raise NotFoundError("unknown run", code="RUN_NOT_FOUND")
+        self._check_admitting()
         agent = self.catalog.get(checkpoint.agent_id)
         return await self.runtime.revive(checkpoint, agent)
+
+    def _check_admitting(self) -> None:
+        if not self.admitting:
+            raise ServiceUnavailable(
+                "the server is shutting down", code="SERVER_SHUTTING_DOWN", retry_after=5.0
+            )
 
     @property
     def is_open(self) -> bool:
@@ -290,10 +299,7 @@ class Backend:
             TooManyRequests: over the active-run limits (429 ``TOO_MANY_RUNS``).
             ServiceUnavailable: the server is shutting down (503).
         """
-        if not self.admitting:
-            raise ServiceUnavailable(
-                "the server is shutting down", code="SERVER_SHUTTING_DOWN", retry_after=5.0
-            )
+        self._check_admitting()
         run_input = await parse_run_input_off_loop(body, self.settings.max_messages)
         if (
             run_input.state is not None
@@ -408,6 +414,12 @@ class Backend:
             remote = await self.cluster.find(principal.id, run_id)
             if remote is None:
                 return await self._revive(principal.id, run_id)
+            if self.runtime.checkpoints is not None and not remote.ended and (
+                await self.cluster.lost(remote)
+            ):
+                # Its replica stopped: a durable run goes on here (others stay lost).
+                with contextlib.suppress(NotFoundError):
+                    return await self._revive(principal.id, run_id)
             return remote
 
     async def resume(
@@ -456,12 +468,37 @@ class Backend:
         try:
             run = self.runtime.get_run(principal.id, run_id)
         except NotFoundError:
-            answer = await self.cluster.ask(CancelRun(owner=principal.id, run=run_id))
+            try:
+                answer = await self._ask_owner(CancelRun(owner=principal.id, run=run_id))
+            except NotFoundError:
+                answer = None
             if answer is None:
                 run = await self._revive(principal.id, run_id)
                 return self.runtime.cancel(run)
             return bool(answer.unwrap())
         return self.runtime.cancel(run)
+
+    async def _ask_owner(self, command: RunCommand) -> Answer | None:
+        """``cluster.ask``; ``None`` also when the run's replica stopped (or let the run go)
+        while a checkpoint may continue it here.
+
+        Raises:
+            ServiceUnavailable: the owner does not answer and no checkpoint can stand in.
+            NotFoundError: the owner no longer has the run and no checkpoint can stand in.
+        """
+        try:
+            answer = await self.cluster.ask(command)
+        except ServiceUnavailable as exc:
+            if exc.code != "RUN_OWNER_UNAVAILABLE" or self.runtime.checkpoints is None:
+                raise
+            return None
+        if answer is not None and self.runtime.checkpoints is not None:
+            try:
+                answer.unwrap()
+            except NotFoundError as exc:
+                if exc.code == "RUN_NOT_FOUND":
+                    return None  # suspended there: it is the store's now
+        return answer
 
     async def submit_tool_result(
         self, principal: Principal, run_id: str, tool_call_id: str, body: Body
@@ -481,7 +518,7 @@ class Backend:
             command = SubmitToolResult(
                 owner=principal.id, run=run_id, call=tool_call_id, result=result
             )
-            answer = await self.cluster.ask(command)
+            answer = await self._ask_owner(command)
             if answer is None:
                 await self._submit_to_stored_run(principal.id, run_id, tool_call_id, result)
                 return
@@ -506,6 +543,7 @@ class Backend:
         checkpoint = None if store is None else await store.load_checkpoint(owner, run_id)
         if store is None or checkpoint is None:
             raise NotFoundError("unknown run", code="RUN_NOT_FOUND")
+        self._check_admitting()
         answered = ConflictError(
             "this tool call already has a result", code="TOOL_RESULT_ALREADY_SUBMITTED"
         )

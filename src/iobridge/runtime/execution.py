@@ -317,7 +317,7 @@ class Execution:
         assert checkpoint is not None and runtime.checkpoints is not None
         ticket = self.admit()
         try:
-            await self.claim()
+            await self._claim_when_free()
             if not await runtime.checkpoints.claim_checkpoint(
                 checkpoint.owner, checkpoint.run_id, checkpoint.epoch
             ):
@@ -331,6 +331,21 @@ class Execution:
         finally:
             runtime.admission.started(ticket)
         return self._begin_revived(checkpoint)
+
+    async def _claim_when_free(self) -> None:
+        """``claim``, waiting out the locks of a replica that stopped without releasing
+        them (they expire ``owner_lost_seconds`` after its last heartbeat)."""
+        settings = self.runtime.settings
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + settings.owner_lost_seconds + settings.heartbeat_seconds
+        while True:
+            try:
+                await self.claim()
+                return
+            except ConflictError:
+                if not self.runtime.cluster.distributed or loop.time() > deadline:
+                    raise
+            await asyncio.sleep(settings.heartbeat_seconds / 2)
 
     async def _concluded(self, checkpoint: Checkpoint) -> bool:
         """Whether the run's end is stored already (its process stopped between storing it
