@@ -468,10 +468,7 @@ class Backend:
         try:
             run = self.runtime.get_run(principal.id, run_id)
         except NotFoundError:
-            try:
-                answer = await self._ask_owner(CancelRun(owner=principal.id, run=run_id))
-            except NotFoundError:
-                answer = None
+            answer = await self._ask_owner(CancelRun(owner=principal.id, run=run_id))
             if answer is None:
                 run = await self._revive(principal.id, run_id)
                 return self.runtime.cancel(run)
@@ -479,26 +476,31 @@ class Backend:
         return self.runtime.cancel(run)
 
     async def _ask_owner(self, command: RunCommand) -> Answer | None:
-        """``cluster.ask``; ``None`` also when the run's replica stopped (or let the run go)
-        while a checkpoint may continue it here.
+        """``cluster.ask``, and ``None`` (continue it here) also when the run's replica
+        stopped or let the run go while the store holds a checkpoint of it.
 
         Raises:
-            ServiceUnavailable: the owner does not answer and no checkpoint can stand in.
-            NotFoundError: the owner no longer has the run and no checkpoint can stand in.
+            ServiceUnavailable: the owner does not answer (and there is no checkpoint).
         """
         try:
             answer = await self.cluster.ask(command)
         except ServiceUnavailable as exc:
-            if exc.code != "RUN_OWNER_UNAVAILABLE" or self.runtime.checkpoints is None:
-                raise
-            return None
-        if answer is not None and self.runtime.checkpoints is not None:
+            if exc.code == "RUN_OWNER_UNAVAILABLE" and await self._stored(command):
+                return None
+            raise
+        if answer is not None:
             try:
                 answer.unwrap()
             except NotFoundError as exc:
-                if exc.code == "RUN_NOT_FOUND":
-                    return None  # suspended there: it is the store's now
+                if exc.code == "RUN_NOT_FOUND" and await self._stored(command):
+                    return None  # suspended there: the store's now
         return answer
+
+    async def _stored(self, command: RunCommand) -> bool:
+        store = self.runtime.checkpoints
+        return store is not None and (
+            await store.load_checkpoint(command.owner, command.run) is not None
+        )
 
     async def submit_tool_result(
         self, principal: Principal, run_id: str, tool_call_id: str, body: Body
