@@ -15,7 +15,10 @@ from tests.agents.fake_openai import FakeOpenAI, calls, text
 from tests.backends import postgres_url
 from tests.cluster.replicas import postgres_database
 
+from iobridge.agents.context import RunContext
+from iobridge.agents.function import FunctionAgent
 from iobridge.agents.model import ModelAgent
+from iobridge.agents.outputs import AgentOutput, StepFinished, StepStarted
 from iobridge.agents.providers import build_model
 from iobridge.app import Backend
 from iobridge.auth import ANONYMOUS
@@ -175,3 +178,63 @@ async def test_a_checkpoint_over_its_bound_refuses_the_run_or_ends_it(
         assert await small.store.load_checkpoint("anonymous", "r2") is None
         # What the client saw whole is stored, as for any RUN_ERROR.
         assert [m["role"] for m in await stored(small)] == ["user", "assistant"]
+
+
+def stepping_agent(gate: asyncio.Event) -> FunctionAgent:
+    """A durable function agent of two steps that goes on from the messages it is given."""
+
+    async def steps(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        if not any(m["role"] == "assistant" for m in ctx.messages):
+            yield StepStarted(name="one")
+            yield "first"
+            yield StepFinished(name="one")
+            await gate.wait()  # between durable points: re-executed from "one" if stopped
+        yield StepStarted(name="two")
+        yield "second"
+        yield StepFinished(name="two")
+
+    return FunctionAgent(steps, id="steps", durable=True)
+
+
+@pytest.mark.parametrize("takeovers", [3, 0])
+async def test_a_streaming_run_stopped_between_points_re_executes_from_the_last_one(
+    tmp_path: Path, takeovers: int
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'steps.db'}"
+    await upgrade(url)
+    settings = Settings(database_url=url, drain_seconds=0.2, max_takeovers=takeovers)
+    async with Backend(settings, agents=[stepping_agent(asyncio.Event())]) as first:
+        run = await first.start_run(ANONYMOUS, {**body(), "forwardedProps": {"agentId": "steps"}})
+        head = await until(run, "STEP_FINISHED")
+        await asyncio.sleep(0.2)
+        await first.shutdown()  # the run waits between points: suspended at "one"
+    assert [e["type"] for _, e in await until(run, "RUN_FINISHED", head[-1][0])] == []
+    opened = asyncio.Event()
+    opened.set()
+    async with Backend(settings, agents=[stepping_agent(opened)]) as second:
+        again = second.get_run(ANONYMOUS, "r1")
+        events = await until(again, "RUN_FINISHED")
+        if takeovers == 0:
+            assert events[-1][1]["type"] == "RUN_ERROR"
+            assert events[-1][1]["code"] == "RUN_LOST"
+            assert [m["role"] for m in await stored(second)] == ["user", "assistant"]
+            return
+        assert events[: len(head)] == head
+        kinds = [e["type"] for _, e in events[len(head):]]
+        assert kinds[0] == "STEP_STARTED" and kinds[-1] == "RUN_FINISHED"
+        messages = await stored(second)
+        assert [(m["role"], m.get("content")) for m in messages] == [
+            ("user", "weather in Oslo?"), ("assistant", "first"), ("assistant", "second")]
+
+
+async def test_a_function_agent_without_durable_keeps_server_shutdown(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'plain.db'}"
+    await upgrade(url)
+    agent = stepping_agent(asyncio.Event())
+    agent.durable = False
+    async with Backend(Settings(database_url=url, drain_seconds=0.1), agents=[agent]) as b:
+        run = await b.start_run(ANONYMOUS, {**body(), "forwardedProps": {"agentId": "steps"}})
+        await until(run, "STEP_FINISHED")
+        assert await b.store.load_checkpoint("anonymous", "r1") is None
+        await b.shutdown()
+        assert (await until(run, "RUN_ERROR"))[-1][1]["code"] == "SERVER_SHUTDOWN"
