@@ -8,7 +8,7 @@ import orjson
 import pytest
 from tests.backends import SQL_BACKENDS, open_backend
 
-from iobridge.store.base import CheckpointSuperseded, PointWrite
+from iobridge.store.base import CheckpointGap, CheckpointSuperseded, PointWrite
 
 
 def _point(
@@ -34,6 +34,9 @@ async def test_points_append_events_and_a_claim_supersedes_the_old_holder(
                                        base={"history": [1]}))
         await store.write_point(_point(0, 3, [b'{"c":3}'], first_seq=3, phase="parked",
                                        point={"pending": ["c1"]}))
+        # A point that does not follow the stored one (an earlier write failed) is refused.
+        with pytest.raises(CheckpointGap):
+            await store.write_point(_point(0, 9, [b"{}"], first_seq=6))
         cp = await store.load_checkpoint("alice", "r1")
         assert cp is not None
         assert (cp.epoch, cp.phase, cp.last_seq) == (0, "parked", 3)

@@ -122,24 +122,23 @@ class Checkpointer:
         self.written = self.log.last_seq
         self._base = None
         self.phase = phase
-        self._tail = asyncio.ensure_future(self._write(self._tail, job))
+        # Queued at once (no task): the store commits a run's points in the order begun.
+        self._tail = self.store.write_point(job)
+        self._tail.add_done_callback(self._written)
 
-    async def _write(self, previous: asyncio.Future[None] | None, job: PointWrite) -> None:
-        if previous is not None:
-            await asyncio.wait([previous])
-        if not self.working:
+    def _written(self, write: asyncio.Future[None]) -> None:
+        error = None if write.cancelled() else write.exception()
+        if error is None or not self.working:
             return
-        try:
-            await self.store.write_point(job)
-        except CheckpointSuperseded:
-            logger.warning("run %s was taken over by another process", job.run_id)
-            self.working = False
+        self.working = False
+        run_id = self.key["run_id"]
+        if isinstance(error, CheckpointSuperseded):
+            logger.warning("run %s was taken over by another process", run_id)
             self.superseded = True
             self._on_superseded()
-        except Exception as exc:
+        else:
             logger.error("run %s: its checkpoint could not be stored (%s: %s); not durable",
-                         job.run_id, type(exc).__name__, exc)
-            self.working = False
+                         run_id, type(error).__name__, error)
 
     async def settle(self) -> None:
         """Wait for the writes begun (through cancellation of the waiter)."""
@@ -147,18 +146,21 @@ class Checkpointer:
         if tail is not None and not tail.done():
             await asyncio.wait([tail])
 
-    async def drop(self) -> None:
-        """The run concluded: forget its checkpoint (unless another process holds it)."""
-        await self.settle()
+    def drop(self) -> None:
+        """The run concluded (its end is stored): begin forgetting its checkpoint, after its
+        points, unless another process holds it. Not waited for: a process that stops
+        before it commits leaves a checkpoint whose run is found concluded (its messages
+        are in the thread) and dropped then."""
         if self.superseded:
             return
-        try:
-            await self.store.drop_checkpoint(
-                self.key["owner"], self.key["run_id"], epoch=self.epoch
-            )
-        except Exception as exc:
+        drop = self.store.drop_checkpoint(self.key["owner"], self.key["run_id"], epoch=self.epoch)
+        drop.add_done_callback(self._dropped)
+
+    def _dropped(self, drop: asyncio.Future[None]) -> None:
+        error = None if drop.cancelled() else drop.exception()
+        if error is not None:
             logger.error("run %s: its checkpoint could not be dropped (%s: %s)",
-                         self.key["run_id"], type(exc).__name__, exc)
+                         self.key["run_id"], type(error).__name__, error)
 
 
 def replay(events: RunEvents, stored: list[bytes]) -> None:

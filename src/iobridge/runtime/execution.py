@@ -634,7 +634,7 @@ class Execution:
             _log_failure(write, self.run)
         if self.checkpoints is not None:
             # Stored: the run is over and must not be continued anywhere.
-            cancelled = await _settle(asyncio.ensure_future(self.checkpoints.drop())) or cancelled
+            self.checkpoints.drop()
         return cancelled
 
     async def suspend(self) -> None:

@@ -32,6 +32,7 @@ __all__ = [
     "MAX_ID_LENGTH",
     "Carryover",
     "Checkpoint",
+    "CheckpointGap",
     "CheckpointSuperseded",
     "Clock",
     "PointWrite",
@@ -207,6 +208,11 @@ class RunRead:
 
 class CheckpointSuperseded(Exception):
     """The run was revived by another process (its epoch moved on): stop writing."""
+
+
+class CheckpointGap(Exception):
+    """A point does not follow the stored one (an earlier write failed): the run can no
+    longer be rebuilt from its checkpoint."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -525,11 +531,13 @@ class ThreadStore(ABC):
     #: Whether this store keeps run checkpoints across processes (durable runs need it).
     keeps_checkpoints = False
 
-    async def write_point(self, job: PointWrite) -> None:
-        """Store one durable point of a run (compare-and-set on its epoch).
+    def write_point(self, job: PointWrite) -> asyncio.Future[None]:
+        """Begin storing one durable point of a run: queued at once, so a run's points
+        commit in the order they were begun; the future settles once stored.
 
-        Raises:
+        The future fails with:
             CheckpointSuperseded: another process revived the run meanwhile.
+            CheckpointGap: an earlier point of this run was not stored.
         """
         raise NotImplementedError
 
@@ -541,8 +549,11 @@ class ThreadStore(ABC):
         """Take the run over from ``epoch`` (True for exactly one caller)."""
         raise NotImplementedError
 
-    async def drop_checkpoint(self, owner: str, run_id: str, epoch: int | None = None) -> None:
-        """Forget the run's checkpoint (it concluded); with ``epoch``, only at that epoch."""
+    def drop_checkpoint(
+        self, owner: str, run_id: str, epoch: int | None = None
+    ) -> asyncio.Future[None]:
+        """Begin forgetting the run's checkpoint (it concluded), after its points; with
+        ``epoch``, only at that epoch."""
         raise NotImplementedError
 
     async def record_tool_result(

@@ -23,7 +23,7 @@ from sqlalchemy import delete, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
-from iobridge.store.base import Checkpoint, CheckpointSuperseded, PointWrite
+from iobridge.store.base import Checkpoint, CheckpointGap, CheckpointSuperseded, PointWrite
 from iobridge.store.records import checkpoints, run_events, run_tool_results
 
 __all__ = [
@@ -40,10 +40,12 @@ LIST_LIMIT = 10_000
 
 
 def write_point(conn: Connection, job: PointWrite, now: datetime) -> None:
-    """Store one durable point (compare-and-set on the epoch).
+    """Store one durable point (compare-and-set on the epoch and on the last stored event,
+    so a point after one that failed is refused rather than leaving a hole in the events).
 
     Raises:
         CheckpointSuperseded: another process holds a newer epoch of the run.
+        CheckpointGap: the stored point is not the one this point follows.
     """
     key = (checkpoints.c.owner == job.owner) & (checkpoints.c.run_id == job.run_id)
     values: dict[str, Any] = {
@@ -53,11 +55,16 @@ def write_point(conn: Connection, job: PointWrite, now: datetime) -> None:
     if job.base is not None:
         values["base"] = job.base.decode()
     changed = conn.execute(
-        update(checkpoints).where(key & (checkpoints.c.epoch == job.epoch)).values(**values)
+        update(checkpoints).where(
+            key & (checkpoints.c.epoch == job.epoch)
+            & (checkpoints.c.last_seq == job.first_seq - 1)
+        ).values(**values)
     ).rowcount
     if not changed:
         held = conn.execute(select(checkpoints.c.epoch).where(key)).scalar()
-        if held is not None or job.epoch != 0 or job.base is None:
+        if held == job.epoch:
+            raise CheckpointGap(job.run_id)
+        if held is not None or job.epoch != 0 or job.base is None or job.first_seq != 1:
             raise CheckpointSuperseded(job.run_id)
         conn.execute(insert(checkpoints).values(
             owner=job.owner, run_id=job.run_id, thread_id=job.thread_id,

@@ -505,9 +505,9 @@ class SqlThreadStore(ThreadStore):
 
     keeps_checkpoints = True
 
-    async def write_point(self, job: PointWrite) -> None:
+    def write_point(self, job: PointWrite) -> asyncio.Future[None]:
         now = self._clock()
-        await self._writes.submit(lambda conn: checkpoint_rows.write_point(conn, job, now))
+        return self._writes.start(lambda conn: checkpoint_rows.write_point(conn, job, now))
 
     async def load_checkpoint(self, owner: str, run_id: str) -> Checkpoint | None:
         result: Checkpoint | None = await self._sql.read(
@@ -520,8 +520,10 @@ class SqlThreadStore(ThreadStore):
             lambda conn: checkpoint_rows.claim_checkpoint(conn, owner, run_id, epoch)
         )
 
-    async def drop_checkpoint(self, owner: str, run_id: str, epoch: int | None = None) -> None:
-        await self._writes.submit(
+    def drop_checkpoint(
+        self, owner: str, run_id: str, epoch: int | None = None
+    ) -> asyncio.Future[None]:
+        return self._writes.start(
             lambda conn: checkpoint_rows.drop_checkpoint(conn, owner, run_id, epoch)
         )
 
