@@ -137,7 +137,7 @@ async def open_backend(
         async with engine.begin() as conn:
             await conn.execute(text(
                 "TRUNCATE iobridge_messages, iobridge_threads, iobridge_run_checkpoints, "
-                "iobridge_run_events, iobridge_run_tool_results"))
+                "iobridge_run_tool_results"))
     store = SqlThreadStore(engine, clock=clock)
     try:
         yield store

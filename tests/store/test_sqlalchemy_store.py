@@ -59,7 +59,6 @@ async def test_alembic_upgrade_from_empty_database(kind: str, tmp_path: Path) ->
             "iobridge_threads",
             "iobridge_messages",
             "iobridge_run_checkpoints",
-            "iobridge_run_events",
             "iobridge_run_tool_results",
             "iobridge_alembic_version",
         }

@@ -27,7 +27,7 @@ from sqlalchemy import (
 )
 
 __all__ = [
-    "ID_LENGTH", "UTCDateTime", "checkpoints", "messages", "metadata", "run_events",
+    "ID_LENGTH", "UTCDateTime", "checkpoints", "messages", "metadata",
     "run_tool_results", "threads",
 ]
 
@@ -95,9 +95,9 @@ messages = Table(
     Index("ix_iobridge_messages_tool_call", "thread_id", "tool_call_id"),
 )
 
-# Revision 0003: durable runs (``store.base.Checkpoint``). ``base`` is written once per run
-# epoch, ``point`` at each durable point; the events up to each point are appended as one
-# ``run_events`` row (newline-joined encoded events).
+# Revision 0003: durable runs (``store.base.Checkpoint``). ``base`` is written once,
+# ``point`` at each durable point; ``events`` holds the encoded events up to the point, each
+# ended by a newline, appended to at each point (``events || :segment``).
 checkpoints = Table(
     "iobridge_run_checkpoints",
     metadata,
@@ -112,18 +112,9 @@ checkpoints = Table(
     Column("nbytes", Integer, nullable=False),
     Column("base", Text, nullable=False),
     Column("point", Text, nullable=False),
+    Column("events", Text, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     PrimaryKeyConstraint("owner", "run_id", name="pk_iobridge_run_checkpoints"),
-)
-
-run_events = Table(
-    "iobridge_run_events",
-    metadata,
-    Column("owner", String(ID_LENGTH), nullable=False),
-    Column("run_id", String(ID_LENGTH), nullable=False),
-    Column("first_seq", Integer, nullable=False),
-    Column("data", Text, nullable=False),
-    PrimaryKeyConstraint("owner", "run_id", "first_seq", name="pk_iobridge_run_events"),
 )
 
 run_tool_results = Table(

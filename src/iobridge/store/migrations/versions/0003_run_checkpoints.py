@@ -30,16 +30,9 @@ def upgrade() -> None:
         sa.Column("nbytes", sa.Integer(), nullable=False),
         sa.Column("base", sa.Text(), nullable=False),
         sa.Column("point", sa.Text(), nullable=False),
+        sa.Column("events", sa.Text(), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("owner", "run_id", name="pk_iobridge_run_checkpoints"),
-    )
-    op.create_table(
-        "iobridge_run_events",
-        sa.Column("owner", sa.String(256), nullable=False),
-        sa.Column("run_id", sa.String(256), nullable=False),
-        sa.Column("first_seq", sa.Integer(), nullable=False),
-        sa.Column("data", sa.Text(), nullable=False),
-        sa.PrimaryKeyConstraint("owner", "run_id", "first_seq", name="pk_iobridge_run_events"),
     )
     op.create_table(
         "iobridge_run_tool_results",
@@ -56,5 +49,4 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("iobridge_run_tool_results")
-    op.drop_table("iobridge_run_events")
     op.drop_table("iobridge_run_checkpoints")
