@@ -5,27 +5,50 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# What serving needs (the package and its dependencies, no test tools): `make serve` only.
+SERVE_STAMP := $(VENV)/.serve-installed
+SOURCES := pyproject.toml setup.py src/iobridge/npamp/_speedups.c
 
-.PHONY: serve test lint bench e2e-deps clean mutants mutants-report
+.PHONY: serve test lint bench e2e-deps frontend-deps clean mutants mutants-report fuzz
 
-$(STAMP): pyproject.toml setup.py src/iobridge/npamp/_speedups.c
+# The dev install holds everything serving needs, so it marks the serve install done too.
+$(STAMP): $(SOURCES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	touch $(STAMP) $(SERVE_STAMP)
 
-serve: $(STAMP)
+# --no-compile: bytecode is written when a module is first imported, only for the modules the
+# server imports (pip compiling every installed file took half of a cold `make serve`).
+$(SERVE_STAMP): $(SOURCES)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile -e .
+	touch $(SERVE_STAMP)
+
+serve: $(SERVE_STAMP)
 	$(BIN)/iobridge serve
 
 tests/e2e/node_modules/.installed: tests/e2e/package.json
 	cd tests/e2e && npm install --no-audit --no-fund --silent
 	touch $@
 
-e2e-deps: tests/e2e/node_modules/.installed
+tests/web/node_modules/.installed: tests/web/package.json
+	cd tests/web && npm install --no-audit --no-fund --silent
+	touch $@
 
-test: $(STAMP) e2e-deps
+e2e-deps: tests/e2e/node_modules/.installed tests/web/node_modules/.installed
+
+# assistant-ui and CopilotKit (tests/frontends), installed exactly from the lock.
+tests/frontends/node_modules/.installed: tests/frontends/package.json tests/frontends/package-lock.json
+	cd tests/frontends && npm ci --no-audit --no-fund --silent
+	touch $@
+
+frontend-deps: tests/frontends/node_modules/.installed
+
+test: $(STAMP) e2e-deps frontend-deps
 	$(BIN)/ruff check src tests bench
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
@@ -34,13 +57,31 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 # Every bench script (``_*.py`` are their shared parts); the slow ones in their --quick form.
-BENCH_QUICK := bench/idle_runs.py bench/long_thread.py bench/memory_bounds.py bench/scale_out.py
+BENCH_QUICK := bench/cold_start.py bench/idle_runs.py bench/long_thread.py bench/memory_bounds.py bench/scale_out.py
 
 bench: $(STAMP)
 	for script in bench/[!_]*.py; do \
 	  case " $(BENCH_QUICK) " in *" $$script "*) flags=--quick;; *) flags=;; esac; \
 	  $(BIN)/python $$script $$flags || exit 1; \
 	done
+
+# The compiled N-PAMP per-event path (src/iobridge/npamp/_speedups.c) built with AddressSanitizer
+# and UBSan, fuzzed against its pure-Python twins for FUZZ_SECONDS (not in CI; see
+# scripts/fuzz_speedups.py). A finding aborts with the sanitizer's report or a mismatch.
+FUZZ_SECONDS ?= 300
+FUZZ_SO := build/fuzz/_speedups.so
+CC ?= cc
+
+fuzz: $(STAMP)
+	mkdir -p build/fuzz
+	$(CC) -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
+	  -fno-sanitize-recover=undefined -Wall -Wextra -Werror -fPIC -shared \
+	  -I"$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')" \
+	  src/iobridge/npamp/_speedups.c -o $(FUZZ_SO)
+	PYTHONMALLOC=malloc ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
+	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  LD_PRELOAD="$$($(CC) -print-file-name=libasan.so)" \
+	  $(BIN)/python scripts/fuzz_speedups.py $(FUZZ_SO) --seconds $(FUZZ_SECONDS)
 
 # Mutation testing (slow, not in CI; docs/testing.md). One group at a time, MUTANT_CHILDREN
 # mutmut workers, each group with its own tests only. Repoint a group here when its modules move.
@@ -85,4 +126,4 @@ mutants-report:
 	$(BIN)/python scripts/mutants.py report $(MUTANT_GROUPS)
 
 clean:
-	rm -rf $(VENV) tests/e2e/node_modules
+	rm -rf $(VENV) tests/e2e/node_modules tests/web/node_modules tests/frontends/node_modules build

@@ -314,7 +314,7 @@ def database(kind: str) -> Iterator[str]:
         yield "memory://"
     elif kind == "sqlite":
         with tempfile.TemporaryDirectory(prefix="iobridge-bench-") as folder:
-            yield f"sqlite+aiosqlite:///{folder}/bench.db"
+            yield f"sqlite:///{folder}/bench.db"
     elif kind == "postgres":
         base = postgres_url()
         if base is None:

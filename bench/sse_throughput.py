@@ -122,7 +122,7 @@ def bridge_app(n: int) -> Any:
 
     agent = FunctionAgent(stream, id="bench")
     db = tempfile.mkdtemp(prefix="iobridge-bench-")
-    return create_app(Backend(Settings(database_url=f"sqlite+aiosqlite:///{db}/bench.db",
+    return create_app(Backend(Settings(database_url=f"sqlite:///{db}/bench.db",
                                retention_seconds=0), agents=[agent]))
 
 

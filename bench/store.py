@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import text
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from iobridge.store.migrate import upgrade_engine
@@ -39,9 +40,7 @@ def message(thread: int, index: int) -> dict[str, Any]:
     return {"id": f"m{thread}-{index}", "role": role, "content": f"message {index} " * 8}
 
 
-async def load(engine: AsyncEngine, n_threads: int, n_messages: int) -> float:
-    """Bulk-insert the fixture; returns seconds taken."""
-    started = time.perf_counter()
+def _load_rows(conn: Connection, n_threads: int, n_messages: int) -> None:
     base = datetime(2026, 1, 1, tzinfo=UTC)
     thread_rows = [
         {
@@ -55,29 +54,49 @@ async def load(engine: AsyncEngine, n_threads: int, n_messages: int) -> float:
         }
         for i in range(n_threads)
     ]
+    for i in range(0, len(thread_rows), BATCH):
+        conn.execute(threads.insert(), thread_rows[i : i + BATCH])
+    rows: list[dict[str, Any]] = []
+    for t in range(n_threads):
+        for m in range(n_messages):
+            data = message(t, m)
+            rows.append(
+                {
+                    "thread_id": f"t{t}",
+                    "position": m,
+                    "message_id": data["id"],
+                    "role": data["role"],
+                    "tool_call_id": None,
+                    "data": data,
+                    "created_at": base,
+                }
+            )
+            if len(rows) >= BATCH:
+                conn.execute(messages.insert(), rows)
+                rows = []
+    if rows:
+        conn.execute(messages.insert(), rows)
+
+
+async def in_transaction(engine: Engine | AsyncEngine, fn: Callable[[Connection], object]) -> None:
+    """``fn(conn)`` in one committed transaction: SQLite's sync engine in a worker thread,
+    PostgreSQL's async engine through ``run_sync``."""
+    if isinstance(engine, Engine):
+
+        def run() -> None:
+            with engine.begin() as conn:
+                fn(conn)
+
+        await asyncio.to_thread(run)
+        return
     async with engine.begin() as conn:
-        for i in range(0, len(thread_rows), BATCH):
-            await conn.execute(threads.insert(), thread_rows[i : i + BATCH])
-        rows: list[dict[str, Any]] = []
-        for t in range(n_threads):
-            for m in range(n_messages):
-                data = message(t, m)
-                rows.append(
-                    {
-                        "thread_id": f"t{t}",
-                        "position": m,
-                        "message_id": data["id"],
-                        "role": data["role"],
-                        "tool_call_id": None,
-                        "data": data,
-                        "created_at": base,
-                    }
-                )
-                if len(rows) >= BATCH:
-                    await conn.execute(messages.insert(), rows)
-                    rows = []
-        if rows:
-            await conn.execute(messages.insert(), rows)
+        await conn.run_sync(fn)
+
+
+async def load(engine: Engine | AsyncEngine, n_threads: int, n_messages: int) -> float:
+    """Bulk-insert the fixture; returns seconds taken."""
+    started = time.perf_counter()
+    await in_transaction(engine, lambda conn: _load_rows(conn, n_threads, n_messages))
     return time.perf_counter() - started
 
 
@@ -93,7 +112,7 @@ async def timed(samples: int, op: Callable[[int], Awaitable[object]]) -> tuple[f
 
 
 async def measure(
-    name: str, engine: AsyncEngine, args: argparse.Namespace
+    name: str, engine: Engine | AsyncEngine, args: argparse.Namespace
 ) -> list[tuple[str, str, float, float]]:
     await upgrade_engine(engine)
     seconds = await load(engine, args.threads, args.messages)
@@ -148,21 +167,21 @@ async def main() -> None:
 
     results = []
     with tempfile.TemporaryDirectory() as folder:
-        engine = make_engine(f"sqlite+aiosqlite:///{Path(folder) / 'bench.db'}")
+        engine = make_engine(f"sqlite:///{Path(folder) / 'bench.db'}")
         results += await measure("sqlite", engine, args)
     if args.postgres_url:
         schema = f"iobridge_bench_{uuid.uuid4().hex[:8]}"
         admin = make_engine(args.postgres_url)
-        async with admin.begin() as conn:
-            await conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+        await in_transaction(admin, lambda conn: conn.execute(text(f'CREATE SCHEMA "{schema}"')))
         try:
             engine = make_engine(
                 args.postgres_url, connect_args={"server_settings": {"search_path": schema}}
             )
             results += await measure("postgresql", engine, args)
         finally:
-            async with admin.begin() as conn:
-                await conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+            drop = text(f'DROP SCHEMA "{schema}" CASCADE')
+            await in_transaction(admin, lambda conn: conn.execute(drop))
+            assert isinstance(admin, AsyncEngine)
             await admin.dispose()
     else:
         print("postgresql: skipped (set IOBRIDGE_TEST_POSTGRES_URL or --postgres-url)")

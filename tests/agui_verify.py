@@ -13,6 +13,7 @@ It is written from the specs, not from the guard, so a bug in one is not hidden 
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from typing import Any
 
 TERMINALS = ("RUN_FINISHED", "RUN_ERROR")
@@ -43,6 +44,7 @@ REQUIRED_STRINGS: dict[str, tuple[str, ...]] = {
     "SUBAGENT_STARTED": ("subagentRunId", "name"),
     "SUBAGENT_FINISHED": ("subagentRunId",),
     "SUBAGENT_ERROR": ("subagentRunId", "message"),
+    "REASONING_ENCRYPTED_VALUE": ("subtype", "entityId", "encryptedValue"),
 }
 #: Optional string members (Zod: ``z.string().optional()``).
 OPTIONAL_STRINGS: dict[str, tuple[str, ...]] = {
@@ -101,6 +103,10 @@ def _check_shape(index: int, event: dict[str, Any]) -> str:
         raise StreamError(f"#{index} {kind}: bad role {event.get('role')!r}")
     if kind == "REASONING_MESSAGE_START" and event.get("role") != "reasoning":
         raise StreamError(f"#{index} {kind}: role must be 'reasoning'")
+    if kind == "REASONING_ENCRYPTED_VALUE" and event["subtype"] not in ("tool-call", "message"):
+        raise StreamError(f"#{index} {kind}: subtype must be 'tool-call' or 'message'")
+    if "metadata" in event and not isinstance(event["metadata"], dict):
+        raise StreamError(f"#{index} {kind}: metadata must be an object")
     if kind == "TOOL_CALL_RESULT":
         if not isinstance(event.get("content"), (str, list)):
             raise StreamError(f"#{index} {kind}: content must be text or parts")
@@ -144,11 +150,18 @@ def verify_events(
     *,
     thread_id: str | None = None,
     run_id: str | None = None,
+    earlier_calls: Collection[str] = (),
 ) -> None:
-    """Raise ``StreamError`` unless ``events`` is one valid, terminated io/AG-UI run."""
+    """Raise ``StreamError`` unless ``events`` is one valid, terminated io/AG-UI run.
+
+    ``earlier_calls``: tool calls an earlier run of the thread announced and left open, which
+    this run may answer with a TOOL_CALL_RESULT alone (the client files it after the call
+    it holds; AG-UI 1.0 ``defaultApplyEvents``).
+    """
     if not events:
         raise StreamError("empty stream")
     run = _Run()
+    run.closed_calls.update(earlier_calls)
     terminal_at: int | None = None
     for index, event in enumerate(events):
         if not isinstance(event, dict):

@@ -16,18 +16,21 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from iobridge.store import MemoryThreadStore, SqlThreadStore, ThreadStore
 from iobridge.store.migrate import upgrade, upgrade_engine
 from iobridge.store.sqlalchemy_store import make_engine
 
+T = TypeVar("T")
 PG_ENV = "IOBRIDGE_TEST_POSTGRES_URL"
 BACKENDS = ["memory", "sqlite", "postgres"]
 SQL_BACKENDS = ["sqlite", "postgres"]
@@ -54,6 +57,26 @@ class StepClock:
     def __call__(self) -> datetime:
         self.now += self.step
         return self.now
+
+
+async def in_transaction(engine: Engine | AsyncEngine, fn: Callable[[Connection], T]) -> T:
+    """``fn(conn)`` in a committed transaction, on SQLite's sync engine or an async one."""
+    if isinstance(engine, Engine):
+        def run() -> T:
+            with engine.begin() as conn:
+                return fn(conn)
+
+        return await asyncio.to_thread(run)
+    async with engine.begin() as conn:
+        return await conn.run_sync(fn)
+
+
+async def dispose(engine: Engine | AsyncEngine) -> None:
+    """Close every pooled connection of either kind of engine."""
+    if isinstance(engine, Engine):
+        engine.dispose()
+    else:
+        await engine.dispose()
 
 
 @contextlib.asynccontextmanager
@@ -111,10 +134,10 @@ async def _sqlite_copy(target: Path) -> str:
     if "sqlite" not in _template:
         folder = Path(tempfile.mkdtemp(prefix="iobridge-test-"))
         atexit.register(shutil.rmtree, folder, True)
-        await upgrade(f"sqlite+aiosqlite:///{folder / 'template.db'}")
+        await upgrade(f"sqlite:///{folder / 'template.db'}")
         _template["sqlite"] = str(folder / "template.db")
     shutil.copyfile(_template["sqlite"], target)
-    return f"sqlite+aiosqlite:///{target}"
+    return f"sqlite:///{target}"
 
 
 @contextlib.asynccontextmanager

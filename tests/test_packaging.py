@@ -35,7 +35,7 @@ def _files(folder: str, pattern: str = "*") -> set[str]:
     return {
         p.relative_to(ROOT).as_posix()
         for p in (ROOT / folder).rglob(pattern)
-        if p.is_file() and "__pycache__" not in p.parts
+        if p.is_file() and "__pycache__" not in p.parts and "node_modules" not in p.parts
     }
 
 
@@ -79,3 +79,55 @@ def test_license_is_the_apache_2_text() -> None:
     assert text.lstrip().startswith("Apache License\n                           Version 2.0")
     assert "END OF TERMS AND CONDITIONS" in text
     assert "APPENDIX: How to apply the Apache License to your work." in text
+
+
+#: What the extras bring; the default ``iobridge serve`` must import none of it.
+EXTRA_MODULES = ("asyncpg", "greenlet", "cryptography", "google_crc32c", "jwt", "aiosqlite")
+
+SERVE_WITHOUT_EXTRAS = """
+import importlib.abc, sys
+
+class Missing(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {blocked!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        return None
+
+sys.meta_path.insert(0, Missing())
+from starlette.testclient import TestClient
+
+import iobridge.cli
+from iobridge.app import Backend
+from iobridge.config import Settings
+from iobridge.http.app import create_app
+
+app = create_app(Backend(Settings(database_url="sqlite:///" + sys.argv[1])))
+with TestClient(app, base_url="http://127.0.0.1") as client:
+    body = {{"threadId": "t1", "runId": "r1", "tools": [], "context": [],
+            "messages": [{{"id": "m1", "role": "user", "content": "2 + 3 * 4?"}}]}}
+    events = client.post("/io-bridge/run", json=body).text
+    thread = client.get("/io-bridge/threads/t1").json()
+assert "RUN_FINISHED" in events and "14" in events, events
+assert thread["id"] == "t1", thread
+print("served without", sorted(m for m in {blocked!r} if m not in sys.modules))
+"""
+
+
+def test_the_default_serve_path_needs_no_extra(tmp_path: Path) -> None:
+    """The base install serves the demo agent on the SQLite store over HTTP with every
+    extra's modules missing (imports of them fail, as in a fresh ``pip install .``)."""
+    code = SERVE_WITHOUT_EXTRAS.format(blocked=EXTRA_MODULES)
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "t.db")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "served without" in done.stdout
+
+
+def test_the_base_install_requires_no_extra() -> None:
+    """``pip install iobridge`` pulls none of the extras' packages."""
+    from importlib.metadata import requires
+
+    base = [r for r in requires("iobridge") or [] if "extra ==" not in r]
+    for package in ("asyncpg", "cryptography", "google-crc32c", "pyjwt", "aiosqlite"):
+        assert not [r for r in base if r.lower().startswith(package)], base
+    assert not [r for r in base if r.startswith("sqlalchemy[")], base

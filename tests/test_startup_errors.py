@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,7 @@ def _one_line(code: int, output: str, *needles: str) -> None:
     [
         ("mysql://u@h/db", ("database_url", "'mysql' is not supported")),
         ("postgresql://u:secret@127.0.0.1/db", ("write postgresql+asyncpg://",)),
-        ("sqlite:///x.db", ("write sqlite+aiosqlite://",)),
+        ("postgresql+psycopg2://u@127.0.0.1/db", ("write postgresql+asyncpg://",)),
         ("not a url", ("database_url is not a database URL",)),
     ],
 )
@@ -43,7 +44,7 @@ def test_a_bad_database_url(url: str, needles: tuple[str, ...]) -> None:
 
 
 def test_a_sqlite_file_in_a_missing_folder(tmp_path: Path) -> None:
-    url = f"sqlite+aiosqlite:///{tmp_path}/missing/iobridge.db"
+    url = f"sqlite:///{tmp_path}/missing/iobridge.db"
     code, output = _serve(env={"IOBRIDGE_DATABASE_URL": url})
     _one_line(code, output, "database_url", "does not exist")
 
@@ -99,7 +100,8 @@ def test_config_typos_are_refused_with_the_valid_keys(tmp_path: Path) -> None:
     config = tmp_path / "iobridge.toml"
     config.write_text("prot = 8001\n[auht]\nmode = \"none\"\n", encoding="utf-8")
     code, output = _serve("--config", str(config))
-    _one_line(code, output, "unknown setting(s)", "auht, prot", "valid: ", "port")
+    _one_line(code, output, "unknown setting(s)",
+              "auht (did you mean auth?), prot (did you mean port?); valid: ", "port")
 
 
 def test_db_upgrade_with_a_bad_url() -> None:
@@ -116,3 +118,51 @@ def test_version_and_help_show_env_names_and_defaults() -> None:
     for shown in ("env IOBRIDGE_HOST", "default 127.0.0.1", "env IOBRIDGE_PORT", "default 8000",
                   "env IOBRIDGE_NPAMP__PORT", "--no-http", "--log-level"):
         assert shown in help_text, shown
+
+
+# -- a setting that needs an extra the install lacks ---------------------------------------
+
+
+def _without(monkeypatch: pytest.MonkeyPatch, *modules: str) -> None:
+    """As if ``modules`` were not installed (a base install without the extra)."""
+    for name in modules:
+        monkeypatch.setitem(sys.modules, name, None)
+
+
+def test_postgresql_without_the_postgres_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    _without(monkeypatch, "asyncpg")
+    url = "postgresql+asyncpg://iobridge:hunter2@127.0.0.1:1/db"
+    code, output = _serve("--port", "0", env={"IOBRIDGE_DATABASE_URL": url})
+    _one_line(code, output, "database_url", "asyncpg not installed",
+              "pip install 'iobridge[postgres]'")
+    assert "hunter2" not in output
+    result = CliRunner().invoke(app, ["db", "upgrade", "--database-url", url])
+    _one_line(result.exit_code, result.output.strip(), "pip install 'iobridge[postgres]'")
+
+
+def test_npamp_without_the_npamp_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    _without(monkeypatch, "cryptography", "google_crc32c")
+    code, output = _serve("--port", "0", "--npamp-port", "0",
+                          env={"IOBRIDGE_DATABASE_URL": "memory://"})
+    _one_line(code, output, "npamp.port", "pip install 'iobridge[npamp]'")
+    for command in (["npamp", "keygen", "/nonexistent/key"],
+                    ["npamp", "run", "--connect", "127.0.0.1:1", "-m", "hi", "--pin", "x"]):
+        result = CliRunner().invoke(app, command)
+        assert result.exit_code == 2, result.output
+        assert result.output.strip().splitlines() == [
+            "error: iobridge npamp needs the npamp extra (cryptography, google_crc32c not "
+            "installed): pip install 'iobridge[npamp]'"]
+
+
+def test_jwt_auth_without_the_jwt_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _without(monkeypatch, "jwt")
+    config = tmp_path / "iobridge.toml"
+    config.write_text(
+        'database_url = "memory://"\nport = 0\n[auth]\nmode = "jwt"\n[auth.jwt]\n'
+        'key = "a-long-enough-secret"\n',
+        encoding="utf-8",
+    )
+    code, output = _serve("--config", str(config))
+    _one_line(code, output, 'auth.mode = "jwt"', "pip install 'iobridge[jwt]'")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
 import uuid
@@ -33,6 +34,7 @@ from typing import Any, Protocol
 import orjson
 
 from iobridge.agents.base import Agent
+from iobridge.agents.capabilities import accepted_media
 from iobridge.agents.catalog import AgentCatalog
 from iobridge.agents.catalog import build_catalog as make_catalog
 from iobridge.auth import Authenticator, Principal
@@ -49,8 +51,10 @@ from iobridge.errors import (
 )
 from iobridge.observability.metrics import Metrics
 from iobridge.protocol.bodies import Body
+from iobridge.protocol.json_limits import DEFAULT_MAX_JSON_DEPTH
+from iobridge.protocol.media import MediaLimits, check_media, check_result_media
 from iobridge.protocol.message_formats import to_mastra
-from iobridge.protocol.options import ToolResultMode, parse_run_options
+from iobridge.protocol.options import RunOptions, ToolResultMode, parse_run_options
 from iobridge.protocol.run_input import OFF_LOOP_BYTES, RunInput, parse_run_input
 from iobridge.protocol.thread_bodies import parse_thread_create, parse_thread_update
 from iobridge.protocol.tool_results import ToolResult, parse_tool_result
@@ -95,7 +99,7 @@ MESSAGE_FORMATS = ("mastra", "agui")
 
 
 async def parse_run_input_off_loop(
-    body: bytes | str | dict[str, Any], max_messages: int
+    body: bytes | str | dict[str, Any], max_messages: int, max_depth: int = DEFAULT_MAX_JSON_DEPTH
 ) -> RunInput:
     """``parse_run_input``, in a worker thread for bodies over ``OFF_LOOP_BYTES``.
 
@@ -103,8 +107,20 @@ async def parse_run_input_off_loop(
     thread the loop keeps serving other requests (it regains the GIL every switch interval).
     """
     if isinstance(body, dict) or len(body) <= OFF_LOOP_BYTES:
-        return parse_run_input(body, max_messages=max_messages)
-    return await asyncio.to_thread(parse_run_input, body, max_messages=max_messages)
+        return parse_run_input(body, max_messages=max_messages, max_depth=max_depth)
+    return await asyncio.to_thread(
+        parse_run_input, body, max_messages=max_messages, max_depth=max_depth
+    )
+
+
+async def parse_run_options_off_loop(props: dict[str, Any], settings: Settings) -> RunOptions:
+    """``parse_run_options``, in a worker thread when there is a ``structuredOutput`` schema
+    to check against its metaschema (up to a few hundred ms of CPU at its bounds)."""
+    parse = functools.partial(
+        parse_run_options, props, max_schema_bytes=settings.max_output_schema_bytes,
+        max_schema_objects=settings.max_output_schema_objects,
+    )
+    return await asyncio.to_thread(parse) if "structuredOutput" in props else parse()
 
 
 def build_catalog(settings: Settings, agents: Sequence[Agent] = ()) -> AgentCatalog:
@@ -162,7 +178,9 @@ class Backend:
             if self._given_store is None:
                 self._store = await open_store(self.settings.database_url)
                 stack.push_async_callback(self._store.close)
-            self.runtime.memory = StoreMemory(self.store, self.metrics)
+            self.runtime.memory = StoreMemory(
+                self.store, self.metrics, max_interrupt_bytes=self.settings.max_interrupt_bytes
+            )
             if self.settings.durable_runs and self.store.keeps_checkpoints:
                 self.runtime.checkpoints = self.store
             if self.settings.redis_url is not None:
@@ -293,14 +311,19 @@ class Backend:
         Raises:
             InputError: a bad body or ``forwardedProps``, or a ``resume`` that does not
                 answer the thread's open interrupts (400, ``INTERRUPT_*``).
-            PayloadTooLarge: ``state`` over ``max_state_bytes`` (413 ``STATE_TOO_LARGE``).
+            PayloadTooLarge: ``state`` over ``max_state_bytes`` (413 ``STATE_TOO_LARGE``),
+                media over ``max_media_part_bytes``/``max_media_message_bytes`` (413
+                ``MEDIA_TOO_LARGE``); an InputError ``UNSUPPORTED_MEDIA`` (400) for media the
+                agent declares it does not accept.
             NotFoundError: an unknown agent, a foreign resource or thread (404).
             ConflictError: the runId is running, or the thread is busy (409).
             TooManyRequests: over the active-run limits (429 ``TOO_MANY_RUNS``).
             ServiceUnavailable: the server is shutting down (503).
         """
         self._check_admitting()
-        run_input = await parse_run_input_off_loop(body, self.settings.max_messages)
+        run_input = await parse_run_input_off_loop(
+            body, self.settings.max_messages, self.settings.max_json_depth
+        )
         if (
             run_input.state is not None
             and len(orjson.dumps(run_input.state)) > self.settings.max_state_bytes
@@ -309,9 +332,15 @@ class Backend:
                 f"state is larger than {self.settings.max_state_bytes} bytes",
                 code="STATE_TOO_LARGE",
             )
-        options = parse_run_options(run_input.forwarded_props)
+        options = await parse_run_options_off_loop(run_input.forwarded_props, self.settings)
         resource_id = self.authenticator.resolve_resource(principal, options.resource_id)
         agent = self.catalog.get(options.agent_id)
+        check_media(
+            run_input.messages,
+            self._media_limits(),
+            lambda: accepted_media(agent.capabilities()),
+            agent_id=agent.id,
+        )
         return await self.runtime.start(
             run_input,
             options,
@@ -513,7 +542,9 @@ class Backend:
             NotFoundError: unknown run or call, or a server tool's call.
             ConflictError: the call already has a result.
         """
-        result = parse_tool_result(body)
+        result = parse_tool_result(body, self.settings.max_json_depth)
+        if result.parts is not None:
+            check_result_media(result.parts, self._media_limits())
         try:
             run = self.runtime.get_run(principal.id, run_id)
         except NotFoundError:
@@ -564,6 +595,10 @@ class Backend:
         agent = self.catalog.get(checkpoint.agent_id)
         await self.runtime.revive(with_result, agent)
 
+    def _media_limits(self) -> MediaLimits:
+        return MediaLimits(max_part_bytes=self.settings.max_media_part_bytes,
+                           max_message_bytes=self.settings.max_media_message_bytes)
+
     # -- agents -------------------------------------------------------------------------
 
     def list_agents(self) -> list[dict[str, Any]]:
@@ -592,7 +627,7 @@ class Backend:
             NotFoundError: a foreign resource or an unknown agent.
             ConflictError: the id is taken (``THREAD_EXISTS``).
         """
-        request = parse_thread_create(body)
+        request = parse_thread_create(body, self.settings.max_json_depth)
         resource_id = self.authenticator.resolve_resource(
             principal, request.resourceId or resource
         )
@@ -658,7 +693,7 @@ class Backend:
             InputError: a bad body (``protocol.thread_bodies.parse_thread_update``).
             NotFoundError: missing, or another resource's thread.
         """
-        patch = parse_thread_update(body)
+        patch = parse_thread_update(body, self.settings.max_json_depth)
         await self.get_thread(principal, thread_id, resource)
         return await self.store.update_thread(
             thread_id, title=patch.title, metadata=patch.metadata

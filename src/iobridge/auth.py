@@ -8,8 +8,9 @@ authenticated peer key to a ``Principal`` the same way. Three modes:
 * ``api-key``: ``X-API-Key: <key>`` or ``Authorization: Bearer <key>``. The configuration holds
   SHA-256 digests of the keys, never the keys (or names an environment variable holding a
   key), each mapped to a principal id, its resourceIds and its N-PAMP ``max_effect``.
-* ``jwt``: ``Authorization: Bearer <token>`` verified with PyJWT (key or key file, algorithms,
-  optional audience/issuer). One claim names the resourceId(s), another the principal.
+* ``jwt`` (the ``jwt`` extra): ``Authorization: Bearer <token>`` verified with PyJWT (key or
+  key file, algorithms, optional audience/issuer). One claim names the resourceId(s),
+  another the principal.
 
 Ownership never leaks existence: a resource outside the principal's set is answered exactly
 like a missing one (``NotFoundError``).
@@ -25,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import jwt
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from iobridge.errors import AuthenticationError, NotFoundError
+from iobridge.extras import require_extra
 from iobridge.store.base import validate_id
 
 __all__ = [
@@ -165,6 +166,7 @@ class Authenticator:
             )
         self._jwt: tuple[JwtSettings, str] | None = None  # pragma: no mutate (jwt mode only)
         if settings.jwt is not None:
+            require_extra("jwt", 'auth.mode = "jwt"')
             key = settings.jwt.key
             if settings.jwt.key_file is not None:
                 key = settings.jwt.key_file.read_text(encoding="utf-8")  # pragma: no mutate
@@ -220,6 +222,8 @@ class Authenticator:
 
     @staticmethod
     def _from_jwt(token: str, config: JwtSettings, key: str) -> Principal:
+        import jwt  # the jwt extra (checked when the authenticator was built)
+
         required = ["exp"] if config.require_exp else []
         try:
             claims: dict[str, Any] = jwt.decode(

@@ -20,7 +20,11 @@ if TYPE_CHECKING:
 
     from iobridge.config import Settings
 
-app = typer.Typer(help="iobridge: io.Intelligence Agent Protocol backend.", no_args_is_help=True)
+#: Plain help text (click's, no rich panels): it wraps at 80 columns without cutting a word.
+HELP_STYLE: dict[str, Any] = {"rich_markup_mode": None}
+app = typer.Typer(
+    help="iobridge: io.Intelligence Agent Protocol backend.", no_args_is_help=True, **HELP_STYLE
+)
 
 
 def load_settings(config: Path | None, **overrides: Any) -> Settings:
@@ -40,13 +44,22 @@ def load_settings(config: Path | None, **overrides: Any) -> Settings:
     except SettingsError as exc:
         message = _env_problem(exc)
     except pydantic.ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
-            for err in exc.errors(include_url=False)
-        )
+        problems = "; ".join(_setting_problem(err) for err in exc.errors(include_url=False))
         message = f"invalid configuration: {problems}"
     typer.echo(f"iobridge: {message}", err=True)
     raise typer.Exit(2)
+
+
+def _setting_problem(err: Any) -> str:
+    """One invalid setting, with a suggestion when a table holds a misspelt key."""
+    from iobridge.config import keys_at
+    from iobridge.typos import did_you_mean
+
+    location = err["loc"]
+    hint = ""
+    if err["type"] == "extra_forbidden" and location:
+        hint = did_you_mean(str(location[-1]), keys_at(location[:-1]))
+    return f"{'.'.join(str(p) for p in location) or 'settings'}: {err['msg']}{hint}"
 
 
 def _version(show: bool) -> None:
@@ -111,8 +124,9 @@ def serve(
     npamp_agree: Annotated[
         bool,
         typer.Option(
+            "--npamp-agree",
             help="Development: trust every peer key and agree AG-UI's protocol_id with it "
-            "(refused unless bound to loopback)"
+            "(refused unless bound to loopback)",
         ),
     ] = False,
     http: Annotated[
@@ -254,6 +268,8 @@ async def _serve(settings: Settings, *, http: bool, sock: Any = None) -> None:
         loop.add_signal_handler(sig, stop.set)
     async with Backend(settings) as backend, contextlib.AsyncExitStack() as stack:
         tune_collector_for_serving()
+        for line in _banner(settings, backend):
+            typer.echo(f"iobridge: {line}")
         metrics = settings.metrics
         if metrics.enabled and metrics.port is not None:
             listener = backend.metrics.serve(metrics.host or settings.host, metrics.port)
@@ -281,7 +297,26 @@ async def _serve(settings: Settings, *, http: bool, sock: Any = None) -> None:
             await backend.shutdown()
 
 
-db_app = typer.Typer(help="Thread store maintenance.", no_args_is_help=True)
+def _banner(settings: Settings, backend: Any) -> list[str]:
+    """What a server starts with: where threads are kept, each agent and whether it can run,
+    and the ``IOBRIDGE_*`` variables that name no setting (likely typos)."""
+    import os
+
+    from iobridge.config import unknown_environment
+    from iobridge.startup import describe_database
+
+    lines = [f"database: {describe_database(settings.database_url)}"]
+    default = backend.catalog.default_id
+    for agent in backend.list_agents():
+        mark = " (default)" if agent["id"] == default else ""
+        state = ("available" if agent.get("status") != "unavailable"
+                 else f"unavailable: {agent.get('reason') or 'no reason given'}")
+        lines.append(f"agent {agent['id']}{mark}: {state}")
+    lines.extend(f"warning: {problem}" for problem in unknown_environment(os.environ))
+    return lines
+
+
+db_app = typer.Typer(help="Thread store maintenance.", no_args_is_help=True, **HELP_STYLE)
 app.add_typer(db_app, name="db")
 
 

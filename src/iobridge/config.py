@@ -10,16 +10,31 @@ from __future__ import annotations
 import ipaddress
 import os
 import tomllib
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from iobridge.auth import AuthSettings
 from iobridge.protocol.guard import DEFAULT_MAX_STATE_BYTES
-from iobridge.protocol.options import ToolResultMode
+from iobridge.protocol.json_limits import DEFAULT_MAX_JSON_DEPTH, MAX_JSON_DEPTH_SETTING
+from iobridge.protocol.media import DEFAULT_MAX_MEDIA_MESSAGE_BYTES, DEFAULT_MAX_MEDIA_PART_BYTES
+from iobridge.protocol.options import (
+    DEFAULT_MAX_SCHEMA_BYTES,
+    DEFAULT_MAX_SCHEMA_OBJECTS,
+    ToolResultMode,
+)
 from iobridge.protocol.run_input import DEFAULT_MAX_MESSAGES
+from iobridge.protocol.run_limits import (
+    DEFAULT_MAX_INTERRUPT_BYTES,
+    DEFAULT_MAX_PATCH_OPS,
+    DEFAULT_MAX_RUN_OUTPUT_BYTES,
+    DEFAULT_MAX_UPSTREAM_ROUND_BYTES,
+    RunLimits,
+)
+from iobridge.typos import did_you_mean
 
 DEFAULT_CONFIG_FILE = "iobridge.toml"
 #: ``allowed_hosts`` when the server is bound to a loopback address and none are configured.
@@ -235,12 +250,22 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
     #: Most messages one run request may carry (413 ``TOO_MANY_MESSAGES`` beyond).
     max_messages: int = Field(default=DEFAULT_MAX_MESSAGES, ge=1)
+    #: Most bytes one media part (image, audio, video, document) of a message may carry,
+    #: decoded (a URL counts its length); 413 ``MEDIA_TOO_LARGE`` beyond. Inline data takes
+    #: 4/3 of its bytes in the body: raise ``max_body_bytes`` with it.
+    max_media_part_bytes: int = Field(default=DEFAULT_MAX_MEDIA_PART_BYTES, ge=1)
+    #: Most bytes of media one message may carry in all its parts (413 beyond).
+    max_media_message_bytes: int = Field(default=DEFAULT_MAX_MEDIA_MESSAGE_BYTES, ge=1)
     #: Seconds of silence on an SSE stream before a ``: ping`` comment.
     ping_interval: float = Field(default=15.0, gt=0)
     #: Seconds a frontend tool call waits for its result.
     tool_timeout: float = Field(default=300.0, gt=0)
     #: ``in-run`` (result route, the io protocol) or ``next-run`` (plain AG-UI re-run).
     tool_result_mode: ToolResultMode = "in-run"
+    #: A run request without ``protocolVersion`` (an AG-UI 0.x client, as assistant-ui and
+    #: CopilotKit bundle) gets ``RUN_FINISHED.outcome`` in 0.x shapes: only ``interrupt``
+    #: (0.x clients fail a run on ``pendingToolCallIds`` or ``cancelled``).
+    pre_1_0_outcomes: bool = False
     #: Seconds a finished run's events stay available for resume.
     retention_seconds: float = Field(default=300.0, ge=0)
     max_retained_runs: int = Field(default=1000, ge=0)
@@ -273,7 +298,7 @@ class Settings(BaseSettings):
     #: Seconds a run survives after its last follower disconnects (0 cancels at once).
     detach_grace_seconds: float = Field(default=0.0, ge=0)
     #: Thread store. ``memory`` keeps nothing across restarts.
-    database_url: str = "sqlite+aiosqlite:///./iobridge.db"
+    database_url: str = "sqlite:///./iobridge.db"
     #: Redis shared by replicas and workers (``redis://host:6379/0``); unset: one process.
     redis_url: str | None = None
     #: Prefix of every Redis key, so deployments can share one Redis.
@@ -322,6 +347,42 @@ class Settings(BaseSettings):
     npamp: NpampSettings = Field(default_factory=NpampSettings)
     #: Agent definitions (``[[agents]]`` tables of the TOML file).
     agents: list[dict[str, Any]] = Field(default_factory=list)
+
+    # --- Bounds on hostile input and per-run memory (docs/security.md) -------------------
+    #: Deepest nesting of arrays/objects in any JSON a client or an upstream agent sends (and
+    #: in tool-call arguments): ``400 JSON_TOO_DEEP`` beyond, upstream ``RUN_ERROR``
+    #: ``UPSTREAM_PROTOCOL_ERROR``. At most 128, so whatever passes still encodes wrapped.
+    max_json_depth: int = Field(
+        default=DEFAULT_MAX_JSON_DEPTH, ge=8, le=MAX_JSON_DEPTH_SETTING
+    )
+    #: Operations in one ``STATE_DELTA`` JSON Patch: ``RUN_ERROR STATE_DELTA_TOO_LARGE`` beyond.
+    max_state_patch_ops: int = Field(default=DEFAULT_MAX_PATCH_OPS, ge=1)
+    #: A ``structuredOutput`` schema's JSON bytes and objects (each property's subschema is
+    #: one): ``400 STRUCTURED_OUTPUT_TOO_LARGE`` beyond.
+    max_output_schema_bytes: int = Field(default=DEFAULT_MAX_SCHEMA_BYTES, ge=256)
+    max_output_schema_objects: int = Field(default=DEFAULT_MAX_SCHEMA_OBJECTS, ge=1)
+    #: Bytes of messages one run produces (text, reasoning, tool arguments and results,
+    #: held-back tool calls): ``RUN_ERROR RUN_OUTPUT_TOO_LARGE`` beyond.
+    max_run_output_bytes: int = Field(default=DEFAULT_MAX_RUN_OUTPUT_BYTES, ge=1024)
+    #: Bytes one upstream AG-UI run may leave in memory (its conversation for the follow-up
+    #: round: text, tool calls, results, ids): ``RUN_ERROR UPSTREAM_TOO_LARGE`` beyond.
+    max_upstream_round_bytes: int = Field(default=DEFAULT_MAX_UPSTREAM_ROUND_BYTES, ge=1024)
+    #: Bytes of a thread's interrupt record (open interrupts and the series' resume answers):
+    #: a ``resume`` beyond answers ``413 INTERRUPTS_TOO_LARGE``, an agent raising beyond ends
+    #: its run with ``RUN_ERROR INTERRUPTS_TOO_LARGE``.
+    max_interrupt_bytes: int = Field(default=DEFAULT_MAX_INTERRUPT_BYTES, ge=1024)
+
+    @property
+    def run_limits(self) -> RunLimits:
+        """The per-run bounds above, as the run engine, the guard and agents take them."""
+        return RunLimits(
+            max_json_depth=self.max_json_depth,
+            max_state_patch_ops=self.max_state_patch_ops,
+            max_run_output_bytes=self.max_run_output_bytes,
+            max_upstream_round_bytes=self.max_upstream_round_bytes,
+            max_interrupt_bytes=self.max_interrupt_bytes,
+        )
+    # --- end of the bounds block --------------------------------------------------------
 
     @field_validator("redis_url")
     @classmethod
@@ -383,13 +444,60 @@ class Settings(BaseSettings):
                 file_values = tomllib.load(fh)
             unknown = sorted(set(file_values) - set(cls.model_fields))
             if unknown:
+                named = ", ".join(k + did_you_mean(k, cls.model_fields) for k in unknown)
                 raise UnknownSettings(
-                    f"unknown setting(s) in {path}: {', '.join(unknown)} "
-                    f"(valid: {', '.join(sorted(cls.model_fields))})"
+                    f"unknown setting(s) in {path}: {named}; "
+                    f"valid: {', '.join(sorted(cls.model_fields))}"
                 )
         values = _deep_merge(file_values, _from_env(cls))
         values = _deep_merge(values, {k: v for k, v in overrides.items() if v is not None})
         return cls.model_validate(values)
+
+
+def keys_at(location: Sequence[str | int]) -> list[str]:
+    """The setting names valid at ``location`` (``("npamp",)``, ``("auth", "api_keys", 0)``):
+    what a misspelt key there may have meant; empty where the location holds no table."""
+    kind: Any = Settings
+    for step in location:
+        kind = _table_type(kind, isinstance(step, int))
+        fields = getattr(kind, "model_fields", None)
+        if isinstance(step, int) or fields is None:
+            continue
+        if step not in fields:
+            return []
+        kind = fields[step].annotation
+    kind = _table_type(kind, False)
+    return sorted(getattr(kind, "model_fields", {}))
+
+
+def _table_type(kind: Any, item: bool) -> Any:
+    """``kind`` without ``| None``, or the item type of a ``list[...]`` when ``item``."""
+    for arg in (a for a in get_args(kind) if a is not type(None)):
+        if item and get_origin(kind) is list:
+            return arg
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return kind
+
+
+def unknown_environment(environ: Mapping[str, str]) -> list[str]:
+    """A sentence for each ``IOBRIDGE_*`` variable that names no setting (the server ignores
+    it), with a suggestion when it looks like a typo of one."""
+    known = {f"IOBRIDGE_{name.upper()}" for name in Settings.model_fields}
+    found = []
+    for name in sorted(environ):
+        if not name.startswith("IOBRIDGE_") or name.startswith(_OTHER_VARIABLES):
+            continue
+        head = name.split("__")[0]
+        if head not in known:
+            found.append(f"{name} names no setting and is ignored{did_you_mean(head, known)}")
+    return found
+
+
+#: ``IOBRIDGE_*`` variables that other parts read (the client, scripts, tests).
+_OTHER_VARIABLES = (
+    "IOBRIDGE_CONFIG", "IOBRIDGE_API_KEY", "IOBRIDGE_TEST_", "IOBRIDGE_PG_", "IOBRIDGE_MUTANT_",
+)
 
 
 def is_loopback(host: str) -> bool:

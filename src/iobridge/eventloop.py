@@ -1,7 +1,7 @@
 """The event loop a command runs on: ``iobridge serve`` and the N-PAMP command-line client.
 
 One selection for both ends (the ``event_loop`` setting, ``IOBRIDGE_EVENT_LOOP``): ``auto``
-is uvloop when it is installed (it comes with ``uvicorn[standard]``), else asyncio's own.
+is uvloop when it is installed (a dependency except on Windows), else asyncio's own.
 uvloop's TLS is compiled where asyncio's ``sslproto`` is Python: on the client of an N-PAMP
 association that is most of the shell's cost besides the cryptography.
 """

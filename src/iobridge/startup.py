@@ -17,14 +17,22 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from iobridge.config import Settings
+from iobridge.extras import MissingExtra, require_extra
 
-__all__ = ["StartupError", "check_database_url", "check_port", "check_settings", "explain"]
+__all__ = [
+    "StartupError",
+    "check_database_url",
+    "check_extras",
+    "check_port",
+    "check_settings",
+    "describe_database",
+    "explain",
+]
 
-#: The drivers iobridge ships (``memory://`` aside).
-_DRIVERS = {"sqlite+aiosqlite", "postgresql+asyncpg"}
+#: The drivers iobridge ships (``memory://`` aside): SQLite through the standard library
+#: (``sqlite+aiosqlite`` is the older name of the same), PostgreSQL through asyncpg.
+_DRIVERS = {"sqlite", "sqlite+pysqlite", "sqlite+aiosqlite", "postgresql+asyncpg"}
 _SUGGEST = {
-    "sqlite": "sqlite+aiosqlite",
-    "sqlite+pysqlite": "sqlite+aiosqlite",
     "postgresql": "postgresql+asyncpg",
     "postgres": "postgresql+asyncpg",
     "postgresql+psycopg": "postgresql+asyncpg",
@@ -44,6 +52,20 @@ def safe_url(url: str) -> str:
         return "<unparsable URL>"
 
 
+def describe_database(url: str) -> str:
+    """Where the threads are kept, for the startup banner (an absolute path for a SQLite
+    file; a URL without its password otherwise)."""
+    if url.startswith("memory"):
+        return "in memory (nothing is kept after exit)"
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return "<unparsable URL>"
+    if parsed.drivername.startswith("sqlite") and parsed.database not in (None, "", ":memory:"):
+        return f"SQLite file {Path(str(parsed.database)).expanduser().resolve()}"
+    return safe_url(url)
+
+
 def check_database_url(url: str) -> None:
     """Refuse a database URL iobridge cannot open, before anything connects.
 
@@ -56,7 +78,7 @@ def check_database_url(url: str) -> None:
         parsed = make_url(url)
     except ArgumentError:
         raise StartupError(
-            "database_url is not a database URL; use sqlite+aiosqlite:///path/to/file.db "
+            "database_url is not a database URL; use sqlite:///path/to/file.db "
             "or postgresql+asyncpg://user:password@host/db"
         ) from None
     driver = parsed.drivername
@@ -65,7 +87,7 @@ def check_database_url(url: str) -> None:
         hint = (
             f"write {better}://… instead of {driver}://…"
             if better
-            else "use sqlite+aiosqlite:///path/to/file.db or postgresql+asyncpg://user@host/db"
+            else "use sqlite:///path/to/file.db or postgresql+asyncpg://user@host/db"
         )
         raise StartupError(f"database_url: the driver {driver!r} is not supported; {hint}")
     if driver.startswith("sqlite") and parsed.database and parsed.database != ":memory:":
@@ -75,6 +97,27 @@ def check_database_url(url: str) -> None:
                 f"database_url: the folder {folder} of the SQLite file does not exist "
                 "(create it, or point database_url elsewhere)"
             )
+    if driver.startswith("postgresql"):
+        _require("postgres", "database_url (PostgreSQL)")
+
+
+def check_extras(settings: Settings) -> None:
+    """Refuse a setting whose extra is not installed (one line naming the pip command).
+
+    Raises:
+        StartupError: N-PAMP or JWT authentication turned on without its extra.
+    """
+    if settings.npamp.port is not None:
+        _require("npamp", "npamp.port (N-PAMP)")
+    if settings.auth.mode == "jwt":
+        _require("jwt", 'auth.mode = "jwt"')
+
+
+def _require(extra: str, needed_by: str) -> None:
+    try:
+        require_extra(extra, needed_by)
+    except MissingExtra as exc:
+        raise StartupError(str(exc)) from None
 
 
 def check_port(host: str, port: int, setting: str) -> None:
@@ -99,6 +142,7 @@ def check_settings(settings: Settings, *, http: bool) -> None:
         StartupError: the first problem found.
     """
     check_database_url(settings.database_url)
+    check_extras(settings)
     if http and settings.port:
         check_port(settings.host, settings.port, "port")
     npamp = settings.npamp
@@ -119,7 +163,7 @@ def explain(exc: BaseException, settings: Settings) -> str | None:
     """The one-line explanation of a failure while starting, or ``None`` if it is a bug."""
     text = str(exc)
     where = safe_url(settings.database_url)
-    if isinstance(exc, StartupError) or type(exc).__name__ == "TracingUnavailable":
+    if isinstance(exc, StartupError | MissingExtra) or type(exc).__name__ == "TracingUnavailable":
         return text
     if type(exc).__module__.startswith("redis.") and settings.redis_url is not None:
         return (f"redis_url: cannot connect to Redis ({safe_url(settings.redis_url)}): "

@@ -229,6 +229,8 @@ class FakeSession:
     defer_frontend: bool = False
     frontend_delay: float = 0.0
     log: list[Any] = field(default_factory=list)
+    #: What ``annotate`` was given, in order.
+    annotations: list[dict[str, Any] | None] = field(default_factory=list)
     _next_id: int = 0
 
     def emit(self, output: Any) -> None:
@@ -236,6 +238,12 @@ class FakeSession:
 
     def is_frontend_tool(self, name: str) -> bool:
         return name in self.frontend
+
+    def answer_earlier_call(self, tool_call_id: str, result: ToolResult) -> None:
+        self.log.append(("TOOL_CALL_RESULT", tool_call_id, result.content))
+
+    def annotate(self, metadata: Mapping[str, Any] | None) -> None:
+        self.annotations.append(dict(metadata) if metadata else None)
 
     def start_tool_call(
         self, name: str, *, tool_call_id: str | None = None, local: bool = False

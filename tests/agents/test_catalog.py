@@ -48,7 +48,7 @@ def test_unavailable_agents_are_listed_and_refuse_to_run() -> None:
     assert catalog.describe_all()[1] == {
         "id": "io-agent", "name": "io-agent", "description": "", "modelId": "openai:gpt-4o",
         "aliases": ["ioAgent"], "status": "unavailable", "reason": "KEY is not set",
-        "tools": [],
+        "tools": [], "capabilities": {},
     }
     with pytest.raises(ServiceUnavailable) as info:
         catalog.get("ioAgent")

@@ -83,15 +83,16 @@ async def test_server_tool_loop_over_two_rounds(fake_openai: FakeOpenAI) -> None
     )
     agent = make_agent(fake_openai.base_url, tools=[add])
     session = await drive(agent, make_context(agent))
+    # The client sees ids the bridge minted; the model keeps its own (third request below).
     assert session.tool_events() == [
-        ("TOOL_CALL_START", "call_1", "add"),
-        ("TOOL_CALL_ARGS", "call_1", '{"a":1,"b":2}'),
-        ("TOOL_CALL_END", "call_1"),
-        ("TOOL_CALL_RESULT", "call_1", "3"),
-        ("TOOL_CALL_START", "call_2", "add"),
-        ("TOOL_CALL_ARGS", "call_2", '{"a":3,"b":4}'),
-        ("TOOL_CALL_END", "call_2"),
-        ("TOOL_CALL_RESULT", "call_2", "7"),
+        ("TOOL_CALL_START", "generated-1", "add"),
+        ("TOOL_CALL_ARGS", "generated-1", '{"a":1,"b":2}'),
+        ("TOOL_CALL_END", "generated-1"),
+        ("TOOL_CALL_RESULT", "generated-1", "3"),
+        ("TOOL_CALL_START", "generated-2", "add"),
+        ("TOOL_CALL_ARGS", "generated-2", '{"a":3,"b":4}'),
+        ("TOOL_CALL_END", "generated-2"),
+        ("TOOL_CALL_RESULT", "generated-2", "7"),
     ]
     # text of round 1 closes before its tool call; each round is one step
     log = kinds(session.log)
@@ -124,7 +125,7 @@ async def test_frontend_tool_is_answered_in_run(fake_openai: FakeOpenAI) -> None
     ctx = make_context(agent, session=session, frontend_tools=[declared])
     await drive(agent, ctx)
     assert seen == [{"question": "Ship it?"}]
-    assert ("TOOL_CALL_RESULT", "call_c", '{"ok":true}') in session.tool_events()
+    assert ("TOOL_CALL_RESULT", "generated-1", '{"ok":true}') in session.tool_events()
     sent = fake_openai.requests[0]["tools"][0]["function"]
     assert sent["name"] == "confirm" and sent["description"] == "Ask the user"
     assert sent["parameters"]["properties"] == {"question": {"type": "string"}}
@@ -147,7 +148,7 @@ async def test_parallel_calls_are_announced_before_any_result(fake_openai: FakeO
     results = {e[1]: e[2] for e in events if e[0] == "TOOL_CALL_RESULT"}
     assert len(starts) == 3
     assert max(starts) < min(i for i, e in enumerate(events) if e[0] == "TOOL_CALL_RESULT")
-    assert results == {"c1": "2", "c2": '"yes"', "c3": "4"}
+    assert results == {"generated-1": "2", "generated-2": '"yes"', "generated-3": "4"}
     roles = [m["role"] for m in fake_openai.requests[1]["messages"]]
     assert roles == ["user", "assistant", "tool", "tool", "tool"]
 
@@ -169,7 +170,7 @@ async def test_failed_tool_goes_back_to_the_model(fake_openai: FakeOpenAI) -> No
     agent = make_agent(fake_openai.base_url, tools=[add])
     session = await drive(agent, make_context(agent))
     result = [e for e in session.tool_events() if e[0] == "TOOL_CALL_RESULT"]
-    assert result == [("TOOL_CALL_RESULT", "c1", "invalid arguments for tool 'add'")]
+    assert result == [("TOOL_CALL_RESULT", "generated-1", "invalid arguments for tool 'add'")]
     tool_msg = fake_openai.requests[1]["messages"][-1]
     assert tool_msg["role"] == "tool" and "invalid arguments for tool 'add'" in tool_msg["content"]
     assert session.text() == "sorry"
@@ -410,7 +411,9 @@ async def test_no_messages_and_no_instructions_is_an_error() -> None:
 
 def test_describe_lists_model_and_server_tools() -> None:
     agent = make_agent("http://127.0.0.1:9/v1", tools=[add], description="Adds numbers")
-    assert agent.describe() == {
+    described = agent.describe()
+    assert described.pop("capabilities")["tools"]["items"] == [add.as_declaration()]
+    assert described == {
         "id": "assistant", "name": "assistant", "description": "Adds numbers",
         "modelId": "openai:gpt-4o", "status": "available",
         "tools": [{"name": "add", "description": "Add two integers."}],
@@ -476,9 +479,10 @@ async def test_http_frontend_tool_through_the_result_route(
         async for event in sse_events(response):
             events.append(event)
             if event["type"] == "TOOL_CALL_END":
-                assert event["toolCallId"] == "call_w"  # the model's own id
+                call_id = event["toolCallId"]
+                assert call_id != "call_w"  # the bridge's id, not the model's
                 posted = await client.post(
-                    "/io-bridge/runs/r-model/tool-calls/call_w/result",
+                    f"/io-bridge/runs/r-model/tool-calls/{call_id}/result",
                     json={"result": {"tempC": 21, "sky": "clear"}},
                 )
                 assert posted.status_code == 200
@@ -486,7 +490,7 @@ async def test_http_frontend_tool_through_the_result_route(
     assert types[0] == "RUN_STARTED" and types[-1] == "RUN_FINISHED"
     assert types.count("STEP_STARTED") == 2 == types.count("STEP_FINISHED")
     result = next(e for e in events if e["type"] == "TOOL_CALL_RESULT")
-    assert result["toolCallId"] == "call_w"
+    assert result["toolCallId"] == call_id
     assert json.loads(result["content"]) == {"tempC": 21, "sky": "clear"}
     text_out = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
     assert text_out == "Sunny in Paris."

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 from typing import Any
 
@@ -69,10 +70,10 @@ async def test_agent_tool_with_deps_is_announced_and_its_result_reported() -> No
     ctx = make_context(agent)
     session = await drive(agent, ctx)
     assert session.tool_events() == [
-        ("TOOL_CALL_START", "c1", "lookup"),
-        ("TOOL_CALL_ARGS", "c1", '{"city":"Oslo"}'),
-        ("TOOL_CALL_END", "c1"),
-        ("TOOL_CALL_RESULT", "c1", "Oslo: 21C at Blindern"),
+        ("TOOL_CALL_START", "generated-1", "lookup"),
+        ("TOOL_CALL_ARGS", "generated-1", '{"city":"Oslo"}'),
+        ("TOOL_CALL_END", "generated-1"),
+        ("TOOL_CALL_RESULT", "generated-1", "Oslo: 21C at Blindern"),
     ]
     assert session.text() == "Done: lookup=Oslo: 21C at Blindern"
 
@@ -86,7 +87,8 @@ async def test_deps_factory_builds_deps_from_the_run() -> None:
     ctx = make_context(agent)
     ctx.resource_id = "alice"
     session = await drive(agent, ctx)
-    assert ("TOOL_CALL_RESULT", "c1", "Oslo: 21C at station-of-alice") in session.tool_events()
+    result = ("TOOL_CALL_RESULT", "generated-1", "Oslo: 21C at station-of-alice")
+    assert result in session.tool_events()
 
 
 async def test_frontend_tool_is_added_for_the_run_and_answered_in_run() -> None:
@@ -96,11 +98,11 @@ async def test_frontend_tool_is_added_for_the_run_and_answered_in_run() -> None:
     session = FakeSession(frontend={"confirm": {"ok": True}})
     ctx = make_context(agent, session=session, frontend_tools=[CONFIRM])
     await drive(agent, ctx)
-    assert [e for e in session.tool_events() if e[1] == "c2"] == [
-        ("TOOL_CALL_START", "c2", "confirm"),
-        ("TOOL_CALL_ARGS", "c2", '{"question":"Go?"}'),
-        ("TOOL_CALL_END", "c2"),
-        ("TOOL_CALL_RESULT", "c2", '{"ok":true}'),
+    assert [e for e in session.tool_events() if e[1] == "generated-2"] == [
+        ("TOOL_CALL_START", "generated-2", "confirm"),
+        ("TOOL_CALL_ARGS", "generated-2", '{"question":"Go?"}'),
+        ("TOOL_CALL_END", "generated-2"),
+        ("TOOL_CALL_RESULT", "generated-2", '{"ok":true}'),
     ]
     assert session.text() == 'Done: lookup=Oslo: 21C at S; confirm={"ok":true}'
 
@@ -112,7 +114,7 @@ async def test_frontend_tool_in_next_run_mode_ends_the_run_cleanly() -> None:
     session = FakeSession(frontend={"confirm": "x"}, defer_frontend=True)
     ctx = make_context(agent, session=session, frontend_tools=[CONFIRM])
     await drive(agent, ctx)
-    assert session.tool_events()[-1] == ("TOOL_CALL_END", "c2")
+    assert session.tool_events()[-1] == ("TOOL_CALL_END", "generated-2")
     assert session.text() == ""
     assert session.outputs(FinalResult) == []
 
@@ -130,7 +132,8 @@ async def test_a_frontend_tool_named_like_an_agent_tool_is_not_offered() -> None
     shadow = {"name": "lookup", "description": "frontend", "parameters": {"type": "object"}}
     await drive(agent, make_context(agent, session=session, frontend_tools=[shadow]))
     assert [t.description for t in model.seen[0][1].function_tools] == [None]  # type: ignore[attr-defined]
-    assert ("TOOL_CALL_RESULT", "c1", "agent's own lookup of Rome") in session.tool_events()
+    result = ("TOOL_CALL_RESULT", "generated-1", "agent's own lookup of Rome")
+    assert result in session.tool_events()
 
 
 async def test_model_retry_from_an_agent_tool_is_a_failed_result_and_the_model_retries() -> None:
@@ -146,8 +149,8 @@ async def test_model_retry_from_an_agent_tool_is_a_failed_result_and_the_model_r
     agent = PydanticAIAgent(wrapped, id="w")
     session = await drive(agent, make_context(agent))
     results = [e for e in session.tool_events() if e[0] == "TOOL_CALL_RESULT"]
-    assert results == [("TOOL_CALL_RESULT", "c1", "n must be positive"),
-                       ("TOOL_CALL_RESULT", "c2", "20")]
+    assert results == [("TOOL_CALL_RESULT", "generated-1", "n must be positive"),
+                       ("TOOL_CALL_RESULT", "generated-2", "20")]
     assert session.text() == "fine"
 
 
@@ -164,7 +167,7 @@ async def test_a_crashing_agent_tool_reports_a_failed_result_then_fails_the_run(
     with pytest.raises(RuntimeError):
         await drive(agent, ctx)
     assert ctx.session.tool_events()[-1] == (  # type: ignore[attr-defined]
-        "TOOL_CALL_RESULT", "c1", "tool 'boom' failed"
+        "TOOL_CALL_RESULT", "generated-1", "tool 'boom' failed"
     )
 
 
@@ -207,7 +210,11 @@ async def test_a_tool_that_needs_approval_interrupts_the_run_and_resumes(
         outcome = first[-1]["outcome"]
         assert first[-1]["type"] == "RUN_FINISHED" and outcome["type"] == "interrupt"
         (interrupt,) = outcome["interrupts"]
-        assert interrupt["reason"] == "tool_approval" and interrupt["toolCallId"] == "c1"
+        # A declared approval asks before the call is made (the model's id names it);
+        # otherwise the call was announced, with the id the bridge minted for it.
+        announced = [e["toolCallId"] for e in first if e["type"] == "TOOL_CALL_START"]
+        assert interrupt["reason"] == "tool_approval"
+        assert [interrupt["toolCallId"]] == (["c1"] if declared else announced)
         assert interrupt["metadata"] == {"toolName": "delete", "args": {"name": "v1"}}
         assert deleted == []
         answer = {"interruptId": interrupt["id"], "status": "resolved",
@@ -358,6 +365,7 @@ async def test_pydantic_ai_agent_round_trip_through_post_run(serve: Any) -> None
     )
     server = serve(agents=[agent])
     seen: list[dict[str, Any]] = []
+    confirm = None
     body = run_body("weather?", agentId="weather", tools=[CONFIRM])
     async with httpx.AsyncClient(base_url=server.url) as client:
         async with client.stream("POST", "/io-bridge/run", json=body) as response:
@@ -366,9 +374,11 @@ async def test_pydantic_ai_agent_round_trip_through_post_run(serve: Any) -> None
                     continue
                 event = json.loads(line[6:])
                 seen.append(event)
-                if event["type"] == "TOOL_CALL_END" and event["toolCallId"] == "c2":
+                if event["type"] == "TOOL_CALL_START" and event["toolCallName"] == "confirm":
+                    confirm = event["toolCallId"]
+                if event["type"] == "TOOL_CALL_END" and event["toolCallId"] == confirm:
                     posted = await client.post(
-                        "/io-bridge/runs/r1/tool-calls/c2/result", json={"result": "yes"}
+                        f"/io-bridge/runs/r1/tool-calls/{confirm}/result", json={"result": "yes"}
                     )
                     assert posted.status_code == 200
         messages = (await client.get("/io-bridge/threads/t1/messages?format=agui")).json()
@@ -385,8 +395,11 @@ async def test_pydantic_ai_agent_round_trip_through_post_run(serve: Any) -> None
         "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END",
         "STEP_FINISHED", "RUN_FINISHED",
     ]
+    # The model said c1 and c2; the client and the thread see the ids the bridge minted.
+    lookup = next(e["toolCallId"] for e in seen if e.get("toolCallName") == "lookup")
     results = {e["toolCallId"]: e["content"] for e in seen if e["type"] == "TOOL_CALL_RESULT"}
-    assert results == {"c1": "Oslo: 21C at Blindern", "c2": "yes"}
+    assert results == {lookup: "Oslo: 21C at Blindern", confirm: "yes"}
+    assert not {"c1", "c2"} & set(results)
     reply = "".join(e["delta"] for e in seen if e["type"] == "TEXT_MESSAGE_CONTENT")
     assert reply == 'Done: lookup=Oslo: 21C at Blindern; confirm=yes'
     stored = messages["messages"]
@@ -399,7 +412,7 @@ async def test_pydantic_ai_agent_round_trip_through_post_run(serve: Any) -> None
     history = pyai_agents.SEEN[-1]
     replayed = {p.tool_call_id: p.model_response_str() for m in history for p in m.parts
                 if isinstance(p, ToolReturnPart)}
-    assert replayed == {"c1": "Oslo: 21C at Blindern", "c2": "yes"}
+    assert replayed == results
     second_reply = "".join(
         e["delta"] for e in parse_sse(second.text) if e["type"] == "TEXT_MESSAGE_CONTENT"
     )
@@ -423,8 +436,9 @@ def test_toml_pydantic_ai_entry_wraps_the_imported_agent() -> None:
     ("entry", "reason"),
     [
         ({"pydantic_ai": "no_such_module_xyz:agent"},
-         "pydantic_ai 'no_such_module_xyz:agent': cannot import 'no_such_module_xyz' "
-         "(ModuleNotFoundError: No module named 'no_such_module_xyz')"),
+         f"pydantic_ai 'no_such_module_xyz:agent': no module named 'no_such_module_xyz' in "
+         f"the working directory {os.getcwd()} or the installed packages (start iobridge from "
+         "the folder that holds no_such_module_xyz/ or no_such_module_xyz.py, or install it)"),
         ({"pydantic_ai": "pyai_agents:missing"},
          "pydantic_ai 'pyai_agents:missing': 'pyai_agents' has no attribute 'missing'"),
         ({"pydantic_ai": "pyai_agents:not_an_agent"},

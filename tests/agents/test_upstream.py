@@ -126,7 +126,11 @@ async def test_server_tool_of_the_upstream_is_stored_and_replayed(
 ) -> None:
     server = serve(agents=[agent(pydantic.url)])
     events = await run(server, run_body("what time is it?", agentId="up"))
-    sequence = [e["type"] for e in events if e.get("toolCallId") == "call-now"]
+    # The upstream said call-now, an id the thread does not hold yet: the client and the
+    # thread keep it, so the upstream's later runs see the id it made.
+    call_id = next(e["toolCallId"] for e in events if e["type"] == "TOOL_CALL_START")
+    assert call_id == "call-now"
+    sequence = [e["type"] for e in events if e.get("toolCallId") == call_id]
     assert sequence == ["TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "TOOL_CALL_RESULT"]
     result = next(e for e in events if e["type"] == "TOOL_CALL_RESULT")
     assert result["content"] == "12:00 UTC"
@@ -135,13 +139,13 @@ async def test_server_tool_of_the_upstream_is_stored_and_replayed(
     messages = await stored(server)
     assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
     assert messages[1]["toolCalls"][0]["function"] == {"name": "now", "arguments": "{}"}
-    assert messages[2] == {**messages[2], "toolCallId": "call-now", "content": "12:00 UTC"}
+    assert messages[2] == {**messages[2], "toolCallId": call_id, "content": "12:00 UTC"}
     # The next run on the thread replays the call and its result to the upstream.
     await run(server, run_body("hi again", run_id="r2", agentId="up"))
     history = pydantic.bodies[1]["messages"]
     assert [m["role"] for m in history] == ["user", "assistant", "tool", "assistant", "user"]
-    assert history[1]["toolCalls"][0]["id"] == "call-now"
-    assert history[2]["toolCallId"] == "call-now" and history[2]["content"] == "12:00 UTC"
+    assert history[1]["toolCalls"][0]["id"] == call_id
+    assert history[2]["toolCallId"] == call_id and history[2]["content"] == "12:00 UTC"
 
 
 async def test_in_run_frontend_tool_drives_a_follow_up_upstream_run(
@@ -153,7 +157,7 @@ async def test_in_run_frontend_tool_drives_a_follow_up_upstream_run(
     # One client stream: the call, its posted result, then the follow-up run's text.
     assert kinds(events).count("RUN_STARTED") == 1 == kinds(events).count("RUN_FINISHED")
     start = next(e for e in events if e["type"] == "TOOL_CALL_START")
-    assert (start["toolCallName"], start["toolCallId"]) == ("get_weather", "call-weather-0")
+    assert start["toolCallName"] == "get_weather" and start["toolCallId"] == "call-weather-0"
     result = next(e for e in events if e["type"] == "TOOL_CALL_RESULT")
     assert json.loads(result["content"]) == {"tempC": 21}
     after = events[events.index(result):]
@@ -179,11 +183,12 @@ async def test_next_run_mode_ends_the_run_with_the_call_pending(
     server = serve(agents=[agent(pydantic.url)])
     body = run_body("weather?", tools=[WEATHER], agentId="up", toolResultMode="next-run")
     events = await run(server, body)
-    assert events[-1]["outcome"] == {"type": "success", "pendingToolCallIds": ["call-weather-0"]}
+    call_id = next(e["toolCallId"] for e in events if e["type"] == "TOOL_CALL_START")
+    assert events[-1]["outcome"] == {"type": "success", "pendingToolCallIds": [call_id]}
     assert len(pydantic.bodies) == 1
     # The client answers in its next run; the upstream gets the call and the answer.
     second = run_body("", run_id="r2", tools=[WEATHER], agentId="up", toolResultMode="next-run")
-    second["messages"] = [{"id": "tool-1", "role": "tool", "toolCallId": "call-weather-0",
+    second["messages"] = [{"id": "tool-1", "role": "tool", "toolCallId": call_id,
                            "content": '{"tempC": 5}'}]
     events = await run(server, second)
     assert text(events) == 'Results: get_weather={"tempC":5}'
@@ -204,7 +209,7 @@ async def test_no_follow_up_round_allowed(pydantic: Upstream, serve: Any) -> Non
     # Next-run mode needs no follow-up: the limit does not apply.
     pending = await run(server, run_body("weather?", run_id="r0", thread_id="t0", tools=[WEATHER],
                                          agentId="up", toolResultMode="next-run"))
-    assert pending[-1]["outcome"]["pendingToolCallIds"] == ["call-weather-0"]
+    assert len(pending[-1]["outcome"]["pendingToolCallIds"]) == 1
     pydantic.bodies.clear()
     events = await run(server, run_body("weather?", tools=[WEATHER], agentId="up"),
                        results={"get_weather": {"tempC": 1}})
@@ -259,7 +264,9 @@ async def test_parallel_frontend_calls_are_answered_then_followed_up_together(
         server = serve(agents=[agent(upstream.url)])
         events = await run(server, run_body("go", tools=[WEATHER], agentId="up"),
                            results={"get_weather": {"ok": 1}})
-    assert [e["toolCallId"] for e in events if e["type"] == "TOOL_CALL_RESULT"] == ["a", "b"]
+    starts = [e["toolCallId"] for e in events if e["type"] == "TOOL_CALL_START"]
+    assert [e["toolCallId"] for e in events if e["type"] == "TOOL_CALL_RESULT"] == starts
+    assert starts == ["a", "b"]
     assert text(events) == "Two. both"
     added = upstream.bodies[1]["messages"][1:]
     assert [m["role"] for m in added] == ["assistant", "tool", "tool"]
@@ -297,11 +304,12 @@ async def test_broken_lifecycle_is_repaired(serve: Any) -> None:
         server = serve(agents=[agent(upstream.url)])
         events = await run(server, run_body("go", agentId="up"))
     assert text(events) == "abc"
-    assert events[0] == {"type": "RUN_STARTED", "threadId": "t1", "runId": "r1"}
+    assert events[0] == {**RUN_STARTED, "protocolVersion": "1.0"}
     assert events[-1] == {"type": "RUN_FINISHED", "threadId": "t1", "runId": "r1",
                           "result": {"ok": 1}}
     [result] = [e for e in events if e["type"] == "TOOL_CALL_RESULT"]
-    assert result["toolCallId"] == "c1" and result["content"] == '{"n":1}'
+    [start] = [e for e in events if e["type"] == "TOOL_CALL_START"]
+    assert result["toolCallId"] == start["toolCallId"] and result["content"] == '{"n":1}'
     assert [e["toolCallName"] for e in events if e["type"] == "TOOL_CALL_START"] == ["lookup"]
     assert "MESSAGES_SNAPSHOT" not in kinds(events)
     raw = next(e for e in events if e["type"] == "RAW")

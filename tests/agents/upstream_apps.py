@@ -3,8 +3,9 @@
 ``pydantic_upstream``: a real pydantic-ai ``Agent`` behind ``AGUIAdapter`` (FunctionModel, no
 keys): it answers text, calls its server tool ``now`` for "time", and the client's frontend
 tool ``get_weather`` for "weather"; once it has tool results it replies with them.
-``scripted_upstream``: a hand-written Starlette app that sends exactly the bytes a test gives
-it (to break the lifecycle, the framing or the HTTP exchange).
+``approval_upstream``: a pydantic-ai agent whose tool needs approval (an interrupt outcome,
+resumed by the next run). ``scripted_upstream``: a hand-written Starlette app that sends
+exactly the bytes a test gives it (to break the lifecycle, the framing or the HTTP exchange).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic_ai import Agent
+from pydantic_ai import Agent, DeferredToolRequests
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from pydantic_ai.ui.ag_ui import AGUIAdapter
@@ -43,6 +44,8 @@ class Upstream:
     headers: list[dict[str, str]] = field(default_factory=list)
     #: Scripted streams that ended early (the client went away before the last chunk).
     abandoned: int = 0
+    #: What the approval upstream's tool deleted.
+    deleted: list[str] = field(default_factory=list)
 
 
 def _last_user_text(messages: list[ModelMessage]) -> str:
@@ -97,6 +100,45 @@ def pydantic_upstream() -> Iterator[Upstream]:
     """The pydantic-ai upstream on a free loopback port."""
     upstream = Upstream(url="")
     with LiveServer(_pydantic_app(upstream)) as server:  # type: ignore[arg-type]
+        upstream.url = f"{server.url}/agui"
+        yield upstream
+
+
+def _approval_app(upstream: Upstream) -> Starlette:
+    """A pydantic-ai agent whose ``delete_file`` tool needs approval: its AG-UI adapter ends
+    the run with an interrupt outcome and runs the tool in the run that resumes it."""
+
+    async def model(messages: list[ModelMessage], info: AgentInfo
+                    ) -> AsyncIterator[str | DeltaToolCalls]:
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if returns:
+            yield f"Result: {returns[-1].model_response_str()}"
+            return
+        yield {0: DeltaToolCall(name="delete_file", json_args='{"name": "v1.txt"}',
+                                tool_call_id="call-delete")}
+
+    agent = Agent(FunctionModel(stream_function=model, model_name="approver"),
+                  output_type=[str, DeferredToolRequests])
+
+    @agent.tool_plain(requires_approval=True)
+    def delete_file(name: str) -> str:
+        """Delete a file (needs the user's approval)."""
+        upstream.deleted.append(name)
+        return f"deleted {name}"
+
+    async def run(request: Request) -> Response:
+        upstream.bodies.append(json.loads(await request.body()))
+        upstream.headers.append(dict(request.headers))
+        return await AGUIAdapter.dispatch_request(request, agent=agent, include_usage=True)
+
+    return Starlette(routes=[Route("/agui", run, methods=["POST"])])
+
+
+@contextmanager
+def approval_upstream() -> Iterator[Upstream]:
+    """The pydantic-ai upstream with an approval-gated tool, on a free loopback port."""
+    upstream = Upstream(url="")
+    with LiveServer(_approval_app(upstream)) as server:  # type: ignore[arg-type]
         upstream.url = f"{server.url}/agui"
         yield upstream
 

@@ -31,7 +31,12 @@ BREAKS = frozenset({
     "duplicate-ok",     # a second result POST is accepted
     "error-as-stream",  # a bad run body answered with a 200 stream and RUN_ERROR
     "no-merge",         # messages appended again on every run (no merge by id)
+    "no-version",       # RUN_STARTED without protocolVersion (a 0.x producer)
+    "bad-capabilities",  # GET /agents declares a capability object with a typo
+    "subagent-leak",    # work attributed to a subagent after its SUBAGENT_FINISHED
 })
+#: The AG-UI version the mini backend speaks (it refuses other major lines).
+VERSION = "1.0"
 
 
 def _error(status: int, code: str) -> JSONResponse:
@@ -69,11 +74,15 @@ class MiniBackend:
                                                                       "messages")):
             if self.broken == "error-as-stream":
                 return StreamingResponse(iter([self.frame({"type": "RUN_STARTED", "threadId": "",
-                                                           "runId": ""}),
+                                                           "runId": "",
+                                                           "protocolVersion": VERSION}),
                                                self.frame({"type": "RUN_ERROR",
                                                            "message": "bad request"})]),
                                          media_type="text/event-stream")
             return _error(400, "INVALID_REQUEST")
+        declared = body.get("protocolVersion")
+        if isinstance(declared, str) and declared.split(".")[0] != VERSION.split(".")[0]:
+            return _error(400, "UNSUPPORTED_PROTOCOL_VERSION")
         resource = (body.get("forwardedProps") or {}).get("resourceId", "default")
         thread = self.threads.get(body["threadId"])
         if thread is not None and thread["resourceId"] != resource:
@@ -92,7 +101,13 @@ class MiniBackend:
 
     async def events(self, body: dict[str, Any], thread: dict[str, Any]) -> AsyncIterator[bytes]:
         ids = {"threadId": body["threadId"], "runId": body["runId"]}
-        yield self.frame({"type": "RUN_STARTED", **ids})
+        version = {} if self.broken == "no-version" else {"protocolVersion": VERSION}
+        yield self.frame({"type": "RUN_STARTED", **ids, **version})
+        if self.broken == "subagent-leak":
+            yield self.frame({"type": "SUBAGENT_STARTED", "subagentRunId": "s1", "name": "h"})
+            yield self.frame({"type": "SUBAGENT_FINISHED", "subagentRunId": "s1"})
+            yield self.frame({"type": "STEP_STARTED", "stepName": "late", "subagentRunId": "s1"})
+            yield self.frame({"type": "STEP_FINISHED", "stepName": "late", "subagentRunId": "s1"})
         user = next(m for m in reversed(body["messages"]) if m.get("role") == "user")
         text = str(user.get("content", ""))
         tools = [t["name"] for t in body.get("tools") or [] if t.get("name") in text]
@@ -181,7 +196,13 @@ class MiniBackend:
     # --- agents ---------------------------------------------------------------------------
 
     async def agents(self, request: Request) -> Response:
-        return JSONResponse({"agents": [{"id": "mini", "name": "Mini"}]})
+        capabilities: dict[str, Any] = {"tools": {"supported": True, "clientProvided": True},
+                                        "multimodal": {"input": {"image": False}}}
+        if self.broken == "bad-capabilities":
+            capabilities["tools"] = {"suported": True}
+        return JSONResponse({"agents": [{"id": "mini", "name": "Mini",
+                                         "capabilities": capabilities}],
+                             "protocolVersions": [VERSION]})
 
     async def agent(self, request: Request) -> Response:
         if request.path_params["agent"] != "mini":

@@ -2,7 +2,8 @@
 //
 // Usage: node run_agent.mjs '<scenario JSON>'
 // scenario = { baseUrl, threadId, runId, text, tools, frontendResults: { toolName: value },
-//              timeoutMs, agentId?, forwardedProps? }   (text null: start with no messages)
+//              timeoutMs, agentId?, forwardedProps?, content? }   (text null: start with no
+//              messages; content: the user message's content parts instead of text)
 // Frontend tools named in frontendResults are executed in onToolCallEndEvent: the script
 // POSTs the value to /runs/{runId}/tool-calls/{toolCallId}/result while the stream is open,
 // as io.Intelligence frontends do. Output: { events, result, newMessages, messages, posts,
@@ -18,9 +19,9 @@ const runErrors = [];
 const agent = new HttpAgent({
   url: `${scenario.baseUrl}/io-bridge/run`,
   threadId: scenario.threadId,
-  initialMessages: scenario.text === null
+  initialMessages: scenario.text === null && !scenario.content
     ? []
-    : [{ id: `user-${scenario.runId}`, role: "user", content: scenario.text }],
+    : [{ id: `user-${scenario.runId}`, role: "user", content: scenario.content ?? scenario.text }],
 });
 
 const subscriber = {

@@ -1,7 +1,7 @@
 // An interrupt and its resume with the real @ag-ui/client: one HttpAgent, two runAgent calls.
 //
 // Usage: node run_interrupt.mjs '<scenario JSON>'
-// scenario = { baseUrl, threadId, runIds: [first, second], text, payload, timeoutMs }
+// scenario = { baseUrl, threadId, runIds: [first, second], text, payload, timeoutMs, agentId? }
 // The first run is expected to finish with an interrupt outcome; the second answers every
 // interrupt it named with { status: "resolved", payload }. Output: { runs: [{ events,
 // result, newMessages }], messages, error }.
@@ -23,7 +23,9 @@ async function run(runId, resume) {
   const events = [];
   const runErrors = [];
   const { result, newMessages } = await agent.runAgent(
-    { runId, tools: [], context: [], forwardedProps: {}, ...(resume ? { resume } : {}) },
+    { runId, tools: [], context: [],
+      forwardedProps: scenario.agentId ? { agentId: scenario.agentId } : {},
+      ...(resume ? { resume } : {}) },
     {
       onEvent({ event }) { events.push(event); },
       onRunErrorEvent({ event }) { runErrors.push(event); },

@@ -1,7 +1,7 @@
 """Bounded work per request: the message-count limit, and a loop that keeps answering.
 
 Each hostile body goes to a real server (its own process) on loopback while another client
-probes ``GET /agents``; every probe must answer within ``RESPONSIVE`` seconds (the issue's
+polls ``GET /healthz``; every probe must answer within ``RESPONSIVE`` seconds (the issue's
 reproduction stalled the loop for 2.4 s). A shared machine adds scheduling noise to single
 probes, so each measurement is the best of ``TRIALS`` attempts: a real stall shows in every
 attempt, noise rarely in all. These bounds are the issue's acceptance figures, far from the
@@ -39,11 +39,11 @@ def many_messages(count: int, *, run_id: str = "r1", thread_id: str = "t1") -> b
 
 
 async def probe_while(client: httpx.AsyncClient, work: asyncio.Task[Any]) -> list[float]:
-    """Latencies of ``GET /agents`` issued back to back until ``work`` is done (at least 3)."""
+    """Latencies of ``GET /healthz`` issued back to back until ``work`` is done (at least 3)."""
     latencies: list[float] = []
     while not work.done() or len(latencies) < 3:
         started = time.perf_counter()
-        answer = await client.get("/io-bridge/agents")
+        answer = await client.get("/healthz")
         latencies.append(time.perf_counter() - started)
         assert answer.status_code == 200
     return latencies
@@ -95,8 +95,8 @@ async def test_a_100k_message_body_is_refused_quickly_and_the_loop_keeps_answeri
         httpx.AsyncClient(base_url=url, timeout=30) as hostile,
         httpx.AsyncClient(base_url=url, timeout=30) as probe,
     ):
-        await probe.get("/io-bridge/agents")  # both connected before timing
-        await hostile.get("/io-bridge/agents")
+        await probe.get("/healthz")  # both connected before timing
+        await hostile.get("/healthz")
         worst, answers = await worst_probe(
             probe, lambda _: post_json(hostile, "/io-bridge/run", body)
         )
@@ -116,8 +116,8 @@ async def test_a_run_at_the_default_limit_keeps_the_loop_answering(
         httpx.AsyncClient(base_url=url, timeout=60) as hostile,
         httpx.AsyncClient(base_url=url, timeout=30) as probe,
     ):
-        await probe.get("/io-bridge/agents")
-        await hostile.get("/io-bridge/agents")
+        await probe.get("/healthz")
+        await hostile.get("/healthz")
         worst, answers = await worst_probe(
             probe, lambda trial: post_json(hostile, "/io-bridge/run", bodies[trial])
         )

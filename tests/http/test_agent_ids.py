@@ -48,9 +48,11 @@ def test_aliases_resolve_on_every_route_that_takes_an_agent_id(live: Any) -> Non
     with httpx.Client(base_url=server.url + BASE, timeout=10) as http:
         listed = http.get("/agents").json()["agents"]
         assert listed[0]["id"] == "demo" and listed[0]["modelId"] == "demo"
+        assert listed[1].pop("capabilities")["identity"]["name"] == "IO Agent"
         assert listed[1] == {"id": "io-agent", "name": "IO Agent", "description": "",
                              "modelId": "openai:gpt-4o", "aliases": ["ioAgent"],
                              "status": "available", "tools": []}
+        listed[1]["capabilities"] = http.get("/agents/ioAgent").json()["capabilities"]
         assert http.get("/agents/ioAgent").json() == listed[1]
         assert http.get("/agents/io-agent").json() == listed[1]
         assert http.get("/agents/ioagent").status_code == 404
@@ -101,7 +103,7 @@ def test_an_unbuildable_agent_is_listed_refuses_runs_and_warns_as_default(
             "id": "io-agent", "name": "IO Agent", "description": "", "modelId": "openai:gpt-4o",
             "aliases": ["ioAgent"], "status": "unavailable",
             "reason": "environment variable IOBRIDGE_TEST_IO_KEY is not set (API key for openai)",
-            "tools": [],
+            "tools": [], "capabilities": {},
         }
         assert agents["pasted"]["status"] == "unavailable"
         assert http.get("/agents/ioAgent").json() == agents["io-agent"]

@@ -57,6 +57,7 @@ async def test_list_agents_in_registration_order(client: httpx.AsyncClient) -> N
     assert response.status_code == 200
     demo, *given = response.json()["agents"]
     assert demo["id"] == "demo"  # the built-in agent comes first
+    assert [a.pop("capabilities")["identity"]["name"] for a in given] == ["Planner", "Offline"]
     assert {"agents": given} == {
         "agents": [
             {

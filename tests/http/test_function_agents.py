@@ -82,7 +82,8 @@ async def test_a_coroutine_returning_none_finishes_an_empty_run(serve: Any) -> N
 
     server = serve(agents=[FunctionAgent(quiet, id="quiet")])
     events, _ = await post_run(server, run_body("go", agentId="quiet"))
-    assert events == [{"type": "RUN_STARTED", "threadId": "t1", "runId": "r1"},
+    assert events == [{"type": "RUN_STARTED", "threadId": "t1", "runId": "r1",
+                       "protocolVersion": "1.0"},
                       {"type": "RUN_FINISHED", "threadId": "t1", "runId": "r1"}]
 
 
@@ -105,6 +106,7 @@ async def test_the_function_agent_decorator_registers_a_described_agent(serve: A
     server = serve(agents=[doubler])
     async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
         described = (await client.get("/io-bridge/agents/doubler")).json()
+    assert described.pop("capabilities")["tools"]["items"] == [double.as_declaration()]
     assert described == {"id": "doubler", "name": "Doubler", "description": "Doubles numbers.",
                          "modelId": "doubler", "status": "available",
                          "tools": [{"name": "double", "description": "Double a number."}]}

@@ -47,7 +47,9 @@ async def test_playground_is_served_for_the_configured_prefix(serve: Any) -> Non
     assert "__PREFIX__" not in page.text
     assert not re.search(r"(src|href)=\"https?:", page.text)
     referenced = re.findall(r"(?:src|href)=\"/playground/([^\"]+)\"", page.text)
-    assert sorted(referenced) == sorted(set(ASSETS) - {"markdown.js"})
+    # The page names its entry points; the modules it imports come from playground.js.
+    assert sorted(referenced) == sorted(set(ASSETS) - {"markdown.js", "inspector.js"})
+    assert page.headers["cross-origin-opener-policy"] == "same-origin"
     assert config.json() == {"prefix": "/bridge", "defaultAgent": "demo"}
     for name, response in assets.items():
         assert response.status_code == 200, name

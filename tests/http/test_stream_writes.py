@@ -164,11 +164,10 @@ async def test_a_stream_is_watched_for_a_disconnect_only_once_it_lasts(
     assert app.received["/io-bridge/run"] == ["http.request", "http.disconnect"]
 
 
-async def test_a_short_run_in_memory_is_two_writes_after_the_head() -> None:
-    """On the in-memory store a run's writes are done as they are begun, so a chat turn
-    whose agent never waits leaves as RUN_STARTED (at once: time to first event) and one
-    batch holding the rest, its terminal event and the body's end: no write, task or loop
-    turn waits for a store that has nothing to wait for."""
+async def test_a_short_run_in_memory_is_three_writes() -> None:
+    """On the in-memory store a chat turn whose agent never waits leaves as RUN_STARTED (at
+    once: time to first event), one batch with the agent's output, and the terminal event
+    with the body's end once the run's store write (one task, as on every store) settled."""
     app = Recorder(create_app(Backend(Settings(database_url="memory://"),
                               agents=[FunctionAgent(five, id="five")])))
     with LiveServer(app) as server:  # type: ignore[arg-type]
@@ -183,8 +182,8 @@ async def test_a_short_run_in_memory_is_two_writes_after_the_head() -> None:
         for body, _ in bodies
     ] == [
         ["RUN_STARTED"],
-        ["TEXT_MESSAGE_START", *["TEXT_MESSAGE_CONTENT"] * 5, "TEXT_MESSAGE_END",
-         "RUN_FINISHED"],
+        ["TEXT_MESSAGE_START", *["TEXT_MESSAGE_CONTENT"] * 5, "TEXT_MESSAGE_END"],
+        ["RUN_FINISHED"],
     ]
     assert_ends_with_terminal(bodies, "RUN_FINISHED")
     # Stored before the terminal event left: the thread holds the turn.

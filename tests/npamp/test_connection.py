@@ -685,12 +685,12 @@ test_association_pair_properties = AssociationPair.TestCase
 
 
 def _mixed_traffic(server: NpampConnection) -> bytes:
-    """Bridge data frames around a PING, a Control-channel frame, a large frame and a
-    KEY_UPDATE: the compiled receive loop takes the runs, the rest goes through _process."""
+    """Bridge data frames around a PING, a frame on another channel, a large frame and a
+    KEY_UPDATE."""
     for i in range(3):
         server.send_frame(BRIDGE, 0x0104, b"event %d" % i)
     server.ping(BRIDGE, b"p")
-    server.send_frame(BRIDGE, 0x0104, bytes(5000))  # above the compiled AEAD's limit
+    server.send_frame(BRIDGE, 0x0104, bytes(5000))
     server.send_frame(0x000F, 0x0104, b"interaction")
     server.key_update(BRIDGE)
     for i in range(3):
@@ -698,9 +698,7 @@ def _mixed_traffic(server: NpampConnection) -> bytes:
     return server.data_to_send()
 
 
-def test_compiled_receive_loop_gives_the_events_of_frame_by_frame_decoding() -> None:
-    """Fed at once, runs of frames go through the compiled loop; fed one octet at a time,
-    every frame goes through the reference path: the events are the same."""
+def test_frames_fed_at_once_or_one_octet_at_a_time_give_the_same_events() -> None:
     client_a, server_a = make_pair()
     whole = client_a.receive_data(_mixed_traffic(server_a))
     client_b, server_b = make_pair()
@@ -722,7 +720,7 @@ def test_compiled_receive_loop_gives_the_events_of_frame_by_frame_decoding() -> 
 
 
 @pytest.mark.parametrize("fault", ["forged", "gap"])
-def test_compiled_receive_loop_stops_at_a_bad_frame_and_the_reference_path_rejects_it(
+def test_a_bad_frame_in_a_chunk_ends_the_association_after_the_good_ones(
     fault: str,
 ) -> None:
     client, server = make_pair()
@@ -744,9 +742,8 @@ def test_compiled_receive_loop_stops_at_a_bad_frame_and_the_reference_path_rejec
 @pytest.mark.parametrize("interval", [None, 3])
 def test_send_frames_seals_the_octets_send_frame_would(interval: int | None) -> None:
     """The batch sender: the same frames (types, sequence numbers, payloads, key updates at
-    the same places) as frame-by-frame sending, across key-update boundaries and with a frame
-    too large for the compiled AEAD in the batch. (Octet equality of the sealing itself is
-    test_record's seal_many test: two pairs have different keys.)"""
+    the same places) as frame-by-frame sending, across key-update boundaries and with a large
+    frame in the batch."""
     config = AssociationConfig(key_update_interval=interval)
     frames = [(0x0104, b"event %d" % i) for i in range(8)]
     mixed = [*frames[:4], (0x0104, bytes(5000)), *frames[4:]]

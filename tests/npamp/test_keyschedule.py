@@ -82,34 +82,6 @@ def test_expand_label_matches_oracle_with_npamp_prefix(label: str, name: ks.Hash
     assert got != oracle_label(secret, b"tls13 ", label.encode(), ctx, 40, name)
 
 
-@pytest.fixture(params=["compiled", "reference"])
-def hmac_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run a test on the compiled HMAC and again on ``hmac.digest``, the reference."""
-    if request.param == "compiled":
-        speedups = pytest.importorskip("iobridge.npamp._speedups")
-        assert ks._hmac is speedups.hmac_digest  # what the module uses when it was built
-    else:
-        monkeypatch.setattr(ks, "_hmac", hmac.digest)
-    return str(request.param)
-
-
-@given(key=st.binary(max_size=200), msg=st.binary(max_size=300))
-def test_compiled_hmac_equals_hmac_digest(key: bytes, msg: bytes) -> None:
-    speedups = pytest.importorskip("iobridge.npamp._speedups")
-    for name in ("sha256", "sha384"):  # keys longer than a block are hashed first
-        assert speedups.hmac_digest(key, msg, name) == hmac.digest(key, msg, name)
-
-
-def test_compiled_hmac_refuses_another_digest() -> None:
-    speedups = pytest.importorskip("iobridge.npamp._speedups")
-    with pytest.raises(ValueError, match="unsupported HMAC digest 'sha512'"):
-        speedups.hmac_digest(b"k", b"m", "sha512")
-    with pytest.raises(TypeError):
-        speedups.hmac_digest(b"k", b"m", b"sha256")
-    assert speedups.hmac_digest(b"k", b"m", "sha256") == hmac.digest(b"k", b"m", "sha256")
-
-
-@pytest.mark.usefixtures("hmac_path")
 def test_key_schedule_kat_ladder_against_oracle() -> None:
     """The fixed inputs of key-schedule-kat.json through the module and through the oracle."""
     inp = KS["npamp_inputs"]
@@ -135,7 +107,6 @@ def test_key_schedule_kat_ladder_against_oracle() -> None:
     assert ks.finished_key(c_hs, "sha256") == oracle_label(c_hs, b"n-pamp ", b"finished", b"", 32)
 
 
-@pytest.mark.usefixtures("hmac_path")
 def test_flow_kat_secret_ladder() -> None:
     """Every secret, key and IV of handshake-flow-kat.json from its KEM secrets and TH points."""
     inp, exp = FLOW["inputs"], FLOW["expected"]

@@ -13,7 +13,7 @@ from iobridge.npamp.association.events import FrameReceived
 from iobridge.npamp.bridge.events import StreamDataReceived
 from iobridge.npamp_server.client import AgUiEvent
 
-#: Both implementations: the compiled Maker (when installed) and the generated reference.
+#: Both implementations: the compiled Maker (when installed) and the reference (the constructor).
 BOTH = pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "reference"])
 
 

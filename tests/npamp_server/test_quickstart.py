@@ -1,4 +1,11 @@
-"""The README's N-PAMP quick start, run verbatim in an empty folder."""
+"""The README's N-PAMP quick start, run verbatim (by the shell) from a fresh clone's folder,
+beside a running ``make serve``.
+
+The folder is empty but for ``.venv`` (what ``make serve`` leaves there: here a link to the
+suite's own virtualenv). A server already holds the HTTP port the quick start's server would
+take (``IOBRIDGE_PORT`` points both at it: the stand-in for ``make serve`` on 8000, which a
+test may not bind), so the quick start must leave HTTP alone.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +13,15 @@ import json
 import os
 import re
 import shlex
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
-from tests.helpers import free_port
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -33,16 +39,23 @@ def _commands() -> list[str]:
 
 
 def _argv(command: str) -> list[str]:
-    words = shlex.split(command)
-    assert words[0] == "iobridge"
-    executable = shutil.which("iobridge", path=str(Path(sys.executable).parent))
-    assert executable is not None
-    return [executable, *words[1:]]
+    """The command as the user's shell runs it (``exec``: a signal reaches the program)."""
+    assert shlex.split(command)[0] == ".venv/bin/iobridge", command
+    return ["/bin/sh", "-c", f"exec {command}"]
 
 
-def test_the_readme_quick_start_completes_a_run(tmp_path: Path) -> None:
-    keygen, serve, run = _commands()
-    env = {**os.environ, "IOBRIDGE_PORT": str(free_port()), "IOBRIDGE_LOG_LEVEL": "warning"}
+def _fresh_clone_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "iobridge"
+    folder.mkdir()
+    (folder / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
+    return folder
+
+
+def test_the_readme_quick_start_completes_a_run(tmp_path: Path, serve: Any) -> None:
+    keygen, serve_line, run = _commands()
+    make_serve = serve()  # the stand-in for `make serve`, holding the HTTP port
+    tmp_path = _fresh_clone_folder(tmp_path)
+    env = {**os.environ, "IOBRIDGE_PORT": str(make_serve.port), "IOBRIDGE_LOG_LEVEL": "warning"}
     made = subprocess.run(_argv(keygen), cwd=tmp_path, env=env, capture_output=True, text=True)
     assert made.returncode == 0, made.stderr
     fingerprint = made.stdout.strip()
@@ -50,7 +63,8 @@ def test_the_readme_quick_start_completes_a_run(tmp_path: Path) -> None:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         probe.bind(("127.0.0.1", NPAMP_PORT))
     server = subprocess.Popen(
-        _argv(serve), cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        _argv(serve_line), cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
     try:
         deadline = time.monotonic() + 20
@@ -74,3 +88,5 @@ def test_the_readme_quick_start_completes_a_run(tmp_path: Path) -> None:
         output = server.communicate(timeout=20)[0].decode()
     assert server.returncode == 0, output
     assert f"identity {fingerprint}" in output  # the server printed what to pin
+    assert "HTTP on" not in output
+    assert make_serve.server.started  # the other server still serves

@@ -54,7 +54,7 @@ def test_a_tool_result_body_becomes_the_result_the_agent_sees(
     (b"{not json", "request body is not valid JSON"),
     (b"[]", "request body must be a JSON object"),
     ({}, "body must carry one of: result, content, output, error"),
-    ({"content": 3}, "content must be a string"),
+    ({"content": 3}, "content must be a string or a list of content parts"),
     ({"result": 1, "isError": "yes"}, "isError must be a boolean"),
     ({"result": 1, "error": 2}, "error must be a string"),
 ])

@@ -13,9 +13,11 @@ from iobridge.protocol import events as ev
 # Each event is built inside the test (a lambda), not at collection: mutation testing swaps a
 # function only while a test runs, so an event built at import would hide every mutant.
 CASES: list[tuple[Callable[[], dict[str, Any]], dict[str, Any]]] = [
-    (lambda: ev.run_started("t", "r"), {"type": "RUN_STARTED", "threadId": "t", "runId": "r"}),
+    (lambda: ev.run_started("t", "r"),
+     {"type": "RUN_STARTED", "threadId": "t", "runId": "r", "protocolVersion": "1.0"}),
     (lambda: ev.run_started("t", "r", "p"),
-     {"type": "RUN_STARTED", "threadId": "t", "runId": "r", "parentRunId": "p"}),
+     {"type": "RUN_STARTED", "threadId": "t", "runId": "r", "parentRunId": "p",
+      "protocolVersion": "1.0"}),
     (lambda: ev.run_finished("t", "r"), {"type": "RUN_FINISHED", "threadId": "t", "runId": "r"}),
     (lambda: ev.run_finished("t", "r", result=0, outcome={"type": "cancelled"}),
      {"type": "RUN_FINISHED", "threadId": "t", "runId": "r", "result": 0,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from agui_verify import verify_events
 from iobridge.protocol.guard import INVALID_TOOL_ARGS, GuardState, LifecycleGuard
 
-START = {"type": "RUN_STARTED", "threadId": "t", "runId": "r"}
+START = {"type": "RUN_STARTED", "threadId": "t", "runId": "r", "protocolVersion": "1.0"}
 FINISHED = {"type": "RUN_FINISHED", "threadId": "t", "runId": "r"}
 
 
@@ -211,6 +212,49 @@ def test_a_result_gets_text_content_and_a_message_id() -> None:
     emitted = run(call("START", toolCallName="f"), call("END"),
                   call("RESULT", content={"v": [1, None]}))
     assert emitted[-2] == call("RESULT", content='{"v":[1,null]}', messageId="id1")
+
+
+def test_a_result_of_content_parts_passes_and_malformed_parts_become_text() -> None:
+    parts = [{"type": "text", "text": "shot"},
+             {"type": "image", "source": {"type": "url", "value": "https://x/s.png"}}]
+    emitted = run(call("START", toolCallName="f"), call("END"),
+                  call("RESULT", messageId="r", content=parts))
+    assert emitted[-2] == call("RESULT", messageId="r", content=parts)
+    broken = [{"type": "image", "source": {"type": "data", "value": "***"}}]
+    emitted = run(call("START", toolCallName="f"), call("END"),
+                  call("RESULT", messageId="r", content=broken))
+    assert emitted[-2]["content"] == json.dumps(broken, separators=(",", ":"))
+
+
+def test_a_result_for_a_call_of_an_earlier_run_only_when_allowed_and_once() -> None:
+    result = call("RESULT", "old", messageId="r", content="ok")
+    guard = _guard()
+    assert guard.feed(dict(result))[1:] == []  # not a call of this run: dropped
+    guard.allow_result("old")
+    assert guard.feed(dict(result)) == [result]
+    assert guard.feed(dict(result)) == []  # answered
+    guard.feed(call("START", "open", toolCallName="f"))
+    guard.allow_result("open")  # held back in this run: it must end first
+    assert guard.feed(call("RESULT", "open", messageId="r2", content="x")) == []
+
+
+def test_annotated_events_carry_the_metadata_and_run_scoped_ones_do_not() -> None:
+    guard = _guard()
+    guard.annotate({"trace": "t", "k": 1})
+    emitted = guard.feed(text("START")) + guard.feed(text("CONTENT", delta="hi",
+                                                          metadata={"k": 2, "own": True}))
+    emitted += guard.feed({**FINISHED})
+    assert emitted[0]["type"] == "RUN_STARTED" and "metadata" not in emitted[0]
+    assert emitted[1] == text("START", metadata={"trace": "t", "k": 1})
+    assert emitted[2] == text("CONTENT", delta="hi", metadata={"trace": "t", "k": 2,
+                                                               "own": True})
+    assert "metadata" not in emitted[-1]
+    guard = _guard()
+    guard.annotate({"a": 1})
+    guard.annotate(None)
+    assert "metadata" not in guard.feed(text("START"))[1]
+    # Metadata that is not an object never reaches the client.
+    assert "metadata" not in _guard().feed(text("START", metadata=[1]))[1]
 
 
 def test_tool_chunks_expand_and_the_next_id_ends_the_previous_call() -> None:

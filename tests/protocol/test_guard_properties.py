@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ag_ui.core import Event
 from ag_ui_validate.pytest_plugin import assert_valid_agui
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from pydantic import TypeAdapter
 from tests.backends import open_backend
 from tests.helpers import app_client
 
@@ -35,6 +37,8 @@ from iobridge.http.app import create_app
 from iobridge.protocol.guard import INVALID_TOOL_ARGS, LifecycleGuard
 
 THREAD, RUN = "thread-1", "run-1"
+#: Every AG-UI 1.0 event, as the ``ag_ui.core`` models define it.
+EVENT: TypeAdapter[Any] = TypeAdapter(Event)
 
 TEXT_IDS = st.sampled_from(["m1", "m2", "m3"])
 CALL_IDS = st.sampled_from(["c1", "c2", "c3"])
@@ -53,6 +57,34 @@ JSON_VALUES = st.recursive(
                                                                   max_size=3),
     max_leaves=6,
 )
+
+
+#: AG-UI 1.0 content parts a message or a tool result may carry (well-formed ones).
+GOOD_PARTS = st.one_of(
+    st.builds(lambda t: {"type": "text", "text": t}, st.text(max_size=5)),
+    st.sampled_from([
+        {"type": "image", "source": {"type": "data", "value": "iVBORw0KGgo=",
+                                     "mimeType": "image/png"}},
+        {"type": "image", "source": {"type": "url", "value": "https://x.test/a.png"},
+         "metadata": {"alt": "a"}},
+        {"type": "audio", "source": {"type": "data", "value": "UklGRg==",
+                                     "mimeType": "audio/wav"}},
+        {"type": "video", "source": {"type": "url", "value": "https://x.test/v.mp4",
+                                     "mimeType": "video/mp4"}},
+        {"type": "document", "source": {"type": "file", "value": "file-1",
+                                        "provider": "openai"}},
+        {"type": "document", "id": "p1", "source": {"type": "data", "value": "JVBERg==",
+                                                    "mimeType": "application/pdf"}},
+    ]),
+)
+#: Parts a client would fail on: the guard must never let them reach the wire as parts.
+BAD_PARTS = st.sampled_from([
+    {"type": "image"}, {"type": "image", "source": {"type": "data", "value": "%%"}},
+    {"type": "audio", "source": {"type": "data", "value": "!!", "mimeType": "audio/wav"}},
+    {"type": "text"}, "text", 3, None,
+])
+CONTENT_PARTS = st.lists(GOOD_PARTS, max_size=4) | st.lists(GOOD_PARTS | BAD_PARTS,
+                                                             min_size=1, max_size=4)
 
 
 def _maybe(ids: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
@@ -83,7 +115,12 @@ AGENT_EVENTS = st.one_of(
            parentMessageId=st.one_of(TEXT_IDS, st.none())),
     _event("TOOL_CALL_RESULT", toolCallId=_maybe(CALL_IDS | st.just("unknown")),
            messageId=st.one_of(st.just("res-1"), st.none(), st.just(5)),
-           content=st.one_of(st.text(max_size=5), JSON_VALUES), role=st.just("tool")),
+           content=st.one_of(st.text(max_size=5), JSON_VALUES, CONTENT_PARTS),
+           role=st.just("tool")),
+    _event("REASONING_ENCRYPTED_VALUE",
+           subtype=st.sampled_from(["message", "tool-call", "bogus", None]),
+           entityId=_maybe(REASONING_IDS | CALL_IDS),
+           encryptedValue=st.sampled_from(["sig", "", None, 4])),
     # steps and reasoning
     _event("STEP_STARTED", stepName=_maybe(STEP_NAMES)),
     _event("STEP_FINISHED", stepName=_maybe(STEP_NAMES)),
@@ -118,7 +155,8 @@ def decorated_events(draw: st.DrawFn) -> dict[str, Any]:
             st.sampled_from([1_700_000_000_000, 1.7e12, None, True, "yesterday"])
         )
     if draw(st.integers(0, 4)) == 0:
-        event["metadata"] = None
+        event["metadata"] = draw(st.sampled_from([None, {"trace": "t"}, "text", [1],
+                                                  {"ag-ui": {"x": 1}}]))
     if draw(st.integers(0, 4)) == 0:
         event["parentRunId"] = None
     return event
@@ -201,11 +239,20 @@ def _drive(events: list[dict[str, Any]], cut: int, ending: tuple[Any, ...]) -> l
 
 @settings(max_examples=200, deadline=None)
 @given(agent_runs())
+# A tool result of content parts a client would reject, and an encrypted value (rare draws).
+@example(([{"type": "TOOL_CALL_START", "toolCallId": "c1", "toolCallName": "get_weather"},
+           {"type": "TOOL_CALL_END", "toolCallId": "c1"},
+           {"type": "TOOL_CALL_RESULT", "toolCallId": "c1", "messageId": "res-1",
+            "content": [{"type": "text", "text": "ok"}, {"type": "image"}]},
+           {"type": "REASONING_ENCRYPTED_VALUE", "subtype": "bogus", "entityId": "c1",
+            "encryptedValue": "sig"}], 4, ("finish", None, None)))
 def test_any_agent_behaviour_yields_a_valid_run(run: tuple[Any, ...]) -> None:
     events, cut, ending = run
     emitted = _drive(events, cut, ending)
     verify_events(emitted, thread_id=THREAD, run_id=RUN)
     assert_valid_agui(emitted)  # the independent third-party validator agrees
+    for event in emitted:  # and so do the AG-UI 1.0 models themselves
+        EVENT.validate_python(event)
     # The wire form must survive a JSON round trip unchanged (no tuples, NaN, objects).
     assert json.loads(json.dumps(emitted)) == emitted
     invalid = _expected_invalid_args(events[:cut])
@@ -236,8 +283,9 @@ def valid_streams(draw: st.DrawFn) -> list[dict[str, Any]]:
                 if piece:
                     events.append({"type": "TOOL_CALL_ARGS", "toolCallId": cid, "delta": piece})
             events.append({"type": "TOOL_CALL_END", "toolCallId": cid})
+            content = draw(st.just("ok") | st.lists(GOOD_PARTS, max_size=3))
             events.append({"type": "TOOL_CALL_RESULT", "messageId": f"res{n}", "toolCallId": cid,
-                           "content": "ok", "role": "tool"})
+                           "content": content, "role": "tool"})
         elif what == "step":
             events += [{"type": "STEP_STARTED", "stepName": f"s{n}"},
                        {"type": "STEP_FINISHED", "stepName": f"s{n}"}]
@@ -262,7 +310,8 @@ def test_a_well_behaved_agent_passes_through_unchanged(events: list[dict[str, An
     for event in events:
         emitted += guard.feed(dict(event))
     emitted += guard.finish(result={"n": len(events)})
-    assert emitted[0] == {"type": "RUN_STARTED", "threadId": THREAD, "runId": RUN}
+    assert emitted[0] == {"type": "RUN_STARTED", "threadId": THREAD, "runId": RUN,
+                          "protocolVersion": "1.0"}
     assert emitted[1:-1] == events
     assert emitted[-1] == {"type": "RUN_FINISHED", "threadId": THREAD, "runId": RUN,
                            "result": {"n": len(events)}}
@@ -418,14 +467,14 @@ def _recorder(seen: list[list[dict[str, Any]]]) -> FunctionAgent:
     return FunctionAgent(record, id="recorder")
 
 
-async def _two_runs(kind: str, agent: FunctionAgent) -> tuple[Any, ...]:
+async def _two_runs(kind: str, agent: FunctionAgent, content: Any = "go") -> tuple[Any, ...]:
     """A random run, then a second run on its thread, over ``create_app`` (lifespan on)."""
     seen: list[list[dict[str, Any]]] = []
     async with open_backend(kind, _DB_DIR) as store:
         app = create_app(Backend(Settings(), agents=[agent, _recorder(seen)], store=store))
         async with app_client(app) as client:
             body = {"threadId": THREAD, "runId": RUN, "tools": [], "context": [],
-                    "messages": [{"id": "u1", "role": "user", "content": "go"}],
+                    "messages": [{"id": "u1", "role": "user", "content": content}],
                     "forwardedProps": {"agentId": "random"}}
             first = await asyncio.wait_for(client.post("/io-bridge/run", json=body), 10)
             stored = f"/io-bridge/threads/{THREAD}/messages?format=agui"
@@ -439,17 +488,22 @@ async def _two_runs(kind: str, agent: FunctionAgent) -> tuple[Any, ...]:
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 @settings(max_examples=30, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(script=st.lists(OUTPUTS, max_size=12), raise_at=st.one_of(st.none(), st.integers(0, 12)))
-@example(script=["\x00"], raise_at=None)  # U+0000 from the agent: found once by a CI run
+@given(script=st.lists(OUTPUTS, max_size=12), raise_at=st.one_of(st.none(), st.integers(0, 12)),
+       content=st.just("go") | st.lists(GOOD_PARTS, min_size=1, max_size=4))
+# U+0000 from the agent: found once by a CI run.
+@example(script=["\x00"], raise_at=None, content="go")
 # An empty messageId from the agent: streamed, then refused by the store (found by a CI run).
 @example(script=[out.RawEvent(event={"type": "TEXT_MESSAGE_START", "messageId": ""})],
-         raise_at=None)
+         raise_at=None, content="go")
 def test_any_function_agent_streams_a_valid_run_and_the_thread_keeps_it(
-    kind: str, script: list[Any], raise_at: int | None
+    kind: str, script: list[Any], raise_at: int | None, content: Any
 ) -> None:
     """The whole stack with thread memory on: the wire is a valid run, the thread stores what
-    the wire shows (complete messages only), and the next run sees that thread."""
-    response, stored, second, seen = asyncio.run(_two_runs(kind, _agent(script, raise_at)))
+    the wire shows (complete messages only), and the next run sees that thread; a
+    multimodal first message is stored and replayed exactly as sent."""
+    response, stored, second, seen = asyncio.run(
+        _two_runs(kind, _agent(script, raise_at), content)
+    )
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/event-stream")
     events = parse_sse(response.content)
@@ -461,7 +515,7 @@ def test_any_function_agent_streams_a_valid_run_and_the_thread_keeps_it(
         assert "random" not in terminal["message"] and "failure" not in terminal["message"]
         assert isinstance(terminal.get("code"), str)
 
-    assert stored[0] == {"id": "u1", "role": "user", "content": "go"}
+    assert stored[0] == {"id": "u1", "role": "user", "content": content}
     produced = fold(events)
     if terminal["type"] == "RUN_FINISHED":
         assert stored[1:] == produced
@@ -483,3 +537,4 @@ def test_any_function_agent_streams_a_valid_run_and_the_thread_keeps_it(
     stored_ids = [m["id"] for m in stored if m["role"] != "reasoning"]
     assert [i for i in stored_ids if i in ids] == ids[:-1]
     assert "u1" in ids
+    assert history[ids.index("u1")]["content"] == content

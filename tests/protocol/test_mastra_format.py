@@ -69,8 +69,74 @@ def test_a_whole_conversation_folds_into_mastra_v2() -> None:
         ], "Calling.Sunny; 4."),
         envelope("u2", "user", T3, [{"type": "text", "text": "see "},
                                     {"type": "file", "mimeType": "image/png",
-                                     "data": "https://x/y.png"}], "see "),
+                                     "mediaType": "image/png", "data": "https://x/y.png",
+                                     "url": "https://x/y.png"}], "see "),
     ]
+
+
+PNG = "iVBORw0KGgo="
+
+
+def test_media_parts_become_the_file_parts_mastra_stores() -> None:
+    """Exact shapes: Mastra's v2 store keeps images and files alike as ``{type: "file",
+    mimeType, data}`` (AI SDK v4); ``mediaType``/``url`` are the v5 names it also reads."""
+    content = [
+        {"type": "text", "text": "what is in these?"},
+        {"type": "image", "source": {"type": "data", "value": PNG, "mimeType": "image/png"}},
+        {"type": "image", "source": {"type": "url", "value": "https://cdn.test/cat.jpg"}},
+        {"type": "document", "source": {"type": "data", "value": "JVBERi0xLjcK",
+                                        "mimeType": "application/pdf"},
+         "metadata": {"filename": "report.pdf", "pages": 3}},
+        {"type": "audio", "source": {"type": "url", "value": "https://cdn.test/note",
+                                     "mimeType": "audio/wav"}},
+        {"type": "video", "source": {"type": "file", "value": "file-123", "provider": "openai",
+                                     "mimeType": "video/mp4"}},
+        {"type": "document", "source": {"type": "file", "value": "gs://b/k"}},
+        {"type": "binary", "mimeType": "image/gif", "data": "R0lGOD==", "filename": "a.gif"},
+        {"type": "binary", "mimeType": "text/plain", "id": "upload-7"},
+        {"type": "image", "source": {"type": "url", "value": ""}},
+        {"type": "sticker", "ref": 1},
+    ]
+    [message] = to_mastra([({"id": "u1", "role": "user", "content": content}, T0)],
+                          thread_id="th", resource_id="alice")
+    assert message == envelope("u1", "user", T0, [
+        {"type": "text", "text": "what is in these?"},
+        {"type": "file", "mimeType": "image/png", "mediaType": "image/png",
+         "data": f"data:image/png;base64,{PNG}"},
+        {"type": "file", "mimeType": "image/jpeg", "mediaType": "image/jpeg",
+         "data": "https://cdn.test/cat.jpg", "url": "https://cdn.test/cat.jpg"},
+        {"type": "file", "mimeType": "application/pdf", "mediaType": "application/pdf",
+         "data": "data:application/pdf;base64,JVBERi0xLjcK", "filename": "report.pdf"},
+        {"type": "file", "mimeType": "audio/wav", "mediaType": "audio/wav",
+         "data": "https://cdn.test/note", "url": "https://cdn.test/note"},
+        {"type": "file", "mimeType": "video/mp4", "mediaType": "video/mp4", "data": "file-123"},
+        {"type": "file", "mimeType": "application/octet-stream",
+         "mediaType": "application/octet-stream", "data": "gs://b/k"},
+        {"type": "file", "mimeType": "image/gif", "mediaType": "image/gif",
+         "data": "data:image/gif;base64,R0lGOD==", "filename": "a.gif"},
+        {"type": "file", "mimeType": "text/plain", "mediaType": "text/plain",
+         "data": "upload-7"},
+    ], "what is in these?")
+
+
+def test_an_image_only_message_has_no_text_content() -> None:
+    image = {"type": "image", "source": {"type": "data", "value": PNG, "mimeType": "image/png"}}
+    [message] = to_mastra([({"id": "u1", "role": "user", "content": [image]}, T0)],
+                          thread_id="th", resource_id="alice")
+    assert message["content"] == {"format": 2, "parts": [
+        {"type": "file", "mimeType": "image/png", "mediaType": "image/png",
+         "data": f"data:image/png;base64,{PNG}"}]}
+
+
+def test_a_tool_result_of_content_parts_is_the_invocation_result() -> None:
+    parts = [{"type": "text", "text": "here"},
+             {"type": "image", "source": {"type": "url", "value": "https://x/s.png"}}]
+    stored: list[tuple[dict[str, Any], str]] = [
+        ({"id": "a1", "role": "assistant", "toolCalls": [call("c1", "shot", "{}")]}, T0),
+        ({"id": "m1", "role": "tool", "toolCallId": "c1", "content": parts}, T0),
+    ]
+    [message] = to_mastra(stored, thread_id="th", resource_id="alice")
+    assert message["content"]["parts"] == [invocation("result", "c1", "shot", {}, result=parts)]
 
 
 def test_a_plain_text_error_becomes_an_error_object() -> None:

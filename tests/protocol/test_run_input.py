@@ -66,12 +66,24 @@ def test_what_the_real_client_sends_is_accepted_and_unknown_keys_are_kept() -> N
      {"id": "act", "role": "activity", "activityType": "plan", "content": {}},
      {"id": "rs", "role": "reasoning", "content": "hmm"},
      {"id": "b", "role": "user", "content": [{"type": "binary", "mimeType": "image/png",
-                                             "data": "AA=="}]},
-     {"id": "n", "role": "some-future-role", "whatever": 1}],
+                                             "data": "AA=="}]}],
     ids=lambda m: m["role"],
 )
 def test_every_role_is_accepted(message: dict[str, Any]) -> None:
     assert parse_run_input(body(messages=[message])).messages == [message]
+
+
+@pytest.mark.parametrize("role", ["human", "User", "some-future-role", "future\nrole", "x" * 300])
+def test_a_role_that_is_no_agui_role_is_refused_naming_the_roles(role: str) -> None:
+    messages = [{"id": "u", "role": "user", "content": "ok"}, {"id": "h", "role": role}]
+    with pytest.raises(InputError) as refused:
+        parse_run_input(body(messages=messages))
+    assert refused.value.code == "INVALID_REQUEST"
+    assert refused.value.details == [{
+        "loc": ["messages", 1, "role"],
+        "message": f"unknown role {role[:64]!r}; a message's role is one of activity, "
+                   "assistant, developer, reasoning, system, tool, user",
+    }]
 
 
 def test_forwarded_props_that_are_not_an_object_become_empty() -> None:
@@ -157,11 +169,10 @@ def test_run_ids_must_be_printable_and_bounded(key: str, value: str) -> None:
     ("message", "loc"),
     [({"id": "a\nb", "role": "user", "content": "x"}, ["messages", 0, "user", "id"]),
      ({"id": "t", "role": "tool", "toolCallId": "c\r", "content": "x"},
-      ["messages", 0, "tool", "toolCallId"]),
-     ({"id": "n", "role": "future\nrole"}, ["messages", 0, "role"])],
-    ids=["message-id", "tool-call-id", "unknown-role"],
+      ["messages", 0, "tool", "toolCallId"])],
+    ids=["message-id", "tool-call-id"],
 )
-def test_message_ids_and_unknown_roles_must_be_printable(
+def test_message_ids_must_be_printable(
     message: dict[str, Any], loc: list[Any]
 ) -> None:
     with pytest.raises(InputError) as info:
@@ -199,13 +210,13 @@ def test_an_escaped_backslash_before_u0000_is_plain_text() -> None:
     assert parse_run_input(raw.encode()).messages[0]["content"] == "\\u0000"
 
 
-def test_a_deeply_nested_body_is_checked_without_recursion() -> None:
+def test_a_deeply_nested_body_is_refused_without_recursion() -> None:
     nested: Any = "\x00"
     for _ in range(5000):
         nested = [nested]
     with pytest.raises(InputError) as info:
         parse_run_input(body(state=nested))
-    assert info.value.code == "INVALID_TEXT"
+    assert info.value.code == "JSON_TOO_DEEP"
 
 
 async def test_large_bodies_parse_off_the_loop_with_the_same_result() -> None:

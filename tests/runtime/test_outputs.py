@@ -59,7 +59,7 @@ async def test_each_output_becomes_its_events_and_its_stored_message(serve: Any)
         stored = (await client.get("/io-bridge/threads/t1/messages?format=agui")).json()
     ids = [e.get("messageId") for e in events]
     assert [_shape(e) for e in events] == [
-        ("RUN_STARTED", ("runId", "r1"), ("threadId", "t1")),
+        ("RUN_STARTED", ("protocolVersion", "1.0"), ("runId", "r1"), ("threadId", "t1")),
         ("STEP_STARTED", ("stepName", "plan")),
         ("REASONING_START",),
         ("REASONING_MESSAGE_START", ("role", "reasoning")),

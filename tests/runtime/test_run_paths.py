@@ -202,9 +202,33 @@ async def test_without_a_follower_after_the_grace_period_the_run_is_stopped(serv
         await _until_idle(server)
         replay = parse_sse((await client.get("/io-bridge/runs/r1/events")).text)
         stored = await _stored(client)
-    assert replay[-1] == {"type": "RUN_ERROR", "message": "The run was stopped.",
-                          "code": "RUN_CANCELLED"}
+    assert replay[-1] == {"type": "RUN_FINISHED", "threadId": "t1", "runId": "r1",
+                          "outcome": {"type": "cancelled"}}
     assert stored[-1]["error"] == "the client disconnected before answering"
+
+
+async def test_a_client_that_goes_away_keeps_the_reply_it_was_shown(serve: Any) -> None:
+    """An AG-UI frontend's Stop aborts the request: the run ends cancelled and the thread
+    keeps what was streamed (a RUN_ERROR would drop it, and a reload would lose it)."""
+
+    async def counts(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        for n in range(1, 1000):
+            yield f"{n} "
+            await asyncio.sleep(0.01)
+
+    server = serve(agents=[FunctionAgent(counts, id="counts")])
+    async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
+        async with client.stream("POST", "/io-bridge/run", json=run_body("count")) as response:
+            async for line in response.aiter_lines():
+                if line.startswith("data: ") and '"delta":"3 "' in line:
+                    break
+        await _until_idle(server)
+        replay = parse_sse((await client.get("/io-bridge/runs/r1/events")).text)
+        stored = await _stored(client)
+    assert replay[-1]["outcome"] == {"type": "cancelled"}
+    shown = "".join(e["delta"] for e in replay if e["type"] == "TEXT_MESSAGE_CONTENT")
+    assert stored[-1] == {**stored[-1], "role": "assistant", "content": shown}
+    assert shown.startswith("1 2 3 ")
 
 
 async def test_the_parent_run_id_is_echoed_in_run_started(serve: Any) -> None:
@@ -213,7 +237,7 @@ async def test_the_parent_run_id_is_echoed_in_run_started(serve: Any) -> None:
         events = parse_sse((await client.post("/io-bridge/run", json={
             **run_body("hi", run_id="r2"), "parentRunId": "r1"})).text)
     assert events[0] == {"type": "RUN_STARTED", "threadId": "t1", "runId": "r2",
-                         "parentRunId": "r1"}
+                         "parentRunId": "r1", "protocolVersion": "1.0"}
 
 
 async def test_an_agent_that_never_awaits_does_not_hold_the_loop_for_its_whole_run(

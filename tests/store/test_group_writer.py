@@ -199,37 +199,3 @@ async def test_reads_of_one_kind_are_answered_together_or_each_alone(tmp_path: P
     assert isinstance(answers[1], ValueError)
     assert calls == [[1, -1, 2], [1], [-1], [2]]  # together, then each alone
     await executor.close()
-
-
-async def test_started_writes_queue_at_once_and_settle_when_committed(tmp_path: Path) -> None:
-    """``start`` queues without a task of its own while there is room; a full queue makes it
-    wait like ``submit`` (the bound holds, nothing is dropped); each future settles with its
-    job's outcome."""
-    executor = _executor(tmp_path / "w.db")
-    gate = threading.Event()
-
-    def slow(conn: Connection) -> None:
-        gate.wait(5)
-
-    writer = GroupWriter(executor, max_batch=1, max_queue=2)
-    first = writer.start(slow)
-    await asyncio.sleep(0.05)  # the writer took it: it runs, the queue is empty
-    tasks_before = len(asyncio.all_tasks())
-    queued = [writer.start(insert(1)), writer.start(insert(1))]  # type: ignore[arg-type]
-    assert len(asyncio.all_tasks()) == tasks_before  # two queued, no task for either
-    over = writer.start(insert(2))  # type: ignore[arg-type]
-    assert len(asyncio.all_tasks()) == tasks_before + 1  # the third waits for room in one
-    await asyncio.sleep(0.05)
-    assert not any(f.done() for f in (first, *queued, over))
-    gate.set()
-    results = await asyncio.wait_for(
-        asyncio.gather(first, *queued, over, return_exceptions=True), 5
-    )
-    assert results[0] is None and results[1] == 1 and results[3] == 2
-    assert isinstance(results[2], IntegrityError)  # the duplicate key failed alone
-    stored = await executor.read(
-        lambda conn: conn.execute(text("SELECT k FROM t ORDER BY k")).scalars().all()
-    )
-    assert stored == [1, 2]
-    await writer.close()
-    await executor.close()

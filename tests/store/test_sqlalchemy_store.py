@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import sqlite3
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -12,12 +15,14 @@ import pytest
 from alembic import command
 from sqlalchemy import create_engine, event, inspect, text
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
-from tests.backends import SQL_BACKENDS, StepClock, pg_schema_engine
+from tests.backends import SQL_BACKENDS, StepClock, dispose, in_transaction, pg_schema_engine
 
 from iobridge.errors import InputError, NotFoundError
-from iobridge.store import MemoryThreadStore, SqlThreadStore, open_store, upgrade
-from iobridge.store.base import Carryover, Thread
+from iobridge.store import MemoryThreadStore, SqlThreadStore, open_store, sqlalchemy_store, upgrade
+from iobridge.store import base as base_module
+from iobridge.store.base import Carryover, StoreUnavailable, Thread, is_outage
 from iobridge.store.migrate import (
     alembic_config,
     current_revision,
@@ -30,23 +35,21 @@ from iobridge.store.sqlalchemy_store import _STORED_PAIRS, make_engine
 
 
 @asynccontextmanager
-async def empty_engine(kind: str, tmp_path: Path) -> AsyncIterator[AsyncEngine]:
+async def empty_engine(kind: str, tmp_path: Path) -> AsyncIterator[Engine | AsyncEngine]:
     """An engine on a database (or schema) with no tables at all."""
     if kind == "sqlite":
-        engine = make_engine(f"sqlite+aiosqlite:///{tmp_path / 'empty.db'}")
+        engine = make_engine(f"sqlite:///{tmp_path / 'empty.db'}")
         try:
             yield engine
         finally:
-            await engine.dispose()
+            await dispose(engine)
     else:
         async with pg_schema_engine() as engine:
             yield engine
 
 
-async def _tables(engine: AsyncEngine) -> set[str]:
-    async with engine.connect() as conn:
-        names = await conn.run_sync(lambda c: inspect(c).get_table_names())
-    return set(names)
+async def _tables(engine: Engine | AsyncEngine) -> set[str]:
+    return set(await in_transaction(engine, lambda c: inspect(c).get_table_names()))
 
 
 @pytest.mark.parametrize("kind", SQL_BACKENDS)
@@ -81,12 +84,14 @@ async def test_upgrade_from_0001_keeps_threads_and_adds_state_and_interrupts(
             config.attributes["connection"] = connection
             command.upgrade(config, "0001")
 
-        async with engine.begin() as conn:
-            await conn.run_sync(to_0001)
-            await conn.execute(text(
+        def old_thread(connection: Any) -> None:
+            to_0001(connection)
+            connection.execute(text(
                 "INSERT INTO iobridge_threads (id, resource_id, title, metadata, created_at, "
                 "updated_at) VALUES ('old', 'r', 'kept', '{}', CURRENT_TIMESTAMP, "
                 "CURRENT_TIMESTAMP)"))
+
+        await in_transaction(engine, old_thread)
         assert await current_revision(engine) == "0001"
         await upgrade_engine(engine)
         assert await current_revision(engine) == head_revision()
@@ -130,12 +135,12 @@ async def test_concurrent_upgrades_of_an_empty_database(kind: str, tmp_path: Pat
             )
         finally:
             for other in others:
-                await other.dispose()
+                await dispose(other)
         assert await current_revision(engine) == head_revision()
 
 
 async def test_upgrade_by_url_then_open_without_migrating(tmp_path: Path) -> None:
-    url = f"sqlite+aiosqlite:///{tmp_path / 'cli.db'}"
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
     await upgrade(url)
     store = await open_store(url, migrate=False)
     try:
@@ -162,7 +167,7 @@ async def test_history_survives_reopening_from_a_fresh_engine(kind: str, tmp_pat
         {"id": "t1", "role": "tool", "toolCallId": "c1", "content": "sunny"},
     ]
     if kind == "sqlite":
-        url = f"sqlite+aiosqlite:///{tmp_path / 'durable.db'}"
+        url = f"sqlite:///{tmp_path / 'durable.db'}"
         first = await open_store(url)
         await first.create_thread("th", resource_id="r", title="Weather", metadata={"a": 1})
         await first.append_messages("th", messages)
@@ -188,12 +193,13 @@ async def test_history_survives_reopening_from_a_fresh_engine(kind: str, tmp_pat
 
 
 async def test_sqlite_uses_wal_and_busy_timeout(tmp_path: Path) -> None:
-    store = await open_store(f"sqlite+aiosqlite:///{tmp_path / 'wal.db'}")
+    store = await open_store(f"sqlite:///{tmp_path / 'wal.db'}")
     assert isinstance(store, SqlThreadStore)
+    assert isinstance(store.engine, Engine)  # one engine, the standard library's driver
     try:
-        async with store.engine.connect() as conn:
-            assert (await conn.execute(text("PRAGMA journal_mode"))).scalar() == "wal"
-            assert (await conn.execute(text("PRAGMA busy_timeout"))).scalar() == 30000
+        with store.engine.connect() as conn:
+            assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+            assert conn.execute(text("PRAGMA busy_timeout")).scalar() == 30000
     finally:
         await store.close()
 
@@ -226,14 +232,15 @@ async def test_concurrent_appends_from_two_engines(kind: str, tmp_path: Path) ->
         await run(a, b)
 
 
-async def _search_path(engine: AsyncEngine) -> str:
+async def _search_path(engine: Engine | AsyncEngine) -> str:
+    assert isinstance(engine, AsyncEngine)
     async with engine.connect() as conn:
         return str((await conn.execute(text("SHOW search_path"))).scalar())
 
 
 async def test_store_clock_is_used(tmp_path: Path) -> None:
     clock = StepClock()
-    store = await open_store(f"sqlite+aiosqlite:///{tmp_path / 'c.db'}", clock=clock)
+    store = await open_store(f"sqlite:///{tmp_path / 'c.db'}", clock=clock)
     try:
         thread = await store.create_thread("t", resource_id="r")
         assert thread.created_at == clock.now
@@ -248,7 +255,7 @@ def test_plain_alembic_cli_path_uses_the_url(tmp_path: Path) -> None:
 
     from iobridge.store.migrate import alembic_config
 
-    url = f"sqlite+aiosqlite:///{tmp_path / 'cli%.db'}"
+    url = f"sqlite:///{tmp_path / 'cli%.db'}"
     command.upgrade(alembic_config(url), "head")
     assert (tmp_path / "cli%.db").exists()
 
@@ -257,7 +264,7 @@ def test_plain_alembic_cli_path_uses_the_url(tmp_path: Path) -> None:
         try:
             return await current_revision(engine)
         finally:
-            await engine.dispose()
+            await dispose(engine)
 
     assert asyncio.run(check()) == head_revision()
 
@@ -309,7 +316,7 @@ async def _two_stores(
 ) -> AsyncIterator[tuple[SqlThreadStore, SqlThreadStore]]:
     """Two stores on one migrated database, each with its own pool."""
     if kind == "sqlite":
-        url = f"sqlite+aiosqlite:///{tmp_path / 'two.db'}"
+        url = f"sqlite:///{tmp_path / 'two.db'}"
         a, b = await open_store(url), await open_store(url)
         assert isinstance(a, SqlThreadStore) and isinstance(b, SqlThreadStore)
         try:
@@ -465,7 +472,7 @@ def test_sqlite_looks_up_stored_ids_by_index() -> None:
 async def _one_store(kind: str, tmp_path: Path) -> AsyncIterator[SqlThreadStore]:
     """A store on a migrated, empty database (or schema)."""
     if kind == "sqlite":
-        store = await open_store(f"sqlite+aiosqlite:///{tmp_path / 'one.db'}")
+        store = await open_store(f"sqlite:///{tmp_path / 'one.db'}")
         assert isinstance(store, SqlThreadStore)
         try:
             yield store
@@ -564,3 +571,54 @@ async def test_postgresql_reads_share_a_few_connections_and_a_bad_read_fails_alo
         assert len(connects) <= 4  # the readers' connections, opened once
         # the first reads go out one each while readers are free; the rest queue in batches
         assert len(checkouts) <= 4 + -(-301 // MAX_READ_BATCH)
+
+
+async def test_every_sqlite_spelling_opens_the_file_through_the_standard_library(
+    tmp_path: Path,
+) -> None:
+    """One access path: ``sqlite://``, ``sqlite+pysqlite://`` and the older
+    ``sqlite+aiosqlite://`` all open the same file through ``sqlite3``; no async driver."""
+    stores = [await open_store(f"{scheme}:///{tmp_path / 'same.db'}")
+              for scheme in ("sqlite", "sqlite+pysqlite", "sqlite+aiosqlite")]
+    try:
+        await stores[0].create_thread("t", resource_id="r")
+        for store in stores:
+            assert isinstance(store, SqlThreadStore) and isinstance(store.engine, Engine)
+            assert store.engine.driver == "pysqlite"
+            assert (await store.get_thread("t")) is not None
+        assert "aiosqlite" not in sys.modules
+    finally:
+        for store in stores:
+            await store.close()
+
+
+async def test_a_locked_sqlite_database_is_an_outage_and_nothing_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database that does not answer in time raises the store's ``StoreUnavailable``
+    (answered 503), whatever the driver's own error."""
+    monkeypatch.setattr(sqlalchemy_store, "SQLITE_BUSY_TIMEOUT_MS", 50)
+    path = tmp_path / "locked.db"
+    store = await open_store(f"sqlite:///{path}")
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")  # another process holds the write lock
+        with pytest.raises(StoreUnavailable, match="database is locked") as caught:
+            await store.create_thread("t", resource_id="r")
+        assert is_outage(caught.value)
+        assert isinstance(caught.value.__cause__, OperationalError)
+        holder.execute("ROLLBACK")
+        assert await store.get_thread("t") is None
+    finally:
+        holder.close()
+        await store.close()
+
+
+def test_the_abstract_store_knows_no_sqlalchemy() -> None:
+    """``store/base.py`` is the interface every store implements: it imports no database
+    library (the SQL store maps its driver's outages to ``StoreUnavailable``)."""
+    tree = ast.parse(Path(base_module.__file__).read_text())
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+                for alias in node.names}
+    imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert not [name for name in imported if name.split(".")[0] == "sqlalchemy"]

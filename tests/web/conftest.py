@@ -2,6 +2,8 @@
 
 The browser is the system one (never ``playwright install``). Without it the browser tests
 skip locally and fail under ``CI=true``. Screenshots go to ``tests/web/artifacts/``.
+``axe-core`` (pinned in ``tests/web/package.json``, installed by ``make e2e-deps``) is
+injected into pages for the accessibility checks.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 ARTIFACTS = Path(__file__).parent / "artifacts"
+AXE = Path(__file__).parent / "node_modules" / "axe-core" / "axe.min.js"
 
 
 @pytest.fixture
@@ -55,6 +58,29 @@ def page(browser: Any) -> Iterator[Any]:
     ``page.errors``.
     """
     context = browser.new_context(viewport={"width": 1400, "height": 900})
+    yield _watched(context)
+    context.close()
+
+
+@pytest.fixture
+def new_page(browser: Any) -> Iterator[Callable[..., Any]]:
+    """``new_page(width=, height=, color_scheme=)``: a page in a context of its own, like
+    ``page`` (loopback only, errors on ``page.errors``)."""
+    contexts: list[Any] = []
+
+    def make(*, width: int = 1400, height: int = 900, color_scheme: str = "light") -> Any:
+        context = browser.new_context(
+            viewport={"width": width, "height": height}, color_scheme=color_scheme
+        )
+        contexts.append(context)
+        return _watched(context)
+
+    yield make
+    for context in contexts:
+        context.close()
+
+
+def _watched(context: Any) -> Any:
     context.route("**/*", _loopback_only)
     page = context.new_page()
     page.errors = []
@@ -64,16 +90,57 @@ def page(browser: Any) -> Iterator[Any]:
         lambda msg: page.errors.append(msg.text) if "Content Security Policy" in msg.text else None,
     )
     page.set_default_timeout(15_000)
-    yield page
-    context.close()
+    return page
+
+
+@pytest.fixture
+def axe() -> Callable[[Any], list[dict[str, Any]]]:
+    """``axe(page)``: the serious and critical axe-core violations of the page as it is now."""
+    return _axe_violations
+
+
+def _axe_violations(page: Any) -> list[dict[str, Any]]:
+    # axe runs inside the page; ``evaluate`` is not subject to the page's CSP.
+    if not AXE.is_file():
+        message = f"axe-core is not installed at {AXE} (make e2e-deps)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    if not page.evaluate("() => typeof window.axe === 'object'"):
+        page.evaluate(AXE.read_text(encoding="utf-8"))
+    found: list[dict[str, Any]] = page.evaluate(
+        """async () => {
+            const result = await axe.run(document, {resultTypes: ["violations"]});
+            return result.violations.map((v) => ({
+                id: v.id, impact: v.impact, help: v.help,
+                nodes: v.nodes.slice(0, 5).map((n) => n.target.join(" ")),
+            }));
+        }"""
+    )
+    return [v for v in found if v["impact"] in ("serious", "critical")]
 
 
 def _loopback_only(route: Any) -> None:
     url: str = route.request.url
-    if url.startswith(("http://127.0.0.1:", "data:", "blob:")):
+    if url.startswith(("http://127.0.0.1:", "http://localhost:", "data:", "blob:")):
         route.continue_()
     else:
         route.abort("internetdisconnected")
+
+
+def save_screenshot(page: Any, name: str) -> Path:
+    """Save the whole page as ``artifacts/<name>.png`` and print the path."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    print(f"screenshot: {path}")
+    return path
+
+
+@pytest.fixture
+def shoot() -> Callable[[Any, str], Path]:
+    """``shoot(page, name)``: ``save_screenshot`` for pages made with ``new_page``."""
+    return save_screenshot
 
 
 @pytest.fixture
@@ -81,10 +148,6 @@ def screenshot(page: Any, request: pytest.FixtureRequest) -> Callable[[str], Pat
     """``screenshot(step)`` saves the page as ``artifacts/<test>-<step>.png``, printing the path."""
 
     def take(step: str) -> Path:
-        ARTIFACTS.mkdir(exist_ok=True)
-        path = ARTIFACTS / f"{request.node.name}-{step}.png"
-        page.screenshot(path=str(path), full_page=True)
-        print(f"screenshot: {path}")
-        return path
+        return save_screenshot(page, f"{request.node.name}-{step}")
 
     return take

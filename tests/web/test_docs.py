@@ -42,3 +42,25 @@ def test_swagger_ui_renders_offline_in_chromium(serve: Any, page: Any, screensho
     assert page.locator('.opblock-summary-path[data-path="/io-bridge/run"]').count() == 1
     screenshot("swagger")
     assert page.errors == []
+
+
+def test_redoc_and_swagger_contact_no_other_host_in_chromium(serve: Any, page: Any) -> None:
+    """Every request the pages make, images included, goes to the server itself (ReDoc's
+    sidebar logo used to come from cdn.redoc.ly)."""
+    server = serve()
+    requested: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
+    page.goto(f"{server.url}/redoc")
+    page.get_by_text("API docs by Redocly").wait_for()
+    page.wait_for_load_state("networkidle")
+    assert [url for url in requested if "redoc.ly" in url] == []
+    logo = page.locator('img[alt="redocly logo"]')
+    assert logo.get_attribute("src") == "/docs-assets/favicon.png"
+    page.goto(f"{server.url}/docs")
+    page.locator(".swagger-ui .info .title").wait_for()
+    page.wait_for_load_state("networkidle")
+    assert requested, "no request was seen"
+    elsewhere = [url for url in requested
+                 if not url.startswith((server.url, "data:", "blob:"))]
+    assert elsewhere == []
+    assert page.errors == []

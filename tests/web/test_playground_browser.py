@@ -133,7 +133,7 @@ def test_server_tool_card_and_event_inspector(serve: Any, page: Any, screenshot:
     expect(card.locator("pre.args")).to_contain_text('"expression": "2 + 3 * 4"')
     expect(page.locator(".msg.assistant").last).to_contain_text("2 + 3 * 4 = 14.")
     _wait_idle(page)
-    events = page.locator("#events li")
+    events = page.locator("#events li[data-type]")
     expect(events.first.locator(".type")).to_have_text("RUN_STARTED")
     expect(events.last.locator(".type")).to_have_text("RUN_FINISHED")
     assert re.fullmatch(r"\d\d:\d\d:\d\d\.\d{3} \+\d+\.\d{3}s", events.first.locator(".time")
@@ -142,7 +142,8 @@ def test_server_tool_card_and_event_inspector(serve: Any, page: Any, screenshot:
         "pre-wrap"
     )
     page.locator("#event-filter").select_option("TOOL_CALL_RESULT")
-    visible = page.locator("#events li:not(.hidden)")
+    visible = page.locator("#events li[data-type]:not(.hidden)")
+    expect(page.locator("#events li.run-head:not(.hidden)")).to_have_count(1)
     expect(visible).to_have_count(1)
     expect(visible.locator(".type")).to_have_text("TOOL_CALL_RESULT")
     screenshot("server-tool")
@@ -276,12 +277,13 @@ def test_reload_keeps_thread_history_rename_delete(
     stored = httpx.get(f"{server.url}/io-bridge/threads/{thread_id}").json()
     assert stored["title"] == "Weather and maths"
 
-    page.locator("#new-thread").click()
+    page.locator("#new-thread").click()  # a new thread is stored with its first message
     expect(page.locator("#threads li")).to_have_count(2)
+    expect(page.locator("#threads li.draft.selected .title")).to_have_text("New thread")
     expect(page.locator(".msg")).to_have_count(0)
     new_id = page.evaluate("new URL(location.href).searchParams.get('thread')")
     assert new_id != thread_id
-    assert httpx.get(f"{server.url}/io-bridge/threads/{new_id}").json()["agentId"] == "demo"
+    assert httpx.get(f"{server.url}/io-bridge/threads/{new_id}").status_code == 404
 
     item.click()
     expect(page.locator(".tool-card")).to_have_count(2)
@@ -436,7 +438,7 @@ def test_inspector_keeps_the_latest_2000_events(serve: Any, page: Any) -> None:
     _send(page, "talk")
     expect(page.locator(".msg.assistant")).to_contain_text("w2099")
     _wait_idle(page)
-    events = page.locator("#events li")
+    events = page.locator("#events li[data-type]")
     expect(events).to_have_count(2000)
     expect(events.last.locator(".type")).to_have_text("RUN_FINISHED")
     expect(events.first.locator(".type")).to_have_text("TEXT_MESSAGE_CONTENT")
@@ -448,7 +450,7 @@ def test_thread_list_pages_by_50(serve: Any, page: Any) -> None:
         for n in range(51):
             assert client.post("/threads", json={"title": f"thread {n:02d}"}).status_code == 201
     _open(page, server.url)
-    threads = page.locator("#threads li")
+    threads = page.locator("#threads li:not(.draft)")
     expect(threads).to_have_count(50)
     expect(threads.first.locator(".title")).to_have_text("thread 50")
     page.locator("#more-threads").click()

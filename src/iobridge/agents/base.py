@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+
+from iobridge.agents.capabilities import (
+    bridge_capabilities,
+    merge_capabilities,
+    validate_capabilities,
+)
 
 if TYPE_CHECKING:
     from iobridge.agents.context import RunContext
@@ -35,13 +41,18 @@ class Agent(ABC):
     #: How frontend tool results reach this agent; ``None`` leaves it to the request, then
     #: the transport, then the server setting.
     tool_result_mode: ToolResultMode | None = None
+    #: The operator's corrections to what the agent declares (``set_capabilities``).
+    capability_overrides: Mapping[str, Any] | None = None
+    #: ``identity.type`` of the declaration: what kind of agent this is.
+    agent_type: str = "iobridge"
     #: Whether a run of this agent may be re-executed from its last durable point in another
     #: process: ``run`` called again with ``ctx.messages`` holding the history plus what the
     #: run produced so far (so a step may run twice). See ``docs/deployment.md``.
     durable: bool = False
 
     def describe(self) -> dict[str, Any]:
-        """Discovery data: ``{id, name, description, modelId, aliases?, status, tools}``."""
+        """Discovery data: ``{id, name, description, modelId, aliases?, status, tools,
+        capabilities}``."""
         data: dict[str, Any] = {
             "id": self.id,
             "name": self.name,
@@ -52,7 +63,40 @@ class Agent(ABC):
             data["aliases"] = list(self.aliases)
         data["status"] = "available"
         data["tools"] = [t.describe() for t in self.tools]
+        data["capabilities"] = self.capabilities()
         return data
+
+    def capabilities(self) -> dict[str, Any]:
+        """What the agent declares (AG-UI ``AgentCapabilities``, camelCase): what it reports
+        itself (``own_capabilities``) with the operator's overrides laid over it."""
+        declared = merge_capabilities(
+            bridge_capabilities(name=self.name, description=self.description,
+                                kind=self.agent_type),
+            self.own_capabilities(),
+        )
+        if self.capability_overrides:
+            declared = merge_capabilities(declared, self.capability_overrides)
+        return declared
+
+    def own_capabilities(self) -> dict[str, Any]:
+        """What this kind of agent knows it does (override in subclasses).
+
+        The default knows only the agent's server tools; everything else is left undeclared,
+        which means "unknown" (not "unsupported") to a client.
+        """
+        if not self.tools:
+            return {}
+        return {"tools": {"supported": True, "items": [t.as_declaration() for t in self.tools]}}
+
+    def set_capabilities(self, overrides: Mapping[str, Any]) -> None:
+        """Override parts of the declaration (``capabilities = {...}`` of an ``[[agents]]``
+        table): groups and fields merge over what the agent reports.
+
+        Raises:
+            iobridge.agents.capabilities.CapabilityError: ``overrides`` is not a valid
+                (partial) AG-UI ``AgentCapabilities`` object.
+        """
+        self.capability_overrides = validate_capabilities(overrides)
 
     async def title(self, messages: Sequence[dict[str, Any]]) -> str | None:
         """A short thread title for ``messages`` (``memoryOptions.generateTitle``), or ``None``.

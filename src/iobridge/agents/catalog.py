@@ -47,7 +47,7 @@ class UnavailableAgent:
             data["modelId"] = self.model_id
         if self.aliases:
             data["aliases"] = list(self.aliases)
-        data.update(status="unavailable", reason=self.reason, tools=[])
+        data.update(status="unavailable", reason=self.reason, tools=[], capabilities={})
         return data
 
 

@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from iobridge.errors import AgentError
+from iobridge.protocol import events as ev
 from iobridge.protocol.options import RunOptions
+from iobridge.protocol.run_limits import RunLimits
 from iobridge.protocol.text import validate_id
 from iobridge.protocol.tool_results import ToolResult as ToolResult  # re-exported for agents
 
@@ -30,13 +32,10 @@ if TYPE_CHECKING:
     from iobridge.agents.outputs import AgentOutput
 
 
-#: The count fields of an AG-UI 1.0 ``TokenUsage`` (labels are ``provider`` and ``model``).
-USAGE_COUNTS = frozenset({
-    "inputTokens", "outputTokens", "totalTokens", "reasoningTokens", "cachedInputTokens",
-    "cacheWriteInputTokens",
-})
-#: The largest count a JSON reader keeps exactly (the protocol's bound).
-MAX_SAFE_INTEGER = 2**53 - 1
+#: The count fields of an AG-UI 1.0 ``TokenUsage`` (labels are ``provider`` and ``model``), and
+#: the largest count a JSON reader keeps exactly.
+USAGE_COUNTS = ev.USAGE_COUNTS
+MAX_SAFE_INTEGER = ev.MAX_SAFE_INTEGER
 
 
 def _labels(entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -76,13 +75,16 @@ class Interrupted(BaseException):
     """Raised by ``RunContext.interrupt``: the run finishes with the interrupt outcome.
 
     A ``BaseException`` so that an agent's ``except Exception`` does not swallow it; let it
-    propagate out of ``Agent.run``.
+    propagate out of ``Agent.run``. An agent fronting another one (an upstream that ended
+    with several interrupts) raises it with all of them.
     """
 
-    def __init__(self, interrupt: dict[str, Any]) -> None:
+    def __init__(self, interrupt: dict[str, Any], *more: dict[str, Any]) -> None:
         super().__init__(interrupt["id"])
-        #: The AG-UI ``Interrupt`` object (camelCase) the run finishes with.
+        #: The first AG-UI ``Interrupt`` object (camelCase) the run finishes with.
         self.interrupt = interrupt
+        #: All of them, in order.
+        self.interrupts = [interrupt, *more]
 
 
 class ToolCallHandle(Protocol):
@@ -132,6 +134,14 @@ class RunSession(Protocol):
         """Whether ``name`` is a frontend tool of this run."""
         ...
 
+    def annotate(self, metadata: Mapping[str, Any] | None) -> None:
+        """Give ``metadata`` to the events the next outputs produce, until the next call
+        (``None``: stop); run-scoped events get none."""
+
+    def answer_earlier_call(self, tool_call_id: str, result: ToolResult) -> None:
+        """Emit TOOL_CALL_RESULT for a call an earlier run announced and left open (an
+        interrupt this run resumes asked about it); it is not announced again."""
+
 
 @dataclass(kw_only=True)
 class RunContext:
@@ -165,6 +175,9 @@ class RunContext:
     #: interrupts were raised (earlier resumed runs' answers, then this run's):
     #: ``interrupt`` replays them to the re-run agent. Empty when the run does not resume.
     answered: list[Resume] = field(default_factory=list)
+    #: The run's bounds (``protocol.run_limits``): an agent that reads JSON from elsewhere
+    #: (an upstream server) checks it against ``limits.max_json_depth``.
+    limits: RunLimits = field(default_factory=RunLimits)
     _interrupt_calls: int = field(default=0, init=False, repr=False)
 
     @property
@@ -243,6 +256,17 @@ class RunContext:
         """Send an output into the run stream."""
         self.session.emit(output)
 
+    def answer_earlier_call(self, tool_call_id: str, result: ToolResult) -> None:
+        """Report the result of a tool call announced by an earlier run of the thread and
+        left open by the interrupt this run resumes (see ``RunSession``)."""
+        self.session.answer_earlier_call(tool_call_id, result)
+
+    def annotate(self, metadata: Mapping[str, Any] | None) -> None:
+        """Give ``metadata`` (an AG-UI event ``metadata`` object) to the events of the next
+        outputs, until the next call (``None``: stop). The key ``ag-ui`` is the protocol's:
+        an agent does not write it."""
+        self.session.annotate(metadata)
+
     def start_tool_call(
         self, name: str, *, tool_call_id: str | None = None, local: bool = False
     ) -> ToolCallHandle:
@@ -257,14 +281,17 @@ class RunContext:
         Counts of the same provider and model are summed, so the terminal event carries the
         run's total per model; counts that are not non-negative integers are ignored.
         """
+        valid = {k: v for k, v in counts.items()
+                 if k in USAGE_COUNTS and type(v) is int and v >= 0}
+        if not valid:
+            return
         labels = {k: v for k, v in (("provider", provider), ("model", model)) if v}
         entry = next((e for e in self.usage if _labels(e) == labels), None)
         if entry is None:
             entry = dict(labels)
             self.usage.append(entry)
-        for key, value in counts.items():
-            if key in USAGE_COUNTS and type(value) is int and value >= 0:
-                entry[key] = min(entry.get(key, 0) + value, MAX_SAFE_INTEGER)
+        for key, value in valid.items():
+            entry[key] = min(entry.get(key, 0) + value, MAX_SAFE_INTEGER)
 
     async def call_tool(
         self, name: str, args: Mapping[str, Any] | None = None, *, tool_call_id: str | None = None

@@ -18,6 +18,7 @@ import importlib
 import logging
 import os
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -26,6 +27,7 @@ from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai.settings import ModelSettings
 
 from iobridge.agents.base import Agent
+from iobridge.agents.capabilities import CapabilityError, validate_capabilities
 from iobridge.agents.mcp import build_mcp_toolsets
 from iobridge.agents.model import ModelAgent
 from iobridge.agents.providers import AgentConfigError, build_model, check_base_url
@@ -43,6 +45,7 @@ from iobridge.protocol.options import (
     parse_model_settings,
     parse_tool_result_mode,
 )
+from iobridge.typos import did_you_mean
 
 logger = logging.getLogger(__name__)
 
@@ -53,11 +56,11 @@ _SECRET_KEYS = frozenset({"api_key", "apiKey", "key", "token", "secret", "passwo
 _KEYS = frozenset({
     "id", "aliases", "name", "description", "instructions", "model", "base_url", "api_key_env",
     "tools", "model_settings", "tool_result_mode", "output_retries", "timeout", "pydantic_ai",
-    "mcp_servers",
+    "mcp_servers", "capabilities",
 })
 _UPSTREAM_KEYS = frozenset({
     "id", "aliases", "name", "description", "agui_url", "headers", "headers_env", "timeout",
-    "max_event_bytes", "max_rounds", "tool_result_mode",
+    "max_event_bytes", "max_rounds", "tool_result_mode", "capabilities",
 })
 #: Header names whose values are secrets: they come from ``headers_env``, never the file.
 _SECRET_HEADER = re.compile(r"auth|token|key|secret|cookie|session|password", re.IGNORECASE)
@@ -101,6 +104,8 @@ class AgentDefinition:
     output_retries: int = 2
     #: Seconds one model request may take.
     timeout: float | None = None
+    #: Overrides of the AG-UI ``AgentCapabilities`` the agent declares (``GET /agents``).
+    capabilities: Mapping[str, Any] | None = None
 
 
 def _check_str(data: Mapping[str, Any], key: str, *, required: bool = False) -> str | None:
@@ -128,9 +133,8 @@ def definition_from_dict(data: Mapping[str, Any]) -> AgentDefinition:
         )
     unknown = sorted(k for k in data if k not in _KEYS)
     if unknown:
-        raise AgentConfigError(
-            f"unknown key(s) {', '.join(unknown)}; known keys: {', '.join(sorted(_KEYS))}"
-        )
+        named = ", ".join(k + did_you_mean(k, _KEYS) for k in unknown)
+        raise AgentConfigError(f"unknown key(s) {named}; known keys: {', '.join(sorted(_KEYS))}")
     tools = data.get("tools", [])
     if not isinstance(tools, list) or not all(isinstance(t, str) for t in tools):
         raise AgentConfigError("'tools' must be a list of 'package.module:function' strings")
@@ -146,6 +150,9 @@ def definition_from_dict(data: Mapping[str, Any]) -> AgentDefinition:
     timeout = data.get("timeout")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)):
         raise AgentConfigError("'timeout' must be a number of seconds")
+    capabilities = data.get("capabilities")
+    if capabilities is not None and not isinstance(capabilities, Mapping):
+        raise AgentConfigError("'capabilities' must be a table (AG-UI AgentCapabilities)")
     mcp_servers = data.get("mcp_servers", [])
     if not isinstance(mcp_servers, list):
         raise AgentConfigError("'mcp_servers' must be a list of tables ([[agents.mcp_servers]])")
@@ -172,6 +179,7 @@ def definition_from_dict(data: Mapping[str, Any]) -> AgentDefinition:
         tool_result_mode=_check_str(data, "tool_result_mode"),
         output_retries=output_retries,
         timeout=timeout,
+        capabilities=capabilities,
     )
 
 
@@ -207,19 +215,50 @@ def import_target(spec: str, what: str, kind: str) -> Any:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise AgentConfigError(f"{what} {spec!r} must look like 'package.module:{kind}'")
+    folder = search_working_directory()
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:  # any import-time failure of user code is a config error
-        first = str(exc).splitlines()[0] if str(exc) else ""
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not _is_part_of(exc.name, module_name):
+            raise _import_failed(spec, what, module_name, exc) from None
+        top = module_name.split(".")[0]
         raise AgentConfigError(
-            f"{what} {spec!r}: cannot import {module_name!r} ({type(exc).__name__}: {first})"
+            f"{what} {spec!r}: no module named {exc.name!r} in the working directory "
+            f"{folder} or the installed packages (start iobridge from the folder that holds "
+            f"{top}/ or {top}.py, or install it)"
         ) from None
+    except Exception as exc:  # any import-time failure of user code is a config error
+        raise _import_failed(spec, what, module_name, exc) from None
     target: Any = module
     for part in attr.split("."):
         if not hasattr(target, part):
             raise AgentConfigError(f"{what} {spec!r}: {module_name!r} has no attribute {attr!r}")
         target = getattr(target, part)
     return target
+
+
+def search_working_directory() -> str:
+    """Put the working directory first on ``sys.path`` (once), as uvicorn's ``--app-dir``
+    does: ``iobridge serve`` run from a project folder imports that project's modules, even
+    when ``sys.path[0]`` is the folder of the ``iobridge`` script. Returns the folder."""
+    folder = os.getcwd()
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+        importlib.invalidate_caches()
+    return folder
+
+
+def _is_part_of(missing: str, module_name: str) -> bool:
+    """Whether the module not found is ``module_name`` or one of its packages (not a module
+    that the user's code itself imports)."""
+    return module_name == missing or module_name.startswith(missing + ".")
+
+
+def _import_failed(spec: str, what: str, module_name: str, exc: Exception) -> AgentConfigError:
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return AgentConfigError(
+        f"{what} {spec!r}: cannot import {module_name!r} ({type(exc).__name__}: {first})"
+    )
 
 
 def build_agent(
@@ -266,6 +305,7 @@ def build_agent(
         raise AgentConfigError(f"invalid model_settings: {problems}") from None
     if d.timeout is not None:
         settings["timeout"] = d.timeout
+    overrides = _capability_overrides(d.capabilities)
     tools = [resolve_tool(t) for t in d.tools]
     names = [t.name for t in tools]
     duplicates = sorted({n for n in names if names.count(n) > 1})
@@ -290,6 +330,7 @@ def build_agent(
             model_settings=cast(ModelSettings, settings),
             output_retries=d.output_retries,
             tool_result_mode=mode,
+            capabilities=overrides,
         )
     model = build_model(d.model, base_url=d.base_url, api_key_env=d.api_key_env, environ=env)
     return ModelAgent(
@@ -305,7 +346,22 @@ def build_agent(
         output_retries=d.output_retries,
         tool_result_mode=mode,
         toolsets=toolsets,
+        capabilities=overrides,
     )
+
+
+def _capability_overrides(data: Any) -> dict[str, Any] | None:
+    """A ``capabilities`` table checked as AG-UI ``AgentCapabilities``.
+
+    Raises:
+        AgentConfigError: it does not validate (the message names the offending keys).
+    """
+    if data is None:
+        return None
+    try:
+        return validate_capabilities(data)
+    except CapabilityError as exc:
+        raise AgentConfigError(str(exc)) from None
 
 
 def load_agents(
@@ -384,8 +440,9 @@ def build_upstream_agent(
     """
     unknown = sorted(k for k in data if k not in _UPSTREAM_KEYS)
     if unknown:
+        named = ", ".join(k + did_you_mean(k, _UPSTREAM_KEYS) for k in unknown)
         raise AgentConfigError(
-            f"unknown key(s) {', '.join(unknown)} for an agui_url agent; known keys: "
+            f"unknown key(s) {named} for an agui_url agent; known keys: "
             f"{', '.join(sorted(_UPSTREAM_KEYS))}"
         )
     agent_id = _check_str(data, "id", required=True) or ""
@@ -435,6 +492,7 @@ def build_upstream_agent(
     rounds = data.get("max_rounds", DEFAULT_MAX_ROUNDS)
     if isinstance(rounds, bool) or not isinstance(rounds, int) or not 0 <= rounds <= 100:
         raise AgentConfigError("'max_rounds' must be an integer between 0 and 100")
+    overrides = _capability_overrides(data.get("capabilities"))
     return AgUiUpstreamAgent(
         url,
         id=agent_id,
@@ -448,4 +506,5 @@ def build_upstream_agent(
         ),
         max_rounds=rounds,
         tool_result_mode=mode,
+        capabilities=overrides,
     )

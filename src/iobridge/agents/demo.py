@@ -38,6 +38,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from iobridge.agents.base import Agent
+from iobridge.agents.capabilities import MEDIA_INPUTS
 from iobridge.agents.context import RunContext, ToolResult
 from iobridge.agents.outputs import AgentOutput
 from iobridge.agents.tools import tool
@@ -287,6 +288,27 @@ class DemoAgent(Agent):
         "tools you name."
     )
     tools = (current_time, calculate)
+    agent_type = "demo"
+
+    def own_capabilities(self) -> dict[str, Any]:
+        """Text in and out; its two server tools and any frontend tool it is asked to call,
+        several in one step; interrupts for ``approve``; no model, so no media and no
+        reasoning."""
+        return {
+            "tools": {
+                "supported": True,
+                "items": [t.as_declaration() for t in self.tools],
+                "parallelCalls": True,
+                "clientProvided": True,
+            },
+            "output": {"structuredOutput": False},
+            "reasoning": {"supported": False},
+            "multimodal": {
+                "input": dict.fromkeys(MEDIA_INPUTS, False),
+                "output": {"image": False, "audio": False},
+            },
+            "humanInTheLoop": {"supported": True, "interrupts": True, "approvals": True},
+        }
 
     async def run(self, ctx: RunContext) -> AsyncIterator[AgentOutput]:
         messages = ctx.messages

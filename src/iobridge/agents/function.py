@@ -8,7 +8,7 @@ coroutine form returns the reply text (or any JSON value, which becomes
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, cast
 
 from iobridge.agents.base import Agent
@@ -22,11 +22,16 @@ AgentFunc = Callable[[RunContext], Any]
 class FunctionAgent(Agent):
     """Wraps ``func(ctx)`` (async generator of outputs, or coroutine returning the reply).
 
+    What the function does is unknown to the bridge, so it declares only its server tools;
+    ``capabilities`` (an AG-UI ``AgentCapabilities`` object) says the rest.
+
     ``durable=True``: a run may outlive its process; ``func`` is then called again with
     ``ctx.messages`` holding what the run produced up to its last durable point (a
     ``StepFinished`` with nothing open, or a wait on frontend tools), so it **may run a step
     twice** and should go on from the messages it is given.
     """
+
+    agent_type = "function"
 
     def __init__(
         self,
@@ -38,6 +43,7 @@ class FunctionAgent(Agent):
         tools: Sequence[ServerTool] = (),
         model_id: str | None = None,
         aliases: Sequence[str] = (),
+        capabilities: Mapping[str, Any] | None = None,
         durable: bool = False,
     ) -> None:
         self.func = func
@@ -48,6 +54,8 @@ class FunctionAgent(Agent):
         self.description = description or (inspect.getdoc(func) or "").split("\n\n")[0]
         self.tools = tuple(tools)
         self.model_id = model_id
+        if capabilities is not None:
+            self.set_capabilities(capabilities)
 
     def run(self, ctx: RunContext) -> AsyncIterator[AgentOutput]:
         produced = self.func(ctx)
@@ -67,13 +75,15 @@ class FunctionAgent(Agent):
 
 def function_agent(
     *, id: str, name: str | None = None, description: str | None = None,
-    tools: Sequence[ServerTool] = (), aliases: Sequence[str] = (), durable: bool = False,
+    tools: Sequence[ServerTool] = (), aliases: Sequence[str] = (),
+    capabilities: Mapping[str, Any] | None = None, durable: bool = False,
 ) -> Callable[[AgentFunc], FunctionAgent]:
     """Decorator form of ``FunctionAgent``."""
 
     def wrap(func: AgentFunc) -> FunctionAgent:
         return FunctionAgent(
             func, id=id, name=name, description=description, tools=tools, aliases=aliases,
+            capabilities=capabilities,
             durable=durable,
         )
 

@@ -57,6 +57,7 @@ class ModelAgent(PydanticAIAgent):
         tool_result_mode: ``"in-run"`` or ``"next-run"``: how the runtime should collect
             frontend tool results for this agent (``None``: the server default).
         toolsets: pydantic-ai toolsets (the MCP servers of ``mcp_servers``).
+        capabilities: Overrides of the AG-UI ``AgentCapabilities`` the agent declares.
     """
 
     def __init__(
@@ -76,6 +77,7 @@ class ModelAgent(PydanticAIAgent):
         title_max_tokens: int = TITLE_MAX_TOKENS,
         title_timeout: float = TITLE_TIMEOUT,
         toolsets: Sequence[Any] = (),
+        capabilities: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(
             PydanticAgent(model, instructions=instructions or None),
@@ -89,6 +91,7 @@ class ModelAgent(PydanticAIAgent):
             model_id=model_id,
             output_retries=output_retries,
             tool_result_mode=tool_result_mode,
+            capabilities=capabilities,
         )
         self.model = model
         self.instructions = instructions

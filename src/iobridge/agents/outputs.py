@@ -38,6 +38,21 @@ class ReasoningEnd:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ReasoningEncryptedValue:
+    """A provider's opaque reasoning artefact (a thinking signature, encrypted reasoning):
+    REASONING_ENCRYPTED_VALUE, kept with the thread and sent back to the model that made it.
+
+    It belongs to the open (else the last) reasoning message, opening an empty one if the
+    run has none, or, with ``tool_call_id``, to that tool call. ``metadata`` goes on the
+    event and the stored message: who produced the value, so it only goes back there.
+    """
+
+    value: str
+    tool_call_id: str | None = None
+    metadata: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StepStarted:
     """A named step (e.g. one model round) begins."""
 
@@ -93,6 +108,7 @@ AgentOutput = (
     | TextEnd
     | ReasoningDelta
     | ReasoningEnd
+    | ReasoningEncryptedValue
     | StepStarted
     | StepFinished
     | StateSnapshot

@@ -10,9 +10,13 @@ pydantic-ai's own extension points (``Agent.iter`` arguments and one capability)
   as pydantic-ai runs them, but every call is announced as a *local* tool call
   (TOOL_CALL_START/ARGS/END, then TOOL_CALL_RESULT), so it is stored and replayed like a
   server tool. The bridge's server tools and the client's frontend tools are added; calling
-  them goes through ``ctx.call_tool`` with the model's own ``tool_call_id``, so the runtime
-  runs them (server), waits for the result route (frontend, in-run) or ends the run cleanly
-  (next-run). A frontend tool named like one of the agent's tools is skipped.
+  them goes through ``ctx.call_tool``, so the runtime runs them (server), waits for the
+  result route (frontend, in-run) or ends the run cleanly (next-run). A frontend tool named
+  like one of the agent's tools is skipped.
+- **Tool-call ids.** Every call the client sees and the thread stores gets an id minted by the
+  bridge, whatever id the model gave it: small models reuse ``c1`` across turns, and a thread
+  holding one id twice pairs calls with the wrong results. The model's own ids stay in
+  pydantic-ai's history of the run, so the provider sees the ids it made up.
 - **Streaming.** Each model request is a step (``model-request-<n>``). Text and thinking parts
   become ``TextDelta``/``TextEnd`` and ``ReasoningDelta``/``ReasoningEnd``.
 - **Options.** ``forwardedProps.modelSettings`` are layered over the agent's own settings;
@@ -65,10 +69,16 @@ from pydantic_core import SchemaValidator, core_schema, to_json, to_jsonable_pyt
 
 from iobridge.agents.base import Agent
 from iobridge.agents.context import ToolResult
-from iobridge.agents.history import context_instructions, to_model_messages
+from iobridge.agents.history import (
+    context_instructions,
+    producer_metadata,
+    to_model_messages,
+    tool_return_content,
+)
 from iobridge.agents.outputs import (
     FinalResult,
     ReasoningDelta,
+    ReasoningEncryptedValue,
     ReasoningEnd,
     StepFinished,
     StepStarted,
@@ -120,7 +130,10 @@ class PydanticAIAgent(Agent):
         output_retries: How often an answer that violates ``structuredOutput`` is sent back.
         tool_result_mode: ``"in-run"`` or ``"next-run"`` for frontend tool results
             (``None``: the server default).
+        capabilities: Overrides of the AG-UI ``AgentCapabilities`` the agent declares.
     """
+
+    agent_type = "pydantic-ai"
 
     #: Its runs go on from their message history: model steps re-execute from the messages.
     durable = True
@@ -141,6 +154,7 @@ class PydanticAIAgent(Agent):
         model_id: str | None = None,
         output_retries: int = 2,
         tool_result_mode: ToolResultMode | None = None,
+        capabilities: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(agent, PydanticAgent):
             raise TypeError(f"expected a pydantic_ai.Agent, got {type(agent).__name__}")
@@ -159,6 +173,8 @@ class PydanticAIAgent(Agent):
         self.model_id = model_id or _model_id(agent.model)
         self.output_retries = output_retries
         self.tool_result_mode = tool_result_mode
+        if capabilities is not None:
+            self.set_capabilities(capabilities)
         self._server_defs = [
             ToolDefinition(
                 name=t.name, description=t.description, parameters_json_schema=t.parameters
@@ -172,11 +188,49 @@ class PydanticAIAgent(Agent):
         Tools of other toolsets (MCP servers) are only known once a run lists them.
         """
         data = super().describe()
-        for toolset in self.agent.toolsets:
-            if isinstance(toolset, FunctionToolset):
-                for t in toolset.tools.values():
-                    data["tools"].append({"name": t.name, "description": t.description or ""})
+        for t in self._function_tools():
+            data["tools"].append({"name": t.name, "description": t.description or ""})
         return data
+
+    def _function_tools(self) -> list[Any]:
+        return [
+            t for toolset in self.agent.toolsets if isinstance(toolset, FunctionToolset)
+            for t in toolset.tools.values()
+        ]
+
+    def own_capabilities(self) -> dict[str, Any]:
+        """From the agent and its model: its tools (the bridge's, its own function tools;
+        frontend tools when the model takes tools), structured output, reasoning when the
+        model thinks, the input media the model's profile accepts, and approvals (as
+        interrupts) when one of its tools requires them. MCP tools are only known once a run
+        lists them, so ``tools.items`` leaves them out."""
+        items = [t.as_declaration() for t in self.tools] + [
+            {"name": t.name, "description": t.description or "",
+             "parameters": t.function_schema.json_schema}
+            for t in self._function_tools()
+        ]
+        model = self.agent.model
+        profile = model.profile if isinstance(model, Model) else None
+        takes_tools = profile.get("supports_tools", True) if profile is not None else True
+        declared: dict[str, Any] = {
+            "tools": {"supported": takes_tools, "items": items, "parallelCalls": takes_tools,
+                      "clientProvided": takes_tools},
+            "output": {"structuredOutput": True},
+        }
+        approvals = any(t.requires_approval for t in self._function_tools())
+        declared["humanInTheLoop"] = {
+            "supported": approvals, "interrupts": approvals, "approvals": approvals,
+        }
+        if profile is not None:
+            thinks = bool(
+                profile.get("supports_thinking") or profile.get("thinking_always_enabled")
+            )
+            declared["reasoning"] = {"supported": thinks, "streaming": thinks}
+            declared["multimodal"] = {
+                "input": _model_media(profile),
+                "output": {"image": False, "audio": False},
+            }
+        return declared
 
     def needs_messages(self) -> bool:
         """Whether a run without messages or context has nothing to send to the model.
@@ -189,7 +243,10 @@ class PydanticAIAgent(Agent):
     async def run(self, ctx: RunContext) -> AsyncIterator[AgentOutput]:
         """Run the pydantic-ai agent's model/tool loop and stream its outputs."""
         options = ctx.options
-        history = to_model_messages(ctx.messages)
+        model = self.agent.model
+        provider = model.system if isinstance(model, Model) else None
+        model_name = model.model_name if isinstance(model, Model) else None
+        history = to_model_messages(ctx.messages, provider=provider, model_name=model_name)
         instructions = context_instructions(ctx.context)
         if not history and not instructions and self.needs_messages():
             raise AgentError("the run has no messages for the model", code="INVALID_REQUEST")
@@ -198,7 +255,6 @@ class PydanticAIAgent(Agent):
             run=ctx, added=self._tool_definitions(ctx.frontend_tools), structured=structured
         )
         settings = cast(ModelSettings, {**self.model_settings, **options.model_settings})
-        model = self.agent.model
         if isinstance(model, Model):
             settings = adapt_settings(model, settings)
         extra: dict[str, Any] = {}
@@ -233,8 +289,7 @@ class PydanticAIAgent(Agent):
                         yield StepStarted(name=f"model-request-{step}")
                         async with node.stream(agent_run.ctx) as events:
                             async for event in events:
-                                output = _translate(event)
-                                if output is not None:
+                                for output in _translate(event, provider, model_name):
                                     yield output
                     result = agent_run.result
             except pai_errors.ModelAPIError as exc:
@@ -312,6 +367,20 @@ class PydanticAIAgent(Agent):
         return defs
 
 
+def _model_media(profile: Mapping[str, Any]) -> dict[str, bool]:
+    """``multimodal.input`` from a model profile (pydantic-ai's file-input flags, already
+    narrowed to what the provider adapter can send)."""
+    documents = profile.get("supports_document_input", True)
+    types = profile.get("supported_document_media_types")
+    return {
+        "image": profile.get("supports_image_input", True),
+        "audio": profile.get("supports_audio_file_input", True),
+        "video": profile.get("supports_video_input", True),
+        "pdf": documents and (types is None or "application/pdf" in types),
+        "file": documents,
+    }
+
+
 def _model_id(model: object) -> str | None:
     if isinstance(model, Model):
         return f"{model.system}:{model.model_name}"
@@ -380,13 +449,16 @@ class BridgeToolset(WrapperToolset[Any]):
                 later run could answer); the model sees the error.
         """
         if tool.toolset is self:
-            result = await self.run.call_tool(name, tool_args, tool_call_id=ctx.tool_call_id)
+            result = await self.run.call_tool(name, tool_args)
             if result.deferred:
                 raise CallDeferred()
             if result.is_error:
                 raise ToolFailed(result.content)
+            if result.parts:
+                # Media the frontend returned go to the model as its own content.
+                return tool_return_content(result.parts, getattr(ctx.model, "system", None))
             return result.content
-        handle = self.run.start_tool_call(name, tool_call_id=ctx.tool_call_id, local=True)
+        handle = self.run.start_tool_call(name, local=True)
         handle.add_args(to_json(tool_args, fallback=str).decode())
         handle.end()  # the client sees the call while it runs
         try:
@@ -403,7 +475,7 @@ class BridgeToolset(WrapperToolset[Any]):
             answer = await self.run.interrupt(
                 "tool_approval",
                 message=f"Allow the tool {name!r}?",
-                tool_call_id=ctx.tool_call_id,
+                tool_call_id=handle.tool_call_id,
                 response_schema=_APPROVAL_SCHEMA,
                 metadata={"toolName": name, "args": to_jsonable_python(tool_args, fallback=str)},
             )
@@ -458,7 +530,7 @@ async def _approval(ctx: RunContext, call: ToolCallPart) -> bool | ToolDenied:
     if answer.cancelled or payload.get("approved") is not True:
         # pydantic-ai never runs a denied call: report it here, as the wrapper would.
         message = f"the user did not allow the tool {call.tool_name!r}"
-        handle = ctx.start_tool_call(call.tool_name, tool_call_id=call.tool_call_id, local=True)
+        handle = ctx.start_tool_call(call.tool_name, local=True)
         handle.add_args(to_json(call.args_as_dict(), fallback=str).decode())
         handle.complete(ToolResult(content=message, is_error=True))
         return ToolDenied(message)
@@ -483,26 +555,40 @@ def _add_usage(ctx: RunContext, response: ModelResponse) -> None:
     )
 
 
-def _translate(event: object) -> AgentOutput | None:
-    """One pydantic-ai stream event as an agent output (tool-call parts are announced later)."""
+def _translate(
+    event: object, provider: str | None, model_name: str | None
+) -> tuple[AgentOutput, ...]:
+    """One pydantic-ai stream event as agent outputs (tool-call parts are announced later).
+
+    A thinking part's signature (Anthropic's ``signature``, OpenAI's encrypted reasoning,
+    Gemini's thought signature) is kept as REASONING_ENCRYPTED_VALUE, with what the next
+    turn needs to give it back to this model (``metadata.iobridge``).
+    """
     if isinstance(event, PartDeltaEvent):
         delta = event.delta
-        if isinstance(delta, TextPartDelta):
-            return TextDelta(delta=delta.content_delta) if delta.content_delta else None
-        if isinstance(delta, ThinkingPartDelta):
-            return ReasoningDelta(delta=delta.content_delta) if delta.content_delta else None
-        return None
+        if isinstance(delta, TextPartDelta) and delta.content_delta:
+            return (TextDelta(delta=delta.content_delta),)
+        if isinstance(delta, ThinkingPartDelta) and delta.content_delta:
+            return (ReasoningDelta(delta=delta.content_delta),)
+        return ()
     if isinstance(event, PartStartEvent):
         part = event.part
         if isinstance(part, TextPart) and part.content:
-            return TextDelta(delta=part.content)
+            return (TextDelta(delta=part.content),)
         if isinstance(part, ThinkingPart) and part.content:
-            return ReasoningDelta(delta=part.content)
-        return None
+            return (ReasoningDelta(delta=part.content),)
+        return ()
     if isinstance(event, PartEndEvent):
         part = event.part
         if isinstance(part, TextPart) and part.content:
-            return TextEnd()
+            return (TextEnd(),)
+        if isinstance(part, ThinkingPart) and part.signature:
+            metadata = producer_metadata(
+                provider=part.provider_name or provider, model=model_name, id=part.id,
+                details=part.provider_details,
+            )
+            return (ReasoningEncryptedValue(value=part.signature, metadata=metadata),
+                    ReasoningEnd())
         if isinstance(part, ThinkingPart) and part.content:
-            return ReasoningEnd()
-    return None
+            return (ReasoningEnd(),)
+    return ()

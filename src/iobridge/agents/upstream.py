@@ -15,14 +15,24 @@ continue the same client stream (with the state of the upstream's last STATE_SNA
 it sent one). In next-run mode the client's run ends with the calls
 pending, as for a model agent.
 
+Outcomes: an upstream run that ends with an ``interrupt`` outcome ends the client's run with
+the same interrupts (a ``toolCallId`` in the client's ids), stored with the thread like any
+agent's; the run that answers them (``resume``) forwards the answers to the upstream with the
+thread's history, where the interrupted calls are still open. A ``cancelled`` outcome ends
+the client's run cancelled. The upstream's ``usage`` is summed into the run's.
+
 Failures end the run with a RUN_ERROR whose message is fixed and whose code says what
 happened; the details (status, upstream message) go to the log only:
 
 - ``UPSTREAM_UNAVAILABLE``: the connection failed or broke.
 - ``UPSTREAM_HTTP_ERROR``: a status other than 2xx.
 - ``UPSTREAM_TIMEOUT``: one upstream run took longer than ``timeout``.
-- ``UPSTREAM_PROTOCOL_ERROR``: not an event stream, a malformed event, or an event or line
-  over ``max_event_bytes``.
+- ``UPSTREAM_PROTOCOL_ERROR``: not an event stream, a malformed event, an event or line
+  over ``max_event_bytes``, or an event nested deeper than the run's ``max_json_depth`` or
+  holding an integer beyond 64 bits (``protocol.json_limits``: what the server refuses from
+  a client it refuses from an upstream, so every event it takes can be encoded again).
+- ``UPSTREAM_TOO_LARGE``: one upstream run sent more than the run's
+  ``max_upstream_round_bytes`` of messages (text, arguments, results).
 - ``UPSTREAM_RUN_ERROR``: the upstream sent RUN_ERROR.
 - ``UPSTREAM_TOO_MANY_ROUNDS``: it asked for frontend tools after ``max_rounds`` follow-ups.
 """
@@ -32,6 +42,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
+import time
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -40,12 +52,15 @@ import httpx
 import orjson
 
 from iobridge.agents.base import Agent
-from iobridge.agents.outputs import FinalResult
+from iobridge.agents.context import Interrupted, Resume
+from iobridge.agents.outputs import FinalResult, RawEvent
 from iobridge.agents.upstream_events import UpstreamRound
 from iobridge.errors import AgentError
+from iobridge.protocol.json_limits import DEFAULT_MAX_JSON_DEPTH, JsonLimitError, loads
 from iobridge.protocol.options import TOOL_RESULT_MODES, ToolResultMode
 from iobridge.protocol.sse import SSEDecoder, SSEError
 from iobridge.protocol.text import NUL_ESCAPE
+from iobridge.protocol.versions import PROTOCOL_VERSION
 
 if TYPE_CHECKING:
     from iobridge.agents.context import RunContext
@@ -61,6 +76,8 @@ DEFAULT_TIMEOUT = 300.0
 DEFAULT_MAX_EVENT_BYTES = 1024 * 1024
 #: Most follow-up upstream runs one client run may start (one per frontend-tool round).
 DEFAULT_MAX_ROUNDS = 8
+#: Longest the reader handles upstream events before it yields to the event loop.
+YIELD_SECONDS = 0.005
 
 
 class AgUiUpstreamAgent(Agent):
@@ -79,8 +96,13 @@ class AgUiUpstreamAgent(Agent):
         tool_result_mode: ``"in-run"`` or ``"next-run"`` (``None``: the request's, then the
             server's default).
         client: An ``httpx.AsyncClient`` to use (proxies, mTLS, pooling); it is never
-            closed here. By default each run opens and closes its own.
+            closed here. By default each run opens and closes its own (the TLS context,
+            built on first use, is kept).
+        capabilities: Overrides of the AG-UI ``AgentCapabilities`` the agent declares (what
+            the upstream accepts is its own business: the bridge cannot know it).
     """
+
+    agent_type = "ag-ui"
 
     def __init__(
         self,
@@ -96,6 +118,7 @@ class AgUiUpstreamAgent(Agent):
         max_rounds: int = DEFAULT_MAX_ROUNDS,
         tool_result_mode: ToolResultMode | None = None,
         client: httpx.AsyncClient | None = None,
+        capabilities: Mapping[str, Any] | None = None,
     ) -> None:
         if tool_result_mode is not None and tool_result_mode not in TOOL_RESULT_MODES:
             raise ValueError(f"tool_result_mode must be one of {TOOL_RESULT_MODES}")
@@ -121,21 +144,49 @@ class AgUiUpstreamAgent(Agent):
         self.max_rounds = max_rounds
         self.tool_result_mode = tool_result_mode
         self.client = client
+        self._tls: ssl.SSLContext | None = None
+        if capabilities is not None:
+            self.set_capabilities(capabilities)
+
+    def own_capabilities(self) -> dict[str, Any]:
+        """What the bridge adds to any upstream: the client's tools reach it, and its
+        interrupts become the run's (answered through ``resume``). What it accepts as input
+        and whether it reasons are the upstream's own: left undeclared."""
+        return {
+            "tools": {"clientProvided": True},
+            "humanInTheLoop": {"interrupts": True},
+        }
 
     async def run(self, ctx: RunContext) -> AsyncIterator[AgentOutput]:
         """Forward the run, then drive follow-up runs while frontend tools are answered."""
-        messages = [dict(m) for m in ctx.messages]
-        used_ids = _tool_call_ids(messages)
+        messages = [dict(m) for m in ctx.messages if self._sent_back(m)]
+        used_ids = _tool_call_ids(ctx.messages)
         run_id, parent, state = ctx.run_id, None, ctx.state
+        resume = [_resume_entry(answer) for answer in ctx.resume]
+        resumed = _open_calls(messages) if resume else {}
         result: Any = None
         follow_ups = 0
-        async with self._client() as client:
+        async with await self._client() as client:
             while True:
-                upstream = UpstreamRound(ctx, used_ids)
-                body = self._input(ctx, run_id, parent, state, messages)
+                upstream = UpstreamRound(
+                    ctx, ctx.limits.max_upstream_round_bytes, used_ids=used_ids,
+                    agent_id=self.id, resumed=resumed,
+                )
+                body = self._input(ctx, run_id, parent, state, messages, resume)
                 await self._stream(client, body, upstream)
+                resume = []  # answered: a follow-up run is an ordinary one
                 if upstream.result is not None:
                     result = upstream.result
+                outcome = upstream.outcome
+                if outcome is not None and outcome.get("type") == "interrupt":
+                    raise Interrupted(*_interrupts(outcome, upstream))
+                if outcome is not None:  # cancelled: the client's run ends the same way
+                    finished: dict[str, Any] = {"type": "RUN_FINISHED", "outcome": outcome,
+                                                "usage": list(ctx.usage)}
+                    if result is not None:
+                        finished["result"] = result
+                    yield RawEvent(event=finished)
+                    return
                 if not upstream.frontend_calls:
                     break
                 answers = await asyncio.gather(
@@ -159,17 +210,31 @@ class AgUiUpstreamAgent(Agent):
         if result is not None:
             yield FinalResult(value=result)
 
-    def _client(self) -> contextlib.AbstractAsyncContextManager[httpx.AsyncClient]:
+    async def _client(self) -> contextlib.AbstractAsyncContextManager[httpx.AsyncClient]:
         if self.client is not None:
             return contextlib.nullcontext(self.client)
-        return httpx.AsyncClient(timeout=httpx.Timeout(self.timeout))
+        if self._tls is None:
+            # httpx loads the CA bundle for every client it builds: 30-70 ms on the event
+            # loop at every run (measured). Built once, in a worker thread.
+            self._tls = await asyncio.to_thread(httpx.create_ssl_context)
+        return httpx.AsyncClient(timeout=httpx.Timeout(self.timeout), verify=self._tls)
+
+    def _sent_back(self, message: Mapping[str, Any]) -> bool:
+        """Whether a history message goes to the upstream: a reasoning message (one with a
+        provider's encrypted value) only when this upstream produced it."""
+        if message.get("role") != "reasoning":
+            return True
+        metadata = message.get("metadata")
+        producer = metadata.get("iobridge") if isinstance(metadata, Mapping) else None
+        return isinstance(producer, Mapping) and producer.get("agent") == self.id
 
     @staticmethod
     def _input(
         ctx: RunContext, run_id: str, parent: str | None, state: Any,
-        messages: list[dict[str, Any]],
+        messages: list[dict[str, Any]], resume: list[dict[str, Any]],
     ) -> bytes:
-        body: dict[str, Any] = {"threadId": ctx.thread_id, "runId": run_id}
+        body: dict[str, Any] = {"threadId": ctx.thread_id, "runId": run_id,
+                                "protocolVersion": PROTOCOL_VERSION}
         if parent is not None:
             body["parentRunId"] = parent
         body.update(
@@ -179,6 +244,8 @@ class AgUiUpstreamAgent(Agent):
             context=ctx.context,
             forwardedProps=ctx.forwarded_props,
         )
+        if resume:
+            body["resume"] = resume
         return orjson.dumps(body)
 
     async def _stream(
@@ -192,14 +259,24 @@ class AgUiUpstreamAgent(Agent):
                 ) as response:
                     self._check_response(response)
                     decoder = SSEDecoder(max_event_bytes=self.max_event_bytes)
+                    max_depth = upstream.ctx.limits.max_json_depth
+                    # A read of data already received does not suspend: an upstream that
+                    # sends without pause held the loop for its whole run (0.8 s for 2 MiB
+                    # of short deltas, measured), and one read can hold hundreds of events
+                    # that each cost a millisecond (a state delta that copies a large
+                    # value). So the reader yields once it has worked YIELD_SECONDS.
+                    deadline = time.perf_counter() + YIELD_SECONDS
                     async for chunk in response.aiter_raw():
                         for message in decoder.feed(chunk):
                             if message.data:
-                                upstream.feed(_parse_event(message.data))
+                                upstream.feed(_parse_event(message.data, max_depth))
                             if upstream.finished:
                                 # Anything after the upstream's RUN_FINISHED is not read.
                                 upstream.close()
                                 return
+                            if time.perf_counter() >= deadline:
+                                await asyncio.sleep(0)
+                                deadline = time.perf_counter() + YIELD_SECONDS
         except (TimeoutError, httpx.TimeoutException):
             logger.warning("agent %s: the upstream run timed out after %s s", self.id,
                            self.timeout)
@@ -245,21 +322,23 @@ class AgUiUpstreamAgent(Agent):
             )
 
 
-def _parse_event(data: str) -> dict[str, Any]:
+def _parse_event(data: str, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> dict[str, Any]:
     """One SSE ``data`` as an event object with a ``type``.
 
     U+0000 becomes U+FFFD: the thread stores refuse it, and one odd character from a model
-    should not cost the whole run.
+    should not cost the whole run. The JSON limits of a client's request apply (depth,
+    integers within 64 bits).
 
     Raises:
-        AgentError: not JSON, not an object, or no string ``type`` (UPSTREAM_PROTOCOL_ERROR).
+        AgentError: not JSON within the limits, not an object, or no string ``type``
+            (UPSTREAM_PROTOCOL_ERROR).
     """
     nul = NUL_ESCAPE.decode()
     if nul in data:
         data = data.replace(nul, "\\ufffd")
     try:
-        event = orjson.loads(data)
-    except orjson.JSONDecodeError:
+        event = loads(data, max_depth=max_depth, where="upstream event")
+    except JsonLimitError:
         event = None
     if not isinstance(event, dict) or not isinstance(event.get("type"), str):
         logger.warning("malformed upstream event: %r", data[:200])
@@ -267,6 +346,50 @@ def _parse_event(data: str) -> dict[str, Any]:
             "The upstream agent sent a malformed event.", code="UPSTREAM_PROTOCOL_ERROR"
         )
     return event
+
+
+def _resume_entry(answer: Resume) -> dict[str, Any]:
+    """An answer in its ``RunAgentInput.resume`` wire form."""
+    entry: dict[str, Any] = {"interruptId": answer.interrupt_id, "status": answer.status}
+    if answer.payload is not None:
+        entry["payload"] = answer.payload
+    if answer.metadata is not None:
+        entry["metadata"] = answer.metadata
+    return entry
+
+
+def _open_calls(messages: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """The history's tool calls that have no result yet (those an interrupt left open)."""
+    answered = {m.get("toolCallId") for m in messages if m.get("role") == "tool"}
+    return {
+        call["id"]: call
+        for message in messages
+        for call in (message.get("toolCalls") or [])
+        if isinstance(call, Mapping) and isinstance(call.get("id"), str)
+        and call["id"] not in answered
+    }
+
+
+def _interrupts(outcome: Mapping[str, Any], upstream: UpstreamRound) -> list[dict[str, Any]]:
+    """The upstream's interrupts for the client's run: each ``toolCallId`` of a call
+    announced in this round becomes the client's id of that call.
+
+    Raises:
+        AgentError: ``INVALID_INTERRUPT``, no interrupt objects at all.
+    """
+    interrupts = []
+    for interrupt in outcome.get("interrupts") or []:
+        if not isinstance(interrupt, dict):
+            continue
+        interrupt = dict(interrupt)
+        call_id = interrupt.get("toolCallId")
+        if isinstance(call_id, str):
+            interrupt["toolCallId"] = upstream.local_call_id(call_id) or call_id
+        interrupts.append(interrupt)
+    if not interrupts:
+        raise AgentError("The upstream agent interrupted the run without an interrupt.",
+                         code="INVALID_INTERRUPT")
+    return interrupts
 
 
 def _tool_call_ids(messages: Sequence[Mapping[str, Any]]) -> set[str]:

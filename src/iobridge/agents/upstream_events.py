@@ -5,26 +5,40 @@ its ``RunContext``, so the runtime's session and guard decide ids and lifecycle:
 
 - Text and reasoning become ``TextDelta``/``TextEnd`` and ``ReasoningDelta``/``ReasoningEnd``
   (iobridge's message ids; a message opened and closed without content shows nothing).
-- Tool calls are announced with ``ctx.start_tool_call`` (the upstream's id when it is a
-  valid id not used before in the thread, a new one otherwise). A call the upstream answers
-  with TOOL_CALL_RESULT is completed as a server tool call; a call of a client tool is kept
-  for the agent to await (``frontend_calls``).
+- Tool calls are announced with ``ctx.start_tool_call`` under an id the bridge mints: an
+  upstream (a small model behind it) may reuse ``c1`` in every run, and one id twice in a
+  thread pairs calls with the wrong results. The upstream's own ids stay in ``conversation``,
+  what its follow-up run receives. A call the upstream answers with TOOL_CALL_RESULT is
+  completed as a server tool call; a call of a client tool is kept for the agent to await
+  (``frontend_calls``).
 - Steps, state snapshots and deltas, CUSTOM become their outputs; RAW and other types go to
   the guard as they are (it drops malformed ones and wraps unknown types in RAW).
-- RUN_STARTED is dropped (the guard emits its own), RUN_FINISHED ends the round (its
-  ``result`` is kept), RUN_ERROR fails the run. MESSAGES_SNAPSHOT and
-  REASONING_ENCRYPTED_VALUE are dropped: they name the upstream's message ids, which the
-  client never sees, and iobridge's thread memory owns the history.
+- RUN_STARTED is dropped (the guard emits its own); RUN_FINISHED ends the round, its
+  ``result``, ``outcome`` (interrupt, cancelled) and ``usage`` kept for the agent; RUN_ERROR
+  fails the run (its usage counted). MESSAGES_SNAPSHOT is dropped: it names the upstream's
+  message ids, which the client never sees, and iobridge's thread memory owns the history.
+- REASONING_ENCRYPTED_VALUE on one of the upstream's reasoning messages goes onto the
+  client's reasoning message (marked as this agent's, so only it gets the value back), on a
+  tool call onto that call; on anything else it is dropped.
+- Each event's ``metadata`` passes through onto the events it becomes (``ctx.annotate``),
+  without the ``ag-ui`` key, which is the protocol's own: what an upstream's protocol layer
+  put there describes its stream, not the translated one.
+- A TOOL_CALL_RESULT for a call of an earlier run that the run's ``resume`` answers (an
+  interrupted approval) is that call's result: the client already holds the call, so it is
+  not announced again (``ctx.answer_earlier_call``).
 
 The round also folds what it announced into AG-UI messages in the upstream's ids
-(``conversation``), which a follow-up upstream run receives after the tool results.
+(``conversation``), which a follow-up upstream run receives after the tool results. What the
+round keeps (text, arguments, results, ids) counts against ``max_round_bytes``; beyond it the
+run ends with ``UPSTREAM_TOO_LARGE``, so an endless upstream cannot grow it without bound.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -32,16 +46,23 @@ import orjson
 
 from iobridge.agents import outputs as out
 from iobridge.agents.context import ToolResult
-from iobridge.errors import AgentError, InputError
+from iobridge.errors import AgentError
 from iobridge.protocol import events as ev
-from iobridge.protocol.text import validate_id
+from iobridge.protocol.media import content_problems
+from iobridge.protocol.run_limits import DEFAULT_MAX_UPSTREAM_ROUND_BYTES
+from iobridge.protocol.text import is_id
 
 if TYPE_CHECKING:
     from iobridge.agents.context import RunContext, ToolCallHandle
 
 logger = logging.getLogger(__name__)
 
-_DROPPED = frozenset({ev.RUN_STARTED, ev.MESSAGES_SNAPSHOT, "REASONING_ENCRYPTED_VALUE"})
+_DROPPED = frozenset({ev.RUN_STARTED, ev.MESSAGES_SNAPSHOT})
+#: The ``metadata`` key reserved for AG-UI's own use (``ag_ui.core.AGUI_METADATA_KEY``).
+AGUI_METADATA_KEY = "ag-ui"
+#: What one entry (a message, a call, an id in a table) costs beyond its text.
+_ENTRY_COST = 64
+UPSTREAM_TOO_LARGE = "UPSTREAM_TOO_LARGE"
 
 
 @dataclass(slots=True, eq=False)
@@ -52,7 +73,7 @@ class UpstreamCall:
     #: The call as the upstream's history holds it (arguments filled in at its end).
     entry: dict[str, Any]
     frontend: bool
-    fragments: list[str] = field(default_factory=list)
+    fragments: io.StringIO = field(default_factory=io.StringIO)
     ended: bool = False
     answered: bool = False
 
@@ -62,16 +83,31 @@ class UpstreamRound:
 
     Args:
         ctx: The client's run.
+        max_round_bytes: Most bytes the round may keep (see the module docstring).
         used_ids: Tool call ids taken in the thread and this run (updated as calls start).
+        agent_id: The agent the round runs for (its reasoning values are marked with it).
+        resumed: Calls of earlier runs that this run's ``resume`` answers: id -> the call
+            as the history holds it (``{id, function: {name, arguments}}``).
     """
 
-    def __init__(self, ctx: RunContext, used_ids: set[str]) -> None:
+    def __init__(
+        self, ctx: RunContext, max_round_bytes: int = DEFAULT_MAX_UPSTREAM_ROUND_BYTES, *,
+        used_ids: set[str] | None = None, agent_id: str = "",
+        resumed: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
         self.ctx = ctx
-        self.used_ids = used_ids
+        self.used_ids = used_ids if used_ids is not None else set()
+        self.max_round_bytes = max_round_bytes
+        #: Bytes kept so far (text, arguments, results, ids).
+        self.kept_bytes = 0
+        self.agent_id = agent_id
+        self.resumed = dict(resumed or {})
         #: The upstream ended its run (RUN_FINISHED); nothing after it is read.
         self.finished = False
         #: ``RUN_FINISHED.result``, when the upstream gave one.
         self.result: Any = None
+        #: ``RUN_FINISHED.outcome`` when it was an interrupt or a cancellation.
+        self.outcome: dict[str, Any] | None = None
         #: The upstream's last STATE_SNAPSHOT (``has_state``), for its follow-up run.
         self.state: Any = None
         self.has_state = False
@@ -83,6 +119,8 @@ class UpstreamRound:
         self._text: str | None = None
         self._closed_texts: set[str] = set()
         self._reasoning: str | None = None
+        #: The upstream's reasoning message ids seen in this round.
+        self._reasoning_ids: set[str] = set()
         self._chunk_call: str | None = None
 
     def feed(self, event: dict[str, Any]) -> None:
@@ -92,14 +130,22 @@ class UpstreamRound:
             AgentError: the upstream sent RUN_ERROR (``UPSTREAM_RUN_ERROR``).
         """
         kind = event["type"]
-        if self._chunk_call is not None and kind != ev.TOOL_CALL_CHUNK:
-            self._end_call(self._chunk_call)
-            self._chunk_call = None
-        handler = _HANDLERS.get(kind)
-        if handler is not None:
-            handler(self, event)
-        elif kind not in _DROPPED:
-            self.ctx.emit(out.RawEvent(event=event))
+        metadata = passed_metadata(event)
+        if metadata is not None:
+            self.ctx.annotate(metadata)
+        try:
+            if self._chunk_call is not None and kind != ev.TOOL_CALL_CHUNK:
+                self._end_call(self._chunk_call)
+                self._chunk_call = None
+            handler = _HANDLERS.get(kind)
+            if handler is not None:
+                handler(self, event)
+            elif kind not in _DROPPED:
+                raw = {k: v for k, v in event.items() if k != "metadata"}
+                self.ctx.emit(out.RawEvent(event=raw))
+        finally:
+            if metadata is not None:
+                self.ctx.annotate(None)
 
     def close(self) -> None:
         """End the round: close its open call chunk, text and reasoning."""
@@ -127,8 +173,8 @@ class UpstreamRound:
         messages = []
         for message in self._messages:
             message = dict(message)
-            if "content" in message:
-                message["content"] = "".join(message["content"])
+            if isinstance(message.get("content"), io.StringIO):
+                message["content"] = message["content"].getvalue()
             calls = [c for c in message.pop("toolCalls", []) if id(c) in kept]
             if calls:
                 message["toolCalls"] = calls
@@ -138,16 +184,50 @@ class UpstreamRound:
             messages.append(_tool_message(call.entry["id"], answer.content))
         return messages
 
+    def _keep(self, text: str | None, entries: int = 0) -> None:
+        """Count what the round keeps.
+
+        Raises:
+            AgentError: past ``max_round_bytes`` (``UPSTREAM_TOO_LARGE``).
+        """
+        self.kept_bytes += (len(text) if text else 0) + entries * _ENTRY_COST
+        if self.kept_bytes > self.max_round_bytes:
+            logger.warning("the upstream run kept more than %d bytes", self.max_round_bytes)
+            raise AgentError(
+                "The upstream agent sent more than this server keeps for one run.",
+                code=UPSTREAM_TOO_LARGE,
+            )
+
     # -- run lifecycle ---------------------------------------------------------------
 
     def _on_run_finished(self, event: dict[str, Any]) -> None:
         self.finished = True
         self.result = event.get("result")
+        self._add_usage(event.get("usage"))
+        outcome = event.get("outcome")
+        if isinstance(outcome, dict) and outcome.get("type") in ("interrupt", "cancelled"):
+            self.outcome = outcome
 
     def _on_run_error(self, event: dict[str, Any]) -> None:
+        self._add_usage(event.get("usage"))
         logger.warning("the upstream agent failed: %r (code %r)",
                        str(event.get("message"))[:300], str(event.get("code"))[:64])
         raise AgentError("The upstream agent reported an error.", code="UPSTREAM_RUN_ERROR")
+
+    def _add_usage(self, usage: Any) -> None:
+        """The upstream's token counts, summed into the run's (``ctx.add_usage`` keeps only
+        non-negative integer counts)."""
+        for entry in usage if isinstance(usage, list) else []:
+            if not isinstance(entry, dict):
+                continue
+            provider, model = entry.get("provider"), entry.get("model")
+            self.ctx.add_usage(provider if isinstance(provider, str) else None,
+                               model if isinstance(model, str) else None, entry)
+
+    def local_call_id(self, upstream_id: str) -> str | None:
+        """The client's id of a call the upstream announced in this round (``None``: none)."""
+        call = self._calls.get(upstream_id)
+        return call.handle.tool_call_id if call is not None else None
 
     # -- text and reasoning ----------------------------------------------------------
 
@@ -158,6 +238,7 @@ class UpstreamRound:
             return
         if message_id in self._closed_texts:
             return
+        self._keep(delta)
         if message_id != self._text:
             if self._text is not None:
                 self.ctx.emit(out.TextEnd())
@@ -166,7 +247,10 @@ class UpstreamRound:
         else:
             self.ctx.emit(delta)
         assistant = self._assistant_message()
-        assistant.setdefault("content", []).append(delta)
+        buffer = assistant.get("content")
+        if buffer is None:
+            buffer = assistant["content"] = io.StringIO()
+        buffer.write(delta)
 
     def _on_text_end(self, event: dict[str, Any]) -> None:
         message_id = event.get("messageId")
@@ -175,7 +259,9 @@ class UpstreamRound:
         if message_id == self._text:
             self.ctx.emit(out.TextEnd())
             self._text = None
-        self._closed_texts.add(message_id)
+        if message_id not in self._closed_texts:
+            self._keep(message_id, entries=1)
+            self._closed_texts.add(message_id)
 
     def _on_text_chunk(self, event: dict[str, Any]) -> None:
         message_id = event.get("messageId")
@@ -183,9 +269,15 @@ class UpstreamRound:
             message_id = self._text or "chunk"
         self._on_text_content({"messageId": message_id, "delta": event.get("delta")})
 
+    def _on_reasoning_start(self, event: dict[str, Any]) -> None:
+        message_id = event.get("messageId")
+        if isinstance(message_id, str):
+            self._reasoning_ids.add(message_id)
+
     def _on_reasoning_content(self, event: dict[str, Any]) -> None:
         message_id = event.get("messageId")
         message_id = message_id if isinstance(message_id, str) else self._reasoning or "thinking"
+        self._reasoning_ids.add(message_id)
         delta = event.get("delta")
         if not isinstance(delta, str) or not delta:
             return
@@ -199,6 +291,22 @@ class UpstreamRound:
             self.ctx.emit(out.ReasoningEnd())
             self._reasoning = None
 
+    def _on_encrypted_value(self, event: dict[str, Any]) -> None:
+        entity, value = event.get("entityId"), event.get("encryptedValue")
+        if not isinstance(entity, str) or not isinstance(value, str) or not value:
+            return
+        if event.get("subtype") == "tool-call" and entity in self._calls:
+            call = self._calls[entity]
+            call.entry["encryptedValue"] = value  # the upstream's follow-up runs get it back
+            self.ctx.emit(out.ReasoningEncryptedValue(value=value,
+                                                      tool_call_id=call.handle.tool_call_id))
+        elif event.get("subtype") == "message" and entity in self._reasoning_ids:
+            self.ctx.emit(out.ReasoningEncryptedValue(
+                value=value, metadata={"iobridge": {"agent": self.agent_id}}
+            ))
+        else:
+            logger.info("dropping an upstream encrypted value for %r", entity[:64])
+
     # -- tool calls ------------------------------------------------------------------
 
     def _on_tool_start(self, event: dict[str, Any]) -> None:
@@ -208,8 +316,10 @@ class UpstreamRound:
             not isinstance(upstream_id, str) or not upstream_id
             or not isinstance(name, str) or not name
             or upstream_id in self._calls
+            or upstream_id in self.resumed  # the client holds it: only its result is new
         ):
             return
+        self._keep(upstream_id + name, entries=2)
         handle = self.ctx.start_tool_call(name, tool_call_id=self._local_id(upstream_id))
         self.used_ids.add(handle.tool_call_id)
         entry = {"id": upstream_id, "type": "function",
@@ -220,10 +330,10 @@ class UpstreamRound:
         )
 
     def _local_id(self, upstream_id: str) -> str | None:
-        """The upstream's id when the client's run can use it (``None``: make one)."""
-        try:
-            validate_id(upstream_id)
-        except InputError:
+        """The upstream's id when the client's run can use it: its later runs see the ids
+        it made; one the thread or this run already holds, or no valid id, is minted anew
+        (``None``)."""
+        if not is_id(upstream_id):
             return None
         return None if upstream_id in self.used_ids else upstream_id
 
@@ -232,7 +342,8 @@ class UpstreamRound:
         call = self._calls.get(upstream_id) if isinstance(upstream_id, str) else None
         delta = event.get("delta")
         if call is not None and not call.ended and isinstance(delta, str) and delta:
-            call.fragments.append(delta)
+            self._keep(delta)
+            call.fragments.write(delta)
             call.handle.add_args(delta)
 
     def _on_tool_end(self, event: dict[str, Any]) -> None:
@@ -245,7 +356,7 @@ class UpstreamRound:
         if call is None or call.ended:
             return
         call.ended = True
-        call.entry["function"]["arguments"] = "".join(call.fragments) or "{}"
+        call.entry["function"]["arguments"] = call.fragments.getvalue() or "{}"
         call.handle.end()
         if call.frontend:
             self.frontend_calls.append(call)
@@ -264,16 +375,23 @@ class UpstreamRound:
 
     def _on_tool_result(self, event: dict[str, Any]) -> None:
         upstream_id = event.get("toolCallId")
+        if isinstance(upstream_id, str) and upstream_id in self.resumed:
+            del self.resumed[upstream_id]
+            result = _result(event.get("content"))
+            self.ctx.answer_earlier_call(upstream_id, result)
+            self._messages.append(_tool_message(upstream_id, result.parts or result.content))
+            self._assistant = None
+            return
         call = self._calls.get(upstream_id) if isinstance(upstream_id, str) else None
         if call is None or call.frontend or call.answered:
             return  # the client answers its own tools; a second result is dropped
         self._end_call(upstream_id)  # type: ignore[arg-type]
-        content = event.get("content")
-        if not isinstance(content, str):
-            content = orjson.dumps(content, default=str).decode()
+        result = _result(event.get("content"))
+        kept = result.content if result.parts is None else orjson.dumps(result.parts).decode()
+        self._keep(kept, entries=1)
         call.answered = True
-        call.handle.complete(ToolResult(content=content))
-        self._messages.append(_tool_message(call.entry["id"], content))
+        call.handle.complete(result)
+        self._messages.append(_tool_message(call.entry["id"], result.parts or result.content))
         self._assistant = None
 
     # -- steps, state, custom --------------------------------------------------------
@@ -307,12 +425,34 @@ class UpstreamRound:
     def _assistant_message(self) -> dict[str, Any]:
         """The assistant message the round's text and calls go to (a new one after a result)."""
         if self._assistant is None:
+            self._keep(None, entries=1)
             self._assistant = {"id": uuid.uuid4().hex, "role": "assistant"}
             self._messages.append(self._assistant)
         return self._assistant
 
 
-def _tool_message(tool_call_id: str, content: str) -> dict[str, Any]:
+def _result(content: Any) -> ToolResult:
+    """An upstream TOOL_CALL_RESULT's content as a result: AG-UI 1.0 content parts (an image
+    a tool made, say) stay parts; anything but text becomes JSON text."""
+    if isinstance(content, list) and content and not content_problems(content, ()):
+        text = "".join(p["text"] for p in content if p.get("type") == "text")
+        return ToolResult(content=text, value=content, parts=content)
+    if not isinstance(content, str):
+        content = orjson.dumps(content, default=str).decode()
+    return ToolResult(content=content)
+
+
+def passed_metadata(event: Mapping[str, Any]) -> dict[str, Any] | None:
+    """An upstream event's ``metadata`` as it passes through: an object, without the key
+    AG-UI reserves for itself (``None``: nothing to pass)."""
+    metadata = event.get("metadata")
+    if not isinstance(metadata, dict):
+        return None
+    passed = {k: v for k, v in metadata.items() if k != AGUI_METADATA_KEY}
+    return passed or None
+
+
+def _tool_message(tool_call_id: str, content: str | list[dict[str, Any]]) -> dict[str, Any]:
     return {"id": uuid.uuid4().hex, "role": "tool", "toolCallId": tool_call_id,
             "content": content}
 
@@ -330,7 +470,8 @@ _HANDLERS: dict[str, _Handler] = {
     ev.TEXT_MESSAGE_END: UpstreamRound._on_text_end,
     ev.TEXT_MESSAGE_CHUNK: UpstreamRound._on_text_chunk,
     ev.REASONING_START: _skip,
-    ev.REASONING_MESSAGE_START: _skip,
+    ev.REASONING_MESSAGE_START: UpstreamRound._on_reasoning_start,
+    ev.REASONING_ENCRYPTED_VALUE: UpstreamRound._on_encrypted_value,
     ev.REASONING_MESSAGE_CONTENT: UpstreamRound._on_reasoning_content,
     ev.REASONING_MESSAGE_CHUNK: UpstreamRound._on_reasoning_content,
     ev.REASONING_MESSAGE_END: UpstreamRound._on_reasoning_end,

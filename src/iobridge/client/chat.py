@@ -32,6 +32,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from iobridge.client.api import IoBridgeClient, IoBridgeError
+from iobridge.client.base_url import BadBackend, check_base_url, fail, probe_backend
 from iobridge.client.header_option import parse_headers
 
 __all__ = ["BUILTIN_TOOLS", "Chat", "chat"]
@@ -50,6 +51,8 @@ BUILTIN_TOOLS: list[dict[str, Any]] = [
     },
 ]
 HISTORY_SHOWN = 20
+#: Seconds the backend has to answer before the chat starts.
+PROBE_TIMEOUT = 10.0
 HELP = (
     "/threads  list threads · /thread ID  switch (shows its history) · /new  a new thread · "
     "/agent [ID]  list agents or switch · /quit"
@@ -254,12 +257,17 @@ def chat(
 ) -> None:
     """Chat with an io-bridge backend in the terminal (frontend tools answered at the prompt)."""
     headers, tools = parse_headers(header or []), _tools(tool or [])
+    try:
+        url = check_base_url(url)
+    except BadBackend as exc:
+        raise fail(exc) from None
     console = Console(highlight=False)
 
     async def ask(prompt: str) -> str:
         return await asyncio.to_thread(console.input, prompt)
 
     async def session() -> None:
+        await probe_backend(url, prefix, headers, PROBE_TIMEOUT)
         async with IoBridgeClient(url, prefix=prefix, headers=headers, api_key=api_key) as client:
             await Chat(
                 client, console, ask, thread_id=thread, agent_id=agent, tools=tools
@@ -267,5 +275,7 @@ def chat(
 
     try:
         asyncio.run(session())
+    except BadBackend as exc:
+        raise fail(exc) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None

@@ -9,6 +9,7 @@ from fastapi import APIRouter
 from iobridge.http.openapi import errors
 from iobridge.http.security import CurrentBackend, CurrentPrincipal
 from iobridge.protocol.resources import Agent, AgentList
+from iobridge.protocol.versions import SUPPORTED_VERSIONS
 
 __all__ = ["router"]
 
@@ -21,8 +22,9 @@ router = APIRouter(tags=["agents"])
     responses={200: {"model": AgentList, "description": "The agents"}, **errors(401)},
 )
 async def list_agents(backend: CurrentBackend, principal: CurrentPrincipal) -> dict[str, Any]:
-    """``{"agents": [{id, name, description, modelId?, tools}]}`` in registration order."""
-    return {"agents": backend.list_agents()}
+    """``{"agents": [{id, name, description, modelId?, tools, capabilities}],
+    "protocolVersions": [...]}``, agents in registration order."""
+    return {"agents": backend.list_agents(), "protocolVersions": list(SUPPORTED_VERSIONS)}
 
 
 @router.get(

@@ -14,7 +14,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from iobridge.protocol.resources import MESSAGE_SCHEMAS, ErrorEnvelope
+from iobridge.protocol.resources import CAPABILITY_SCHEMAS, MESSAGE_SCHEMAS, ErrorEnvelope
 
 __all__ = ["STATUS_TEXT", "document_api", "errors"]
 
@@ -71,6 +71,7 @@ def _finish(schema: dict[str, Any]) -> None:
         components.update(envelope.pop("$defs", {}))
         components["ErrorEnvelope"] = envelope
     components.update(MESSAGE_SCHEMAS)
+    components.update(CAPABILITY_SCHEMAS)
     for operations in schema.get("paths", {}).values():
         for method, operation in operations.items():
             responses = operation.setdefault("responses", {})

@@ -5,17 +5,23 @@ from __future__ import annotations
 import asyncio
 import uuid
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from iobridge.eventloop import LoopKind, LoopUnavailable
 from iobridge.eventloop import run as run_on_loop
-from iobridge.npamp.bridge import Effect, TransportErrorCode
-from iobridge.npamp.handshake import IdentityKey, SignatureScheme, keygen, load_identity
-from iobridge.npamp_server.client import RunRefused
+from iobridge.extras import MissingExtra, require_extra
 
-app = typer.Typer(help="AG-UI over N-PAMP: keys and a command-line client.", no_args_is_help=True)
+if TYPE_CHECKING:
+    from iobridge.npamp.bridge import Effect
+    from iobridge.npamp.handshake import IdentityKey
+    from iobridge.npamp_server.client import RunRefused
+
+app = typer.Typer(
+    help="AG-UI over N-PAMP: keys and a command-line client.", no_args_is_help=True,
+    rich_markup_mode=None,  # plain help, as ``iobridge``'s (wraps at 80 columns, cuts nothing)
+)
 
 
 @app.command("keygen")
@@ -24,6 +30,9 @@ def keygen_command(
     scheme: Annotated[str, typer.Option(help="ed25519 or ml-dsa-87")] = "ed25519",
 ) -> None:
     """Create an identity key pair and print its fingerprint (what peers pin and map)."""
+    _require_npamp()
+    from iobridge.npamp.handshake import keygen, load_identity
+
     try:
         written = keygen(path, scheme)
     except (ValueError, OSError) as exc:  # unknown scheme, file exists, folder missing
@@ -32,8 +41,19 @@ def keygen_command(
     typer.echo(load_identity(written).fingerprint)
 
 
+def _require_npamp() -> None:
+    """Stop with one line (exit 2) when the npamp extra is not installed."""
+    try:
+        require_extra("npamp", "iobridge npamp")
+    except MissingExtra as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
 def _client_identity(path: Path) -> IdentityKey:
     """Load ``--identity``; every way it can be unusable is a one-line error, exit 2."""
+    from iobridge.npamp.handshake import SignatureScheme, load_identity
+
     try:
         key = load_identity(path)
     except (ValueError, OSError) as exc:
@@ -53,6 +73,8 @@ def _client_identity(path: Path) -> IdentityKey:
 
 def _refusal(exc: RunRefused) -> str:
     """The refusal as the spec names it (NPAMP-BRIDGE §6), with what to do about the usual one."""
+    from iobridge.npamp.bridge import TransportErrorCode
+
     code = exc.transport_code
     name = "foreign error" if code is None else code.name.title().replace("_", "")
     line = f"the server refused the run: {name}" + (f" ({exc.reason})" if exc.reason else "")
@@ -94,6 +116,10 @@ def run_command(
     ] = "auto",
 ) -> None:
     """Send one message as an AG-UI run and print each event as it arrives (JSON lines)."""
+    _require_npamp()
+    from iobridge.npamp.bridge import Effect
+    from iobridge.npamp.handshake import IdentityKey, SignatureScheme
+
     host, port = _address(connect)
     if not pin:
         typer.echo("error: give --pin with the server's key fingerprint", err=True)
@@ -132,7 +158,7 @@ async def _run(
     timeout: float,
 ) -> int:
     from iobridge.npamp.errors import NpampError
-    from iobridge.npamp_server.client import connect
+    from iobridge.npamp_server.client import RunRefused, connect
 
     try:
         async with asyncio.timeout(timeout):

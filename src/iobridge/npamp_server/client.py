@@ -30,11 +30,6 @@ from typing import Any, ClassVar, TypeVar
 
 import orjson
 
-try:
-    from iobridge.npamp import _speedups
-except ImportError:  # pragma: no cover - the extension is optional; the reference path remains
-    _speedups = None  # type: ignore[assignment]
-
 from iobridge.npamp._makers import positional_maker
 from iobridge.npamp.aio import Association, TransportConfig, client_ssl_context
 from iobridge.npamp.aio import connect as npamp_connect
@@ -127,9 +122,8 @@ class AgUiEvent:
 
 
 _End = StreamEnded | CancelAcked
+#: The compiled Maker where built (iobridge/npamp/_makers.py says what it buys).
 _make_event = positional_maker(AgUiEvent)
-#: The compiled run of :meth:`RunStream._deliver` (``None``: the Python path, event by event).
-_decode_run = None if _speedups is None else _speedups.decode_run
 
 
 class RunStream:
@@ -189,22 +183,6 @@ class RunStream:
     def _wake(self) -> None:
         if self._items:
             self._ready.set()
-
-    def _deliver_from(self, events: list[Event], index: int) -> int:
-        """Queue ``events[index]`` for this stream, with the run of data events of this
-        stream after it when the compiled path takes them in one call (the same events
-        :meth:`_deliver` makes one by one); returns the index of the first event left."""
-        if _decode_run is not None and type(events[index]) is StreamDataReceived:
-            taken, made, resumable = _decode_run(
-                events, index, StreamDataReceived, self.correlation_id, _make_event,
-                orjson.loads, orjson.JSONDecodeError,
-            )
-            if taken > index:
-                self._items.extend(made)
-                self.resumable = resumable
-                return taken
-        self._deliver(events[index])
-        return index + 1
 
     def _deliver(self, event: Event) -> None:
         """Queue what one session event means for this stream; the reader wakes the
@@ -380,16 +358,12 @@ class AgUiClient:
         frames = [(f.frame_type, f.payload) for f in received if f.channel == channel]
         if len(frames) != len(received):
             self.announcements += [f.payload for f in received if f.channel == DISCOVERY_CHANNEL]
-        events = self.session.receive_frames(frames)
         streams, woken = self._streams, set()
-        index, count = 0, len(events)
-        while index < count:
-            stream = streams.get(getattr(events[index], "correlation_id", None) or b"")
-            if stream is None:
-                index += 1
-                continue
-            woken.add(stream)
-            index = stream._deliver_from(events, index)
+        for event in self.session.receive_frames(frames):
+            stream = streams.get(getattr(event, "correlation_id", None) or b"")
+            if stream is not None:
+                woken.add(stream)
+                stream._deliver(event)
         return woken
 
 

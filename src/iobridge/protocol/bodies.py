@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from iobridge.errors import InputError
+from iobridge.protocol.json_limits import DEFAULT_MAX_JSON_DEPTH, check_value, loads
 from iobridge.protocol.text import reject_nul
 
 __all__ = ["Body", "parse_json_object"]
@@ -20,21 +19,20 @@ __all__ = ["Body", "parse_json_object"]
 Body = bytes | str | dict[str, Any]
 
 
-def parse_json_object(body: Body) -> dict[str, Any]:
-    """``body`` as a JSON object.
+def parse_json_object(body: Body, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> dict[str, Any]:
+    """``body`` as a JSON object, within the JSON limits (``protocol.json_limits``).
 
     Raises:
-        InputError: not JSON (``INVALID_JSON``), not an object, or U+0000 in any of its
-            text (``INVALID_TEXT``).
+        InputError: not JSON (``INVALID_JSON``), nested deeper than ``max_depth``
+            (``JSON_TOO_DEEP``), an integer beyond 64 bits (``NUMBER_OUT_OF_RANGE``), not an
+            object, or U+0000 in any of its text (``INVALID_TEXT``).
     """
     if isinstance(body, dict):
+        check_value(body, max_depth=max_depth)
         data: Any = body
         raw: bytes | str | None = None
     else:
-        try:
-            data = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise InputError("request body is not valid JSON", code="INVALID_JSON") from exc
+        data = loads(body, max_depth=max_depth)
         raw = body
     if not isinstance(data, dict):
         raise InputError("request body must be a JSON object")

@@ -11,6 +11,8 @@ from typing import Any
 
 import orjson
 
+from iobridge.protocol.versions import PROTOCOL_VERSION
+
 Event = dict[str, Any]
 
 RUN_STARTED = "RUN_STARTED"
@@ -33,6 +35,7 @@ REASONING_MESSAGE_START = "REASONING_MESSAGE_START"
 REASONING_MESSAGE_CONTENT = "REASONING_MESSAGE_CONTENT"
 REASONING_MESSAGE_END = "REASONING_MESSAGE_END"
 REASONING_MESSAGE_CHUNK = "REASONING_MESSAGE_CHUNK"
+REASONING_ENCRYPTED_VALUE = "REASONING_ENCRYPTED_VALUE"
 STATE_SNAPSHOT = "STATE_SNAPSHOT"
 STATE_DELTA = "STATE_DELTA"
 MESSAGES_SNAPSHOT = "MESSAGES_SNAPSHOT"
@@ -41,12 +44,23 @@ RAW = "RAW"
 
 TERMINAL_TYPES = frozenset({RUN_FINISHED, RUN_ERROR})
 
+#: The labels and the count fields of an AG-UI 1.0 ``TokenUsage``.
+USAGE_LABELS = frozenset({"provider", "model"})
+USAGE_COUNTS = frozenset({
+    "inputTokens", "outputTokens", "totalTokens", "reasoningTokens", "cachedInputTokens",
+    "cacheWriteInputTokens",
+})
+#: The largest count a JSON reader keeps exactly (the protocol's bound).
+MAX_SAFE_INTEGER = 2**53 - 1
+
 
 def run_started(thread_id: str, run_id: str, parent_run_id: str | None = None) -> Event:
-    """RUN_STARTED echoing the request's ids."""
+    """RUN_STARTED echoing the request's ids and declaring the AG-UI version iobridge speaks
+    (its own, whatever the client declared: AG-UI 1.0 versioning)."""
     event: Event = {"type": RUN_STARTED, "threadId": thread_id, "runId": run_id}
     if parent_run_id is not None:
         event["parentRunId"] = parent_run_id
+    event["protocolVersion"] = PROTOCOL_VERSION
     return event
 
 
@@ -67,6 +81,18 @@ def run_finished(
     if usage:
         event["usage"] = usage
     return event
+
+
+def pre_1_0_outcome(outcome: dict[str, Any]) -> dict[str, Any] | None:
+    """``RUN_FINISHED.outcome`` as an AG-UI 0.x client takes it (``None``: send none).
+
+    A request without ``protocolVersion`` comes from a 0.x client (``@ag-ui/client`` 0.0.x,
+    which assistant-ui and CopilotKit bundle). Its strict schema fails the whole run on a
+    ``success`` with 1.0's ``pendingToolCallIds`` and on ``cancelled`` (1.0 only), and
+    assistant-ui reads a plain ``success`` as "no tool call is waiting"; without an outcome
+    a 0.x client sees the calls without results and runs them. ``interrupt`` is in both.
+    """
+    return outcome if outcome.get("type") == "interrupt" else None
 
 
 def run_error(
@@ -116,8 +142,11 @@ def tool_call_end(tool_call_id: str) -> Event:
     return {"type": TOOL_CALL_END, "toolCallId": tool_call_id}
 
 
-def tool_call_result(message_id: str, tool_call_id: str, content: str) -> Event:
-    """TOOL_CALL_RESULT carrying the result as text (JSON for structured values)."""
+def tool_call_result(
+    message_id: str, tool_call_id: str, content: str | list[dict[str, Any]]
+) -> Event:
+    """TOOL_CALL_RESULT carrying the result as text (JSON for structured values), or as
+    AG-UI 1.0 content parts."""
     return {
         "type": TOOL_CALL_RESULT,
         "messageId": message_id,
@@ -160,6 +189,18 @@ def reasoning_message_content(message_id: str, delta: str) -> Event:
 def reasoning_message_end(message_id: str) -> Event:
     """REASONING_MESSAGE_END."""
     return {"type": REASONING_MESSAGE_END, "messageId": message_id}
+
+
+def reasoning_encrypted_value(
+    subtype: str, entity_id: str, value: str, metadata: dict[str, Any] | None = None
+) -> Event:
+    """REASONING_ENCRYPTED_VALUE for a message (``subtype`` ``message``) or a tool call
+    (``tool-call``)."""
+    event: Event = {"type": REASONING_ENCRYPTED_VALUE, "subtype": subtype, "entityId": entity_id,
+                    "encryptedValue": value}
+    if metadata:
+        event["metadata"] = metadata
+    return event
 
 
 def state_snapshot(snapshot: Any) -> Event:

@@ -25,13 +25,30 @@ Protocol, plus what ``@ag-ui/client`` checks (``verifyEvents``):
    of argument streaming, which a UI cannot act on before TOOL_CALL_END anyway.
 
 Shared state: the guard keeps the run's current state (the state the run started from,
-then each STATE_SNAPSHOT, each STATE_DELTA applied with ``jsonpatch``; ``None`` counts as
-``{}``, the client's initial state). A delta that is not a valid RFC 6902 patch or does not
-apply to the current state is never shown and the run ends with RUN_ERROR
+then each STATE_SNAPSHOT, each STATE_DELTA applied by ``protocol.json_patch``; ``None``
+counts as ``{}``, the client's initial state). A delta that is not a valid RFC 6902 patch or
+does not apply to the current state is never shown and the run ends with RUN_ERROR
 ``INVALID_STATE_DELTA``: a client applying it would fail or silently diverge from what the
 agent believes, and the next run would start from a state nobody agreed on. A state whose
-JSON exceeds ``max_state_bytes`` ends the run with ``STATE_TOO_LARGE``. ``shared_state`` is
-what the client holds at the end (the thread keeps it for the next run).
+JSON would exceed ``max_state_bytes`` or nest deeper than ``max_json_depth``, even between
+two operations of one patch, ends the run with ``STATE_TOO_LARGE``; a patch of more than
+``max_state_patch_ops`` operations, or one that would copy more than a few times the
+state's bound, with ``STATE_DELTA_TOO_LARGE``. ``shared_state`` is what the client holds at
+the end (the thread keeps it for the next run).
+
+Bounds (``RunLimits``): the messages a run produces (text and reasoning deltas, tool-call
+arguments, held back or released, tool results, ids) count against
+``max_run_output_bytes``; one byte more ends the run with ``RUN_OUTPUT_TOO_LARGE``, so
+neither the transcript nor the held-back calls grow without bound. Tool-call arguments that
+nest deeper than ``max_json_depth`` are ``INVALID_TOOL_ARGS``. The interrupts of
+``outcome`` may encode to at most ``max_interrupt_bytes`` (``INTERRUPTS_TOO_LARGE``). A
+terminal event that would not encode (a result that is not JSON or nests deeper than
+``max_json_depth``) becomes RUN_ERROR ``INVALID_RESULT``: the terminal event is the one
+event that must always reach the log. The events that carry an agent's values as they are
+(CUSTOM, RAW, ACTIVITY_*, MESSAGES_SNAPSHOT and unknown types carried in RAW) are checked the
+same way before they are emitted; one that would not encode ends the run with
+``INVALID_EVENT`` (what an upstream sends is checked when it is decoded, so this concerns a
+Python agent's values: a ``set``, an ``int`` beyond 64 bits, a nest too deep).
 
 The run-level machine has three states (``GuardState``): ``IDLE`` until the first input,
 which emits RUN_STARTED and moves to ``RUNNING``; ``ENDED`` once ``finish``/``fail`` emitted
@@ -53,12 +70,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import jsonpatch
-import jsonpointer
 import orjson
 
 from iobridge.protocol import events as ev
 from iobridge.protocol.events import Event
+from iobridge.protocol.json_limits import depth_exceeds, encodes_within
+from iobridge.protocol.json_patch import PatchError, PatchTooLarge, apply_patch
+from iobridge.protocol.media import content_problems
+from iobridge.protocol.run_limits import INTERRUPTS_TOO_LARGE, RUN_OUTPUT_TOO_LARGE, RunLimits
 from iobridge.protocol.text import is_id
 
 
@@ -78,13 +97,13 @@ INVALID_INTERRUPT = "INVALID_INTERRUPT"
 #: Most interrupts one run may finish with (the thread keeps them until answered).
 MAX_INTERRUPTS = 100
 STATE_TOO_LARGE = "STATE_TOO_LARGE"
+STATE_DELTA_TOO_LARGE = "STATE_DELTA_TOO_LARGE"
+#: A terminal event that would not encode (its result is not JSON, or nests too deep).
+INVALID_RESULT = "INVALID_RESULT"
+#: A CUSTOM, RAW or other pass-through event that would not encode.
+INVALID_EVENT = "INVALID_EVENT"
 #: Default bound of the shared state's JSON (``Settings.max_state_bytes``).
 DEFAULT_MAX_STATE_BYTES = 1024 * 1024
-#: What a patch that does not apply raises (jsonpatch checks lazily, as it applies).
-_PATCH_ERRORS = (
-    jsonpatch.JsonPatchException, jsonpointer.JsonPointerException,
-    TypeError, ValueError, KeyError, IndexError, RecursionError,
-)
 #: Code of a RUN_ERROR an agent emitted without one (every RUN_ERROR carries a code).
 AGENT_ERROR = "AGENT_ERROR"
 #: Roles a TEXT_MESSAGE_START may carry (anything else becomes ``assistant``).
@@ -114,6 +133,7 @@ class LifecycleGuard:
         new_id: Id factory for messages the guard has to create (injectable for tests).
         state: The shared state the run starts from (JSON).
         max_state_bytes: Largest JSON encoding the shared state may reach.
+        limits: The run's other bounds (see the module docstring).
     """
 
     def __init__(
@@ -125,6 +145,7 @@ class LifecycleGuard:
         new_id: Callable[[], str] = _new_id,
         state: Any = None,
         max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
+        limits: RunLimits | None = None,
     ) -> None:
         self.thread_id = thread_id
         self.run_id = run_id
@@ -149,6 +170,13 @@ class LifecycleGuard:
         #: The shared state as the client holds it after the events emitted so far.
         self.shared_state: Any = state
         self._max_state_bytes = max_state_bytes
+        #: Encoded size of ``shared_state`` (measured at the first delta, then tracked).
+        self._state_size: int | None = None
+        self.limits = limits or RunLimits()
+        #: Bytes of messages produced so far (``RunLimits.max_run_output_bytes``).
+        self.output_bytes = 0
+        #: Metadata given to every event fed while it is set (``annotate``).
+        self._annotation: dict[str, Any] | None = None
 
     # -- public API ------------------------------------------------------------------
 
@@ -167,8 +195,27 @@ class LifecycleGuard:
         if self.state is GuardState.ENDED:
             return []
         self._ensure_started()
+        annotation = self._annotation
+        if annotation is not None and event.get("type") not in _RUN_SCOPED:
+            own = event.get("metadata")
+            event = {**event, "metadata": {**annotation, **own} if isinstance(own, dict)
+                     else annotation}
         self._handle(event)
         return self._drain()
+
+    def allow_result(self, tool_call_id: str) -> None:
+        """Let one TOOL_CALL_RESULT through for a call announced in an earlier run, which
+        this run resumes (an approval interrupt left it open). The client files the result
+        after the call it already holds; nothing is announced again."""
+        if is_id(tool_call_id) and tool_call_id not in self._calls:
+            self._closed_calls.setdefault(tool_call_id, False)
+
+    def annotate(self, metadata: dict[str, Any] | None) -> None:
+        """Give ``metadata`` to every event fed from now on (an event's own keys win), until
+        the next call; ``None`` or ``{}`` stops. For events that translate another agent's
+        (an upstream AG-UI server's ``metadata`` passes through); run-scoped events
+        (RUN_STARTED, RUN_FINISHED, RUN_ERROR) are the bridge's own and get none."""
+        self._annotation = dict(metadata) if metadata else None
 
     def feed_text_content(self, message_id: str, delta: str) -> list[Event]:
         """``feed`` of a TEXT_MESSAGE_CONTENT built by the caller (the hot path of a run).
@@ -181,7 +228,10 @@ class LifecycleGuard:
             and message_id in self._texts
             and type(delta) is str
             and delta
+            and self._annotation is None
         ):
+            if not self._spend(_text_bytes(delta)):
+                return self._drain()
             return [{"type": ev.TEXT_MESSAGE_CONTENT, "messageId": message_id, "delta": delta}]
         return self.feed(ev.text_content(message_id, delta))
 
@@ -218,15 +268,43 @@ class LifecycleGuard:
             self._out.append(ev.run_started(self.thread_id, self.run_id, self.parent_run_id))
 
     def _terminate(self, event: Event) -> None:
+        if self.state is GuardState.ENDED:
+            return
+        # The event itself is one level: what it carries may nest max_json_depth below it.
+        if not encodes_within(event, self.limits.max_json_depth + 1):
+            event = ev.run_error(
+                "The agent ended the run with a terminal event that cannot be encoded as JSON "
+                f"(or whose result nests deeper than {self.limits.max_json_depth} levels).",
+                INVALID_RESULT,
+                usage=event.get("usage"),
+            )
         self._out.append(event)
         self.state = GuardState.ENDED
+
+    def _spend(self, nbytes: int) -> bool:
+        """Count ``nbytes`` of produced messages; past the bound, end the run (``False``)."""
+        if self.state is GuardState.ENDED:
+            return False
+        self.output_bytes += nbytes
+        if self.output_bytes <= self.limits.max_run_output_bytes:
+            return True
+        self._close_all()
+        self._terminate(
+            ev.run_error(
+                f"The run produced more than {self.limits.max_run_output_bytes} bytes of "
+                "messages.",
+                RUN_OUTPUT_TOO_LARGE,
+            )
+        )
+        return False
 
     def _drain(self) -> list[Event]:
         out, self._out = self._out, []
         return out
 
     def _emit(self, event: Event) -> None:
-        self._out.append(event)
+        if self.state is not GuardState.ENDED:  # nothing follows the terminal event
+            self._out.append(event)
 
     def _close_all(self) -> None:
         # Held-back tool calls were never shown: dropping them keeps the stream valid and
@@ -262,6 +340,16 @@ class LifecycleGuard:
         handler = _HANDLERS.get(kind)
         if handler is not None:
             handler(self, clean)
+        elif not encodes_within(clean, self.limits.max_json_depth + 1):
+            self._close_all()
+            self._terminate(
+                ev.run_error(
+                    f"The agent produced {kind if kind in PASS_THROUGH else 'an unknown'} event "
+                    "that cannot be encoded as JSON "
+                    f"(or that nests deeper than {self.limits.max_json_depth} levels).",
+                    INVALID_EVENT,
+                )
+            )
         elif kind in PASS_THROUGH:
             self._emit(clean)
         else:
@@ -275,7 +363,7 @@ class LifecycleGuard:
         """The guard emits RUN_STARTED itself; an agent's copy is dropped."""
 
     def _on_run_finished(self, event: Event) -> None:
-        self._finish(event.get("result"), event.get("outcome"))
+        self._finish(event.get("result"), event.get("outcome"), _valid_usage(event.get("usage")))
 
     def _finish(
         self, result: Any, outcome: Any, usage: list[dict[str, Any]] | None = None
@@ -293,6 +381,20 @@ class LifecycleGuard:
                 )
             )
             return
+        if valid is not None and valid["type"] == "interrupt":
+            limit = self.limits.max_interrupt_bytes
+            if not encodes_within(valid["interrupts"], self.limits.max_json_depth) or len(
+                orjson.dumps(valid["interrupts"])
+            ) > limit:
+                self._terminate(
+                    ev.run_error(
+                        f"The agent's interrupts exceed {limit} bytes of JSON (or do not "
+                        "encode).",
+                        INTERRUPTS_TOO_LARGE,
+                        usage=usage,
+                    )
+                )
+                return
         self._terminate(
             ev.run_finished(self.thread_id, self.run_id, result=result, outcome=valid, usage=usage)
         )
@@ -322,6 +424,8 @@ class LifecycleGuard:
             event["role"] = "assistant"
         if "name" in event and not isinstance(event["name"], str):
             del event["name"]
+        if not self._spend(_ID_COST + len(message_id)):
+            return
         self._texts[message_id] = None
         self._emit(event)
 
@@ -333,9 +437,12 @@ class LifecycleGuard:
         if message_id in self._closed_texts:
             return
         if message_id not in self._texts:
+            if not self._spend(_ID_COST + len(message_id)):
+                return
             self._texts[message_id] = None
             self._emit(ev.text_start(message_id))
-        self._emit(event)
+        if self._spend(_text_bytes(delta)):
+            self._emit(event)
 
     def _on_text_end(self, event: Event) -> None:
         message_id = event.get("messageId")
@@ -377,13 +484,19 @@ class LifecycleGuard:
             return
         if "parentMessageId" in event and not is_id(event["parentMessageId"]):
             del event["parentMessageId"]
-        self._calls[call_id] = _PendingCall(start=event)
+        if self._spend(_ID_COST + len(call_id) + len(name)):
+            self._calls[call_id] = _PendingCall(start=event)
 
     def _on_tool_args(self, event: Event) -> None:
         call_id = event.get("toolCallId")
         call = self._calls.get(call_id) if is_id(call_id) else None
         delta = event.get("delta")
-        if call is not None and isinstance(delta, str) and delta:
+        if (
+            call is not None
+            and isinstance(delta, str)
+            and delta
+            and self._spend(_text_bytes(delta))
+        ):
             call.fragments.append(delta)
 
     def _on_tool_end(self, event: Event) -> None:
@@ -396,15 +509,12 @@ class LifecycleGuard:
         if self._chunk_call == call_id:
             self._chunk_call = None
         fragments = call.fragments or ["{}"]
-        try:
-            json.loads("".join(fragments))
-        except ValueError:
+        problem = _args_problem("".join(fragments), self.limits.max_json_depth)
+        if problem is not None:
             self._close_all()
             self._terminate(
-                ev.run_error(
-                    "The agent produced tool-call arguments that are not valid JSON.",
-                    INVALID_TOOL_ARGS,
-                )
+                ev.run_error(f"The agent produced tool-call arguments that {problem}.",
+                             INVALID_TOOL_ARGS)
             )
             return
         self._emit(call.start)
@@ -436,8 +546,21 @@ class LifecycleGuard:
         if not is_id(call_id) or self._closed_calls.get(call_id, True):
             return
         content = event.get("content")
-        if not isinstance(content, (str, list)):
-            event["content"] = json.dumps(content, separators=(",", ":"), default=str)
+        if not isinstance(content, (str, list)) or (
+            isinstance(content, list) and content_problems(content, ())
+        ):
+            # Only text or well-formed content parts pass the client's schema.
+            try:
+                content = event["content"] = json.dumps(
+                    content, separators=(",", ":"), default=str
+                )
+            except (RecursionError, ValueError):
+                content = event["content"] = "[a tool result that is not JSON]"
+        size = _text_bytes(content) if isinstance(content, str) else len(
+            orjson.dumps(content, default=str)
+        )
+        if not self._spend(size):
+            return
         if not is_id(event.get("messageId")):
             event["messageId"] = self._new_id()
         if "role" in event:
@@ -475,7 +598,11 @@ class LifecycleGuard:
 
     def _on_reasoning_message_start(self, event: Event) -> None:
         message_id = event.get("messageId")
-        if is_id(message_id) and message_id not in self._reasoning_messages:
+        if (
+            is_id(message_id)
+            and message_id not in self._reasoning_messages
+            and self._spend(_ID_COST + len(message_id))
+        ):
             self._reasoning_messages[message_id] = None
             event["role"] = "reasoning"
             self._emit(event)
@@ -487,7 +614,10 @@ class LifecycleGuard:
             return
         if message_id not in self._reasoning_messages:
             self._on_reasoning_message_start(ev.reasoning_message_start(message_id))
-        self._emit(event)
+            if message_id not in self._reasoning_messages:
+                return
+        if self._spend(_text_bytes(delta)):
+            self._emit(event)
 
     def _on_reasoning_chunk(self, event: Event) -> None:
         message_id = event.get("messageId")
@@ -514,43 +644,61 @@ class LifecycleGuard:
     # -- shared state ----------------------------------------------------------------
 
     def _on_state_snapshot(self, event: Event) -> None:
+        snapshot = event["snapshot"]
         try:
-            encoded = orjson.dumps(event["snapshot"])
+            encoded = orjson.dumps(snapshot)
         except TypeError:
             self._state_error("The agent produced a state snapshot that is not JSON.")
             return
-        if self._state_fits(encoded):
-            self.shared_state = orjson.loads(encoded)  # a copy: later changes by the agent stay out
-            self._emit(event)
+        if len(encoded) > self._max_state_bytes or depth_exceeds(
+            snapshot, self.limits.max_json_depth
+        ):
+            self._state_too_large()
+            return
+        self.shared_state = orjson.loads(encoded)  # a copy: later changes by the agent stay out
+        self._state_size = len(encoded)
+        self._emit(event)
 
     def _on_state_delta(self, event: Event) -> None:
         base = {} if self.shared_state is None else self.shared_state
         try:
-            # A copy, patched in place: all of the patch applies or none of it does.
-            patched = jsonpatch.apply_patch(
-                orjson.loads(orjson.dumps(base)), event["delta"], in_place=True
+            size = self._state_size
+            if size is None:
+                size = len(orjson.dumps(base))
+            # Copy on write: all of the patch applies or none of it does, and the bounds
+            # hold at every operation.
+            patched, size = apply_patch(
+                base, event["delta"], size=size, max_bytes=self._max_state_bytes,
+                max_ops=self.limits.max_state_patch_ops, max_depth=self.limits.max_json_depth,
             )
-            encoded = orjson.dumps(patched)
-        except _PATCH_ERRORS as exc:
+        except PatchTooLarge as exc:
+            if exc.kind in ("bytes", "depth"):
+                self._state_too_large()
+            else:
+                self._close_all()
+                self._terminate(
+                    ev.run_error(f"The agent produced a state delta too large: {exc}",
+                                 STATE_DELTA_TOO_LARGE)
+                )
+            return
+        except (PatchError, orjson.JSONEncodeError) as exc:
             self._state_error(
                 "The agent produced a state delta that does not apply to the current "
                 f"state: {str(exc)[:200]}"
             )
             return
-        if self._state_fits(encoded):
-            self.shared_state = patched
-            self._emit(event)
+        self.shared_state, self._state_size = patched, size
+        self._emit(event)
 
-    def _state_fits(self, encoded: bytes) -> bool:
-        if len(encoded) <= self._max_state_bytes:
-            return True
+    def _state_too_large(self) -> None:
         self._close_all()
         self._terminate(
             ev.run_error(
-                f"The shared state would exceed {self._max_state_bytes} bytes.", STATE_TOO_LARGE
+                f"The shared state would exceed {self._max_state_bytes} bytes or nest deeper "
+                f"than {self.limits.max_json_depth} levels.",
+                STATE_TOO_LARGE,
             )
         )
-        return False
 
     def _state_error(self, message: str) -> None:
         self._close_all()
@@ -567,6 +715,29 @@ class LifecycleGuard:
     def _on_subagent_ended(self, event: Event) -> None:
         if self._subagents.pop(event["subagentRunId"], False) is None:
             self._emit(event)
+
+
+#: What an open message, call or reasoning span costs beyond its id (its entries in the
+#: guard's and the transcript's tables), counted against ``max_run_output_bytes``.
+_ID_COST = 64
+
+
+def _text_bytes(text: str) -> int:
+    """UTF-8 length of ``text`` (``isascii`` is a flag check: most deltas skip the encode)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def _args_problem(arguments: str, max_depth: int) -> str | None:
+    """Why ``arguments`` cannot be released (``None``: they can)."""
+    try:
+        value = orjson.loads(arguments)
+    except orjson.JSONDecodeError as exc:
+        if "depth limit" in str(exc):
+            return f"nest deeper than {max_depth} levels"
+        return "are not valid JSON"
+    if depth_exceeds(value, max_depth):
+        return f"nest deeper than {max_depth} levels"
+    return None
 
 
 def _valid_outcome(outcome: Any) -> dict[str, Any] | None:
@@ -597,8 +768,29 @@ def _valid_outcome(outcome: Any) -> dict[str, Any] | None:
     return outcome if kind == "cancelled" else None
 
 
+def _valid_usage(value: Any) -> list[dict[str, Any]] | None:
+    """An agent's ``usage`` as AG-UI ``TokenUsage`` entries: string labels and non-negative
+    integer counts of the known names (anything else is left out)."""
+    if not isinstance(value, list):
+        return None
+    entries = []
+    for entry in value:
+        if not isinstance(entry, dict):
+            continue
+        kept = {k: v for k, v in entry.items()
+                if (k in ev.USAGE_LABELS and isinstance(v, str))
+                or (k in ev.USAGE_COUNTS and type(v) is int and 0 <= v <= ev.MAX_SAFE_INTEGER)}
+        if any(k in ev.USAGE_COUNTS for k in kept):
+            entries.append(kept)
+    return entries or None
+
+
 def _is_str(value: Any) -> bool:
     return isinstance(value, str) and bool(value)
+
+
+def _is_subtype(value: Any) -> bool:
+    return value in ("tool-call", "message")
 
 
 def _is_list(value: Any) -> bool:
@@ -621,7 +813,7 @@ _REQUIRED: dict[str, tuple[tuple[str, Callable[[Any], bool]], ...]] = {
     SUBAGENT_STARTED: (("subagentRunId", _is_str), ("name", _is_str)),
     SUBAGENT_FINISHED: (("subagentRunId", _is_str),),
     SUBAGENT_ERROR: (("subagentRunId", _is_str), ("message", _is_str)),
-    "REASONING_ENCRYPTED_VALUE": (("subtype", _is_str), ("entityId", _is_str),
+    "REASONING_ENCRYPTED_VALUE": (("subtype", _is_subtype), ("entityId", _is_str),
                                   ("encryptedValue", _is_str)),
 }
 
@@ -635,6 +827,8 @@ PASS_THROUGH = frozenset(
 )
 #: ``source`` of the RAW events that carry event types the guard does not know.
 RAW_SOURCE = "iobridge"
+#: Events about the run itself: never annotated with another agent's metadata.
+_RUN_SCOPED = frozenset({ev.RUN_STARTED, ev.RUN_FINISHED, ev.RUN_ERROR})
 
 
 #: Required members whose type is "any": ``null`` is a value there, not an absent option.
@@ -650,6 +844,8 @@ def _clean(event: Event) -> Event:
     stamp = clean.get("timestamp")
     if stamp is not None and (not isinstance(stamp, int) or isinstance(stamp, bool)):
         del clean["timestamp"]
+    if "metadata" in clean and not isinstance(clean["metadata"], dict):
+        del clean["metadata"]  # an object or absent (AG-UI 1.0): the client rejects others
     return clean
 
 

@@ -15,7 +15,10 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from iobridge.errors import InputError
+import orjson
+
+from iobridge.errors import InputError, PayloadTooLarge
+from iobridge.protocol.run_limits import DEFAULT_MAX_INTERRUPT_BYTES, INTERRUPTS_TOO_LARGE
 
 #: Error codes of a refused ``resume`` (HTTP 400, before the run starts).
 INTERRUPT_NOT_FOUND = "INTERRUPT_NOT_FOUND"
@@ -48,14 +51,21 @@ def check_resume(
     record: Mapping[str, Any] | None,
     resume: Sequence[Mapping[str, Any]],
     now: datetime | None = None,
+    *,
+    max_bytes: int = DEFAULT_MAX_INTERRUPT_BYTES,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Check ``resume`` against the thread's interrupt record.
+
+    The series of answers the thread would keep (earlier ones and this run's) may encode to at
+    most ``max_bytes``: a series of resumed runs would otherwise store and rewrite every
+    payload it was ever given.
 
     Returns:
         This run's entries in the order the interrupts were raised, and the whole series
         of answers (earlier resumed runs' first). Both empty when ``resume`` is.
 
     Raises:
+        PayloadTooLarge: the series would exceed ``max_bytes`` (``INTERRUPTS_TOO_LARGE``).
         InputError: an id that no open interrupt has (``INTERRUPT_NOT_FOUND``), one that
             was answered already or twice in this list (``INTERRUPT_ALREADY_ANSWERED``),
             an open interrupt left without an answer (``INTERRUPT_UNANSWERED``), or one
@@ -97,7 +107,13 @@ def check_resume(
                 code=INTERRUPT_EXPIRED,
             )
     ordered = [dict(given[i]) for i in pending]
-    return ordered, [*earlier, *ordered]
+    series = [*earlier, *ordered]
+    if len(orjson.dumps(series)) > max_bytes:
+        raise PayloadTooLarge(
+            f"the answers to this thread's interrupts would exceed {max_bytes} bytes",
+            code=INTERRUPTS_TOO_LARGE,
+        )
+    return ordered, series
 
 
 def next_record(

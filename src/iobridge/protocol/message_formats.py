@@ -8,8 +8,15 @@ v2 messages, the shape of the reference backend (the Mastra bridge)::
 
 Folding rules (pure, no I/O; the caller passes each message with its ISO ``createdAt``):
 
-* ``user`` → a user message; text becomes ``{type: "text"}`` parts, AG-UI ``binary`` parts
-  become ``{type: "file", mimeType, data}`` (``data`` is the inline data or the URL).
+* ``user`` → a user message; text becomes ``{type: "text"}`` parts, and every media part
+  (AG-UI 1.0 ``image``, ``audio``, ``video``, ``document``, and the 0.x ``binary`` part)
+  becomes the file part Mastra stores for images and files alike (AI SDK v4, which format 2
+  is): ``{type: "file", mimeType, mediaType, data, url?, filename?}``. ``data`` is what a
+  renderer shows: a ``data:`` URL for inline data, the URL for a URL source, the provider's
+  handle for a provider file. ``mediaType`` repeats ``mimeType`` under the AI SDK v5 name
+  Mastra also reads; ``url`` (v5) is given for URL sources only, so inline data is sent
+  once; ``filename`` comes from the part's ``metadata.filename``. A missing MIME type is
+  guessed from the URL's extension, else ``application/octet-stream``.
 * ``system``/``developer`` → a ``system`` message with text parts.
 * Consecutive ``assistant``, ``reasoning`` and ``tool`` messages fold into **one** assistant
   message (the id of its first ``assistant`` message, the ``createdAt`` of its first
@@ -29,9 +36,12 @@ Folding rules (pure, no I/O; the caller passes each message with its ISO ``creat
 
 from __future__ import annotations
 
-import json
+import mimetypes
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from iobridge.errors import InputError
+from iobridge.protocol.json_limits import MAX_JSON_DEPTH_SETTING, loads
 
 __all__ = ["MASTRA_MESSAGE_TYPE", "to_mastra"]
 
@@ -53,6 +63,49 @@ def _text_of(content: Any) -> str:
     return ""
 
 
+_MEDIA = frozenset({"image", "audio", "video", "document"})
+_OCTETS = "application/octet-stream"
+
+
+def _file_part(
+    origin: Any, value: Any, mime: Any, metadata: Any = None
+) -> dict[str, Any] | None:
+    """A Mastra file part for one media source (``None``: nothing to show)."""
+    if not isinstance(value, str) or not value:
+        return None
+    if not isinstance(mime, str) or not mime:
+        guessed = mimetypes.guess_type(value)[0] if origin == "url" else None
+        mime = guessed or _OCTETS
+    part: dict[str, Any] = {"type": "file", "mimeType": mime, "mediaType": mime}
+    if origin == "data":
+        part["data"] = f"data:{mime};base64,{value}"
+    else:
+        part["data"] = value
+        if origin == "url":
+            part["url"] = value
+    if isinstance(metadata, Mapping) and isinstance(metadata.get("filename"), str):
+        part["filename"] = metadata["filename"]
+    return part
+
+
+def _media_part(part: Mapping[str, Any]) -> dict[str, Any] | None:
+    if part.get("type") == "binary":  # the 0.x part: inline data, else its URL, else its id
+        data, url = part.get("data"), part.get("url")
+        if data:
+            file = _file_part("data", data, part.get("mimeType"))
+        else:
+            file = _file_part("url" if url else "file", url or part.get("id"),
+                              part.get("mimeType"))
+        if file is not None and isinstance(part.get("filename"), str):
+            file["filename"] = part["filename"]
+        return file
+    source = part.get("source")
+    if not isinstance(source, Mapping):
+        return None
+    return _file_part(source.get("type"), source.get("value"), source.get("mimeType"),
+                      part.get("metadata"))
+
+
 def _user_parts(content: Any) -> list[dict[str, Any]]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}] if content else []
@@ -62,19 +115,21 @@ def _user_parts(content: Any) -> list[dict[str, Any]]:
             continue
         if part.get("type") == "text" and isinstance(part.get("text"), str):
             parts.append({"type": "text", "text": part["text"]})
-        elif part.get("type") == "binary":
-            file: dict[str, Any] = {"type": "file", "mimeType": part.get("mimeType", "")}
-            file["data"] = part.get("data") or part.get("url") or part.get("id") or ""
-            parts.append(file)
+        elif part.get("type") in _MEDIA or part.get("type") == "binary":
+            file = _media_part(part)
+            if file is not None:
+                parts.append(file)
     return parts
 
 
 def _parse(content: Any) -> Any:
+    """JSON text as its value; text that is not JSON within the limits (a deep nest stored
+    before they applied, an integer beyond 64 bits) stays text, so the view always encodes."""
     if not isinstance(content, str):
         return content
     try:
-        return json.loads(content)
-    except ValueError:
+        return loads(content, max_depth=MAX_JSON_DEPTH_SETTING)
+    except InputError:
         return content
 
 

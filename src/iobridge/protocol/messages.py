@@ -12,7 +12,9 @@ Decisions (see ``docs/persistence.md``):
   that the client owns (``@ag-ui/client`` strips them before sending anyway). Activity the
   server itself produces during a run is stored by the run engine, so history replays it.
 * ``reasoning`` messages are stored (history replays them) but, like ``activity``, never
-  reach the model: ``model_view`` drops both.
+  reach the model: ``model_view`` drops both. The exception is a reasoning message that
+  carries a provider's ``encryptedValue`` (a thinking signature, encrypted reasoning): the
+  model that produced it needs it back on the next turn (the agent sends it only there).
 """
 
 from __future__ import annotations
@@ -133,12 +135,13 @@ def window(messages: Sequence[Message], last_n: int) -> list[Message]:
 def model_view(messages: Sequence[Message]) -> list[Message]:
     """The history as the model must see it.
 
-    Drops ``activity`` and ``reasoning`` messages; places each tool result right after the
+    Drops ``activity`` and ``reasoning`` messages (but keeps reasoning with an
+    ``encryptedValue``, for the model that made it); places each tool result right after the
     assistant message that issued its call (providers require that order); drops tool
     results whose call is missing or already answered; and removes unanswered calls from
     assistant messages, except in the last turn (calls still waiting for their results).
     """
-    visible = [m for m in messages if m.get("role") not in HIDDEN_FROM_MODEL]
+    visible = [m for m in messages if m.get("role") not in HIDDEN_FROM_MODEL or _returned(m)]
     issued: set[str] = set()
     results: dict[str, Message] = {}
     for message in visible:
@@ -163,6 +166,12 @@ def model_view(messages: Sequence[Message]) -> list[Message]:
         out.append(message)
         out.extend(results[c] for c in call_ids(message) if c in results)
     return out
+
+
+def _returned(message: Message) -> bool:
+    """A reasoning message whose provider artefact goes back to the model that produced it."""
+    value = message.get("encryptedValue")
+    return message.get("role") == "reasoning" and isinstance(value, str) and bool(value)
 
 
 def _without_unanswered(message: Message, results: Mapping[str, Message]) -> Message | None:

@@ -41,8 +41,9 @@ from functools import partial
 from typing import Any, Literal, get_args
 
 import jsonschema
+import orjson
 
-from iobridge.errors import InputError
+from iobridge.errors import InputError, PayloadTooLarge
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +52,12 @@ MAX_STOP_SEQUENCES = 16
 #: Name rule OpenAI applies to ``response_format.json_schema.name``; others are looser.
 _OUTPUT_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _DEFAULT_OUTPUT_NAME = "result"
+#: Defaults of ``Settings.max_output_schema_bytes`` / ``max_output_schema_objects``. Checking a
+#: schema against its metaschema costs about 0.3 ms per object (a 100,000-property schema
+#: took 33 s): the bounds keep it to a fraction of a second, spent in a worker thread.
+DEFAULT_MAX_SCHEMA_BYTES = 64 * 1024
+DEFAULT_MAX_SCHEMA_OBJECTS = 1000
+STRUCTURED_OUTPUT_TOO_LARGE = "STRUCTURED_OUTPUT_TOO_LARGE"
 
 
 def _is_number(value: Any) -> bool:
@@ -182,13 +189,52 @@ def _invalid_output(message: str) -> InputError:
     )
 
 
-def parse_structured_output(raw: Any) -> StructuredOutput | None:
+def _too_large(message: str) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        f"structuredOutput is too large: {message}", code=STRUCTURED_OUTPUT_TOO_LARGE,
+        details=[{"field": "forwardedProps.structuredOutput.schema", "message": message}],
+    )
+
+
+def _check_schema_size(schema: Mapping[str, Any], max_bytes: int, max_objects: int) -> None:
+    """Refuse a schema over ``max_bytes`` of JSON or ``max_objects`` objects, before the
+    metaschema check (whose cost grows with both)."""
+    try:
+        size = len(orjson.dumps(schema))
+    except orjson.JSONEncodeError:
+        raise _invalid_output("'schema' must be JSON") from None
+    if size > max_bytes:
+        raise _too_large(f"the schema exceeds {max_bytes} bytes of JSON")
+    objects = 0
+    stack: list[Any] = [schema]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            objects += 1
+            if objects > max_objects:
+                raise _too_large(f"the schema has more than {max_objects} objects")
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
+def parse_structured_output(
+    raw: Any,
+    *,
+    max_bytes: int = DEFAULT_MAX_SCHEMA_BYTES,
+    max_objects: int = DEFAULT_MAX_SCHEMA_OBJECTS,
+) -> StructuredOutput | None:
     """Validate ``forwardedProps.structuredOutput`` ``{schema, name?, description?}``.
 
-    The schema is checked against its metaschema (the draft named by ``$schema``, else 2020-12)
-    and must describe an object, since providers constrain only object-shaped answers.
+    The schema is bounded in size (``max_bytes`` of JSON, ``max_objects`` objects: each
+    property's subschema is one; its depth is the request's JSON depth limit), then checked
+    against its metaschema (the draft named by ``$schema``, else 2020-12), and must describe an
+    object, since providers constrain only object-shaped answers. The metaschema check costs
+    up to a few hundred milliseconds at the bounds: ``Backend.start_run`` runs it in a worker
+    thread.
 
     Raises:
+        PayloadTooLarge: the schema is over a bound (``STRUCTURED_OUTPUT_TOO_LARGE``).
         InputError: not an object, no schema, a schema that is not a valid JSON Schema or not
             an object schema, or a bad name/description.
     """
@@ -200,6 +246,7 @@ def parse_structured_output(raw: Any) -> StructuredOutput | None:
     if not isinstance(schema, Mapping):
         raise _invalid_output("'schema' must be a JSON Schema object")
     schema = dict(schema)
+    _check_schema_size(schema, max_bytes, max_objects)
     name = raw.get("name", schema.get("title", _DEFAULT_OUTPUT_NAME))
     if not isinstance(name, str) or not _OUTPUT_NAME.match(name):
         raise _invalid_output("'name' must be 1-64 letters, digits, '_' or '-'")
@@ -306,10 +353,16 @@ class RunOptions:
     props: dict[str, Any] = field(default_factory=dict)
 
 
-def parse_run_options(forwarded_props: Mapping[str, Any] | None) -> RunOptions:
-    """Parse ``forwardedProps`` once.
+def parse_run_options(
+    forwarded_props: Mapping[str, Any] | None,
+    *,
+    max_schema_bytes: int = DEFAULT_MAX_SCHEMA_BYTES,
+    max_schema_objects: int = DEFAULT_MAX_SCHEMA_OBJECTS,
+) -> RunOptions:
+    """Parse ``forwardedProps`` once (``max_schema_*``: see ``parse_structured_output``).
 
     Raises:
+        PayloadTooLarge: a ``structuredOutput`` schema over its bounds.
         InputError: a known key is present and invalid (``agentId`` not a string included).
     """
     props = dict(forwarded_props or {})
@@ -325,7 +378,10 @@ def parse_run_options(forwarded_props: Mapping[str, Any] | None) -> RunOptions:
         resource_id=props.get("resourceId"),
         memory=parse_memory_options(props.get("memoryOptions")),
         model_settings=parse_model_settings(props.get("modelSettings")),
-        structured_output=parse_structured_output(props.get("structuredOutput")),
+        structured_output=parse_structured_output(
+            props.get("structuredOutput"), max_bytes=max_schema_bytes,
+            max_objects=max_schema_objects,
+        ),
         tool_result_mode=parse_tool_result_mode(props.get("toolResultMode")),
         messages_snapshot=snapshot,
         props=props,

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from ag_ui.core import AgentCapabilities
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
 from iobridge.protocol.options import TOOL_RESULT_MODES
 
 __all__ = [
+    "CAPABILITY_SCHEMAS",
     "FORWARDED_PROPS_SCHEMA",
     "MESSAGE_SCHEMAS",
     "MODEL_SETTING_SCHEMAS",
@@ -61,7 +63,11 @@ class AgentTool(_Open):
 
 
 class Agent(_Open):
-    """An agent's discovery data; ``status`` ``unavailable`` comes with a ``reason``."""
+    """An agent's discovery data; ``status`` ``unavailable`` comes with a ``reason``.
+
+    ``capabilities`` is what the agent declares about itself, an AG-UI 1.0
+    ``AgentCapabilities`` object (``{}`` for an agent that could not be built).
+    """
 
     id: str
     name: str
@@ -71,12 +77,18 @@ class Agent(_Open):
     status: Literal["available", "unavailable"] = "available"
     reason: str | SkipJsonSchema[None] = None
     tools: list[AgentTool] = Field(default_factory=list)
+    capabilities: dict[str, Any] = Field(
+        default_factory=dict,
+        json_schema_extra={"allOf": [{"$ref": "#/components/schemas/AgentCapabilities"}]},
+    )
 
 
 class AgentList(_Open):
-    """``GET /agents``: available agents in registration order, then unavailable ones."""
+    """``GET /agents``: available agents in registration order, then unavailable ones, and
+    the AG-UI protocol versions a run request may declare (``protocolVersion``)."""
 
     agents: list[Agent]
+    protocolVersions: list[str] = Field(default_factory=list)
 
 
 class Thread(_Open):
@@ -172,6 +184,37 @@ MESSAGE_SCHEMAS: dict[str, dict[str, Any]] = {
         "additionalProperties": True,
     },
 }
+
+def _without_null(schema: Any) -> Any:
+    """The generated schema without its ``null`` alternatives: iobridge omits a field rather
+    than sending ``null`` (and AG-UI 1.0 consumers reject ``null`` in most of them)."""
+    if isinstance(schema, list):
+        return [_without_null(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _without_null(v) for k, v in schema.items() if not (k == "default" and v is None)}
+    options = out.get("anyOf")
+    if isinstance(options, list):
+        kept = [o for o in options if o != {"type": "null"}]
+        if len(kept) == 1:
+            del out["anyOf"]
+            out.update(kept[0])
+        else:
+            out["anyOf"] = kept
+    return out
+
+
+def _capability_schemas() -> dict[str, dict[str, Any]]:
+    schema = AgentCapabilities.model_json_schema(
+        by_alias=True, ref_template="#/components/schemas/{model}"
+    )
+    defs: dict[str, Any] = schema.pop("$defs", {})
+    return {name: _without_null(value) for name, value in {**defs, "AgentCapabilities": schema}
+            .items()}
+
+
+#: AG-UI 1.0 ``AgentCapabilities`` and the objects it holds, referenced by ``Agent``.
+CAPABILITY_SCHEMAS: dict[str, dict[str, Any]] = _capability_schemas()
 
 #: ``modelSettings`` keys and ranges, as ``protocol.options.MODEL_SETTINGS`` checks them.
 MODEL_SETTING_SCHEMAS: dict[str, dict[str, Any]] = {

@@ -1,10 +1,12 @@
 """Tolerant parsing of ``RunAgentInput``, the body of a run request.
 
 Tolerant in: unknown keys are kept, optional fields default, every AG-UI message role is
-accepted (including legacy ``binary`` content parts and roles newer than this code), and
-``tools``/``context``/``forwardedProps`` may be absent. Strict where it matters: the ids and
-the shapes a backend relies on (message ids, tool call ids, toolCallId pairing fields) are
-checked, and a bad body is one ``InputError`` listing every problem.
+accepted (including legacy ``binary`` content parts), and ``tools``/``context``/
+``forwardedProps`` may be absent. A role that is not an AG-UI role (``"human"``) is refused
+with the list of roles: stored, it would be dropped silently from every view of the thread.
+Strict where it matters: the ids and the shapes a backend relies on (message ids, tool call
+ids, toolCallId pairing fields) are checked, and a bad body is one ``InputError`` listing
+every problem.
 """
 
 from __future__ import annotations
@@ -12,13 +14,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-import orjson
 import pydantic
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 from pydantic_core import PydanticCustomError
 
 from iobridge.errors import InputError, PayloadTooLarge
+from iobridge.protocol.json_limits import (
+    DEFAULT_MAX_JSON_DEPTH,
+    check_json_text,
+    check_value,
+    loads,
+)
+from iobridge.protocol.media import content_problems
 from iobridge.protocol.text import MAX_ID_LENGTH, reject_nul, validate_id
+from iobridge.protocol.versions import check_protocol_version
 
 #: Default most messages one run request may carry (``Settings.max_messages``).
 DEFAULT_MAX_MESSAGES = 10_000
@@ -113,7 +122,7 @@ _Message = Annotated[
 
 
 class _OtherMessage(_Open):
-    """A role newer than this code: kept in history, never shown to the model."""
+    """What a message without a usable role is still checked for (its id and role)."""
 
     id: Identifier
     role: Identifier
@@ -141,6 +150,7 @@ class _RunAgentInput(_Open):
     thread_id: Identifier = Field(alias="threadId")
     run_id: Identifier = Field(alias="runId")
     parent_run_id: Identifier | None = Field(default=None, alias="parentRunId")
+    protocol_version: str | None = Field(default=None, alias="protocolVersion")
     messages: list[dict[str, Any]]
     tools: list[_Tool] = Field(default_factory=list)
     context: list[_Context] = Field(default_factory=list)
@@ -186,6 +196,8 @@ class RunInput:
     #: ``resume`` entries (AG-UI 1.0) in wire form: ``{interruptId, status, payload?,
     #: metadata?}``; empty when the run does not continue an interrupted one.
     resume: list[dict[str, Any]] = field(default_factory=list)
+    #: The AG-UI version the client declared (``None``: a client from before versions).
+    protocol_version: str | None = None
     #: The request body exactly as parsed, unknown keys included.
     raw: dict[str, Any] = field(default_factory=dict)
 
@@ -199,28 +211,56 @@ def _errors(exc: pydantic.ValidationError, prefix: tuple[Any, ...] = ()) -> list
     ]
 
 
+def _check_arguments(message: dict[str, Any], index: int, max_depth: int) -> None:
+    """Tool-call ``arguments`` are JSON text that the tool dispatch and the Mastra view
+    decode: the depth limit of the body applies to them too."""
+    for number, call in enumerate(message.get("toolCalls") or []):
+        arguments = call["function"]["arguments"]
+        check_json_text(
+            arguments, max_depth=max_depth,
+            where=f"messages[{index}].toolCalls[{number}].function.arguments",
+        )
+
+
+def _unknown_role(role: Any, index: int) -> dict[str, Any] | None:
+    """A role that is a string but no AG-UI role (``"human"``): refused, naming the roles,
+    rather than stored where no view of the thread could show it."""
+    if not isinstance(role, str) or role in _KNOWN_ROLES:
+        return None
+    return {
+        "loc": ["messages", index, "role"],
+        "message": f"unknown role {role[:64]!r}; a message's role is one of "
+                   f"{', '.join(sorted(_KNOWN_ROLES))}",
+    }
+
+
 def parse_run_input(
-    body: bytes | str | dict[str, Any], *, max_messages: int = DEFAULT_MAX_MESSAGES
+    body: bytes | str | dict[str, Any],
+    *,
+    max_messages: int = DEFAULT_MAX_MESSAGES,
+    max_depth: int = DEFAULT_MAX_JSON_DEPTH,
 ) -> RunInput:
     """Parse and validate a RunAgentInput body.
 
-    The message count is checked right after decoding, before any per-message work, so an
-    oversized history costs one JSON decode and nothing more.
+    The depth of the whole body (and so of every field in it), its integers and the message
+    count are checked right after decoding, before any per-message work, so an oversized or
+    over-nested history costs one JSON decode and nothing more (``protocol.json_limits``).
 
     Raises:
         PayloadTooLarge: more than ``max_messages`` messages (code ``TOO_MANY_MESSAGES``).
         InputError: ``INVALID_ID``: threadId, runId or parentRunId is a string with control
             (or other non-printable) characters; ``INVALID_TEXT``: U+0000 in any text;
+            ``JSON_TOO_DEEP``: the body, or a tool call's ``arguments``, nests deeper than
+            ``max_depth``; ``NUMBER_OUT_OF_RANGE``: an integer beyond 64 bits;
+            ``UNSUPPORTED_PROTOCOL_VERSION``: a ``protocolVersion`` of another major line;
             otherwise not JSON, not an object, or a required field missing or malformed
             (``details`` lists each problem with its location).
     """
     if isinstance(body, dict):
         data = body
+        check_value(data, max_depth=max_depth)
     else:
-        try:
-            data = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise InputError("request body is not valid JSON", code="INVALID_JSON") from exc
+        data = loads(body, max_depth=max_depth)
     if not isinstance(data, dict):
         raise InputError("request body must be a JSON object", code="INVALID_REQUEST")
     messages = data.get("messages")
@@ -233,6 +273,7 @@ def parse_run_input(
         if isinstance(value, str) and value:
             validate_id(value, key)
     reject_nul(data, None if isinstance(body, dict) else body)
+    protocol_version = check_protocol_version(data.get("protocolVersion"))
     try:
         parsed = _input_adapter.validate_python(data)
     except pydantic.ValidationError as exc:
@@ -243,6 +284,10 @@ def parse_run_input(
     seen: set[str] = set()
     for index, message in enumerate(parsed.messages):
         role = message.get("role")
+        unknown = _unknown_role(role, index)
+        if unknown is not None:
+            problems.append(unknown)
+            continue
         try:
             if role in _KNOWN_ROLES:
                 _message_adapter.validate_python(message)
@@ -251,11 +296,15 @@ def parse_run_input(
         except pydantic.ValidationError as exc:
             problems.extend(_errors(exc, ("messages", index)))
             continue
+        if role in ("user", "tool"):
+            problems += content_problems(message.get("content"), ("messages", index, "content"))
         if message["id"] in seen:
             problems.append(
                 {"loc": ["messages", index, "id"], "message": "duplicate message id"}
             )
         seen.add(message["id"])
+        if role == "assistant":
+            _check_arguments(message, index, max_depth)
     if problems:
         raise InputError("invalid RunAgentInput", code="INVALID_REQUEST", details=problems)
     forwarded = parsed.forwarded_props if isinstance(parsed.forwarded_props, dict) else {}
@@ -269,6 +318,7 @@ def parse_run_input(
         state=parsed.state,
         forwarded_props=forwarded,
         resume=[r.model_dump(by_alias=True, exclude_none=True) for r in parsed.resume or []],
+        protocol_version=protocol_version,
         raw=data,
     )
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from iobridge.errors import InputError
 from iobridge.protocol.bodies import Body, parse_json_object
+from iobridge.protocol.json_limits import DEFAULT_MAX_JSON_DEPTH
 from iobridge.protocol.text import reject_nul, validate_id
 
 __all__ = [
@@ -88,14 +89,14 @@ def validate_metadata(value: object) -> dict[str, Any]:
     return value
 
 
-def parse_thread_create(body: Body) -> ThreadCreate:
+def parse_thread_create(body: Body, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> ThreadCreate:
     """``POST /threads``'s body, every field checked (``id`` stays ``None`` when absent).
 
     Raises:
         InputError: not a JSON object, a field of the wrong type, a bad id (``INVALID_ID``),
             title or metadata.
     """
-    parsed = _validated(body, ThreadCreate)
+    parsed = _validated(body, ThreadCreate, max_depth)
     if parsed.id is not None:
         validate_id(parsed.id, "id")
     if parsed.agentId is not None:
@@ -104,13 +105,13 @@ def parse_thread_create(body: Body) -> ThreadCreate:
     return parsed
 
 
-def parse_thread_update(body: Body) -> ThreadUpdate:
+def parse_thread_update(body: Body, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> ThreadUpdate:
     """``PATCH /threads/{threadId}``'s body, title and metadata checked.
 
     Raises:
         InputError: not a JSON object, a field of the wrong type, a bad title or metadata.
     """
-    parsed = _validated(body, ThreadUpdate)
+    parsed = _validated(body, ThreadUpdate, max_depth)
     _check_text(parsed.title, parsed.metadata)
     return parsed
 
@@ -118,11 +119,11 @@ def parse_thread_update(body: Body) -> ThreadUpdate:
 _Model = TypeVar("_Model", bound=BaseModel)
 
 
-def _validated(body: Body, model: type[_Model]) -> _Model:
+def _validated(body: Body, model: type[_Model], max_depth: int) -> _Model:
     if not isinstance(body, dict) and not body.strip():
         return model()
     try:
-        return model.model_validate(parse_json_object(body))
+        return model.model_validate(parse_json_object(body, max_depth))
     except ValidationError as exc:
         details = [
             {"field": ".".join(str(p) for p in e["loc"]), "message": e["msg"]} for e in exc.errors()

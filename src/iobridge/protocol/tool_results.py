@@ -10,6 +10,8 @@ from typing import Any
 
 from iobridge.errors import InputError
 from iobridge.protocol.bodies import Body, parse_json_object
+from iobridge.protocol.json_limits import DEFAULT_MAX_JSON_DEPTH
+from iobridge.protocol.media import content_problems
 
 __all__ = ["ToolResult", "parse_tool_result"]
 
@@ -25,15 +27,24 @@ class ToolResult:
     value: Any = None
     #: True when the call was handed to the client and its result arrives in a later run.
     deferred: bool = False
+    #: The result as AG-UI content parts (text and media: ``{"content": [...]}`` posted by a
+    #: frontend, a tool message's parts, an upstream's): TOOL_CALL_RESULT and the stored tool
+    #: message carry them, the model gets them as its native content; ``content`` holds
+    #: their text for whoever reads only text.
+    parts: list[dict[str, Any]] | None = None
 
 
-def parse_tool_result(body: Body) -> ToolResult:
+def parse_tool_result(body: Body, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> ToolResult:
     """Read ``{"result"|"content"|"output": ..., "isError"?, "error"?}``.
 
+    ``content`` is text, or (AG-UI 1.0) a list of content parts (text, image, audio, video,
+    document), checked like a message's (their sizes: ``media.check_result_media``).
+
     Raises:
-        InputError: not a JSON object, none of the result keys, or keys of the wrong type.
+        InputError: not a JSON object, none of the result keys, keys of the wrong type, or
+            malformed parts.
     """
-    data = parse_json_object(body)
+    data = parse_json_object(body, max_depth)
     is_error = data.get("isError", False)
     if not isinstance(is_error, bool):
         raise InputError("isError must be a boolean")
@@ -41,9 +52,19 @@ def parse_tool_result(body: Body) -> ToolResult:
     if error is not None and not isinstance(error, str):
         raise InputError("error must be a string")
     if "content" in data:
-        if not isinstance(data["content"], str):
-            raise InputError("content must be a string")
-        value: Any = data["content"]
+        content = data["content"]
+        if isinstance(content, list):
+            problems = content_problems(content, ["content"])
+            if problems:
+                raise InputError("content must be text or a list of content parts",
+                                 details=problems)
+            text = "".join(p["text"] for p in content if p.get("type") == "text"
+                           and isinstance(p.get("text"), str))
+            return ToolResult(content=text, value=content, parts=content,
+                              is_error=is_error or error is not None)
+        if not isinstance(content, str):
+            raise InputError("content must be a string or a list of content parts")
+        value: Any = content
     elif "result" in data:
         value = data["result"]
     elif "output" in data:

@@ -70,6 +70,25 @@ class Transcript:
             self._messages[event["messageId"]] = {"id": event["messageId"], "role": "reasoning"}
             self._parts[event["messageId"]] = io.StringIO()
             self._open.add(event["messageId"])
+        elif kind == ev.REASONING_ENCRYPTED_VALUE:
+            self._encrypted_value(event)
+
+    def _encrypted_value(self, event: Event) -> None:
+        """``encryptedValue`` on the message or tool call it names (AG-UI 1.0), with the
+        event's metadata on a message (who produced the value); unknown ids are ignored."""
+        entity = event.get("entityId")
+        value = event.get("encryptedValue")
+        if not isinstance(entity, str) or not isinstance(value, str):
+            return
+        target = (self._calls if event.get("subtype") == "tool-call" else self._messages).get(
+            entity
+        )
+        if target is None:
+            return
+        target["encryptedValue"] = value
+        metadata = event.get("metadata")
+        if event.get("subtype") != "tool-call" and isinstance(metadata, dict):
+            target["metadata"] = {**target.get("metadata", {}), **metadata}
 
     def mark_error(self, tool_call_id: str, error: str | None) -> None:
         """Record the error text of a tool result (``ToolMessage.error``)."""

@@ -85,6 +85,14 @@ class AgentSession:
         """Send an output into the run (same as yielding it from ``Agent.run``)."""
         self.events.emit(output)
 
+    def answer_earlier_call(self, tool_call_id: str, result: ToolResult) -> None:
+        """Report the result of a call an earlier run announced (see ``RunSession``)."""
+        self.events.answer_earlier_call(tool_call_id, result)
+
+    def annotate(self, metadata: Mapping[str, Any] | None) -> None:
+        """Give ``metadata`` to the events of the next outputs (``None``: stop)."""
+        self.events.annotate(dict(metadata) if metadata else None)
+
     def is_frontend_tool(self, name: str) -> bool:
         """Whether ``name`` was declared by the client (and is not a server tool)."""
         return name in self._frontend and self.agent.server_tool(name) is None

@@ -122,7 +122,7 @@ class Checkpointer:
         self.written = self.log.last_seq
         self._base = None
         self.phase = phase
-        # Queued at once (no task): the store commits a run's points in the order begun.
+        # Begun at once, in order: the store commits a run's points in the order begun.
         self._tail = self.store.write_point(job)
         self._tail.add_done_callback(self._written)
 

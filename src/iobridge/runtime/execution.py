@@ -259,6 +259,8 @@ class Execution:
         self.events = RunEvents(
             run.log, run.thread_id, run.run_id, parent_run_id=run_input.parent_run_id,
             state=state, max_state_bytes=runtime.settings.max_state_bytes,
+            limits=runtime.settings.run_limits,
+            pre_1_0=runtime.settings.pre_1_0_outcomes and "protocolVersion" not in run_input.raw,
         )
         self.events.usage = run.usage
         self.session = AgentSession(
@@ -452,6 +454,7 @@ class Execution:
             state=state, resource_id=self.resource_id, session=self.session,
             resume=[Resume.from_wire(e) for e in resume],
             answered=[Resume.from_wire(e) for e in answered], usage=self.events.usage,
+            limits=self.runtime.settings.run_limits,
         )
 
     # -- the task (steps 5-7) -----------------------------------------------------------
@@ -502,11 +505,12 @@ class Execution:
         except _Suspended:
             self.suspended = True
         except Interrupted as exc:
-            call_id = exc.interrupt.get("toolCallId")
-            if isinstance(call_id, str):
-                # The call the interrupt asks about is answered by the resumed run, not here.
-                events.deferred_calls.append(call_id)
-            events.finish(outcome={"type": "interrupt", "interrupts": [exc.interrupt]})
+            for interrupt in exc.interrupts:
+                call_id = interrupt.get("toolCallId")
+                if isinstance(call_id, str):
+                    # The call an interrupt asks about is answered by the resumed run.
+                    events.deferred_calls.append(call_id)
+            events.finish(outcome={"type": "interrupt", "interrupts": exc.interrupts})
         except asyncio.CancelledError:
             self._stopped()
         except AgentError as exc:
@@ -585,7 +589,9 @@ class Execution:
         reason = self.run.stop_reason
         if reason == "suspended" and self.checkpoints is not None:
             self.suspended = True
-        elif reason == "cancelled":
+        # A client gone with no follower left is how AG-UI frontends stop a run (they abort
+        # the request): cancelled like the cancel route, what was produced kept.
+        elif reason in ("cancelled", "disconnected"):
             self.events.finish(outcome={"type": "cancelled"})
         elif reason == "shutdown":
             self.events.fail("The server is shutting down.", "SERVER_SHUTDOWN")

@@ -17,6 +17,7 @@ from iobridge.agents import outputs as out
 from iobridge.protocol import events as ev
 from iobridge.protocol.events import Event, encode_event
 from iobridge.protocol.guard import DEFAULT_MAX_STATE_BYTES, LifecycleGuard
+from iobridge.protocol.run_limits import RunLimits
 from iobridge.protocol.text import has_nul_escape, replace_nul
 from iobridge.protocol.tool_results import ToolResult
 from iobridge.protocol.transcript import Transcript
@@ -42,6 +43,7 @@ class RunEvents:
         new_id: Id factory for messages and tool calls (injectable for tests).
         state: The shared state the run starts from (the guard tracks it from there).
         max_state_bytes: Bound of the shared state's JSON.
+        limits: The run's other bounds (``protocol.run_limits``).
     """
 
     def __init__(
@@ -54,12 +56,16 @@ class RunEvents:
         new_id: Callable[[], str] = _new_id,
         state: Any = None,
         max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
+        limits: RunLimits | None = None,
+        pre_1_0: bool = False,
     ) -> None:
         self.log = log
+        #: The client speaks AG-UI 0.x (no ``protocolVersion``): outcomes in 0.x shapes.
+        self.pre_1_0 = pre_1_0
         self.new_id = new_id
         self.guard = LifecycleGuard(
             thread_id, run_id, parent_run_id=parent_run_id, new_id=new_id, state=state,
-            max_state_bytes=max_state_bytes,
+            max_state_bytes=max_state_bytes, limits=limits,
         )
         self.transcript = Transcript()
         #: Value for RUN_FINISHED.result.
@@ -75,6 +81,8 @@ class RunEvents:
         self._assistant_id: str | None = None
         self._assistant_has_text = False
         self._reasoning: tuple[str, str] | None = None
+        #: The run's last reasoning message (an encrypted value after its end belongs to it).
+        self._last_reasoning: str | None = None
         self._terminal: bytes | None = None
         #: The run ended with RUN_FINISHED, not cancelled (a generated title is worth it).
         self.succeeded = False
@@ -109,9 +117,15 @@ class RunEvents:
             if event["type"] in ev.TERMINAL_TYPES:
                 # Held until the run is concluded (messages stored, thread free), so a
                 # client that sees the terminal event can read the thread or run again.
-                self._terminal = data
                 outcome = event.get("outcome")
                 kind = outcome.get("type") if isinstance(outcome, dict) else None
+                if self.pre_1_0 and isinstance(outcome, dict):
+                    legacy = {k: v for k, v in event.items() if k != "outcome"}
+                    shape = ev.pre_1_0_outcome(outcome)
+                    if shape is not None:
+                        legacy["outcome"] = shape
+                    data = encode_event(legacy)
+                self._terminal = data
                 self.succeeded = event["type"] == ev.RUN_FINISHED and kind != "cancelled"
                 self.failed = event["type"] == ev.RUN_ERROR
                 if kind == "interrupt" and isinstance(outcome, dict):
@@ -122,6 +136,17 @@ class RunEvents:
                     self.outcome = kind
             else:
                 log.append(data)
+
+    def answer_earlier_call(self, call_id: str, result: ToolResult) -> None:
+        """TOOL_CALL_RESULT for a call of an earlier run that this run resumes."""
+        if self.guard.ended:
+            raise RunEnded()
+        self.guard.allow_result(call_id)
+        self.tool_result(call_id, result)
+
+    def annotate(self, metadata: dict[str, Any] | None) -> None:
+        """Give ``metadata`` to the events of the next outputs (see ``LifecycleGuard``)."""
+        self.guard.annotate(metadata)
 
     def release_terminal(self) -> None:
         """Append the held terminal event and close the log (the run is over)."""
@@ -170,6 +195,8 @@ class RunEvents:
                 self._reasoning_delta(delta)
             case out.ReasoningEnd():
                 self._close_reasoning()
+            case out.ReasoningEncryptedValue(value=value, tool_call_id=call, metadata=metadata):
+                self._encrypted_value(value, call, metadata)
             case _:
                 self._emit_other(output)
 
@@ -246,6 +273,23 @@ class RunEvents:
             self.push(ev.reasoning_message_end(message_id))
             self.push(ev.reasoning_end(span_id))
             self._reasoning = None
+            self._last_reasoning = message_id
+
+    def _encrypted_value(
+        self, value: str, tool_call_id: str | None, metadata: dict[str, Any] | None
+    ) -> None:
+        if tool_call_id is not None:
+            self.push(ev.reasoning_encrypted_value("tool-call", tool_call_id, value, metadata))
+            return
+        if self._reasoning is None and self._last_reasoning is None:
+            # Opaque reasoning with nothing readable: an empty reasoning message holds it.
+            self._close_text()
+            self._reasoning = (self.new_id(), self.new_id())
+            self.push(ev.reasoning_start(self._reasoning[0]))
+            self.push(ev.reasoning_message_start(self._reasoning[1]))
+        entity = self._reasoning[1] if self._reasoning is not None else self._last_reasoning
+        assert entity is not None
+        self.push(ev.reasoning_encrypted_value("message", entity, value, metadata))
 
     def _close_open(self) -> None:
         self._close_reasoning()
@@ -253,7 +297,7 @@ class RunEvents:
 
     def tool_result(self, call_id: str, result: ToolResult) -> None:
         """Emit TOOL_CALL_RESULT; the next text starts a new assistant message."""
-        self.push(ev.tool_call_result(self.new_id(), call_id, result.content))
+        self.push(ev.tool_call_result(self.new_id(), call_id, result.parts or result.content))
         if result.is_error:
             self.tool_errors[call_id] = result.content
             self.transcript.mark_error(call_id, result.content)

@@ -38,6 +38,7 @@ from iobridge.agents.base import Agent
 from iobridge.errors import InputError, NotFoundError
 from iobridge.protocol.interrupts import check_resume, next_record
 from iobridge.protocol.messages import answered_call, merge_incoming, model_view, window
+from iobridge.protocol.run_limits import DEFAULT_MAX_INTERRUPT_BYTES
 from iobridge.protocol.text import reject_nul
 from iobridge.store.base import Carryover, normalize_messages
 
@@ -281,9 +282,13 @@ class StoreMemory:
     With ``metrics``, the run's reads and writes are timed (``iobridge_store_operation_seconds``).
     """
 
-    def __init__(self, store: ThreadStore, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, store: ThreadStore, metrics: Metrics | None = None, *,
+        max_interrupt_bytes: int = DEFAULT_MAX_INTERRUPT_BYTES,
+    ) -> None:
         self.store = store
         self.metrics = metrics
+        self.max_interrupt_bytes = max_interrupt_bytes
 
     def revive(
         self, view: dict[str, Any], *, thread_id: str, resource_id: str, agent: Agent,
@@ -325,7 +330,9 @@ class StoreMemory:
         if thread is not None and thread.resource_id != resource_id:
             raise NotFoundError("thread not found", code="THREAD_NOT_FOUND")
         record = dict(thread.interrupts) if thread is not None and thread.interrupts else None
-        resume, answered = check_resume(record, run_input.resume)
+        resume, answered = check_resume(
+            record, run_input.resume, max_bytes=self.max_interrupt_bytes
+        )
         incoming = merge_incoming(read.stored_ids, read.answered, messages)
         normalize_messages(incoming)
         title = None

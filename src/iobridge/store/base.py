@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,7 +21,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
-from sqlalchemy import exc as sa_exc
 
 from iobridge.errors import ConflictError, InputError, NotFoundError
 from iobridge.protocol.messages import answered_call, window
@@ -37,6 +35,7 @@ __all__ = [
     "Clock",
     "PointWrite",
     "RunRead",
+    "StoreUnavailable",
     "StoredMessage",
     "Thread",
     "ThreadStore",
@@ -49,7 +48,6 @@ __all__ = [
     "format_timestamp",
     "is_outage",
     "normalize_messages",
-    "settled",
     "utc_now",
     "validate_id",
 ]
@@ -260,27 +258,6 @@ class PointWrite:
     segment: Sequence[bytes]
 
 
-def settled(error: Exception | None) -> asyncio.Future[None]:
-    """A write's future that is already done: failed with ``error``, or succeeded."""
-    future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    if error is None:
-        future.set_result(None)
-    else:
-        future.set_exception(error)
-    return future
-
-
-@functools.cache
-def _begins_its_own_writes(cls: type[ThreadStore]) -> bool:
-    """Whether ``cls``'s ``_begin_write_for_run`` comes from the class that also defines the
-    ``write_for_run`` it has (a subclass that wraps only ``write_for_run`` says no)."""
-
-    def owner(name: str) -> type:
-        return next(c for c in cls.__mro__ if name in c.__dict__)
-
-    return owner("_begin_write_for_run") is owner("write_for_run")
-
-
 class ThreadStore(ABC):
     """Threads and their messages. Every method is safe to call concurrently.
 
@@ -486,40 +463,13 @@ class ThreadStore(ABC):
         title: str | None = None,
         carryover: Carryover | None = None,
     ) -> asyncio.Future[None]:
-        """Begin :meth:`write_for_run` now; the future settles when it committed or failed.
-
-        The run engine starts its writes this way and waits only where it must (before the
-        terminal event). A store whose :meth:`_begin_write_for_run` can queue (or do) the
-        write at once answers without a task; otherwise, and whenever a subclass overrides
-        ``write_for_run`` (a test's slow or failing store, an audit layer: every write must
-        go through it), ``write_for_run`` runs in a task.
-        """
-        if _begins_its_own_writes(type(self)):
-            try:
-                write = self._begin_write_for_run(
-                    thread_id, resource_id, agent_id, messages, title, carryover
-                )
-            except Exception as exc:
-                return settled(exc)
-            if write is not None:
-                return write
+        """Begin :meth:`write_for_run` in a task; the future settles when it committed or
+        failed. The run engine starts its writes this way and waits only where it must
+        (before the terminal event)."""
         return asyncio.ensure_future(self.write_for_run(
             thread_id, resource_id=resource_id, agent_id=agent_id, messages=messages,
             title=title, carryover=carryover,
         ))
-
-    def _begin_write_for_run(
-        self,
-        thread_id: str,
-        resource_id: str,
-        agent_id: str | None,
-        messages: Sequence[Mapping[str, Any]],
-        title: str | None,
-        carryover: Carryover | None,
-    ) -> asyncio.Future[None] | None:
-        """The same write as this class's ``write_for_run``, begun without a task; ``None``
-        (this default): the store has no such way. May raise what ``write_for_run`` would."""
-        return None
 
     async def set_carryover(self, thread_id: str, carryover: Carryover) -> None:
         """Replace the thread's state and interrupt record (stores that use the default
@@ -577,23 +527,15 @@ class ThreadStore(ABC):
         await self.close()
 
 
-#: What a database that is down, unreachable or too slow raises (through SQLAlchemy or the
-#: driver's socket): answered 503, not a bug's 500.
-_OUTAGES = (
-    OSError,
-    TimeoutError,
-    sa_exc.OperationalError,
-    sa_exc.InterfaceError,
-    sa_exc.DisconnectionError,
-    sa_exc.TimeoutError,
-)
+class StoreUnavailable(ConnectionError):
+    """The database is down, unreachable or too slow: what a store raises from its driver's
+    error (answered 503, not a bug's 500)."""
 
 
 def is_outage(exc: BaseException) -> bool:
-    """Whether ``exc`` says the store cannot be reached (rather than a bug or bad input)."""
-    return isinstance(exc, _OUTAGES) or (
-        isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated
-    )
+    """Whether ``exc`` says the store cannot be reached (rather than a bug or bad input):
+    :class:`StoreUnavailable`, or a socket's ``OSError`` or ``TimeoutError``."""
+    return isinstance(exc, OSError | TimeoutError)
 
 
 def check_thread_ids(thread_id: str, resource_id: str, agent_id: str | None) -> None:

@@ -7,7 +7,6 @@ and non-JSON content fails the same way it would against a database.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -28,7 +27,6 @@ from iobridge.store.base import (
     decode_cursor,
     encode_cursor,
     encode_messages,
-    settled,
     utc_now,
 )
 
@@ -215,19 +213,6 @@ class MemoryThreadStore(ThreadStore):
         """The run's write in one pass (the default is four calls, each checking and copying
         again); atomic like every operation here, since nothing in it awaits."""
         self._write_for_run(thread_id, resource_id, agent_id, messages, title, carryover)
-
-    def _begin_write_for_run(
-        self,
-        thread_id: str,
-        resource_id: str,
-        agent_id: str | None,
-        messages: Sequence[Mapping[str, Any]],
-        title: str | None,
-        carryover: Carryover | None,
-    ) -> asyncio.Future[None]:
-        """Done at once: an already settled future."""
-        self._write_for_run(thread_id, resource_id, agent_id, messages, title, carryover)
-        return settled(None)
 
     def _write_for_run(
         self,

@@ -7,15 +7,19 @@ connection of the store's own engine.
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import text
-from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.engine import Connection, Engine
+
+if TYPE_CHECKING:  # SQLAlchemy's asyncio part needs greenlet: the postgres extra
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 from iobridge.store.base import Clock, ThreadStore, utc_now
 from iobridge.store.memory_store import MemoryThreadStore
@@ -64,23 +68,46 @@ def _current(connection: Connection) -> str | None:
     return context.get_current_revision()
 
 
-async def upgrade_engine(engine: AsyncEngine) -> None:
+async def upgrade_engine(engine: Engine | AsyncEngine) -> None:
     """Bring the schema behind ``engine`` to the head revision (a no-op when it is there).
 
     Several server processes may start at once: the migration holds the database's write
     lock (SQLite ``BEGIN IMMEDIATE``) or a transaction-scoped advisory lock (PostgreSQL), so
-    the others wait, then find the schema at head.
+    the others wait, then find the schema at head. SQLite's migration runs in a worker thread
+    (its engine is sync).
     """
+    if isinstance(engine, Engine):
+        await asyncio.to_thread(_upgrade_sync, engine)
+        return
     async with engine.execution_options(**{WRITE_OPTION: True}).begin() as conn:
         if conn.dialect.name == "postgresql":
             await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
         await conn.run_sync(_upgrade)
 
 
-async def current_revision(engine: AsyncEngine) -> str | None:
+def _upgrade_sync(engine: Engine) -> None:
+    with engine.execution_options(**{WRITE_OPTION: True}).begin() as conn:
+        _upgrade(conn)
+
+
+async def current_revision(engine: Engine | AsyncEngine) -> str | None:
     """The schema revision of the database behind ``engine`` (``None`` if never migrated)."""
+    if isinstance(engine, Engine):
+        return await asyncio.to_thread(_current_sync, engine)
     async with engine.connect() as conn:
         return await conn.run_sync(_current)
+
+
+def _current_sync(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        return _current(conn)
+
+
+async def _dispose(engine: Engine | AsyncEngine) -> None:
+    if isinstance(engine, Engine):
+        engine.dispose()
+    else:
+        await engine.dispose()
 
 
 async def upgrade(database_url: str) -> None:
@@ -91,7 +118,7 @@ async def upgrade(database_url: str) -> None:
     try:
         await upgrade_engine(engine)
     finally:
-        await engine.dispose()
+        await _dispose(engine)
 
 
 async def open_store(
@@ -99,7 +126,7 @@ async def open_store(
 ) -> ThreadStore:
     """Open the store at ``database_url``, migrating it to head first unless told not to.
 
-    ``sqlite+aiosqlite:///path.db`` and ``postgresql+asyncpg://…`` give a ``SqlThreadStore``;
+    ``sqlite:///path.db`` and ``postgresql+asyncpg://…`` give a ``SqlThreadStore``;
     ``memory://`` gives a ``MemoryThreadStore``.
     """
     if database_url == MEMORY_URL:
@@ -109,6 +136,6 @@ async def open_store(
         try:
             await upgrade_engine(engine)
         except BaseException:
-            await engine.dispose()
+            await _dispose(engine)
             raise
     return SqlThreadStore(engine, clock=clock)

@@ -3,9 +3,10 @@
 Queries are written once, as plain SQLAlchemy Core functions of a sync ``Connection``. An
 executor runs them without blocking the event loop:
 
-* SQLite (``ThreadExecutor``): a sync ``pysqlite`` engine in worker threads — one thread hop
-  per read or per batch of writes. (Through aiosqlite every statement, cursor and fetch is its
-  own hop to the driver's thread: ~100 hops per run, which cost more than the queries.)
+* SQLite (``ThreadExecutor``): a sync ``pysqlite`` engine (the standard library's
+  ``sqlite3``) in worker threads — one thread hop per read or per batch of writes, where an
+  async driver (aiosqlite) makes every statement, cursor and fetch its own hop to the
+  driver's thread (~100 hops per run, which cost more than the queries).
 * PostgreSQL (``AsyncExecutor``): the asyncpg engine, the function driven by ``run_sync``.
 
 Both group concurrent reads (``_BatchedReads``): a few connections answer a burst of reads
@@ -28,10 +29,15 @@ import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.ext.asyncio import AsyncEngine
+
+if TYPE_CHECKING:  # SQLAlchemy's asyncio part needs greenlet: the postgres extra
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+from iobridge.store.base import StoreUnavailable
 
 __all__ = [
     "AsyncExecutor", "Combine", "GroupWriter", "Job", "ReadMany", "SqlExecutor", "ThreadExecutor"
@@ -60,20 +66,50 @@ MAX_QUEUE = 8192
 MAX_READ_BATCH = 64
 
 
+#: What a database that is down, unreachable or too slow raises through SQLAlchemy.
+_OUTAGES = (
+    sa_exc.OperationalError,
+    sa_exc.InterfaceError,
+    sa_exc.DisconnectionError,
+    sa_exc.TimeoutError,
+)
+
+
+def _unavailable(exc: Exception) -> StoreUnavailable | None:
+    """``exc`` as the store's outage, when it is one (``None``: a bug or bad input)."""
+    if isinstance(exc, _OUTAGES) or (
+        isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated
+    ):
+        return StoreUnavailable(f"{type(exc).__name__}: {exc}")
+    return None
+
+
 class SqlExecutor(ABC):
-    """Runs sync Core functions against the database, off the event loop."""
+    """Runs sync Core functions against the database, off the event loop. A database that
+    does not answer raises :class:`~iobridge.store.base.StoreUnavailable` (from the driver's
+    error)."""
 
     @abstractmethod
     async def read(self, fn: Callable[[Connection], T]) -> T:
         """``fn(conn)`` in a read transaction."""
 
-    @abstractmethod
     async def transaction(self, jobs: Sequence[Job]) -> list[Any]:
         """Every job in one write transaction, committed; their results in order.
 
         Raises:
             Exception: the first job's error, or the commit's (nothing is committed).
         """
+        try:
+            return await self._transaction(list(jobs))
+        except Exception as exc:
+            outage = _unavailable(exc)
+            if outage is None:
+                raise
+            raise outage from exc
+
+    @abstractmethod
+    async def _transaction(self, jobs: list[Job]) -> list[Any]:
+        """:meth:`transaction` as the driver reports it."""
 
     @abstractmethod
     async def close(self) -> None:
@@ -100,7 +136,13 @@ class _BatchedReads(SqlExecutor):
         self._queued.append((fn, future))
         if self._reading < self._readers:
             self._dispatch(loop)
-        return await future
+        try:
+            return await future
+        except Exception as exc:
+            outage = _unavailable(exc)
+            if outage is None:
+                raise
+            raise outage from exc
 
     @abstractmethod
     def _read_batch(
@@ -235,11 +277,11 @@ class ThreadExecutor(_BatchedReads):
             answers = exc
         loop.call_soon_threadsafe(_deliver_then_free, deliver, freed, answers)
 
-    async def transaction(self, jobs: Sequence[Job]) -> list[Any]:
+    async def _transaction(self, jobs: list[Job]) -> list[Any]:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._writes, self._transaction, list(jobs))
+        return await loop.run_in_executor(self._writes, self._commit, jobs)
 
-    def _transaction(self, jobs: list[Job]) -> list[Any]:
+    def _commit(self, jobs: list[Job]) -> list[Any]:
         with self._writer.begin() as conn:
             return [job(conn) for job in jobs]
 
@@ -292,7 +334,7 @@ class AsyncExecutor(_BatchedReads):
         finally:
             freed()
 
-    async def transaction(self, jobs: Sequence[Job]) -> list[Any]:
+    async def _transaction(self, jobs: list[Job]) -> list[Any]:
         async with self._writer.begin() as conn:
             return await conn.run_sync(lambda sync: [job(sync) for job in jobs])
 
@@ -338,19 +380,6 @@ class GroupWriter:
         self._wake()
         result: T = await future
         return result
-
-    def start(self, job: Callable[[Connection], Any]) -> asyncio.Future[Any]:
-        """Queue ``job`` now; the future settles once its transaction committed or failed.
-
-        No task of its own while the queue has room (a full queue waits in one, as
-        :meth:`submit` does).
-        """
-        if self._queue.full():
-            return asyncio.ensure_future(self.submit(job))
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait((job, future))
-        self._wake()
-        return future
 
     def _wake(self) -> None:
         if self._task is None or self._task.done():

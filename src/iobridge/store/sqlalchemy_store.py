@@ -1,11 +1,12 @@
 """``ThreadStore`` on SQLAlchemy 2: SQLite (default, WAL) or PostgreSQL (asyncpg).
 
 Queries are SQLAlchemy Core functions of a sync connection, run by an executor
-(:mod:`iobridge.store.sql_executor`): a pysqlite engine in worker threads for SQLite, the
-asyncpg engine for PostgreSQL. Every write goes through one ``GroupWriter``: the writes queued
-meanwhile are committed together (group commit), so a burst of runs costs a few transactions,
-not one each, and SQLite never sleeps in its busy handler for our own writes. Reads run
-beside the writer (WAL).
+(:mod:`iobridge.store.sql_executor`): SQLite through the standard library's ``sqlite3``
+(SQLAlchemy's pysqlite dialect) in worker threads, for migrations and every query alike;
+PostgreSQL through the asyncpg engine (the ``postgres`` extra). Every write goes through one
+``GroupWriter``: the writes queued meanwhile are committed together (group commit), so a burst
+of runs costs a few transactions, not one each, and SQLite never sleeps in its busy handler
+for our own writes. Reads run beside the writer (WAL).
 
 Writes that read before they write (appending messages) must not interleave with another
 process's. PostgreSQL gets that from ``SELECT … FOR UPDATE`` on the thread row. SQLite has no
@@ -26,7 +27,7 @@ import sqlite3
 import time
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from sqlalchemy import (
@@ -43,9 +44,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection, Engine, Row, make_url
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+if TYPE_CHECKING:  # SQLAlchemy's asyncio part needs greenlet: the postgres extra
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 from iobridge.errors import ConflictError, InputError, NotFoundError
+from iobridge.extras import require_extra
 from iobridge.protocol.messages import answered_call, call_ids, window
 from iobridge.store import checkpoint_rows, pg_run_sql
 from iobridge.store.base import (
@@ -77,9 +81,11 @@ from iobridge.store.sql_executor import (
 
 __all__ = ["DEFAULT_DATABASE_URL", "WRITE_OPTION", "SqlThreadStore", "make_engine"]
 
-DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./iobridge.db"
+DEFAULT_DATABASE_URL = "sqlite:///./iobridge.db"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 WAL_SWITCH_ATTEMPTS = 100
+#: Threads serving reads at once on SQLite (plus the writer's thread).
+SQLITE_READERS = 2
 #: Execution option marking a write transaction (``BEGIN IMMEDIATE`` on SQLite).
 WRITE_OPTION = "iobridge_write"
 #: Bound parameters per ``IN (…)`` chunk, well under SQLite's and asyncpg's limits.
@@ -92,28 +98,35 @@ def _json_dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
-def make_engine(database_url: str, **kwargs: Any) -> AsyncEngine:
-    """An async engine for ``database_url``; SQLite connections get WAL and a busy timeout."""
+def make_engine(database_url: str, **kwargs: Any) -> Engine | AsyncEngine:
+    """The engine for ``database_url``.
+
+    SQLite (``sqlite:///path``; ``sqlite+pysqlite://`` and the older ``sqlite+aiosqlite://``
+    name the same file the same way): a sync engine on the standard library's driver, its
+    connections usable from worker threads, with WAL and a busy timeout. PostgreSQL
+    (``postgresql+asyncpg://``): an async engine.
+
+    Raises:
+        MissingExtra: PostgreSQL without the ``postgres`` extra installed.
+    """
     url = make_url(database_url)
-    engine = create_async_engine(
+    if url.get_backend_name() == "sqlite":
+        engine = create_engine(
+            url.set(drivername="sqlite"),
+            json_serializer=_json_dumps,
+            json_deserializer=orjson.loads,
+            connect_args={"check_same_thread": False},
+            pool_size=SQLITE_READERS + 1,
+            **kwargs,
+        )
+        _configure_sqlite(engine)
+        return engine
+    require_extra("postgres", "database_url (PostgreSQL)")
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    return create_async_engine(
         url, json_serializer=_json_dumps, json_deserializer=orjson.loads, **kwargs
     )
-    if url.get_backend_name() == "sqlite":
-        _configure_sqlite(engine.sync_engine)
-    return engine
-
-
-def _sqlite_sync_engine(engine: AsyncEngine, readers: int) -> Engine:
-    """A pysqlite engine on the same file, its connections usable from worker threads."""
-    sync = create_engine(
-        engine.url.set(drivername="sqlite"),
-        json_serializer=_json_dumps,
-        json_deserializer=orjson.loads,
-        connect_args={"check_same_thread": False},
-        pool_size=readers + 1,
-    )
-    _configure_sqlite(sync)
-    return sync
 
 
 def _configure_sqlite(engine: Engine) -> None:
@@ -247,20 +260,24 @@ class SqlThreadStore(ThreadStore):
     """Threads and messages in two tables (see ``records``); the schema is Alembic's job.
 
     Args:
-        engine: An engine from :func:`make_engine` (SQLite or PostgreSQL); the store owns it.
+        engine: An engine from :func:`make_engine` (SQLite's sync engine or PostgreSQL's
+            async one); the store owns it.
         clock: Timestamps (injectable for tests).
     """
 
-    def __init__(self, engine: AsyncEngine, *, clock: Clock = utc_now) -> None:
+    def __init__(self, engine: Engine | AsyncEngine, *, clock: Clock = utc_now) -> None:
         self.engine = engine
         self._clock = clock
         self._lock_rows = engine.dialect.name != "sqlite"
         #: PostgreSQL runs the run path's combined statements (``pg_run_sql``).
         self._combined = engine.dialect.name == "postgresql"
         executor: SqlExecutor
-        if engine.dialect.name == "sqlite":
-            sync = _sqlite_sync_engine(engine, readers=2)
-            executor = ThreadExecutor(sync, sync.execution_options(**{WRITE_OPTION: True}))
+        if isinstance(engine, Engine):
+            if engine.dialect.name != "sqlite":
+                raise TypeError("a sync engine must be SQLite's (make_engine makes them)")
+            executor = ThreadExecutor(
+                engine, engine.execution_options(**{WRITE_OPTION: True}), readers=SQLITE_READERS
+            )
         else:
             # Reads in autocommit: under READ COMMITTED every statement takes its own snapshot
             # anyway, and a read batch then costs no BEGIN and no ROLLBACK round trip.
@@ -445,20 +462,6 @@ class SqlThreadStore(ThreadStore):
             self._run_write(thread_id, resource_id, agent_id, messages, title, carryover)
         )
 
-    def _begin_write_for_run(
-        self,
-        thread_id: str,
-        resource_id: str,
-        agent_id: str | None,
-        messages: Sequence[Mapping[str, Any]],
-        title: str | None,
-        carryover: Carryover | None,
-    ) -> asyncio.Future[None]:
-        """Queued for the next group commit at once (no task while the queue has room)."""
-        return self._writes.start(
-            self._run_write(thread_id, resource_id, agent_id, messages, title, carryover)
-        )
-
     def _run_write(
         self,
         thread_id: str,
@@ -507,7 +510,10 @@ class SqlThreadStore(ThreadStore):
 
     def write_point(self, job: PointWrite) -> asyncio.Future[None]:
         now = self._clock()
-        return self._writes.start(lambda conn: checkpoint_rows.write_point(conn, job, now))
+        # A task each, begun in order: the writer's queue keeps that order.
+        return asyncio.ensure_future(
+            self._writes.submit(lambda conn: checkpoint_rows.write_point(conn, job, now))
+        )
 
     async def load_checkpoint(self, owner: str, run_id: str) -> Checkpoint | None:
         result: Checkpoint | None = await self._sql.read(
@@ -523,9 +529,9 @@ class SqlThreadStore(ThreadStore):
     def drop_checkpoint(
         self, owner: str, run_id: str, epoch: int | None = None
     ) -> asyncio.Future[None]:
-        return self._writes.start(
+        return asyncio.ensure_future(self._writes.submit(
             lambda conn: checkpoint_rows.drop_checkpoint(conn, owner, run_id, epoch)
-        )
+        ))
 
     async def record_tool_result(
         self, owner: str, run_id: str, tool_call_id: str, content: str, is_error: bool
@@ -549,7 +555,6 @@ class SqlThreadStore(ThreadStore):
     async def close(self) -> None:
         await self._writes.close()
         await self._sql.close()
-        await self.engine.dispose()
 
 
 def _thread_row(thread: Thread) -> dict[str, Any]:

@@ -21,6 +21,7 @@ __all__ = ["ASSETS", "playground_router"]
 ASSETS = {
     "playground.js": "text/javascript; charset=utf-8",
     "markdown.js": "text/javascript; charset=utf-8",
+    "inspector.js": "text/javascript; charset=utf-8",
     "playground.css": "text/css; charset=utf-8",
     "favicon.svg": "image/svg+xml",
 }
@@ -33,6 +34,8 @@ _HEADERS = {
         "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
         "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'self'"
     ),
+    # A page of another site that opens the playground gets no handle on its window.
+    "Cross-Origin-Opener-Policy": "same-origin",
 }
 
 

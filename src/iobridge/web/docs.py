@@ -2,7 +2,9 @@
 
 FastAPI's own pages load their scripts from a CDN, so they are blank on a machine without
 network access. The assets come from ``fastapi-offline`` (a dependency); only its static
-files are used, the app stays a plain ``FastAPI``.
+files are used, the app stays a plain ``FastAPI``. ReDoc's bundle names one more CDN file
+(the Redocly logo of its sidebar footer): it is served with that URL pointing at the local
+favicon instead, so no page of the server contacts another host.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from fastapi.openapi.docs import (
     get_swagger_ui_html,
     get_swagger_ui_oauth2_redirect_html,
 )
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 __all__ = ["ASSETS_URL", "install_docs"]
@@ -25,6 +27,8 @@ __all__ = ["ASSETS_URL", "install_docs"]
 ASSETS_URL = "/docs-assets"
 
 OAUTH2_REDIRECT_URL = "/docs/oauth2-redirect"
+#: The image ReDoc's sidebar footer loads from Redocly's CDN.
+REDOC_CDN_LOGO = b"https://cdn.redoc.ly/redoc/logo-mini.svg"
 
 
 def install_docs(app: FastAPI) -> None:
@@ -34,6 +38,15 @@ def install_docs(app: FastAPI) -> None:
     """
     openapi_url = app.openapi_url or "/openapi.json"
     folder = Path(fastapi_offline.__file__).parent / "static"
+    redoc_bundle = (folder / "redoc.standalone.js").read_bytes().replace(
+        REDOC_CDN_LOGO, f"{ASSETS_URL}/favicon.png".encode()
+    )
+
+    # Registered before the mount, so it answers for the bundle the mount also holds.
+    @app.get(f"{ASSETS_URL}/redoc.standalone.js", include_in_schema=False)
+    async def redoc_script() -> Response:
+        return Response(redoc_bundle, media_type="text/javascript; charset=utf-8")
+
     app.mount(ASSETS_URL, StaticFiles(directory=folder), name="docs-assets")
     parameters = {"validatorUrl": None, **(app.swagger_ui_parameters or {})}
 

@@ -1,15 +1,21 @@
 // The playground: the whole io.Intelligence flow with no library. POST {prefix}/run, read the
 // SSE stream, run frontend tools in the page (or answer them from a form) and POST their
 // results back into the same run; threads and history through the REST routes.
-import { renderMarkdown } from "./markdown.js";
+//
+// One phase at a time (connecting, loading a thread, idle, running): Send works only when
+// idle, so a message always goes to the thread on screen and its run is shown there. A new
+// thread is only an id until its first message creates it on the server.
+import { renderInto } from "./markdown.js";
+import { Inspector } from "./inspector.js";
 
 const PREFIX = document.documentElement.dataset.prefix || "/io-bridge";
-const MAX_EVENTS = 2000;
-const MAX_EVENT_TYPES = 100;
 // A thread's history is read as its latest messages, at most this many.
 const HISTORY_LIMIT = 200;
-const STORE = { thread: "iobridge.thread", tools: "iobridge.tools", key: "iobridge.auth.key",
-                scheme: "iobridge.auth.scheme" };
+// Characters of an unavailable agent's reason shown in the picker (the whole one is its title).
+const REASON_CHARS = 120;
+const STORE = { thread: "iobridge.thread", tools: "iobridge.tools", settings: "iobridge.settings",
+                key: "iobridge.auth.key", scheme: "iobridge.auth.scheme" };
+const WIDE = matchMedia("(min-width: 900px)");
 const $ = (id) => document.getElementById(id);
 const uid = () => crypto.randomUUID();
 
@@ -26,13 +32,41 @@ const state = {
   agents: [],
   defaultAgent: null,
   threadId: null,
+  // Whether the thread on screen is stored on the server (false: a new thread's id only).
+  stored: false,
   threads: [],
   nextCursor: null,
-  run: null, // {runId, stopping}
-  connecting: false, // agents and the thread are being (re)loaded
+  // "connecting" | "loading" | "idle" | "running"
+  phase: "connecting",
+  // Each thread selection gets a number; a history that arrives for an older one is dropped.
+  selection: 0,
+  run: null, // {runId, threadId, stopping}
   customTools: loadCustomTools(),
-  disabledTools: new Set(),
+  settings: loadSettings(),
 };
+const inspector = new Inspector();
+
+// ---------------------------------------------------------------- settings
+
+function loadSettings() {
+  const defaults = { autoAnswer: true, agent: null, disabledTools: [] };
+  try {
+    const saved = JSON.parse(localStorage.getItem(STORE.settings) || "{}");
+    if (!saved || typeof saved !== "object") return defaults;
+    return {
+      autoAnswer: typeof saved.autoAnswer === "boolean" ? saved.autoAnswer : defaults.autoAnswer,
+      agent: typeof saved.agent === "string" ? saved.agent : null,
+      disabledTools: Array.isArray(saved.disabledTools)
+        ? saved.disabledTools.filter((n) => typeof n === "string") : [],
+    };
+  } catch {
+    return defaults;
+  }
+}
+
+function saveSettings() {
+  localStorage.setItem(STORE.settings, JSON.stringify(state.settings));
+}
 
 // ---------------------------------------------------------------- HTTP
 
@@ -98,6 +132,32 @@ function explain(error) {
   return `${error.message} (${error.code}, HTTP ${error.status})`;
 }
 
+// ---------------------------------------------------------------- phases
+
+const PHASE_NOTES = {
+  connecting: "Connecting to the server…",
+  loading: "Loading the thread…",
+  idle: "",
+  running: "The agent is answering: Stop ends the run.",
+};
+
+function setPhase(phase) {
+  state.phase = phase;
+  document.body.dataset.phase = phase;
+  updateControls();
+}
+
+function updateControls() {
+  const running = state.phase === "running";
+  $("send").disabled = state.phase !== "idle";
+  $("stop").disabled = !running || Boolean(state.run?.stopping);
+  $("agent").disabled = running;
+  $("new-thread").disabled = running || state.phase === "connecting";
+  for (const button of $("threads").querySelectorAll("button")) button.disabled = running;
+  $("composer").classList.toggle("busy", running);
+  $("composer-status").textContent = PHASE_NOTES[state.phase];
+}
+
 // ---------------------------------------------------------------- chat rendering
 
 function scrollChat() {
@@ -135,7 +195,7 @@ function assistantBubble(initial = "") {
   let queued = false;
   const render = () => {
     queued = false;
-    node.innerHTML = renderMarkdown(text);
+    renderInto(node, text);
     scrollChat();
   };
   render();
@@ -243,25 +303,29 @@ function saveCustomTools() {
 }
 
 function declaredTools() {
-  return [...BUILTIN_TOOLS, ...state.customTools].filter((t) => !state.disabledTools.has(t.name));
+  const off = new Set(state.settings.disabledTools);
+  return [...BUILTIN_TOOLS, ...state.customTools].filter((t) => !off.has(t.name));
 }
 
 function renderTools() {
+  const off = new Set(state.settings.disabledTools);
   const rows = [...BUILTIN_TOOLS, ...state.customTools].map((tool) => {
     const row = element("label", "row");
     const box = element("input");
     box.type = "checkbox";
-    box.checked = !state.disabledTools.has(tool.name);
+    box.checked = !off.has(tool.name);
     box.dataset.tool = tool.name;
     box.addEventListener("change", () => {
-      if (box.checked) state.disabledTools.delete(tool.name);
-      else state.disabledTools.add(tool.name);
+      const others = state.settings.disabledTools.filter((n) => n !== tool.name);
+      state.settings.disabledTools = box.checked ? others : [...others, tool.name];
+      saveSettings();
     });
     row.append(box, element("code", "", tool.name),
                element("span", "muted", tool.run ? "built-in" : "answered from a form"));
     if (!tool.run) {
       const remove = element("button", "remove", "remove");
       remove.type = "button";
+      remove.setAttribute("aria-label", `Remove the tool ${tool.name}`);
       remove.addEventListener("click", (event) => {
         event.preventDefault();
         state.customTools = state.customTools.filter((t) => t.name !== tool.name);
@@ -303,10 +367,12 @@ function addCustomTool(event) {
 /** A form under a pending frontend call: send a result (JSON or text) or an error. */
 function answerForm(runId, toolCallId, card, suggested) {
   const form = element("form");
-  form.append(element("div", "label", "your answer (JSON or text)"));
+  const label = element("label", "label", "your answer (JSON or text)");
   const input = element("textarea");
   input.rows = 3;
   input.name = "result";
+  input.id = `answer-${toolCallId}`;
+  label.htmlFor = input.id;
   input.value = suggested === undefined ? "" : JSON.stringify(suggested, null, 2);
   const buttons = element("div");
   const send = element("button", "primary", "Send result");
@@ -315,7 +381,7 @@ function answerForm(runId, toolCallId, card, suggested) {
   fail.type = "button";
   const problem = element("span", "error-text");
   buttons.append(send, fail, problem);
-  form.append(input, buttons);
+  form.append(label, input, buttons);
   const submit = async (asError) => {
     const text = input.value;
     let body;
@@ -367,7 +433,7 @@ function interruptCard(interrupts) {
       const button = element("button", label === "Approve" ? "primary" : "", label);
       button.type = "button";
       button.addEventListener("click", () => {
-        if (state.run) return;
+        if (state.phase !== "idle") return;
         answers.set(interrupt.id, { interruptId: interrupt.id, ...entry });
         status.textContent = label.toLowerCase();
         finishIfAnswered();
@@ -404,62 +470,10 @@ function handleFrontendCall(runId, toolCallId, card) {
       suggested = { error: String(error) };
     }
   }
-  if (builtin && $("auto-answer").checked) {
+  if (builtin && state.settings.autoAnswer) {
     postToolResult(runId, toolCallId, card, { result: suggested });
   } else {
     answerForm(runId, toolCallId, card, suggested);
-  }
-}
-
-// ---------------------------------------------------------------- event inspector
-
-let firstEventAt = null;
-
-function clock(date) {
-  return date.toTimeString().slice(0, 8) + "." + String(date.getMilliseconds()).padStart(3, "0");
-}
-
-// Events are timed when they arrive and drawn once per frame: a fast stream costs one
-// layout per frame, not one per event.
-let pendingEvents = [];
-
-function logEvent(event) {
-  const now = new Date();
-  firstEventAt ??= now.getTime();
-  if (pendingEvents.length === 0) requestAnimationFrame(drawEvents);
-  pendingEvents.push({ event, now, since: (now.getTime() - firstEventAt) / 1000 });
-  if (pendingEvents.length > MAX_EVENTS) pendingEvents.shift();
-}
-
-function drawEvents() {
-  const batch = pendingEvents;
-  pendingEvents = [];
-  const list = $("events");
-  const filterBox = $("event-filter");
-  const known = new Set([...filterBox.options].map((o) => o.value));
-  const fragment = document.createDocumentFragment();
-  for (const { event, now, since } of batch) {
-    const item = element("li");
-    item.dataset.type = event.type;
-    item.append(element("span", "time", `${clock(now)} +${since.toFixed(3)}s`),
-                element("span", `type${event.type === "RUN_ERROR" ? " error" : ""}`, event.type),
-                element("pre", "", JSON.stringify(event, null, 2)));
-    if (filterBox.value && filterBox.value !== event.type) item.classList.add("hidden");
-    fragment.append(item);
-    if (known.size < MAX_EVENT_TYPES && !known.has(event.type)) {
-      known.add(event.type);
-      filterBox.append(new Option(event.type, event.type));
-    }
-  }
-  list.append(fragment);
-  while (list.childElementCount > MAX_EVENTS) list.firstElementChild.remove();
-  list.scrollTop = list.scrollHeight;
-}
-
-function applyFilter() {
-  const filter = $("event-filter").value;
-  for (const item of $("events").children) {
-    item.classList.toggle("hidden", Boolean(filter) && item.dataset.type !== filter);
   }
 }
 
@@ -484,21 +498,19 @@ async function* sseEvents(response) {
   }
 }
 
-function setBusy(busy) {
-  $("send").disabled = busy || state.connecting;
-  $("stop").disabled = !busy;
-  $("agent").disabled = busy;
-  $("composer").classList.toggle("busy", busy);
-}
-
 function serverToolNames() {
   return new Set(state.agents.flatMap((a) => (a.tools || []).map((t) => t.name)));
 }
 
-/** One run: ``text`` as the new user message, or (``resume`` given) answers to interrupts. */
+/**
+ * One run in the thread on screen: ``text`` as the new user message, or (``resume`` given)
+ * answers to interrupts. Only called when idle; the thread cannot change until it ends.
+ */
 async function run(text, resume = null) {
+  if (state.phase !== "idle") return;
   const runId = uid();
   const threadId = state.threadId;
+  const agentId = $("agent").value;
   const frontend = declaredTools();
   const frontendNames = new Set(frontend.map((t) => t.name));
   const body = {
@@ -507,11 +519,13 @@ async function run(text, resume = null) {
     tools: frontend.map(({ name, description, parameters }) => ({ name, description, parameters })),
     // Only the new message: the server keeps the thread's memory.
     messages: resume ? [] : [{ id: uid(), role: "user", content: text }],
-    forwardedProps: { agentId: $("agent").value, memoryOptions: { generateTitle: true } },
+    forwardedProps: { agentId, memoryOptions: { generateTitle: true } },
   };
   if (resume) body.resume = resume;
-  state.run = { runId, stopping: false };
-  setBusy(true);
+  if (text !== null) addUser(text);
+  state.run = { runId, threadId, stopping: false };
+  setPhase("running");
+  inspector.startRun(runId, `${agentId || "default agent"} · thread ${threadId.slice(0, 8)}`);
   const texts = new Map();
   const reasoning = new Map();
   const calls = new Map();
@@ -519,9 +533,10 @@ async function run(text, resume = null) {
   try {
     const response = await request("POST", `${PREFIX}/run`, body);
     for await (const event of sseEvents(response)) {
-      logEvent(event);
+      inspector.log(runId, event);
+      if (event.type === "RUN_STARTED") state.stored = true;
       ended ||= event.type === "RUN_FINISHED" || event.type === "RUN_ERROR";
-      if (state.threadId !== threadId) continue; // the user switched threads: keep logging only
+      if (state.threadId !== threadId) continue; // never drawn into another thread
       switch (event.type) {
         case "TEXT_MESSAGE_START":
           texts.set(event.messageId, assistantBubble());
@@ -591,7 +606,8 @@ async function run(text, resume = null) {
       }
     }
     state.run = null;
-    setBusy(false);
+    inspector.save();
+    setPhase("idle");
     refreshThreads().catch(() => {});
   }
 }
@@ -600,13 +616,13 @@ async function stop() {
   const live = state.run;
   if (!live || live.stopping) return;
   live.stopping = true;
-  $("stop").disabled = true;
+  updateControls();
   try {
     await api("POST", `/runs/${encodeURIComponent(live.runId)}/cancel`);
   } catch (error) {
     addError(`Could not stop the run: ${explain(error)}`);
     live.stopping = false;
-    $("stop").disabled = false;
+    updateControls();
   }
 }
 
@@ -648,21 +664,24 @@ function renderHistory(messages) {
   }
 }
 
-async function loadHistory(threadId) {
-  $("chat").replaceChildren();
+/** Show a thread's history; ``false`` when a later selection took over meanwhile. */
+async function loadHistory(threadId, selection) {
   try {
     const { messages } = await api("GET", `/threads/${encodeURIComponent(threadId)}`
       + `/messages?format=agui&limit=${HISTORY_LIMIT}`);
-    if (state.threadId !== threadId) return;
+    if (selection !== state.selection) return false;
+    state.stored = true;
     renderHistory(messages);
     if (messages.length >= HISTORY_LIMIT) {
       $("chat").prepend(element("div", "msg notice",
         `Showing the latest ${HISTORY_LIMIT} messages of this thread.`));
     }
   } catch (error) {
-    // A thread chosen here but never run yet is not stored: an empty chat is right.
+    if (selection !== state.selection) return false;
+    // Not stored yet (a new thread's id): an empty chat is right.
     if (!(error instanceof ApiError && error.status === 404)) addError(explain(error));
   }
+  return true;
 }
 
 // ---------------------------------------------------------------- threads
@@ -671,42 +690,60 @@ function threadLabel(thread) {
   return thread.title || `Untitled · ${thread.id.slice(0, 8)}`;
 }
 
+function threadItem(thread, label) {
+  const item = element("li");
+  item.dataset.threadId = thread.id;
+  const current = thread.id === state.threadId;
+  item.classList.toggle("selected", current);
+  const title = element("button", "title", label);
+  title.type = "button";
+  title.title = thread.id;
+  if (current) title.setAttribute("aria-current", "true");
+  title.addEventListener("click", () => selectThread(thread.id));
+  item.append(title);
+  return item;
+}
+
 function renderThreads() {
-  const items = state.threads.map((thread) => {
-    const item = element("li");
-    item.dataset.threadId = thread.id;
-    item.classList.toggle("selected", thread.id === state.threadId);
-    const title = element("span", "title", threadLabel(thread));
-    title.title = thread.id;
+  const listed = state.threads.some((t) => t.id === state.threadId);
+  const items = [];
+  if (!listed && state.threadId) {
+    // The thread on screen: a new one (stored with its first message), or one not listed.
+    const draft = threadItem({ id: state.threadId }, state.stored
+      ? `Thread · ${state.threadId.slice(0, 8)}` : "New thread");
+    draft.classList.add("draft");
+    items.push(draft);
+  }
+  for (const thread of state.threads) {
+    const item = threadItem(thread, threadLabel(thread));
     const rename = element("button", "rename", "✎");
     rename.type = "button";
     rename.title = "Rename";
+    rename.setAttribute("aria-label", `Rename ${threadLabel(thread)}`);
     const remove = element("button", "delete", "✕");
     remove.type = "button";
     remove.title = "Delete";
-    item.append(title, rename, remove);
-    item.addEventListener("click", () => selectThread(thread.id));
-    rename.addEventListener("click", (event) => {
-      event.stopPropagation();
-      startRename(item, thread);
-    });
-    remove.addEventListener("click", (event) => {
-      event.stopPropagation();
+    remove.setAttribute("aria-label", `Delete ${threadLabel(thread)}`);
+    item.append(rename, remove);
+    rename.addEventListener("click", () => startRename(item, thread));
+    remove.addEventListener("click", () => {
       if (!remove.classList.contains("confirm")) {
         remove.classList.add("confirm");
         remove.textContent = "delete?";
+        remove.setAttribute("aria-label", `Press again to delete ${threadLabel(thread)}`);
         setTimeout(() => { remove.classList.remove("confirm"); remove.textContent = "✕"; }, 4000);
         return;
       }
       deleteThread(thread.id);
     });
-    return item;
-  });
+    items.push(item);
+  }
   $("threads").replaceChildren(...items);
   $("more-threads").hidden = !state.nextCursor;
   const current = state.threads.find((t) => t.id === state.threadId);
   $("thread-title").textContent = current ? threadLabel(current)
     : `New thread · ${state.threadId?.slice(0, 8) ?? ""}`;
+  updateControls();
 }
 
 function startRename(item, thread) {
@@ -729,10 +766,12 @@ function startRename(item, thread) {
     }
     await refreshThreads();
   };
-  input.addEventListener("click", (event) => event.stopPropagation());
   input.addEventListener("keydown", (event) => {
     if (event.key === "Enter") finish(true);
-    if (event.key === "Escape") finish(false);
+    if (event.key === "Escape") {
+      event.stopPropagation(); // not the drawer's Escape
+      finish(false);
+    }
   });
   input.addEventListener("blur", () => finish(true));
 }
@@ -753,27 +792,42 @@ function rememberThread(threadId) {
   history.replaceState(null, "", url);
 }
 
+/** Show another thread: Send waits until its history is on screen. */
 async function selectThread(threadId) {
-  if (state.run) return; // a live run keeps its thread
+  if (state.phase === "running") return; // a live run keeps its thread
+  const selection = ++state.selection;
   state.threadId = threadId;
+  state.stored = state.threads.some((t) => t.id === threadId);
   rememberThread(threadId);
   const thread = state.threads.find((t) => t.id === threadId);
-  if (thread?.agentId && state.agents.some((a) => a.id === thread.agentId)) {
-    $("agent").value = thread.agentId;
-  }
+  if (thread?.agentId && usableAgent(thread.agentId)) $("agent").value = thread.agentId;
+  describeAgent();
+  $("chat").replaceChildren();
+  setPhase("loading");
   renderThreads();
-  await loadHistory(threadId);
+  closeDrawers();
+  if (await loadHistory(threadId, selection)) {
+    renderThreads();
+    setPhase("idle");
+  }
 }
 
-async function newThread() {
-  if (state.run) return;
-  try {
-    const thread = await api("POST", "/threads", { agentId: $("agent").value || undefined });
-    await refreshThreads();
-    await selectThread(thread.id);
-  } catch (error) {
-    addError(`Could not create a thread: ${explain(error)}`);
+/**
+ * A new thread: a fresh id on screen, stored by the server with its first message (an empty
+ * new thread on screen is kept rather than replaced).
+ */
+function newThread(fresh = false) {
+  if (state.phase === "running" || state.phase === "connecting") return;
+  state.selection += 1; // a history still loading for the previous thread is dropped
+  if (fresh || state.stored || $("chat").childElementCount) {
+    state.threadId = uid();
+    state.stored = false;
+    rememberThread(state.threadId);
+    $("chat").replaceChildren();
   }
+  renderThreads();
+  setPhase("idle");
+  closeDrawers();
   $("text").focus();
 }
 
@@ -784,11 +838,8 @@ async function deleteThread(threadId) {
     addError(`Could not delete the thread: ${explain(error)}`);
     return;
   }
-  if (threadId === state.threadId) {
-    state.threadId = uid();
-    rememberThread(state.threadId);
-    $("chat").replaceChildren();
-  }
+  state.threads = state.threads.filter((t) => t.id !== threadId);
+  if (threadId === state.threadId) newThread(true);
   await refreshThreads();
 }
 
@@ -798,20 +849,29 @@ function agentUnavailable(agent) {
   return agent.status === "unavailable";
 }
 
+function usableAgent(agentId) {
+  return state.agents.some((a) => a.id === agentId && !agentUnavailable(a));
+}
+
 function renderAgents() {
   const options = state.agents.map((agent) => {
-    const reason = agent.reason;
+    const reason = String(agent.reason ?? "");
+    const short = reason.length > REASON_CHARS ? `${reason.slice(0, REASON_CHARS - 1)}…` : reason;
     const label = agentUnavailable(agent)
-      ? `${agent.name || agent.id} (unavailable${reason ? `: ${reason}` : ""})`
+      ? `${agent.name || agent.id} (unavailable${short ? `: ${short}` : ""})`
       : `${agent.name || agent.id} (${agent.id})`;
     const option = new Option(label, agent.id);
     option.disabled = agentUnavailable(agent);
-    if (option.disabled) option.className = "unavailable";
+    if (option.disabled) {
+      option.className = "unavailable";
+      option.title = reason;
+    }
     return option;
   });
   $("agent").replaceChildren(...options);
   const usable = state.agents.filter((a) => !agentUnavailable(a));
-  const preferred = usable.find((a) => a.id === state.defaultAgent) ?? usable[0];
+  const preferred = usable.find((a) => a.id === state.settings.agent)
+    ?? usable.find((a) => a.id === state.defaultAgent) ?? usable[0];
   if (preferred) $("agent").value = preferred.id;
   describeAgent();
 }
@@ -824,10 +884,12 @@ function describeAgent() {
   if (agent && agent.id === state.defaultAgent) parts.push("default");
   if (unavailable) parts.push(`${unavailable} unavailable`);
   $("agent-note").textContent = parts.join(" · ");
+  $("agent-note").title = parts.join(" · ");
 }
 
 function markAuthNeeded(needed) {
   $("auth").classList.toggle("needed", needed);
+  if (needed) $("auth-box").open = true;
   const banner = $("banner");
   banner.hidden = !needed;
   banner.textContent = needed
@@ -837,9 +899,8 @@ function markAuthNeeded(needed) {
 }
 
 async function connect() {
-  // No sending while the thread is (re)loaded: its history would replace the new turn.
-  state.connecting = true;
-  $("send").disabled = true;
+  if (state.phase === "running") return false;
+  setPhase("connecting");
   try {
     const [config, { agents }] = await Promise.all([
       request("GET", "/playground/config.json").then((r) => r.json()),
@@ -855,30 +916,81 @@ async function connect() {
   } catch (error) {
     if (error instanceof ApiError && error.status === 401) markAuthNeeded(true);
     else addError(`Cannot reach the server: ${explain(error)}`);
+    setPhase("connecting");
+    $("composer-status").textContent = "Not connected.";
     return false;
-  } finally {
-    state.connecting = false;
-    $("send").disabled = Boolean(state.run);
   }
+}
+
+// ---------------------------------------------------------------- drawers (below 900 px)
+
+let drawerOpener = null;
+
+function openDrawer(id, opener) {
+  closeDrawers(false);
+  const drawer = $(id);
+  drawer.classList.add("open");
+  $("backdrop").hidden = false;
+  for (const toggle of document.querySelectorAll(`.drawer-toggle[data-drawer="${id}"]`)) {
+    toggle.setAttribute("aria-expanded", "true");
+  }
+  drawerOpener = opener ?? null;
+  // Focus moves in once the drawer is visible (visibility changes with the class).
+  requestAnimationFrame(() => {
+    const target = drawer.querySelector("[aria-current]")
+      ?? drawer.querySelector("button:not(:disabled), summary, input");
+    target?.focus();
+  });
+}
+
+function closeDrawers(returnFocus = true) {
+  const open = document.querySelector(".drawer.open");
+  for (const drawer of document.querySelectorAll(".drawer.open")) drawer.classList.remove("open");
+  for (const toggle of document.querySelectorAll(".drawer-toggle")) {
+    toggle.setAttribute("aria-expanded", "false");
+  }
+  $("backdrop").hidden = true;
+  if (open && returnFocus && drawerOpener && !WIDE.matches) drawerOpener.focus();
+  drawerOpener = null;
+}
+
+function wireDrawers() {
+  for (const toggle of document.querySelectorAll(".drawer-toggle")) {
+    toggle.addEventListener("click", () => {
+      if ($(toggle.dataset.drawer).classList.contains("open")) closeDrawers();
+      else openDrawer(toggle.dataset.drawer, toggle);
+    });
+  }
+  for (const close of document.querySelectorAll(".drawer-close")) {
+    close.addEventListener("click", () => closeDrawers());
+  }
+  $("backdrop").addEventListener("click", () => closeDrawers());
+  document.addEventListener("keydown", (event) => {
+    if (event.key === "Escape" && document.querySelector(".drawer.open")) closeDrawers();
+  });
+  WIDE.addEventListener("change", () => closeDrawers(false));
 }
 
 // ---------------------------------------------------------------- wiring
 
 function send() {
   const text = $("text").value;
-  if (!text.trim() || state.run || state.connecting) return;
+  if (!text.trim() || state.phase !== "idle") return;
   $("text").value = "";
-  addUser(text);
   run(text);
 }
 
 function init() {
-  const fromUrl = new URLSearchParams(location.search).get("thread");
-  state.threadId = fromUrl || localStorage.getItem(STORE.thread) || uid();
+  const params = new URLSearchParams(location.search);
+  state.threadId = params.get("thread") || localStorage.getItem(STORE.thread) || uid();
   rememberThread(state.threadId);
   $("auth-key").value = sessionStorage.getItem(STORE.key) || "";
   $("auth-scheme").value = sessionStorage.getItem(STORE.scheme) || "api-key";
+  $("auth-box").open = Boolean($("auth-key").value);
+  $("auto-answer").checked = state.settings.autoAnswer;
   renderTools();
+  inspector.restore();
+  wireDrawers();
 
   $("composer").addEventListener("submit", (event) => { event.preventDefault(); send(); });
   $("text").addEventListener("keydown", (event) => {
@@ -888,14 +1000,16 @@ function init() {
     }
   });
   $("stop").addEventListener("click", stop);
-  $("new-thread").addEventListener("click", newThread);
+  $("new-thread").addEventListener("click", () => newThread());
   $("more-threads").addEventListener("click", () => refreshThreads(true));
-  $("agent").addEventListener("change", describeAgent);
-  $("event-filter").addEventListener("change", applyFilter);
-  $("clear-events").addEventListener("click", () => {
-    $("events").replaceChildren();
-    pendingEvents = [];
-    firstEventAt = null;
+  $("agent").addEventListener("change", () => {
+    state.settings.agent = $("agent").value;
+    saveSettings();
+    describeAgent();
+  });
+  $("auto-answer").addEventListener("change", () => {
+    state.settings.autoAnswer = $("auto-answer").checked;
+    saveSettings();
   });
   $("tool-form").addEventListener("submit", addCustomTool);
   $("auth").addEventListener("submit", (event) => {
@@ -912,13 +1026,12 @@ function init() {
     connect();
   });
 
+  // ?say=... fills in a first message (handy for demos); only a click or Enter sends it, so
+  // a link from another site cannot make this tab run an agent.
+  const say = params.get("say");
+  if (say) $("text").value = say;
   connect().then((ok) => {
-    // ?say=... sends a first message (handy for demos and screenshots).
-    const say = new URLSearchParams(location.search).get("say");
-    if (ok && say) {
-      $("text").value = say;
-      send();
-    }
+    if (ok && say) notice("The link filled in the message box: press Send to run it.");
   });
 }
 

@@ -9,6 +9,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from iobridge.client.base_url import (
+    BadBackend,
+    check_base_url,
+    fail,
+    probe_backend,
+    probe_port,
+)
 from iobridge.client.header_option import parse_headers
 
 if TYPE_CHECKING:
@@ -56,6 +63,7 @@ def check_command(
     """
     from iobridge.conformance.check.report import render_table, to_json, to_junit
 
+    url = url.strip()
     resources = resource or []
     if resources and len(resources) != 2:
         raise typer.BadParameter("give --resource exactly twice", param_hint="--resource")
@@ -65,17 +73,23 @@ def check_command(
     elif url.startswith(("http://", "https://")):
         from iobridge.conformance.check.http_checks import HttpTarget, check_http
 
+        headers = parse_headers(header or [])
+        try:
+            url = check_base_url(url)
+            asyncio.run(probe_backend(url, prefix, headers, timeout))
+        except BadBackend as exc:
+            raise fail(exc) from None
         options: dict[str, Any] = {}
         if server_tool_prompt:
             options["server_tool_prompt"] = server_tool_prompt
         if resources:
             options["resources"] = (resources[0], resources[1])
-        target = HttpTarget(url=url, prefix=prefix, agent=agent,
-                            headers=parse_headers(header or []), level=level, timeout=timeout,
-                            **options)
+        target = HttpTarget(url=url, prefix=prefix, agent=agent, headers=headers, level=level,
+                            timeout=timeout, **options)
         report = asyncio.run(check_http(target))
     else:
-        raise typer.BadParameter("expected http://, https:// or npamp://", param_hint="URL")
+        raise fail(BadBackend(f"{url!r} is not an http://, https:// or npamp:// URL; give one "
+                              "like http://127.0.0.1:8000 or npamp://127.0.0.1:7443"))
     if junit is not None:
         junit.write_bytes(to_junit(report))
     if as_json:
@@ -89,18 +103,29 @@ def check_command(
 
 def _npamp(url: str, pins: list[str], identity: Path | None, agent: str | None,
            timeout: float) -> Report:
+    from iobridge.extras import MissingExtra, require_extra
+
+    try:
+        require_extra("npamp", "npamp://")
+    except MissingExtra as exc:
+        raise typer.BadParameter(str(exc), param_hint="URL") from None
     from iobridge.conformance.check.npamp_checks import NpampTarget, check_npamp
     from iobridge.npamp.handshake import IdentityKey, SignatureScheme, load_identity
 
     host, _, port = url.removeprefix("npamp://").rstrip("/").rpartition(":")
-    if not host or not port.isdigit():
-        raise typer.BadParameter("expected npamp://HOST:PORT", param_hint="URL")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise fail(BadBackend(f"{url!r} is not an npamp://HOST:PORT URL; give one like "
+                              "npamp://127.0.0.1:7443"))
     if not pins:
         raise typer.BadParameter("give the server's key fingerprint", param_hint="--pin")
     try:
         key = load_identity(identity) if identity else IdentityKey.generate(SignatureScheme.ED25519)
     except (ValueError, OSError) as exc:
         raise typer.BadParameter(str(exc), param_hint="--identity") from None
+    try:
+        asyncio.run(probe_port(host.strip("[]"), int(port), timeout))
+    except BadBackend as exc:
+        raise fail(exc) from None
     target = NpampTarget(host=host.strip("[]"), port=int(port), identity=key, pinned=pins,
                          agent=agent, timeout=timeout)
     return asyncio.run(check_npamp(target))

@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from iobridge.conformance.check.agui10 import AgUi10Checks
 from iobridge.conformance.check.conventions import (
     ECHO_TOOL,
     SERVER_TOOL_PROMPT,
@@ -94,6 +95,7 @@ class HttpCheck:
         self.resource_a, self.resource_b = target.resources
         #: (threadId, toolCallId) of a completed tool round trip, for the L3 replay check.
         self.tool_thread: tuple[str, str] | None = None
+        self.agui10 = AgUi10Checks(self)
 
     # --- plumbing -------------------------------------------------------------------------
 
@@ -196,6 +198,7 @@ class HttpCheck:
             else:
                 self.add("L1.run-started-ids", SPEC_STREAM, echo, Outcome.PASSED)
         await self.errors_before_stream()
+        await self.agui10.versions()
 
     async def errors_before_stream(self) -> None:
         title = "a refused run is a JSON 4xx before any stream"
@@ -491,12 +494,14 @@ class HttpCheck:
         self.add("L4.agent-404", spec, title, outcome,
                  "" if outcome is Outcome.PASSED else f"answered {gone.status_code}",
                  None if outcome is Outcome.PASSED else describe("GET", missing, gone))
+        await self.agui10.capabilities()
 
     async def run(self) -> Report:
         levels = [self.level1, self.level2, self.level3, self.level4]
         for level in levels[: self.target.level]:
             await level()
         self.grade_streams()
+        self.agui10.grade_streams()
         order = {f"L{n}": n for n in range(1, 5)}
         self.report.results.sort(key=lambda r: order.get(r.level, 9))
         return self.report

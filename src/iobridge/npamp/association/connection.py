@@ -39,14 +39,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
-from functools import partial
 
-try:
-    from iobridge.npamp import _speedups
-except ImportError:  # pragma: no cover - the extension is optional; the reference path remains
-    _speedups = None  # type: ignore[assignment]
-
-from iobridge.npamp._makers import positional_maker
 from iobridge.npamp.association.events import (
     CloseReceived,
     ConnectionTerminated,
@@ -78,7 +71,6 @@ from iobridge.npamp.errors import (
 from iobridge.npamp.handshake.machine import ClientHandshake, ServerHandshake
 from iobridge.npamp.record import keyschedule as ks
 from iobridge.npamp.record.cipher import (
-    LAST_DATA_SEQUENCE,
     TAG_SIZE,
     ReceiveState,
     RecordCipher,
@@ -107,9 +99,6 @@ DEFAULT_KEY_UPDATE_INTERVAL = 2**24
 _HANDSHAKE_TYPES = frozenset(range(FrameType.CLIENT_HELLO, FrameType.REKEM_ACK + 1))
 _MARKER_KNOWN = frozenset({TlvType.KEY_UPDATE_MARKER})
 _UNSUPPORTED_FLAGS = int(Flags.COMP | Flags.FRAG)
-_make_frame_received = positional_maker(FrameReceived)
-#: The compiled twin of the per-frame checks of send_frames (``None``: the reference only).
-_sendable = None if _speedups is None else _speedups.sendable
 
 In = AssociationInput
 
@@ -228,37 +217,16 @@ class NpampConnection:
         events: list[Event] = []
         if self._state is AssociationState.CLOSED:
             return events
-        reader = self._reader
         try:
-            reader.receive_data(data)
+            self._reader.receive_data(data)
             while self._state not in TERMINAL_STATES:
-                if self._state is AssociationState.OPEN:
-                    self._open_runs(events)
-                frame = reader.next_frame()
+                frame = self._reader.next_frame()
                 if frame is None:
                     break
                 self._process(frame, events)
         except NpampError as exc:
             self._fail(exc, events)
         return events
-
-    def _open_runs(self, events: list[Event]) -> None:
-        """The per-frame path of an open association: runs of ordinary sealed frames of one
-        enabled channel are opened by one compiled call each, straight from the receive
-        buffer; whatever that does not take goes through :meth:`_process`."""
-        reader, cap = self._reader, self.config.max_payload_length
-        while (channel := reader.next_channel()) is not None and channel in self._channels:
-            st = self._recv.get(channel)
-            if st is None:
-                st = self._recv_state(channel)
-            stop = _HANDLED_ON_CONTROL if channel == Channel.CONTROL else _HANDLED_ANYWHERE
-            # The frames are made in the same call (u16s out of the checked header).
-            frames = reader.take(
-                partial(st.open_run, max_payload_length=cap, stop=stop, make=_make_frame_received)
-            )
-            if not frames:
-                return
-            events.extend(frames)
 
     def send_frame(
         self, channel: int, frame_type: int, payload: bytes, *, urgent: bool = False
@@ -297,34 +265,20 @@ class NpampConnection:
 
     def send_frames(self, channel: int, frames: list[tuple[int, bytes]]) -> None:
         """Seal and queue several application frames of one channel, in order: the same frames
-        as :meth:`send_frame` one by one, sealed in batches (the producer's per-event path).
+        as :meth:`send_frame` one by one (the producer's per-event path).
 
         Raises:
             LocalProtocolError, InvalidState: As :meth:`send_frame`; a frame that is refused
                 refuses the whole batch before anything is queued.
         """
         self._check_channel(channel)
-        checked = 0
-        if _sendable is not None:  # the leading frames the compiled check vouches for
-            refused = _HANDLED_ON_CONTROL if channel == Channel.CONTROL else _HANDLED_ANYWHERE
-            checked = _sendable(frames, refused, self.config.max_payload_length - TAG_SIZE)
-        for frame_type, payload in frames[checked:]:  # the reference, which raises
+        for frame_type, payload in frames:
             self._check_frame(channel, frame_type, payload)
         if not frames:
             return
         self._move(In.SEND_DATA, local=True)
-        st = self._send_state(channel)
-        interval = self.config.key_update_interval
-        start = 0
-        while start < len(frames):
-            if st.exhausted or (interval is not None and st.next_seq >= interval):
-                self._rotate(channel)
-            room = LAST_DATA_SEQUENCE - st.next_seq + 1
-            if interval is not None:
-                room = min(room, interval - st.next_seq)
-            batch = frames[start : start + room]
-            self._out.append(st.seal_many(batch))
-            start += len(batch)
+        for frame_type, payload in frames:
+            self._seal(channel, frame_type, payload)
 
     def ping(self, channel: int = Channel.CONTROL, payload: bytes = b"") -> None:
         """Queue a PING; the peer's PONG is reported as :class:`PongReceived`.
@@ -572,6 +526,6 @@ _HANDLERS: dict[int, tuple[_Handler, bool]] = {
     FrameType.ERROR: (NpampConnection._on_error, True),
     **{t: (NpampConnection._on_handshake_type, True) for t in _HANDSHAKE_TYPES},
 }
-#: Frame types the association acts on, per channel: never taken by the compiled loop.
+#: Frame types the association acts on, per channel (send_frame refuses them).
 _HANDLED_ON_CONTROL = frozenset(_HANDLERS)
 _HANDLED_ANYWHERE = frozenset(t for t, (_, control_only) in _HANDLERS.items() if not control_only)

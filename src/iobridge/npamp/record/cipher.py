@@ -18,29 +18,18 @@ Theory of operation (core draft §7.3, spec/06, digest §1.6):
   digest §2.6), so ordinary frames stop one earlier and :class:`SequenceExhausted` tells the
   caller to rotate first.
 
-One AEAD object is built per key and reused for every frame (rebuilding it costs 4-6x).
-
-The per-frame path (:meth:`SendState.seal`, :meth:`ReceiveState.open`) has two
-implementations giving the same octets: this module's Python (the reference, always present)
-and, for AES-256-GCM, the optional compiled :mod:`iobridge.npamp._speedups` (one C
-call per frame, built at install against the system libcrypto). ``RecordCipher(...,
-compiled=False)`` forces the reference; tests run the KATs and the corpus through both.
+One AEAD object (``cryptography``'s ``AESGCM`` or ``ChaCha20Poly1305``) is built per key and
+reused for every frame (rebuilding it costs 4-6x). Key material never leaves it: this module
+holds the key only long enough to build that object.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
-from typing import TypeVar
 
 import google_crc32c
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
-
-try:
-    from iobridge.npamp import _speedups
-except ImportError:  # pragma: no cover - the extension is optional; the reference path remains
-    _speedups = None  # type: ignore[assignment]
 
 from iobridge.npamp.errors import (
     AeadFailure,
@@ -63,12 +52,10 @@ from iobridge.npamp.wire.frame import (
     Flags,
     Frame,
     FrameHeader,
-    complete_header,
     push_header_prefix,
 )
 
 __all__ = [
-    "COMPILED_MAX_SEALED",
     "IV_SIZE",
     "KEY_SIZE",
     "LAST_DATA_SEQUENCE",
@@ -83,8 +70,6 @@ __all__ = [
     "open_frame",
     "seal_frame",
 ]
-
-_T = TypeVar("_T")
 
 #: AES-256-GCM code point (registries/aead.csv); the default application suite.
 SUITE_AES_256_GCM = 0x0001
@@ -101,19 +86,11 @@ LAST_DATA_SEQUENCE = MAX_SEQUENCE - 1
 
 # Plain ints in the hot path (IntFlag arithmetic is slow).
 _ENC = int(Flags.ENC)
-_ENC_URG = int(Flags.ENC | Flags.URG)
-# Octet 4 of a sealed frame, and the precompiled codecs of the per-frame path.
-_VERFLAGS = (VERSION << 4) | _ENC
-_VERFLAGS_URG = (VERSION << 4) | _ENC_URG
+_URG = int(Flags.URG)
+_VERSION_BITS = VERSION << 4
 _pack_prefix = HEADER_PREFIX.pack
 _pack_tail = HEADER_TAIL.pack
-_crc = google_crc32c.value
-#: Largest sealed region the compiled path encrypts with the system libcrypto. It saves the
-#: per-call overhead, which dominates small frames; on large ones cryptography's bundled OpenSSL
-#: has the faster bulk GCM (bench/npamp_frames.py shows the crossover between 1 and 4 KiB on
-#: this machine), so above this the compiled path builds the frame and calls that AEAD
-#: (``seal_with``/``open_with``: one allocation per frame, no concatenation).
-COMPILED_MAX_SEALED = 2048
+_crc32c = google_crc32c.value
 
 
 def make_nonce(iv: bytes, seq: int) -> bytes:
@@ -129,83 +106,36 @@ def make_nonce(iv: bytes, seq: int) -> bytes:
     return (int.from_bytes(iv, "big") ^ seq).to_bytes(IV_SIZE, "big")
 
 
-#: ``cryptography``'s ``encrypt_into`` and ``decrypt`` of one key, bound together.
-_LargeCalls = tuple[Callable[..., int], Callable[[bytes, bytes, bytes | None], bytes]]
-
-
 class RecordCipher:
-    """One AEAD key and IV, with the AEAD object built once.
-
-    With the compiled per-frame path (AES-256-GCM), ``cryptography``'s AEAD object is built
-    only when a frame needs it (sealed regions above :data:`COMPILED_MAX_SEALED`): most
-    ciphers of an association (the AUTH frames, Control's CLOSE / CLOSE_ACK) never do.
+    """One AEAD key and IV: ``cryptography``'s AEAD object for the key, built once.
 
     Attributes:
         suite: The AEAD suite code point.
     """
 
-    __slots__ = ("_aead_object", "_decrypt", "_encrypt", "_fast", "_iv", "_key", "_large", "suite")
+    __slots__ = ("_aead", "_iv", "suite")
 
-    #: ``cryptography``'s calls, bound once for the per-frame path without the compiled
-    #: cipher (set only then).
-    _encrypt: Callable[[bytes, bytes, bytes | None], bytes]
-    _decrypt: Callable[[bytes, bytes, bytes | None], bytes]
-
-    def __init__(self, suite: int, key: bytes, iv: bytes, *, compiled: bool = True) -> None:
+    def __init__(self, suite: int, key: bytes, iv: bytes) -> None:
         """Build the cipher.
 
         Args:
             suite: 0x0001 (AES-256-GCM) or 0x0002 (ChaCha20-Poly1305).
             key: 32-octet key.
             iv: 12-octet IV.
-            compiled: Use the compiled per-frame path when it is installed (AES-256-GCM).
 
         Raises:
             LocalProtocolError: Unknown suite or wrong key/IV length.
         """
         if len(key) != KEY_SIZE or len(iv) != IV_SIZE:
             raise LocalProtocolError(f"need a {KEY_SIZE}-octet key and a {IV_SIZE}-octet IV")
-        if suite != SUITE_AES_256_GCM and suite != SUITE_CHACHA20_POLY1305:
+        if suite == SUITE_AES_256_GCM:
+            self._aead: AESGCM | ChaCha20Poly1305 = AESGCM(key)
+        elif suite == SUITE_CHACHA20_POLY1305:
+            self._aead = ChaCha20Poly1305(key)
+        else:
             raise LocalProtocolError(f"unsupported AEAD suite 0x{suite:04x}")
         self.suite = suite
-        self._key = key
         self._iv = int.from_bytes(iv, "big")
-        self._aead_object: AESGCM | ChaCha20Poly1305 | None = None
-        #: The compiled path's calls for sealed regions above COMPILED_MAX_SEALED, bound on the
-        #: first such frame (most ciphers never see one): ``encrypt_into`` and ``decrypt``.
-        self._large: _LargeCalls | None = None
-        self._fast = (
-            _speedups.Cipher(key, iv)
-            if compiled and _speedups is not None and suite == SUITE_AES_256_GCM
-            else None
-        )
-        if self._fast is None:
-            aead = self._aead
-            self._encrypt, self._decrypt = aead.encrypt, aead.decrypt
-
-    @property
-    def _aead(self) -> AESGCM | ChaCha20Poly1305:
-        """``cryptography``'s AEAD object for this key (built on first use)."""
-        aead = self._aead_object
-        if aead is None:
-            aead = self._aead_object = (
-                AESGCM(self._key)
-                if self.suite == SUITE_AES_256_GCM
-                else ChaCha20Poly1305(self._key)
-            )
-        return aead
-
-    def _bind_large(self) -> _LargeCalls:
-        """Bind the calls of the compiled path's large frames (kept: a bound method made per
-        frame costs ~0.5 k instructions)."""
-        aead = self._aead
-        large = self._large = (aead.encrypt_into, aead.decrypt)
-        return large
-
-    @property
-    def compiled(self) -> bool:
-        """Whether frames go through the compiled per-frame path."""
-        return self._fast is not None
 
     def nonce(self, seq: int) -> bytes:
         """Nonce for ``seq`` (integer XOR, no per-frame allocation beyond the result)."""
@@ -225,6 +155,49 @@ class RecordCipher:
             raise AeadFailure(f"sealed region of {len(sealed)} octets is shorter than the tag")
         try:
             return self._aead.decrypt(self.nonce(seq), sealed, aad)
+        except InvalidTag as exc:
+            raise AeadFailure("AEAD tag did not verify") from exc
+
+    # The frame's seal and open here, one call deep (header packed and nonce built in place,
+    # not through the wire helpers): 10 % fewer instructions per 64 B seal+open (34.2 k ->
+    # 30.8 k; bench/npamp_frames.py, docs/npamp.md).
+    def seal_frame(
+        self, flags: int, frame_type: int, channel: int, seq: int, plaintext: bytes
+    ) -> bytes:
+        """``header(36) || ciphertext || tag`` of one frame; ENC is added to ``flags``.
+
+        The AAD is header octets 0-20 with the sealed length (plaintext + tag).
+
+        Raises:
+            PayloadTooLarge: The sealed payload would not fit the u32 length field.
+            LocalProtocolError: Another field does not fit its width.
+        """
+        sealed_len = len(plaintext) + TAG_SIZE
+        if sealed_len > MAX_PAYLOAD_FIELD:
+            raise PayloadTooLarge(f"sealed payload of {sealed_len} octets does not fit in u32")
+        try:
+            prefix = _pack_prefix(MAGIC, _VERSION_BITS | flags | _ENC, frame_type, channel, seq,
+                                  sealed_len)
+        except struct.error as exc:
+            raise LocalProtocolError(f"header field out of range: {exc}") from exc
+        nonce = (self._iv ^ seq).to_bytes(IV_SIZE, "big")
+        return prefix + _pack_tail(_crc32c(prefix)) + self._aead.encrypt(nonce, plaintext, prefix)
+
+    def open_frame(self, header: FrameHeader, sealed: bytes) -> bytes:
+        """The plaintext of a decoded frame's payload region (its ENC flag already checked).
+
+        The AAD is the header's octets 0-20 re-encoded (lossless: every field is kept).
+
+        Raises:
+            AeadFailure: The tag does not verify.
+        """
+        h = header
+        if len(sealed) < TAG_SIZE:
+            raise AeadFailure(f"sealed region of {len(sealed)} octets is shorter than the tag")
+        aad = _pack_prefix(MAGIC, (h.version << 4) | h.flags, h.frame_type, h.channel, h.seq,
+                           h.payload_length)
+        try:
+            return self._aead.decrypt((self._iv ^ h.seq).to_bytes(IV_SIZE, "big"), sealed, aad)
         except InvalidTag as exc:
             raise AeadFailure("AEAD tag did not verify") from exc
 
@@ -255,12 +228,7 @@ def seal_frame(
         PayloadTooLarge: The sealed payload would not fit the u32 length field.
         LocalProtocolError: Another field does not fit its width.
     """
-    sealed_len = len(plaintext) + TAG_SIZE
-    if sealed_len > MAX_PAYLOAD_FIELD:
-        raise PayloadTooLarge(f"sealed payload of {sealed_len} octets does not fit in u32")
-    prefix = push_header_prefix(flags | _ENC, frame_type, channel, seq, sealed_len)
-    sealed = cipher.encrypt(seq, prefix, plaintext)
-    return complete_header(prefix) + sealed
+    return cipher.seal_frame(flags, frame_type, channel, seq, plaintext)
 
 
 def header_prefix_of(header: FrameHeader) -> bytes:
@@ -280,7 +248,7 @@ def open_frame(cipher: RecordCipher, frame: Frame) -> bytes:
         raise UnencryptedFrame(
             f"frame 0x{frame.frame_type:04x} on channel 0x{frame.channel:04x} lacks ENC"
         )
-    return cipher.decrypt(frame.header.seq, header_prefix_of(frame.header), frame.payload)
+    return cipher.open_frame(frame.header, frame.payload)
 
 
 class SendState:
@@ -322,72 +290,16 @@ class SendState:
             SequenceExhausted: The epoch has no number left for this frame.
             PayloadTooLarge: The payload does not fit.
         """
-        # The per-frame path: seal_frame inlined (one prefix pack, one CRC, one AEAD call,
-        # nonce by integer XOR); tests check it against seal_frame and the KATs.
         seq = self.next_seq
         if seq > LAST_DATA_SEQUENCE and (not last or seq > MAX_SEQUENCE):
             raise SequenceExhausted(
                 f"channel 0x{self.channel:04x} epoch {self.epoch}: sequence space used up, "
                 "KEY_UPDATE required"
             )
-        sealed_len = len(plaintext) + TAG_SIZE
-        if sealed_len > MAX_PAYLOAD_FIELD:
-            raise PayloadTooLarge(f"sealed payload of {sealed_len} octets does not fit in u32")
-        verflags = _VERFLAGS_URG if urgent else _VERFLAGS
-        cipher = self._cipher
-        fast = cipher._fast
-        if fast is not None:
-            try:
-                if sealed_len <= COMPILED_MAX_SEALED:
-                    out = fast.seal(verflags, frame_type, self.channel, seq, plaintext)
-                else:
-                    encrypt_into = (cipher._large or cipher._bind_large())[0]
-                    out = fast.seal_with(
-                        encrypt_into, verflags, frame_type, self.channel, seq, plaintext
-                    )
-            except OverflowError as exc:
-                raise LocalProtocolError(f"header field out of range: {exc}") from exc
-            self.next_seq = seq + 1
-            return out
-        try:
-            prefix = _pack_prefix(MAGIC, verflags, frame_type, self.channel, seq, sealed_len)
-        except struct.error as exc:
-            raise LocalProtocolError(f"header field out of range: {exc}") from exc
-        sealed = cipher._encrypt((cipher._iv ^ seq).to_bytes(IV_SIZE, "big"), plaintext, prefix)
+        flags = _URG if urgent else 0
+        frame = self._cipher.seal_frame(flags, frame_type, self.channel, seq, plaintext)
         self.next_seq = seq + 1
-        return prefix + _pack_tail(_crc(prefix)) + sealed
-
-    def seal_many(self, frames: list[tuple[int, bytes]]) -> bytes:
-        """Seal ``frames`` (``(frame_type, plaintext)``, in order) back to back into one
-        buffer, as :meth:`seal` would one by one (the same octets; tests compare them).
-
-        One compiled call and one allocation for the batch when every plaintext is small
-        enough for the compiled AEAD; frame by frame otherwise.
-
-        Raises:
-            SequenceExhausted: The epoch has no numbers left for the whole batch (nothing is
-                sealed then); callers rotate keys first.
-            PayloadTooLarge, LocalProtocolError: As :meth:`seal`.
-        """
-        seq = self.next_seq
-        if seq + len(frames) - 1 > LAST_DATA_SEQUENCE:
-            raise SequenceExhausted(
-                f"channel 0x{self.channel:04x} epoch {self.epoch}: sequence space used up, "
-                "KEY_UPDATE required"
-            )
-        fast = self._cipher._fast
-        out = None
-        if fast is not None:  # None when a plaintext is too large for it (or not bytes)
-            try:
-                out = fast.seal_many(
-                    _VERFLAGS, self.channel, seq, frames, COMPILED_MAX_SEALED - TAG_SIZE
-                )
-            except OverflowError as exc:
-                raise LocalProtocolError(f"header field out of range: {exc}") from exc
-        if out is None:
-            return b"".join([self.seal(frame_type, payload) for frame_type, payload in frames])
-        self.next_seq = seq + len(frames)
-        return out
+        return frame
 
     def rekey(self, cipher: RecordCipher, epoch: int) -> None:
         """Switch to a new epoch's cipher; sequence numbers restart at 0."""
@@ -429,79 +341,27 @@ class ReceiveState:
             AeadFailure: The tag does not verify.
         """
         header, payload = frame
-        frame_type, channel, seq, length, flags, version = header
+        channel, seq = header.channel, header.seq
         if channel != self.channel:
             raise FrameDecodeError(
                 f"frame for channel 0x{channel:04x} given to 0x{self.channel:04x}"
             )
-        if not flags & _ENC:
-            raise UnencryptedFrame(f"cleartext frame on channel 0x{self.channel:04x}")
+        if not header.flags & _ENC:
+            raise UnencryptedFrame(f"cleartext frame on channel 0x{channel:04x}")
         expected = self.expected_seq
         if seq != expected:
             if expected > MAX_SEQUENCE:
-                raise SequenceWrapped(f"channel 0x{self.channel:04x}: epoch sequence space used")
+                raise SequenceWrapped(f"channel 0x{channel:04x}: epoch sequence space used")
             if seq < expected:
                 raise ReplayedSequence(
-                    f"channel 0x{self.channel:04x}: seq {seq} replayed (expected {expected})"
+                    f"channel 0x{channel:04x}: seq {seq} replayed (expected {expected})"
                 )
             raise SequenceGap(
-                f"channel 0x{self.channel:04x}: seq {seq} skips ahead (expected {expected})"
+                f"channel 0x{channel:04x}: seq {seq} skips ahead (expected {expected})"
             )
-        if len(payload) < TAG_SIZE:
-            raise AeadFailure(f"sealed region of {len(payload)} octets is shorter than the tag")
-        # open_frame inlined: the AAD is the header prefix re-packed (lossless), one AEAD call.
-        cipher = self._cipher
-        fast = cipher._fast
-        if fast is not None:
-            verflags = (version << 4) | flags
-            if length <= COMPILED_MAX_SEALED:
-                opened = fast.open(verflags, frame_type, channel, seq, length, payload)
-                if opened is None:
-                    raise AeadFailure("AEAD tag did not verify")
-            else:
-                try:
-                    decrypt = (cipher._large or cipher._bind_large())[1]
-                    opened = fast.open_with(
-                        decrypt, verflags, frame_type, channel, seq, length, payload
-                    )
-                except InvalidTag as exc:
-                    raise AeadFailure("AEAD tag did not verify") from exc
-            self.expected_seq = expected + 1
-            return opened
-        aad = _pack_prefix(MAGIC, (version << 4) | flags, frame_type, channel, seq, length)
-        nonce = (cipher._iv ^ seq).to_bytes(IV_SIZE, "big")
-        try:
-            plaintext: bytes = cipher._decrypt(nonce, payload, aad)
-        except InvalidTag as exc:
-            raise AeadFailure("AEAD tag did not verify") from exc
+        plaintext = self._cipher.open_frame(header, payload)
         self.expected_seq = expected + 1
         return plaintext
-
-    def open_run(
-        self,
-        buf: bytearray,
-        pos: int,
-        max_payload_length: int,
-        stop: frozenset[int],
-        make: Callable[[int, int, bytes, int, bool], _T],
-    ) -> tuple[int, list[_T]]:
-        """Open, in one compiled call, the whole frames at ``buf[pos:]`` that are ordinary
-        sealed frames of this channel: ``(new position, [make(channel, frame_type, plaintext,
-        seq, urgent), ...])``.
-
-        It stops, without consuming it, before the first frame that is incomplete, of another
-        channel, of a type in ``stop``, not exactly the next sequence number, too large for
-        the compiled AEAD, with COMP/FRAG, or forged: :meth:`open` then takes that one and
-        raises the precise error. Without the compiled path nothing is consumed.
-        """
-        fast = self._cipher._fast
-        if fast is None:
-            return pos, []
-        pos, self.expected_seq, frames = fast.open_frames(
-            buf, pos, self.channel, self.expected_seq, max_payload_length, COMPILED_MAX_SEALED,
-            stop, make,
-        )
-        return pos, frames
 
     def rekey(self, cipher: RecordCipher, epoch: int) -> None:
         """Switch to a new epoch's cipher; sequence numbers restart at 0."""

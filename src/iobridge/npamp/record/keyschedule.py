@@ -25,11 +25,9 @@ Everything here is a pure function of its arguments: no state, no randomness, no
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
 import struct
-from collections.abc import Callable
 from enum import IntEnum
 from typing import Literal
 
@@ -64,14 +62,6 @@ AEAD_KEY_LEN = 32
 #: AEAD IV (nonce) length for both registered suites.
 AEAD_IV_LEN = 12
 
-#: One HMAC call: the compiled one (its OpenSSL context set up once) where it was built,
-#: else ``hmac.digest`` (which looks the MAC and digest up by name on every call).
-_hmac: Callable[[bytes, bytes, str], bytes]
-try:
-    from iobridge.npamp._speedups import hmac_digest as _hmac
-except ImportError:  # pragma: no cover - the extension is optional; the reference path remains
-    _hmac = hmac.digest
-
 HashName = Literal["sha256", "sha384"]
 """KDF hash: SHA-256 at Standard, SHA-384 at High and Sovereign (spec/10 §2)."""
 
@@ -89,8 +79,7 @@ _HASH_LENS = {"sha256": 32, "sha384": 48}
 
 
 def hash_len(hash_name: HashName) -> int:
-    """Return HashLen (32 for SHA-256, 48 for SHA-384); a table, not a hash object per call
-    (about twenty calls per handshake and side)."""
+    """Return HashLen (32 for SHA-256, 48 for SHA-384)."""
     try:
         return _HASH_LENS[hash_name]
     except KeyError:
@@ -106,16 +95,14 @@ def hkdf_extract(salt: bytes, ikm: bytes, hash_name: HashName) -> bytes:
     """HKDF-Extract (RFC 5869 §2.2): ``HMAC-H(salt, IKM)``; an empty salt means HashLen zeros."""
     if not salt:
         salt = bytes(hash_len(hash_name))
-    return _hmac(salt, ikm, hash_name)
+    return hmac.digest(salt, ikm, hash_name)
 
 
 def hkdf_expand(prk: bytes, info: bytes, length: int, hash_name: HashName) -> bytes:
     """HKDF-Expand (RFC 5869 §2.3): ``T(i) = HMAC-H(PRK, T(i-1) || info || i)``, truncated.
 
-    Written on one HMAC call per block (``hmac.digest``, or the compiled one): an association
-    derives about two dozen keys per side, and building a ``cryptography`` HKDFExpand object
-    for each cost ~1 ms.
-    The key-schedule and handshake-flow KATs pin the output; a test compares it with
+    One ``hmac.digest`` call per block (the standard library's HMAC over OpenSSL). The
+    key-schedule and handshake-flow KATs pin the output; a test compares it with
     ``cryptography``'s HKDFExpand.
 
     Raises:
@@ -124,11 +111,9 @@ def hkdf_expand(prk: bytes, info: bytes, length: int, hash_name: HashName) -> by
     size = hash_len(hash_name)
     if not 0 < length <= 255 * size:
         raise ValueError(f"HKDF-Expand length must be in 1..{255 * size}")
-    if length <= size:  # every key, IV and secret of the schedule: T(1) alone
-        return _hmac(prk, info + b"\x01", hash_name)[:length]
     blocks, block = [], b""
     for counter in range(1, -(-length // size) + 1):
-        block = _hmac(prk, block + info + bytes((counter,)), hash_name)
+        block = hmac.digest(prk, block + info + bytes((counter,)), hash_name)
         blocks.append(block)
     return b"".join(blocks)[:length]
 
@@ -166,16 +151,8 @@ def handshake_secret(mlkem_ss: bytes, x25519_ss: bytes, hash_name: HashName) -> 
 
 
 def _secret_label(secret: bytes, label: str, context: bytes, hash_name: HashName) -> bytes:
-    """``Expand-Label(secret, label, context, HashLen)`` for a transcript-hash context: one
-    HMAC over ``info`` octets built once per process (a test compares it with
-    :func:`hkdf_expand_label`)."""
-    try:
-        info = _SECRET_INFO[(label, hash_name)]
-    except KeyError:
-        raise ValueError(f"unsupported KDF hash {hash_name!r}") from None
-    if len(context) != _HASH_LENS[hash_name]:
-        return hkdf_expand_label(secret, label, context, _HASH_LENS[hash_name], hash_name)
-    return _hmac(secret, info + context + b"\x01", hash_name)
+    """``Expand-Label(secret, label, context, HashLen)``."""
+    return hkdf_expand_label(secret, label, context, hash_len(hash_name), hash_name)
 
 
 def c_hs_secret(hs: bytes, th_kem: bytes, hash_name: HashName) -> bytes:
@@ -199,21 +176,13 @@ def traffic_context(direction: int, epoch: int, suite: int, channel: int) -> byt
     Raises:
         ValueError: A field is out of range for its width.
     """
-    if direction == 0 or direction == 1:
-        with contextlib.suppress(struct.error):  # out of range: the checks below say which
-            return _TRAFFIC_TUPLE.pack(direction, epoch, suite, channel)
     if direction not in (0, 1):
         raise ValueError("direction must be 0 (c->s) or 1 (s->c)")
     if not 0 <= epoch < 1 << 64:
         raise ValueError("epoch must be a u64")
     if not 0 <= suite <= 0xFFFF or not 0 <= channel <= 0xFFFF:
         raise ValueError("suite and channel must be u16")
-    return (
-        bytes([direction])
-        + epoch.to_bytes(8, "big")
-        + suite.to_bytes(2, "big")
-        + channel.to_bytes(2, "big")
-    )
+    return _TRAFFIC_TUPLE.pack(direction, epoch, suite, channel)
 
 
 def traffic_secret(
@@ -223,55 +192,18 @@ def traffic_secret(
 
     ``parent`` is ``c_hs``/``s_hs`` for the AUTH frames and ``master`` afterwards.
     """
-    ctx = traffic_context(direction, epoch, suite, channel)
-    try:
-        info = _TRAFFIC_INFO[hash_name]
-    except KeyError:
-        raise ValueError(f"unsupported KDF hash {hash_name!r}") from None
-    return _hmac(parent, info + ctx + b"\x01", hash_name)
+    context = traffic_context(direction, epoch, suite, channel)
+    return hkdf_expand_label(parent, "traffic", context, hash_len(hash_name), hash_name)
 
 
 def traffic_keys(secret: bytes, hash_name: HashName) -> tuple[bytes, bytes]:
     """Return ``(key[32], iv[12])`` from a traffic secret."""
-    hash_len(hash_name)  # refuses an unsupported hash, as hkdf_expand_label does
-    key = _hmac(secret, _KEY_INFO, hash_name)[:AEAD_KEY_LEN]
-    iv = _hmac(secret, _IV_INFO, hash_name)[:AEAD_IV_LEN]
+    key = hkdf_expand_label(secret, "key", b"", AEAD_KEY_LEN, hash_name)
+    iv = hkdf_expand_label(secret, "iv", b"", AEAD_IV_LEN, hash_name)
     return key, iv
 
 
-def _one_block_info(label: str, length: int, context_len: int) -> bytes:
-    """The Expand-Label ``info`` up to the context's length octet, for a one-block expand
-    (``length`` <= HashLen: ``T(1) = HMAC(PRK, info || 0x01)``).
-
-    Every cipher an association sets up derives a traffic secret, a key and an IV: with these
-    octets built once per process, each is one HMAC call (the KATs pin the output, a test
-    compares it with :func:`hkdf_expand_label`).
-    """
-    full = LABEL_PREFIX + label.encode("ascii")
-    return length.to_bytes(2, "big") + bytes([len(full)]) + full + bytes([context_len])
-
-
-_TRAFFIC_CONTEXT_LEN = 13
 _TRAFFIC_TUPLE = struct.Struct(">BQHH")
-#: ``info`` of the traffic secret without its 13-octet context, per hash.
-_TRAFFIC_INFO: dict[str, bytes] = {
-    name: _one_block_info("traffic", size, _TRAFFIC_CONTEXT_LEN)
-    for name, size in _HASH_LENS.items()
-}
-#: ``info || 0x01`` of the AEAD key and IV (empty context).
-_KEY_INFO = _one_block_info("key", AEAD_KEY_LEN, 0) + b"\x01"
-_IV_INFO = _one_block_info("iv", AEAD_IV_LEN, 0) + b"\x01"
-#: ``info`` up to its context of the secrets bound to a transcript hash (HashLen octets of
-#: context), per (label, hash).
-_SECRET_INFO: dict[tuple[str, str], bytes] = {
-    (label, name): _one_block_info(label, size, size)
-    for label in ("c hs", "s hs", "master")
-    for name, size in _HASH_LENS.items()
-}
-#: ``info || 0x01`` of the Finished key (empty context), per hash.
-_FINISHED_INFO: dict[str, bytes] = {
-    name: _one_block_info("finished", size, 0) + b"\x01" for name, size in _HASH_LENS.items()
-}
 
 
 def application_keys(
@@ -290,16 +222,12 @@ def application_keys(
 
 def finished_key(base_key: bytes, hash_name: HashName) -> bytes:
     """``finished_key`` from ``c_hs`` (client) or ``s_hs`` (server)."""
-    try:
-        info = _FINISHED_INFO[hash_name]
-    except KeyError:
-        raise ValueError(f"unsupported KDF hash {hash_name!r}") from None
-    return _hmac(base_key, info, hash_name)
+    return hkdf_expand_label(base_key, "finished", b"", hash_len(hash_name), hash_name)
 
 
 def finished_mac(fin_key: bytes, transcript_hash: bytes, hash_name: HashName) -> bytes:
     """``verify_data = HMAC-H(finished_key, transcript_hash)`` (spec/10 §6.2)."""
-    return _hmac(fin_key, transcript_hash, hash_name)
+    return hmac.digest(fin_key, transcript_hash, hash_name)
 
 
 def verify_finished(

@@ -23,9 +23,9 @@ to ignore them (draft §6.3: receivers MUST ignore, never reject, GREASE values)
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from enum import IntEnum, IntFlag
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple
 
 import google_crc32c
 
@@ -105,7 +105,7 @@ _TAIL = HEADER_TAIL
 _HEADER = struct.Struct(">4sBHHQII11s")  # octets 0-35
 _RESERVED = bytes(RESERVED_SIZE)
 _new_tuple = tuple.__new__
-_R = TypeVar("_R")
+# The compiled header decode: 8 % of a replay's instructions per event (docs/npamp.md).
 _fast_header = None if _speedups is None else _speedups.pull_header
 _fast_frame = None if _speedups is None else _speedups.pull_frame
 
@@ -479,28 +479,6 @@ class FrameReader:
         self._header = None
         self._pos = end
         return frame
-
-    def next_channel(self) -> int | None:
-        """The channel of the next frame, when its header is buffered but not yet decoded
-        (the header is not validated here); ``None`` otherwise."""
-        if self._error is not None or self._header is not None:
-            return None
-        pos = self._pos
-        if len(self._buf) - pos < HEADER_SIZE:
-            return None
-        return int.from_bytes(self._buf[pos + 7 : pos + 9], "big")
-
-    def take(self, consume: Callable[[bytearray, int], tuple[int, _R]]) -> _R:
-        """Let ``consume(buffer, position)`` read whole frames in place; it returns the new
-        position (after the last frame it took) and its result.
-
-        For a compiled receive loop that opens frames straight from the buffer (no copy):
-        ``consume`` must stop before anything it does not fully check, which the reader then
-        decodes as usual. Only valid when :meth:`next_channel` is not ``None``.
-        """
-        position, result = consume(self._buf, self._pos)
-        self._pos = position
-        return result
 
     def feed(self, data: bytes) -> list[Frame]:
         """Append ``data`` and return every frame that is now complete.

@@ -28,19 +28,32 @@ def _run(connection: Connection) -> None:
         context.run_migrations()
 
 
-async def _run_from_url(url: str) -> None:
+def _run_from_url(url: str) -> None:
+    from sqlalchemy.engine import Engine
+
     from iobridge.store.sqlalchemy_store import make_engine
 
     engine = make_engine(url)
-    try:
-        async with engine.begin() as conn:
-            await conn.run_sync(_run)
-    finally:
-        await engine.dispose()
+    if isinstance(engine, Engine):
+        try:
+            with engine.begin() as conn:
+                _run(conn)
+        finally:
+            engine.dispose()
+        return
+
+    async def run_async() -> None:
+        try:
+            async with engine.begin() as conn:
+                await conn.run_sync(_run)
+        finally:
+            await engine.dispose()
+
+    asyncio.run(run_async())
 
 
 connection = context.config.attributes.get("connection")
 if connection is not None:
     _run(connection)
 else:
-    asyncio.run(_run_from_url(context.config.get_main_option("sqlalchemy.url") or ""))
+    _run_from_url(context.config.get_main_option("sqlalchemy.url") or "")
