@@ -98,7 +98,8 @@ async def test_a_parked_run_goes_on_in_the_next_backend_and_stores_its_exchange_
         await asyncio.sleep(0.2)  # the park point's write
         checkpoint = await first.store.load_checkpoint("anonymous", "r1")
         assert checkpoint is not None and checkpoint.phase == "parked"
-        assert checkpoint.point["pending"] == [{"id": "c1", "name": "get_weather"}]
+        call = head[-1][1]["toolCallId"]  # the bridge's id (the provider's stays with it)
+        assert checkpoint.point["pending"] == [{"id": call, "name": "get_weather"}]
         assert checkpoint.last_seq == head[-1][0]
     # The first Backend is gone: its run stopped at the point, no terminal event, nothing
     # more stored than the user message.
@@ -108,9 +109,9 @@ async def test_a_parked_run_goes_on_in_the_next_backend_and_stores_its_exchange_
         again = second.get_run(ANONYMOUS, "r1")
         # The same events under the same ids, then the rest.
         assert [(s, e) for s, e in await until(again, "TOOL_CALL_END")] == head
-        await second.submit_tool_result(ANONYMOUS, "r1", "c1", {"content": '{"t":21}'})
+        await second.submit_tool_result(ANONYMOUS, "r1", call, {"content": '{"t":21}'})
         with pytest.raises(ConflictError):
-            await second.submit_tool_result(ANONYMOUS, "r1", "c1", {"content": "again"})
+            await second.submit_tool_result(ANONYMOUS, "r1", call, {"content": "again"})
         tail = await until(again, "RUN_FINISHED", head[-1][0])
         assert tail[0][0] == head[-1][0] + 1
         kinds = [e["type"] for _, e in tail]
@@ -119,7 +120,7 @@ async def test_a_parked_run_goes_on_in_the_next_backend_and_stores_its_exchange_
             == "Sunny in Oslo."
         messages = await stored(second)
         assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
-        assert messages[1]["toolCalls"][0]["id"] == "c1"
+        assert messages[1]["toolCalls"][0]["id"] == call
         assert messages[2]["content"] == '{"t":21}'
         await dropped(second, "r1")
     # The model was asked twice: the call, then the answer with the tool's result.
@@ -133,15 +134,15 @@ async def test_a_result_posted_to_a_stored_run_continues_it_and_is_never_asked_a
     fake_openai.push(calls(("c1", "get_weather", '{"city":"Oslo"}')), text("Done."))
     async with backend(database_url, fake_openai) as first:
         run = await first.start_run(ANONYMOUS, body())
-        await until(run, "TOOL_CALL_END")
+        call = (await until(run, "TOOL_CALL_END"))[-1][1]["toolCallId"]
         await asyncio.sleep(0.2)
         first.runtime.suspend_durable()
         await asyncio.sleep(0.1)
         assert run.done
         # No process holds the run now: the result is stored, then the run goes on here.
-        await first.submit_tool_result(ANONYMOUS, "r1", "c1", {"content": "21"})
+        await first.submit_tool_result(ANONYMOUS, "r1", call, {"content": "21"})
         with pytest.raises(ConflictError):
-            await first.submit_tool_result(ANONYMOUS, "r1", "c1", {"content": "22"})
+            await first.submit_tool_result(ANONYMOUS, "r1", call, {"content": "22"})
         with pytest.raises(NotFoundError):
             await first.submit_tool_result(ANONYMOUS, "r1", "nope", {"content": "22"})
         again = first.get_run(ANONYMOUS, "r1")
