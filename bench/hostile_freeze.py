@@ -27,7 +27,6 @@ import functools
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -40,28 +39,10 @@ from typing import Any
 
 import httpx
 import orjson
+from _harness import free_port, wait_for_port
 
 HERE = Path(__file__).resolve().parent
 sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def wait_for_port(port: int, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"process exited with {process.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"nothing listened on {port}")
 
 
 # -- the upstream attacks (``--upstream PORT``) ------------------------------------------------

@@ -132,6 +132,7 @@ class _Run:
         self.reasoning_messages: set[str] = set()
         self.reasoning_spans: set[str] = set()
         self.subagents: set[str] = set()
+        self.ended_subagents: set[str] = set()
 
     def still_open(self) -> list[str]:
         groups = {
@@ -242,13 +243,16 @@ def _step(run: _Run, index: int, kind: str, event: dict[str, Any]) -> None:
             raise StreamError(f"{where}: second result for {call_id!r}")
         run.answered_calls.add(call_id)
     elif kind == "STEP_STARTED":
-        if event["stepName"] in run.steps:
+        # Step names are per agent: a subagent's steps are its own (1.0 client).
+        step = f"{event.get('subagentRunId', '')}/{event['stepName']}"
+        if step in run.steps:
             raise StreamError(f"{where}: step {event['stepName']!r} already active")
-        run.steps.add(event["stepName"])
+        run.steps.add(step)
     elif kind == "STEP_FINISHED":
-        if event["stepName"] not in run.steps:
+        step = f"{event.get('subagentRunId', '')}/{event['stepName']}"
+        if step not in run.steps:
             raise StreamError(f"{where}: step {event['stepName']!r} was not started")
-        run.steps.discard(event["stepName"])
+        run.steps.discard(step)
     elif kind in ("REASONING_START", "REASONING_MESSAGE_START"):
         opened = run.reasoning_spans if kind == "REASONING_START" else run.reasoning_messages
         if event["messageId"] in opened:
@@ -263,11 +267,18 @@ def _step(run: _Run, index: int, kind: str, event: dict[str, Any]) -> None:
         if kind != "REASONING_MESSAGE_CONTENT":
             opened.discard(event["messageId"])
     elif kind == "SUBAGENT_STARTED":
-        run.subagents.add(event["subagentRunId"])
+        sub = event["subagentRunId"]
+        if sub in run.subagents or sub in run.ended_subagents:
+            raise StreamError(f"{where}: subagent id {sub!r} used twice in the run")
+        parent = event.get("parentSubagentRunId")
+        if parent is not None and parent not in run.subagents | run.ended_subagents:
+            raise StreamError(f"{where}: parent subagent {parent!r} was not started")
+        run.subagents.add(sub)
     elif kind in ("SUBAGENT_FINISHED", "SUBAGENT_ERROR"):
         if event["subagentRunId"] not in run.subagents:
             raise StreamError(f"{where}: no active subagent {event['subagentRunId']!r}")
         run.subagents.discard(event["subagentRunId"])
+        run.ended_subagents.add(event["subagentRunId"])
 
 
 def parse_sse(body: bytes | str) -> list[dict[str, Any]]:

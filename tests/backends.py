@@ -159,8 +159,8 @@ async def open_backend(
         )
         async with engine.begin() as conn:
             await conn.execute(text(
-                "TRUNCATE iobridge_messages, iobridge_threads, iobridge_run_checkpoints, "
-                "iobridge_run_tool_results"))
+                "TRUNCATE iobridge_messages, iobridge_branches, iobridge_threads, "
+                "iobridge_run_checkpoints, iobridge_run_tool_results"))
     store = SqlThreadStore(engine, clock=clock)
     try:
         yield store

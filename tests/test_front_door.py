@@ -88,6 +88,11 @@ class Served:
                 raise AssertionError("the server exited:\n" + "".join(self.lines))
             self.lines.append(line)
             if "HTTP on" in line:
+                if self.port == 0:  # the banner names the port the kernel chose
+                    found = re.search(r"HTTP on http://[^:]+:(\d+)/", line)
+                    assert found, line
+                    self.port = int(found.group(1))
+                    self.url = f"http://127.0.0.1:{self.port}"
                 break
             assert time.monotonic() < deadline, "".join(self.lines)
         while True:  # the port answers once uvicorn is up
@@ -244,6 +249,19 @@ def test_the_banner_names_the_database_agents_and_unknown_variables(tmp_path: Pa
         "IOBRIDGE_PORT?)",
     ]
     assert banner[5].startswith(f"iobridge: HTTP on http://127.0.0.1:{server.port}/io-bridge")
+
+
+def test_port_0_serves_on_a_free_port_and_the_banner_names_it(tmp_path: Path) -> None:
+    folder = _fresh_clone_folder(tmp_path)
+    server = Served(".venv/bin/iobridge serve --port 0", folder,
+                    {**_serve_env(), "IOBRIDGE_PORT": "0"})
+    try:
+        assert server.port != 0
+        reply = httpx.post(f"{server.url}/io-bridge/run", json=run_body("hi"), timeout=30)
+        assert reply.status_code == 200
+        assert parse_sse(reply.text)[-1]["type"] == "RUN_FINISHED"
+    finally:
+        server.stop()
 
 
 def test_every_readme_command_runs_as_typed(tmp_path: Path, serve: Any) -> None:

@@ -26,10 +26,10 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 import orjson
 
@@ -47,7 +47,6 @@ from iobridge.errors import (
     NotFoundError,
     PayloadTooLarge,
     ServiceUnavailable,
-    TooManyRequests,
 )
 from iobridge.observability.metrics import Metrics
 from iobridge.protocol.bodies import Body
@@ -58,6 +57,7 @@ from iobridge.protocol.options import RunOptions, ToolResultMode, parse_run_opti
 from iobridge.protocol.run_input import OFF_LOOP_BYTES, RunInput, parse_run_input
 from iobridge.protocol.thread_bodies import parse_thread_create, parse_thread_update
 from iobridge.protocol.tool_results import ToolResult, parse_tool_result
+from iobridge.runtime.admission import thread_busy
 from iobridge.runtime.cluster import Cluster, LocalCluster, RemoteRun
 from iobridge.runtime.engine import Runtime
 from iobridge.runtime.replica_messages import (
@@ -65,12 +65,24 @@ from iobridge.runtime.replica_messages import (
     AttachFollower,
     CancelRun,
     DetachFollower,
+    RoomForFollower,
     RunCommand,
     SubmitToolResult,
 )
 from iobridge.runtime.run import Run
 from iobridge.runtime.thread_memory import StoreMemory
-from iobridge.store.base import Thread, ThreadStore, format_timestamp, validate_id
+from iobridge.store.base import (
+    MAIN_BRANCH,
+    Branch,
+    Checkpoint,
+    StoredMessage,
+    Thread,
+    ThreadStore,
+    format_timestamp,
+    is_outage,
+    outage_refusal,
+    validate_id,
+)
 from iobridge.store.migrate import open_store
 
 __all__ = [
@@ -85,8 +97,28 @@ __all__ = [
 
 #: What ``resume`` hands a transport: a run of this process, or one another replica drives.
 FollowedRun = Run | RemoteRun
+_SomeRun = TypeVar("_SomeRun", Run, RemoteRun)
 
 logger = logging.getLogger("iobridge")
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def _store_route(method: Callable[_P, Awaitable[_T]]) -> Callable[_P, Awaitable[_T]]:
+    """A thread route whose store does not answer (down, or past ``store_timeout_seconds``)
+    answers 503 ``STORE_UNAVAILABLE`` as a new run does, not a bug's 500."""
+    @functools.wraps(method)
+    async def route(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        try:
+            return await method(*args, **kwargs)
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            logger.error("the thread store does not answer (%s: %s)", type(exc).__name__, exc)
+            raise outage_refusal() from exc
+    return route
+
 
 #: A resume cursor is a run-log sequence number: ASCII digits, at most this many.
 MAX_CURSOR_DIGITS = 19
@@ -158,6 +190,7 @@ class Backend:
         self.catalog = catalog or build_catalog(self.settings, agents)
         self.authenticator = authenticator or Authenticator(self.settings.auth)
         self.runtime = Runtime(settings=self.settings, metrics=self.metrics)
+        self.runtime.find_agent = self.catalog.get
         #: Runs of other replicas and shared busy marks (``redis_url``); else one process.
         self.cluster: Cluster = LocalCluster()
         self._tracer_provider = tracer_provider
@@ -176,10 +209,15 @@ class Backend:
         stack = AsyncExitStack()
         try:
             if self._given_store is None:
-                self._store = await open_store(self.settings.database_url)
+                self._store = await open_store(
+                    self.settings.database_url, timeout=self.settings.store_timeout_seconds
+                )
                 stack.push_async_callback(self._store.close)
             self.runtime.memory = StoreMemory(
-                self.store, self.metrics, max_interrupt_bytes=self.settings.max_interrupt_bytes
+                self.store, self.metrics, max_interrupt_bytes=self.settings.max_interrupt_bytes,
+                max_branches=self.settings.max_branches_per_thread,
+                diverging=self.settings.diverging_history,
+                timeout=self.settings.store_timeout_seconds,
             )
             if self.settings.durable_runs and self.store.keeps_checkpoints:
                 self.runtime.checkpoints = self.store
@@ -216,24 +254,52 @@ class Backend:
         assert store is not None
         for owner, run_id, _ in await store.list_checkpoints():
             try:
-                await self._revive(owner, run_id)
+                checkpoint = await store.load_checkpoint(owner, run_id)
+                if checkpoint is not None:
+                    await self._continue(checkpoint)
             except IobridgeError as exc:
                 logger.warning("run %s could not be continued: %s", run_id, exc.message)
 
-    async def _revive(self, owner: str, run_id: str) -> Run:
-        """Continue ``owner``'s checkpointed run here (it has no live process).
+    async def _stored_run(self, principal: Principal, run_id: str) -> Checkpoint:
+        """The checkpoint of the caller's run that no process holds.
 
         Raises:
-            NotFoundError: no checkpoint of it, or its agent is gone.
-            ConflictError: another process continues it.
+            NotFoundError: no checkpoint of it, or one for a resource the caller may not act
+                for (a member of a shared principal): answered exactly like a missing run.
         """
         store = self.runtime.checkpoints
-        checkpoint = None if store is None else await store.load_checkpoint(owner, run_id)
-        if checkpoint is None:
+        checkpoint = None if store is None else await store.load_checkpoint(principal.id, run_id)
+        if checkpoint is None or not self.authenticator.can_access(
+            principal, checkpoint.resource_id
+        ):
             raise NotFoundError("unknown run", code="RUN_NOT_FOUND")
+        return checkpoint
+
+    @_store_route
+    async def _revive(self, principal: Principal, run_id: str) -> Run:
+        """Continue the caller's checkpointed run here (it has no live process).
+
+        Raises:
+            NotFoundError: no such run for this caller, or its agent is gone.
+            ConflictError: another process continues it.
+        """
+        return await self._continue(await self._stored_run(principal, run_id))
+
+    async def _continue(self, checkpoint: Checkpoint) -> Run:
+        """Continue ``checkpoint``'s run here, counted against the admission limits as it
+        was when it started."""
         self._check_admitting()
         agent = self.catalog.get(checkpoint.agent_id)
-        return await self.runtime.revive(checkpoint, agent)
+        return await self.runtime.revive(
+            checkpoint, agent,
+            caller=self._caller(checkpoint.owner, checkpoint.resource_id),
+        )
+
+    def _caller(self, principal_id: str, resource_id: str) -> str:
+        """Whom a run counts against in ``max_active_runs_per_principal``: in auth mode none
+        every caller is one principal, a deployment's own auth in front tells its users
+        apart by resourceId, so the limit counts those."""
+        return resource_id if self.authenticator.mode == "none" else principal_id
 
     def _check_admitting(self) -> None:
         if not self.admitting:
@@ -272,6 +338,8 @@ class Backend:
         """Why the backend cannot serve now (``None``: it can)."""
         if not self.admitting:
             return "shutting down"
+        if self.runtime.writes_failing():
+            return "the store refuses writes"
         begun = time.perf_counter()
         try:
             await asyncio.wait_for(self.store.get_thread("readyz"), READY_TIMEOUT)
@@ -348,6 +416,7 @@ class Backend:
             owner=principal.id,
             resource_id=resource_id,
             tool_result_mode=tool_result_mode,
+            caller=self._caller(principal.id, resource_id),
         )
 
     async def follow(
@@ -367,16 +436,24 @@ class Backend:
         ``settings.detach_grace_seconds``). With ``idle`` set, ``sink.keep_alive`` is
         called after that many quiet seconds. A run another replica drives is followed
         through the shared log; its owner counts the follower the same way. What the sink
-        raises (a broken connection) propagates once the follower is detached.
+        raises (a broken connection) propagates once the follower is detached. While the
+        run waits for its thread (``queued``), ``sink.queued`` is called at once and instead
+        of ``keep_alive``.
         """
         batches = self._batches(run, after, idle, detach_grace)
+        waiting = isinstance(run, Run) and run.queued
         try:
+            if waiting:
+                await sink.queued()
             # Closed here, not left to the loop's finalizer hook (a task per run to close it,
             # once the garbage collector finds it).
             async with aclosing(batches):
                 async for events in batches:
                     if not events:
-                        await sink.keep_alive()
+                        if waiting and isinstance(run, Run) and run.queued:
+                            await sink.queued()
+                        else:
+                            await sink.keep_alive()
                         continue
                     last = _ends(run, events[-1][0])
                     if not await sink.send(events, last=last) or last:
@@ -424,12 +501,19 @@ class Backend:
             logger.warning("could not tell replica %s about a follower", run.replica)
 
     def get_run(self, principal: Principal, run_id: str) -> Run:
-        """A live or retained run the caller started, in this process.
+        """A live or retained run the caller started, in this process, for a resource the
+        caller may act for (a member of a shared principal sees only her resources' runs).
 
         Raises:
             NotFoundError: unknown, expired, or someone else's (404, alike).
         """
-        return self.runtime.get_run(principal.id, run_id)
+        return self._visible(principal, self.runtime.get_run(principal.id, run_id))
+
+    def _visible(self, principal: Principal, run: _SomeRun) -> _SomeRun:
+        """``run`` if ``principal`` may act for its resource; else missing, exactly alike."""
+        if not self.authenticator.can_access(principal, run.resource_id):
+            raise NotFoundError("unknown run", code="RUN_NOT_FOUND")
+        return run
 
     async def find_run(self, principal: Principal, run_id: str) -> FollowedRun:
         """The caller's run here, or on another replica (through the shared record).
@@ -438,18 +522,19 @@ class Backend:
             NotFoundError: unknown, expired, or someone else's (404, alike).
         """
         try:
-            return self.runtime.get_run(principal.id, run_id)
+            run = self.runtime.get_run(principal.id, run_id)
         except NotFoundError:
             remote = await self.cluster.find(principal.id, run_id)
             if remote is None:
-                return await self._revive(principal.id, run_id)
+                return await self._revive(principal, run_id)
             if self.runtime.checkpoints is not None and not remote.ended and (
                 await self.cluster.lost(remote)
             ):
                 # Its replica stopped: a durable run goes on here (others stay lost).
                 with contextlib.suppress(NotFoundError):
-                    return await self._revive(principal.id, run_id)
-            return remote
+                    return await self._revive(principal, run_id)
+            return self._visible(principal, remote)
+        return self._visible(principal, run)
 
     async def resume(
         self, principal: Principal, run_id: str, cursor: str | int | None
@@ -476,17 +561,26 @@ class Backend:
             # The mirror may lag what the client saw on the owner: a live run waits for it.
             if after < 0 or (after > last and run.ended):
                 raise _bad_cursor()
+            if not run.ended:
+                await self._room_elsewhere(run)
         else:
             first, last = run.log.first_seq, run.log.last_seq
             if not 0 <= after <= last:
                 raise _bad_cursor()
-            if run.subscribers >= self.settings.max_followers_per_run:
-                raise TooManyRequests(
-                    "this run has too many followers", code="TOO_MANY_FOLLOWERS"
-                )
+            self.runtime.room_for_follower(run)
         if after < first - 1:
             raise EventsNotRetained(first)
         return run, after
+
+    async def _room_elsewhere(self, run: RemoteRun) -> None:
+        """The owner counts a live run's followers on every replica (``TOO_MANY_FOLLOWERS``);
+        an owner that does not answer has no followers to protect (the run ends lost)."""
+        try:
+            answer = await self.cluster.ask(RoomForFollower(owner=run.owner, run=run.run_id))
+        except ServiceUnavailable:
+            return
+        if answer is not None:
+            answer.unwrap()
 
     async def cancel_run(self, principal: Principal, run_id: str) -> bool:
         """Stop the caller's run (wherever it runs); ``False`` if it had already ended.
@@ -495,11 +589,13 @@ class Backend:
             NotFoundError: no such run for this caller.
         """
         try:
-            run = self.runtime.get_run(principal.id, run_id)
+            run = self.get_run(principal, run_id)
         except NotFoundError:
-            answer = await self._ask_owner(CancelRun(owner=principal.id, run=run_id))
+            answer = await self._ask_owner(
+                CancelRun(owner=principal.id, run=run_id, resources=_resources(principal))
+            )
             if answer is None:
-                run = await self._revive(principal.id, run_id)
+                run = await self._revive(principal, run_id)
                 return self.runtime.cancel(run)
             return bool(answer.unwrap())
         return self.runtime.cancel(run)
@@ -546,14 +642,15 @@ class Backend:
         if result.parts is not None:
             check_result_media(result.parts, self._media_limits())
         try:
-            run = self.runtime.get_run(principal.id, run_id)
+            run = self.get_run(principal, run_id)
         except NotFoundError:
             command = SubmitToolResult(
-                owner=principal.id, run=run_id, call=tool_call_id, result=result
+                owner=principal.id, run=run_id, call=tool_call_id, result=result,
+                resources=_resources(principal),
             )
             answer = await self._ask_owner(command)
             if answer is None:
-                await self._submit_to_stored_run(principal.id, run_id, tool_call_id, result)
+                await self._submit_to_stored_run(principal, run_id, tool_call_id, result)
                 return
             answer.unwrap()
             return
@@ -562,20 +659,20 @@ class Backend:
             return
         self.runtime.submit_tool_result(run, tool_call_id, result)
 
+    @_store_route
     async def _submit_to_stored_run(
-        self, owner: str, run_id: str, tool_call_id: str, result: ToolResult
+        self, principal: Principal, run_id: str, tool_call_id: str, result: ToolResult
     ) -> None:
         """A result for a run no process holds: stored once (a second post is refused),
         then the run is continued here and goes on with it.
 
         Raises:
-            NotFoundError: no such run, or no such call waiting in it.
+            NotFoundError: no such run for this caller, or no such call waiting in it.
             ConflictError: the call already has a result.
         """
+        checkpoint = await self._stored_run(principal, run_id)
         store = self.runtime.checkpoints
-        checkpoint = None if store is None else await store.load_checkpoint(owner, run_id)
-        if store is None or checkpoint is None:
-            raise NotFoundError("unknown run", code="RUN_NOT_FOUND")
+        assert store is not None
         self._check_admitting()
         answered = ConflictError(
             "this tool call already has a result", code="TOOL_RESULT_ALREADY_SUBMITTED"
@@ -585,15 +682,14 @@ class Backend:
         if tool_call_id not in {c["id"] for c in checkpoint.point.get("pending", [])}:
             raise NotFoundError("unknown tool call for this run", code="TOOL_CALL_NOT_FOUND")
         if not await store.record_tool_result(
-            owner, run_id, tool_call_id, result.content, result.is_error
+            principal.id, run_id, tool_call_id, result.content, result.is_error
         ):
             raise answered
         with_result = dataclasses.replace(
             checkpoint, results={**checkpoint.results, tool_call_id: (result.content,
                                                                        result.is_error)}
         )
-        agent = self.catalog.get(checkpoint.agent_id)
-        await self.runtime.revive(with_result, agent)
+        await self._continue(with_result)
 
     def _media_limits(self) -> MediaLimits:
         return MediaLimits(max_part_bytes=self.settings.max_media_part_bytes,
@@ -616,6 +712,7 @@ class Backend:
 
     # -- threads ------------------------------------------------------------------------
 
+    @_store_route
     async def create_thread(
         self, principal: Principal, body: Body, *, resource: str | None = None
     ) -> Thread:
@@ -645,6 +742,7 @@ class Backend:
             metadata=request.metadata or {},
         )
 
+    @_store_route
     async def list_threads(
         self,
         principal: Principal,
@@ -664,6 +762,7 @@ class Backend:
             agent_id = self.catalog.canonical(agent_id) or agent_id
         return await self.store.list_threads(scope, agent_id=agent_id, limit=limit, cursor=cursor)
 
+    @_store_route
     async def get_thread(
         self, principal: Principal, thread_id: str, resource: str | None = None
     ) -> Thread:
@@ -684,21 +783,51 @@ class Backend:
             raise _thread_not_found(thread_id)
         return thread
 
+    @_store_route
     async def update_thread(
         self, principal: Principal, thread_id: str, body: Body, *, resource: str | None = None
     ) -> Thread:
-        """Replace the caller's thread's title and/or metadata (``PATCH``'s body).
+        """Replace the caller's thread's title and/or metadata, and/or switch its current
+        branch (``PATCH``'s body).
 
         Raises:
             InputError: a bad body (``protocol.thread_bodies.parse_thread_update``).
-            NotFoundError: missing, or another resource's thread.
+            NotFoundError: missing, or another resource's thread; an unknown branch.
+            ConflictError: a branch switch while a run holds the thread (``THREAD_BUSY``).
         """
         patch = parse_thread_update(body, self.settings.max_json_depth)
-        await self.get_thread(principal, thread_id, resource)
+        thread = await self.get_thread(principal, thread_id, resource)
+        if patch.currentBranch is not None:
+            await self._switch_branch(thread, patch.currentBranch)
+        if patch.title is None and patch.metadata is None:
+            return await self.get_thread(principal, thread_id, resource)
         return await self.store.update_thread(
             thread_id, title=patch.title, metadata=patch.metadata
         )
 
+    async def _switch_branch(self, thread: Thread, branch_id: str) -> None:
+        """Make ``branch_id`` the thread's current branch, unless a run holds the thread
+        (here or on another replica): its messages would land on the wrong branch."""
+        if await self.cluster.thread_busy(thread.resource_id, thread.id) or (
+            self.runtime.admission.holder((thread.resource_id, thread.id)) is not None
+        ):
+            raise thread_busy()
+        if not await self.store.switch_branch(thread.id, branch_id):
+            raise _branch_not_found(branch_id)
+
+    @_store_route
+    async def list_branches(
+        self, principal: Principal, thread_id: str, resource: str | None = None
+    ) -> list[Branch]:
+        """The caller's thread's branches, oldest first.
+
+        Raises:
+            NotFoundError: missing, or another resource's thread.
+        """
+        await self.get_thread(principal, thread_id, resource)
+        return await self.store.list_branches(thread_id)
+
+    @_store_route
     async def delete_thread(
         self, principal: Principal, thread_id: str, resource: str | None = None
     ) -> None:
@@ -707,6 +836,7 @@ class Backend:
         if not await self.store.delete_thread(thread_id):
             raise _thread_not_found(thread_id)
 
+    @_store_route
     async def list_messages(
         self,
         principal: Principal,
@@ -716,6 +846,7 @@ class Backend:
         limit: int | None = None,
         before: str | None = None,
         format: str | None = None,
+        branch: str | None = None,
     ) -> MessagePage:
         """The caller's thread's latest ``limit`` messages before ``before``, oldest first,
         in ``format`` (``mastra`` or ``agui``; default ``settings.messages_format``), and the
@@ -723,15 +854,53 @@ class Backend:
 
         A page never starts with tool results whose call is on the previous page: it grows
         back to the assistant message that made the calls (up to ``MAX_MESSAGES_PAGE``).
+        ``branch``: one of the thread's branches (default: the current one).
 
         Raises:
             InputError: an unknown format.
-            NotFoundError: missing, or another resource's thread.
+            NotFoundError: missing, or another resource's thread; an unknown branch
+                (``BRANCH_NOT_FOUND``).
         """
         chosen = format or self.settings.messages_format
         if chosen not in MESSAGE_FORMATS:
             raise InputError("format must be 'mastra' or 'agui'", code="INVALID_REQUEST")
         thread = await self.get_thread(principal, thread_id, resource)
+        if branch is not None and branch != (thread.current_branch or MAIN_BRANCH):
+            rows, next_cursor = await self._branch_page(thread_id, branch, limit, before)
+        else:
+            rows, next_cursor = await self._page(thread_id, limit, before)
+        if chosen == "agui":
+            return MessagePage([row.message for row in rows], next_cursor)
+        timed = [(row.message, format_timestamp(row.created_at)) for row in rows]
+        messages = to_mastra(timed, thread_id=thread.id, resource_id=thread.resource_id)
+        return MessagePage(messages, next_cursor)
+
+    async def _branch_page(
+        self, thread_id: str, branch: str, limit: int | None, before: str | None
+    ) -> tuple[list[StoredMessage], str | None]:
+        """A page of an earlier branch (kept whole in its record), cut as ``_page`` cuts."""
+        validate_id(branch, "branch")
+        rows = await self.store.branch_messages(thread_id, branch)
+        if rows is None:
+            raise _branch_not_found(branch)
+        end = len(rows)
+        if before is not None:
+            end = next((i for i, r in enumerate(rows) if r.message["id"] == before), -1)
+            if end < 0:
+                raise InputError(f"no message {before!r} in this branch", code="INVALID_CURSOR")
+        if limit is None:
+            return rows[:end], None
+        start = max(0, end - limit)
+        while start > 0 and end - start < MAX_MESSAGES_PAGE and (
+            rows[start].message.get("role") == "tool"
+        ):
+            start -= 1
+        return rows[start:end], rows[start].message["id"] if start > 0 else None
+
+    async def _page(
+        self, thread_id: str, limit: int | None, before: str | None
+    ) -> tuple[list[StoredMessage], str | None]:
+        """A page of the thread's messages (its current branch); see ``list_messages``."""
         store = self.store
         rows = await store.list_stored_messages(thread_id, limit=limit, before=before)
         next_cursor = None
@@ -750,11 +919,7 @@ class Backend:
             first = rows[0].message["id"]
             if await store.list_stored_messages(thread_id, limit=1, before=first):
                 next_cursor = first
-        if chosen == "agui":
-            return MessagePage([row.message for row in rows], next_cursor)
-        timed = [(row.message, format_timestamp(row.created_at)) for row in rows]
-        messages = to_mastra(timed, thread_id=thread.id, resource_id=thread.resource_id)
-        return MessagePage(messages, next_cursor)
+        return rows, next_cursor
 
 
 @dataclass(frozen=True, slots=True)
@@ -780,6 +945,12 @@ class EventSink(Protocol):
         """Nothing new for ``idle`` seconds (called only when following with ``idle``)."""
         ...
 
+    async def queued(self) -> None:
+        """The run waits for the runs ahead of it on its thread: called when following
+        starts and, with ``idle``, after each quiet period until it starts (default: as
+        ``keep_alive``)."""
+        await self.keep_alive()
+
     async def end(self) -> None:
         """The run ended after a batch not known to hold its terminal event (a run another
         replica drives, whose shared log ended): end the stream."""
@@ -792,20 +963,27 @@ class EventSink(Protocol):
 
 
 class RunAliases:
-    """A transport's own names for runs (N-PAMP correlation ids), per principal, shared
-    with the other replicas so a client may come back on any of them. On one process
-    nothing is shared: the transport's own map is all there is."""
+    """A transport's own names for runs (N-PAMP correlation ids), per principal and
+    resources, shared with the other replicas so a client may come back on any of them. On
+    one process nothing is shared: the transport's own map is all there is."""
 
     def __init__(self, backend: Backend) -> None:
         self._backend = backend
 
+    @staticmethod
+    def scope(principal: Principal) -> str:
+        """Whose names these are: the principal *and* its resources, so a member of a shared
+        principal neither finds another resource's alias nor replaces it."""
+        allowed = principal.resource_ids
+        return orjson.dumps([principal.id, None if allowed is None else sorted(allowed)]).decode()
+
     async def remember(self, principal: Principal, alias: bytes, run_id: str) -> None:
         """Share ``alias`` → ``run_id`` (for as long as finished runs are retained)."""
-        await self._backend.cluster.remember_alias(principal.id, alias, run_id)
+        await self._backend.cluster.remember_alias(self.scope(principal), alias, run_id)
 
     async def recall(self, principal: Principal, alias: bytes) -> str | None:
         """The runId another replica shared under ``alias`` (``None``: none)."""
-        return await self._backend.cluster.recall_alias(principal.id, alias)
+        return await self._backend.cluster.recall_alias(self.scope(principal), alias)
 
 
 def _ends(run: FollowedRun, seq: int) -> bool:
@@ -818,8 +996,18 @@ def _ends(run: FollowedRun, seq: int) -> bool:
     return log.closed and seq == log.last_seq
 
 
+def _resources(principal: Principal) -> list[str] | None:
+    """What a command for another replica's run says the caller may act for."""
+    allowed = principal.resource_ids
+    return None if allowed is None else sorted(allowed)
+
+
 def _bad_cursor() -> InputError:
     return InputError("Last-Event-ID must be an event id of this run", code="INVALID_CURSOR")
+
+
+def _branch_not_found(branch_id: str) -> NotFoundError:
+    return NotFoundError(f"branch {branch_id!r} not found", code="BRANCH_NOT_FOUND")
 
 
 def _thread_not_found(thread_id: str) -> NotFoundError:

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from iobridge.errors import AuthenticationError, NotFoundError
+from iobridge.errors import AuthenticationError, InputError, NotFoundError
 from iobridge.extras import require_extra
 from iobridge.store.base import validate_id
 
@@ -39,6 +39,7 @@ __all__ = [
     "Authenticator",
     "JwtSettings",
     "Principal",
+    "check_config_id",
     "hash_api_key",
 ]
 
@@ -83,6 +84,16 @@ class ApiKeyEntry(BaseModel):
     #: Used when a request names no resourceId (default: the first allowed one).
     default_resource: str | None = None
     max_effect: int = Field(default=MAX_EFFECT, ge=0, le=MAX_EFFECT)
+
+    @field_validator("principal", "default_resource")
+    @classmethod
+    def _usable(cls, value: str | None) -> str | None:
+        return value if value is None else check_config_id(value)
+
+    @field_validator("resource_ids")
+    @classmethod
+    def _usable_all(cls, value: list[str] | None) -> list[str] | None:
+        return value if value is None else [check_config_id(v) for v in value]
 
     @model_validator(mode="after")
     def _one_source(self) -> ApiKeyEntry:
@@ -257,6 +268,11 @@ class Authenticator:
             raise AuthenticationError(
                 "invalid token", reason="token lacks the principal or resource claim"
             )
+        if not all(_is_usable_id(v) for v in (principal_id, *resources)):
+            # The store would refuse them (and a run's messages would be lost): refused here.
+            raise AuthenticationError(
+                "invalid token", reason="token's principal or resource is not a usable id"
+            )
         max_effect = MAX_EFFECT
         if config.max_effect_claim is not None:
             value = claims.get(config.max_effect_claim, MAX_EFFECT)
@@ -314,6 +330,22 @@ _DATE_CLAIMS = ("exp", "nbf", "iat")
 def _is_numeric_date(value: object) -> bool:
     """A JSON number (not a string, not a boolean) that is finite."""
     return type(value) in (int, float) and math.isfinite(value)  # type: ignore[arg-type]
+
+
+def _is_usable_id(value: str) -> bool:
+    """Whether the store takes ``value`` as a principal or resource id (``validate_id``)."""
+    try:
+        validate_id(value)
+    except InputError:
+        return False
+    return True
+
+
+def check_config_id(value: str) -> str:
+    """``value`` if it is a usable id, else ``ValueError`` (configuration is checked at start)."""
+    if not _is_usable_id(value):
+        raise ValueError(f"{value!r} is not a usable id (1-256 printable characters)")
+    return value
 
 
 def _bearer(value: str | None) -> str | None:

@@ -285,7 +285,10 @@ async def _serve(settings: Settings, *, http: bool, sock: Any = None) -> None:
                 f"iobridge: N-PAMP on {npamp.address}, identity {npamp.identity.fingerprint}"
             )
         if http and sock is None:
-            base = f"http://{settings.host}:{settings.port}"
+            if settings.port == 0:  # bound here, so the banner names the port the kernel chose
+                sock = stack.enter_context(_listening_socket(settings.host))
+            port = settings.port if sock is None else sock.getsockname()[1]
+            base = f"http://{settings.host}:{port}"
             typer.echo(f"iobridge: HTTP on {base}{settings.prefix}, docs {base}/docs"
                        + (f", playground {base}/playground" if settings.playground else ""))
         if http:
@@ -295,6 +298,14 @@ async def _serve(settings: Settings, *, http: bool, sock: Any = None) -> None:
         else:
             await stop.wait()
             await backend.shutdown()
+
+
+def _listening_socket(host: str) -> Any:
+    """A TCP socket listening on ``host`` at a port the kernel picks (``--port 0``)."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, 0), family=family, backlog=2048)
 
 
 def _banner(settings: Settings, backend: Any) -> list[str]:

@@ -17,13 +17,14 @@ from typing import Any, Literal, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from iobridge.auth import AuthSettings
+from iobridge.auth import AuthSettings, check_config_id
 from iobridge.protocol.guard import DEFAULT_MAX_STATE_BYTES
 from iobridge.protocol.json_limits import DEFAULT_MAX_JSON_DEPTH, MAX_JSON_DEPTH_SETTING
 from iobridge.protocol.media import DEFAULT_MAX_MEDIA_MESSAGE_BYTES, DEFAULT_MAX_MEDIA_PART_BYTES
 from iobridge.protocol.options import (
     DEFAULT_MAX_SCHEMA_BYTES,
     DEFAULT_MAX_SCHEMA_OBJECTS,
+    MultitaskStrategy,
     ToolResultMode,
 )
 from iobridge.protocol.run_input import DEFAULT_MAX_MESSAGES
@@ -31,6 +32,7 @@ from iobridge.protocol.run_limits import (
     DEFAULT_MAX_INTERRUPT_BYTES,
     DEFAULT_MAX_PATCH_OPS,
     DEFAULT_MAX_RUN_OUTPUT_BYTES,
+    DEFAULT_MAX_SUBAGENT_DEPTH,
     DEFAULT_MAX_UPSTREAM_ROUND_BYTES,
     RunLimits,
 )
@@ -86,7 +88,12 @@ class NpampPeer(BaseModel):
     def _not_empty(cls, value: list[str] | None) -> list[str] | None:
         if value is not None and not value:
             raise ValueError("resource_ids must not be empty (omit it to allow any)")
-        return value
+        return value if value is None else [check_config_id(v) for v in value]
+
+    @field_validator("principal", "default_resource")
+    @classmethod
+    def _usable(cls, value: str | None) -> str | None:
+        return value if value is None else check_config_id(value)
 
 
 class NpampOpaquePeer(BaseModel):
@@ -266,6 +273,20 @@ class Settings(BaseSettings):
     #: CopilotKit bundle) gets ``RUN_FINISHED.outcome`` in 0.x shapes: only ``interrupt``
     #: (0.x clients fail a run on ``pendingToolCallIds`` or ``cancelled``).
     pre_1_0_outcomes: bool = False
+    #: What a run does when its thread is busy (``forwardedProps.multitaskStrategy`` and an
+    #: agent's ``multitask_strategy`` win): ``reject``, ``enqueue``, ``interrupt``, ``rollback``.
+    multitask_strategy: MultitaskStrategy = "reject"
+    #: Runs waiting on one busy thread (``enqueue``, and ``interrupt``/``rollback`` waiting
+    #: for the run they stop); more answer 429 ``TOO_MANY_QUEUED_RUNS``.
+    max_queued_runs_per_thread: int = Field(default=8, ge=1)
+    #: Branches one thread keeps (``replaceFrom``: regenerate, edit); one more answers 400
+    #: ``TOO_MANY_BRANCHES``.
+    max_branches_per_thread: int = Field(default=32, ge=2)
+    #: A run whose messages hold the stored ones up to some point and omit what the thread
+    #: stored after it (a whole-history client's regenerate): ``merge`` (new messages are
+    #: added, as always) or ``branch`` (treated as ``replaceFrom`` the first one omitted;
+    #: beware: a client that merely missed messages looks the same).
+    diverging_history: Literal["merge", "branch"] = "merge"
     #: Seconds a finished run's events stay available for resume.
     retention_seconds: float = Field(default=300.0, ge=0)
     max_retained_runs: int = Field(default=1000, ge=0)
@@ -299,6 +320,10 @@ class Settings(BaseSettings):
     detach_grace_seconds: float = Field(default=0.0, ge=0)
     #: Thread store. ``memory`` keeps nothing across restarts.
     database_url: str = "sqlite:///./iobridge.db"
+    #: Seconds each store call made for a request may take (a run's thread read, its start
+    #: and end writes; every SQL read and transaction): past it a new run answers 503
+    #: ``STORE_UNAVAILABLE`` and a streaming run ends ``RUN_ERROR STORE_UNAVAILABLE``.
+    store_timeout_seconds: float = Field(default=5.0, gt=0)
     #: Redis shared by replicas and workers (``redis://host:6379/0``); unset: one process.
     redis_url: str | None = None
     #: Prefix of every Redis key, so deployments can share one Redis.
@@ -371,6 +396,9 @@ class Settings(BaseSettings):
     #: a ``resume`` beyond answers ``413 INTERRUPTS_TOO_LARGE``, an agent raising beyond ends
     #: its run with ``RUN_ERROR INTERRUPTS_TOO_LARGE``.
     max_interrupt_bytes: int = Field(default=DEFAULT_MAX_INTERRUPT_BYTES, ge=1024)
+    #: Most levels of subagents one run nests (an agent's ``subagents`` calling theirs); a
+    #: call one level deeper is a failed tool result (``SUBAGENT_TOO_DEEP``), the run goes on.
+    max_subagent_depth: int = Field(default=DEFAULT_MAX_SUBAGENT_DEPTH, ge=1, le=16)
 
     @property
     def run_limits(self) -> RunLimits:
@@ -381,6 +409,7 @@ class Settings(BaseSettings):
             max_run_output_bytes=self.max_run_output_bytes,
             max_upstream_round_bytes=self.max_upstream_round_bytes,
             max_interrupt_bytes=self.max_interrupt_bytes,
+            max_subagent_depth=self.max_subagent_depth,
         )
     # --- end of the bounds block --------------------------------------------------------
 

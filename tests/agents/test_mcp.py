@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import subprocess
 import sys
@@ -88,12 +89,24 @@ async def run_and_replay(
     return events
 
 
+@pytest.mark.parametrize("form", ["env_from_env", "deprecated ${NAME}"])
 async def test_mcp_stdio_tool_is_called_streamed_stored_and_replayed(
-    serve: Any, fake_openai: FakeOpenAI
+    serve: Any, fake_openai: FakeOpenAI, form: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    server = {"command": sys.executable, "args": [SERVER, "stdio"],
-              "env": {"FORECAST_PREFIX": "${TEST_FORECAST}"}}
-    agent = model_agent(fake_openai, server, {"TEST_FORECAST": "from-env"})
+    secrets: dict[str, Any] = (
+        {"env_from_env": {"FORECAST_PREFIX": "TEST_FORECAST"}} if form == "env_from_env"
+        else {"env": {"FORECAST_PREFIX": "${TEST_FORECAST}"}}
+    )
+    server = {"command": sys.executable, "args": [SERVER, "stdio"], **secrets}
+    with caplog.at_level(logging.WARNING, logger="iobridge.agents"):
+        agent = model_agent(fake_openai, server, {"TEST_FORECAST": "from-env"})
+    warned = [r.getMessage() for r in caplog.records if "deprecated" in r.getMessage()]
+    if form == "env_from_env":
+        assert warned == []
+    else:  # still read, for one release, with a warning that says what to write instead
+        assert warned == ['mcp_servers[0]: env value "${TEST_FORECAST}" is deprecated; name the '
+                          'variable in env_from_env instead (env_from_env = { FORECAST_PREFIX = '
+                          '"TEST_FORECAST" })']
     events = await run_and_replay(serve, fake_openai, agent)
     start = next(e for e in events if e["type"] == "TOOL_CALL_START")
     assert start["toolCallName"] == "forecast" and start["toolCallId"] != "c1"
@@ -107,7 +120,7 @@ async def test_mcp_stdio_tool_is_called_streamed_stored_and_replayed(
 async def test_mcp_http_tool_is_called_with_headers_streamed_stored_and_replayed(
     serve: Any, fake_openai: FakeOpenAI, mcp_http: str
 ) -> None:
-    server = {"url": mcp_http, "headers": {"Authorization": "${MCP_AUTH}"}, "name": "weather",
+    server = {"url": mcp_http, "headers_env": {"Authorization": "MCP_AUTH"}, "name": "weather",
               "tool_prefix": "wx"}
     agent = model_agent(fake_openai, server, {"MCP_AUTH": f"Bearer {TOKEN}"})
     events = await run_and_replay(serve, fake_openai, agent, tool="wx_forecast")
@@ -138,19 +151,30 @@ async def test_mcp_http_server_refusing_the_headers_fails_the_run_without_leakin
         ({"command": "x", "url": "http://h/mcp"},
          "mcp_servers[0] needs either 'command' (stdio) or 'url' (HTTP)"),
         ({"command": "x", "port": 1},
-         "mcp_servers[0]: unknown key(s) port; known keys: args, command, cwd, env, headers, "
-         "name, timeout, tool_prefix, url"),
+         "mcp_servers[0]: unknown key(s) port; known keys: args, command, cwd, env, "
+         "env_from_env, headers, headers_env, name, timeout, tool_prefix, url"),
         ({"command": "x", "args": "a b"}, "mcp_servers[0]: 'args' must be a list of strings"),
         ({"command": "x", "env": {"A": 1}}, "mcp_servers[0]: 'env' must be a table of strings"),
         ({"command": "x", "env": {"A": "${NOT_SET_ANYWHERE}"}},
          "mcp_servers[0]: environment variable NOT_SET_ANYWHERE is not set"),
+        ({"command": "x", "env_from_env": {"A": "NOT_SET_ANYWHERE"}},
+         "mcp_servers[0]: environment variable NOT_SET_ANYWHERE is not set (env_from_env A)"),
+        ({"url": "http://h/mcp", "headers_env": {"Authorization": "Bearer abc"}},
+         "mcp_servers[0]: headers_env 'Authorization' must name an environment variable, not "
+         "hold the value"),
+        ({"url": "http://h/mcp", "headers": {"X": "1"}, "headers_env": {"X": "HOME"}},
+         "mcp_servers[0]: 'X' is in both 'headers' and 'headers_env'"),
+        ({"command": "x", "headers_env": {}},
+         "mcp_servers[0]: 'headers_env' is for HTTP servers, not 'command'"),
+        ({"url": "http://h/mcp", "env_from_env": {}},
+         "mcp_servers[0]: 'env_from_env' is for stdio servers, not 'url'"),
         ({"command": "x", "headers": {}},
          "mcp_servers[0]: 'headers' is for HTTP servers, not 'command'"),
         ({"url": "http://h/mcp", "env": {}},
          "mcp_servers[0]: 'env' is for stdio servers, not 'url'"),
         ({"url": "ftp://h/mcp"}, "mcp_servers[0]: url must be an http:// or https:// URL"),
         ({"url": "http://u:p@h/mcp"},
-         "mcp_servers[0]: url must not contain credentials; name the key with api_key_env "
+         "mcp_servers[0]: url must not contain credentials; name the key with headers_env "
          "instead"),
         ({"command": "x", "timeout": 0},
          "mcp_servers[0]: 'timeout' must be a positive number of seconds"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import sqlite3
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -241,9 +242,14 @@ SCREENSHOT = {"name": "screenshot", "description": "Capture the user's screen (b
 SHOT_PARTS = [{"type": "text", "text": "the screen"}, IMAGE]
 
 
+#: What answers a frontend call while the run streams: a result body, or posts of one's own
+#: to the call's result URL.
+Answer = dict[str, Any] | Callable[[httpx.AsyncClient, str], Awaitable[None]]
+
+
 async def stream_and_answer(server: Any, payload: dict[str, Any],
-                            answer: dict[str, Any]) -> list[dict[str, Any]]:
-    """One run whose frontend calls are answered with ``answer`` while the stream is open."""
+                            answer: Answer) -> list[dict[str, Any]]:
+    """One run whose frontend calls are answered by ``answer`` while the stream is open."""
     events: list[dict[str, Any]] = []
     async with (
         httpx.AsyncClient(base_url=server.url, timeout=20) as client,
@@ -256,10 +262,12 @@ async def stream_and_answer(server: Any, payload: dict[str, Any],
             event = json.loads(line[len("data: "):])
             events.append(event)
             if event["type"] == "TOOL_CALL_END":
-                posted = await client.post(
-                    f"/io-bridge/runs/{payload['runId']}/tool-calls/{event['toolCallId']}"
-                    "/result", json=answer)
-                assert posted.status_code == 200, posted.text
+                url = f"/io-bridge/runs/{payload['runId']}/tool-calls/{event['toolCallId']}/result"
+                if callable(answer):
+                    await answer(client, url)
+                else:
+                    posted = await client.post(url, json=answer)
+                    assert posted.status_code == 200, posted.text
     verify_events(events, thread_id=payload["threadId"], run_id=payload["runId"])
     return events
 
@@ -318,23 +326,15 @@ async def test_malformed_tool_result_parts_are_refused_and_the_call_still_waits(
     fake_openai.push(calls(("call_s", "screenshot", "{}")), text("ok"))
     server = serve(agents=[agent(fake_openai, model="gpt-4o")])
     payload = {**body("t-badshot", "r1", [user("u1", say="look")]), "tools": [SCREENSHOT]}
-    events: list[dict[str, Any]] = []
-    async with (
-        httpx.AsyncClient(base_url=server.url, timeout=20) as client,
-        client.stream("POST", "/io-bridge/run", json=payload) as response,
-    ):
-        async for line in response.aiter_lines():
-            if not line.startswith("data: "):
-                continue
-            event = json.loads(line[len("data: "):])
-            events.append(event)
-            if event["type"] == "TOOL_CALL_END":
-                url = f"/io-bridge/runs/r1/tool-calls/{event['toolCallId']}/result"
-                bad = await client.post(url, json={"content": [{"type": "image"}]})
-                assert bad.status_code == 400
-                assert bad.json()["error"]["details"][0]["loc"] == ["content", 0, "source"]
-                good = await client.post(url, json={"content": "fine"})
-                assert good.status_code == 200
+
+    async def answer(client: httpx.AsyncClient, url: str) -> None:
+        bad = await client.post(url, json={"content": [{"type": "image"}]})
+        assert bad.status_code == 400
+        assert bad.json()["error"]["details"][0]["loc"] == ["content", 0, "source"]
+        good = await client.post(url, json={"content": "fine"})
+        assert good.status_code == 200
+
+    events = await stream_and_answer(server, payload, answer)
     assert [e["content"] for e in events if e["type"] == "TOOL_CALL_RESULT"] == ["fine"]
 
 
@@ -345,31 +345,20 @@ async def test_a_posted_result_over_the_media_limits_is_413_and_the_call_still_w
     server = serve(agents=[agent(fake_openai, model="gpt-4o")], max_media_part_bytes=1000,
                    max_media_message_bytes=1500)
     payload = {**body("t-bigshot", "r1", [user("u1", say="look")]), "tools": [SCREENSHOT]}
-    events: list[dict[str, Any]] = []
-    async with (
-        httpx.AsyncClient(base_url=server.url, timeout=20) as client,
-        client.stream("POST", "/io-bridge/run", json=payload) as response,
-    ):
-        async for line in response.aiter_lines():
-            if not line.startswith("data: "):
-                continue
-            event = json.loads(line[len("data: "):])
-            events.append(event)
-            if event["type"] == "TOOL_CALL_END":
-                url = f"/io-bridge/runs/r1/tool-calls/{event['toolCallId']}/result"
-                big = inline("image", b"x" * 1001, "image/png")
-                over = await client.post(url, json={"content": [big]})
-                assert over.status_code == 413, over.text
-                error = over.json()["error"]
-                assert error["code"] == "MEDIA_TOO_LARGE"
-                assert error["details"] == {"loc": ["content", 0], "bytes": 1001, "limit": 1000}
-                two = [inline("image", b"x" * 750, "image/png"),
-                       inline("image", b"y" * 751, "image/png")]
-                total = await client.post(url, json={"content": two})
-                assert total.status_code == 413
-                assert total.json()["error"]["details"]["bytes"] == 1501
-                fits = await client.post(url, json={"content": [
-                    inline("image", b"x" * 1000, "image/png")]})
-                assert fits.status_code == 200, fits.text
+
+    async def answer(client: httpx.AsyncClient, url: str) -> None:
+        over = await client.post(url, json={"content": [inline("image", b"x" * 1001, "image/png")]})
+        assert over.status_code == 413, over.text
+        error = over.json()["error"]
+        assert error["code"] == "MEDIA_TOO_LARGE"
+        assert error["details"] == {"loc": ["content", 0], "bytes": 1001, "limit": 1000}
+        two = [inline("image", b"x" * 750, "image/png"), inline("image", b"y" * 751, "image/png")]
+        total = await client.post(url, json={"content": two})
+        assert total.status_code == 413
+        assert total.json()["error"]["details"]["bytes"] == 1501
+        fits = await client.post(url, json={"content": [inline("image", b"x" * 1000, "image/png")]})
+        assert fits.status_code == 200, fits.text
+
+    events = await stream_and_answer(server, payload, answer)
     results = [e for e in events if e["type"] == "TOOL_CALL_RESULT"]
     assert len(results) == 1 and events[-1]["type"] == "RUN_FINISHED"

@@ -367,6 +367,43 @@ async def test_an_upstream_call_id_that_is_taken_is_replaced(serve: Any) -> None
         start["toolCallId"]]
 
 
+async def test_an_upstream_call_id_the_thread_already_holds_is_replaced(serve: Any) -> None:
+    """An upstream that reuses ``c1`` on every run (common with small local models): the
+    second run's call gets an id of its own, so the thread never holds one id twice."""
+    result = {"type": "TOOL_CALL_RESULT", "toolCallId": "c1", "messageId": "m-res",
+              "content": "42"}
+    script = Script(chunks=frames(RUN_STARTED, *call_events("c1", "lookup", "{}"), result,
+                                  RUN_FINISHED))
+    with scripted_upstream(script) as upstream:
+        server = serve(agents=[agent(upstream.url)])
+        first = await run(server, run_body("go", agentId="up"))
+        second = await run(server, run_body("again", run_id="r2", agentId="up"))
+        thread = await stored(server)
+    [one] = [e["toolCallId"] for e in first if e["type"] == "TOOL_CALL_START"]
+    [two] = [e["toolCallId"] for e in second if e["type"] == "TOOL_CALL_START"]
+    assert one == "c1" and two != "c1"
+    assert [e["toolCallId"] for e in second if e["type"] == "TOOL_CALL_RESULT"] == [two]
+    calls = [c["id"] for m in thread for c in m.get("toolCalls", [])]
+    results = [m["toolCallId"] for m in thread if m["role"] == "tool"]
+    assert calls == results == ["c1", two]
+
+
+async def test_an_upstream_result_for_a_client_tool_is_dropped(serve: Any) -> None:
+    """The client answers its own tools: an upstream TOOL_CALL_RESULT for ``get_weather``
+    (a frontend tool of this run) is not taken as its answer; the call stays the client's."""
+    result = {"type": "TOOL_CALL_RESULT", "toolCallId": "w1", "messageId": "m-res",
+              "content": "sunny, says the upstream"}
+    script = Script(chunks=frames(RUN_STARTED, *call_events("w1", "get_weather", "{}"), result,
+                                  RUN_FINISHED))
+    with scripted_upstream(script) as upstream:
+        server = serve(agents=[agent(upstream.url)])
+        body = run_body("go", tools=[WEATHER], agentId="up", toolResultMode="next-run")
+        events = await run(server, body)
+    assert "TOOL_CALL_RESULT" not in kinds(events)
+    assert events[-1]["outcome"]["pendingToolCallIds"] == ["w1"]
+    assert "sunny" not in json.dumps(await stored(server))
+
+
 # -- upstream failures become a clean RUN_ERROR ----------------------------------------------
 
 SECRET = "Traceback: password=hunter2 at db.internal:5432"

@@ -21,7 +21,7 @@ from iobridge.app import Backend
 from iobridge.auth import ANONYMOUS
 from iobridge.cluster.redis import MIRROR_DELAY
 from iobridge.config import Settings
-from iobridge.errors import ConflictError, EventsNotRetained, NotFoundError
+from iobridge.errors import ConflictError, EventsNotRetained, NotFoundError, TooManyRequests
 from iobridge.runtime.cluster import LocalCluster, RemoteRun
 from iobridge.runtime.runlog import DEFAULT_BATCH_BYTES
 
@@ -285,6 +285,7 @@ async def test_the_shared_log_keeps_at_most_max_run_log_bytes(
                 [record] = await redis.keys("bound:run:*long")
                 assert await redis.hget(record, "first") == str(first).encode()
                 remote = RemoteRun(run_id="long", thread_id="t", owner=run.owner,
+                                   resource_id=run.resource_id,
                                    replica="elsewhere", first_seq=first,
                                    last_seq=run.log.last_seq, ended=True)
                 with pytest.raises(EventsNotRetained) as trimmed:
@@ -333,3 +334,90 @@ async def test_a_result_and_a_cancel_cross_replicas_typed_and_whole(tmp_path: Pa
             await asyncio.wait_for(asyncio.shield(run.task), 5)
             assert json.loads(run.log.entries()[-1][1])["outcome"] == {"type": "cancelled"}
             assert await b.cancel_run(ANONYMOUS, "r") is False
+
+
+async def test_max_followers_per_run_counts_the_followers_of_every_replica(
+    tmp_path: Path,
+) -> None:
+    """The owner counts a live run's followers wherever they follow from: with the limit at
+    2, one follower here and one on another replica leave room for none, on either."""
+    release = asyncio.Event()
+
+    async def parked(ctx: Any) -> AsyncIterator[str]:
+        yield "waiting"
+        await release.wait()
+        yield "done"
+
+    with redis_server(tmp_path) as url:
+        settings = Settings(database_url="memory://", redis_url=url, redis_prefix="fol",
+                            max_followers_per_run=2)
+        agent = FunctionAgent(parked, id="parked")
+        async with Backend(settings, agents=[agent]) as a, Backend(settings,
+                                                                   agents=[agent]) as b:
+            body = {"threadId": "t", "runId": "r", "agentId": "parked", "messages": [
+                {"id": "u", "role": "user", "content": "go"}]}
+            run = await a.start_run(ANONYMOUS, body)
+            here, _ = await a.resume(ANONYMOUS, "r", None)
+            there, _ = await b.resume(ANONYMOUS, "r", None)
+            assert isinstance(there, RemoteRun)
+            sinks = [CollectingSink(), CollectingSink()]
+            following = [asyncio.create_task(a.follow(here, sinks[0])),
+                         asyncio.create_task(b.follow(there, sinks[1]))]
+            for _ in range(500):  # the remote follower's attach reaches the owner
+                if run.subscribers == 2:
+                    break
+                await asyncio.sleep(0.01)
+            assert run.subscribers == 2
+            for replica in (a, b):
+                with pytest.raises(TooManyRequests) as full:
+                    await replica.resume(ANONYMOUS, "r", None)
+                assert full.value.code == "TOO_MANY_FOLLOWERS"
+            release.set()
+            await asyncio.gather(*following)
+            assert sinks[0].events == run.log.entries()
+            # An ended run has no followers to protect: replayed from the shared log.
+            ended, _ = await b.resume(ANONYMOUS, "r", None)
+            assert isinstance(ended, RemoteRun) and ended.ended
+
+
+async def test_a_replica_whose_claim_expired_does_not_release_its_successor_s(
+    tmp_path: Path,
+) -> None:
+    """The release compares before it deletes: A's thread lock expired (a pause longer than
+    the lost bound), B took the thread, then A's run ends: B's lock stays, the thread stays
+    busy on every replica until B's run is stored."""
+    gates = {"a": asyncio.Event(), "b": asyncio.Event()}
+
+    async def parked(ctx: Any) -> AsyncIterator[str]:
+        yield "waiting"
+        await gates[ctx.run_id[0]].wait()
+        yield "done"
+
+    with redis_server(tmp_path) as url:
+        redis = aioredis.from_url(url)
+        settings = Settings(database_url="memory://", redis_url=url, redis_prefix="lk")
+        agent = FunctionAgent(parked, id="parked")
+        try:
+            async with Backend(settings, agents=[agent]) as a, Backend(settings,
+                                                                       agents=[agent]) as b:
+                def body(run_id: str) -> dict[str, Any]:
+                    return {"threadId": "t", "runId": run_id, "agentId": "parked",
+                            "messages": [{"id": f"u-{run_id}", "role": "user",
+                                          "content": "go"}]}
+
+                first = await a.start_run(ANONYMOUS, body("a1"))
+                (lock,) = await redis.keys("lk:thread:*")
+                await redis.delete(lock)  # A's claim on the thread expired
+                second = await b.start_run(ANONYMOUS, body("b1"))  # B takes the thread
+                held = await redis.get(lock)
+                gates["a"].set()
+                await first.task  # A stores its run and releases what it still thinks it holds
+                assert await redis.get(lock) == held  # B's lock, untouched
+                with pytest.raises(ConflictError) as busy:
+                    await a.start_run(ANONYMOUS, body("a2"))
+                assert busy.value.code == "THREAD_BUSY"
+                gates["b"].set()
+                await second.task
+                assert await redis.get(lock) is None  # B released its own
+        finally:
+            await redis.aclose()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,8 @@ def test_our_server_passes_every_level_json_and_junit(serve: Any, tmp_path: Path
         assert outcomes[rule] == "passed", rule
     for rule in ("L1.lf-framing", "L1.tool-call-closed", "L2.frontend-tool-in-run",
                  "L2.server-tool", "L2.result-duplicate", "L3.history-replay",
-                 "L3.merge-new-messages", "L3.ownership", "L4.agents-list", "L4.agent-404"):
+                 "L3.merge-new-messages", "L3.ownership", "L3.multitask-interrupt",
+                 "L3.branches-regenerate", "L4.agents-list", "L4.agent-404"):
         assert outcomes[rule] == "passed"
     root = ET.fromstring(junit.read_bytes())
     suites = {s.get("name"): s for s in root.iter("testsuite")}
@@ -88,7 +90,18 @@ def test_level_option_grades_only_up_to_that_level(serve: Any) -> None:
 def test_the_unbroken_mini_backend_passes(mini: Any) -> None:
     result = cli(mini(None).url, "--json", "--agent", "mini")
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout)["counts"] == {"passed": 32, "failed": 0, "skipped": 1}
+    report = json.loads(result.stdout)
+    assert report["counts"] == {"passed": 32, "failed": 0, "skipped": 3}
+    # It declares neither busy-thread strategies nor branches, and runs no subagent: those
+    # are skipped, saying so.
+    skipped = {r["rule"]: r["detail"] for r in report["results"] if r["outcome"] == "skipped"}
+    assert skipped == {
+        "L1.subagent-attribution": "no stream carried a subagent",
+        "L3.multitask-interrupt": "the backend declares no busy-thread strategies (an unknown "
+        "multitaskStrategy answered 200)",
+        "L3.branches-regenerate": "the backend declares no branches (GET /threads/{id}/branches "
+        "answered 404)",
+    }
 
 
 @pytest.mark.parametrize(
@@ -192,7 +205,7 @@ def test_headers_carry_credentials_and_resources_pick_the_two_owners(serve: Any)
     granted = cli(server.url, "--json", "--header", "X-API-Key: k1",
                   "--resource", "alice", "--resource", "team")
     assert granted.exit_code == 0, granted.stdout
-    assert json.loads(granted.stdout)["counts"] == {"passed": 32, "failed": 0, "skipped": 1}
+    assert json.loads(granted.stdout)["counts"] == {"passed": 34, "failed": 0, "skipped": 1}
     foreign = cli(server.url, "--json", "--level", "3", "--header", "X-API-Key: k1",
                   "--resource", "alice", "--resource", "bob")
     results = {r["rule"]: r for r in json.loads(foreign.stdout)["results"]}
@@ -230,9 +243,30 @@ def test_an_agent_that_calls_no_tool_has_the_tool_checks_skipped_with_the_reason
     results = {r["rule"]: r for r in json.loads(result.stdout)["results"]}
     skipped = {rule for rule, r in results.items() if r["outcome"] == "skipped"}
     assert skipped == {"L2.server-tool", "L2.frontend-tool-in-run", "L2.result-unknown-call",
-                       "L2.result-duplicate", "L3.history-replay", "L1.subagent-attribution"}
+                       "L2.result-duplicate", "L3.history-replay", "L1.subagent-attribution",
+                       "L3.multitask-interrupt"}
     assert results["L1.subagent-attribution"]["detail"] == "no stream carried a subagent"
     assert "did not call the declared frontend tool iobridge_check_echo" in (
         results["L2.frontend-tool-in-run"]["detail"])
+    assert "no run was parked to interrupt" in results["L3.multitask-interrupt"]["detail"]
+    assert results["L3.branches-regenerate"]["outcome"] == "passed"
     assert "no tool round trip" in results["L3.history-replay"]["detail"]
     assert results["L4.agent-read"]["title"] == "GET /agents/talker reads that agent"
+
+
+async def test_a_regenerate_that_moves_nothing_fails_the_branch_rule(
+    serve: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from iobridge.store.base import Branch
+    from iobridge.store.sqlalchemy_store import SqlThreadStore
+
+    async def forgetful(self: Any, thread_id: str, from_message_id: str, branch_id: str,
+                        **_: Any) -> Branch:
+        # The old reply stays current: no branch is made.
+        return Branch(id=branch_id, from_message_id=from_message_id,
+                      created_at=datetime.now(UTC), current=True)
+
+    monkeypatch.setattr(SqlThreadStore, "fork_branch", forgetful)
+    report = await grade(serve().url)
+    assert set(failed(report)) == {"L3.branches-regenerate"}
+    assert "do not show the regenerate" in failed(report)["L3.branches-regenerate"].detail

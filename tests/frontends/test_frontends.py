@@ -11,6 +11,7 @@ iobridge runs in next-run mode (``tool_result_mode = "next-run"``).
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import uuid
@@ -293,8 +294,33 @@ def test_two_replicas_behind_one_port_keep_it_all_working(
     assert len(used) == 2 and min(used.values()) >= 2, used
 
 
-@pytest.mark.xfail(reason="waits for AG-UI 1.0 multimodal input in iobridge (issue 28 item 3): "
-                          "an image attachment from assistant-ui must reach the agent",
-                   strict=True)
-def test_an_image_attachment_reaches_the_agent() -> None:
-    raise NotImplementedError("assistant-ui attachments adapter + iobridge ImagePart")
+# A 1x1 PNG.
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+)
+
+
+def test_an_image_attachment_reaches_the_agent(page: Any, single: Stack) -> None:
+    """assistant-ui's image attachment arrives as an AG-UI 1.0 image part: the agent sees
+    its bytes, the thread stores it, and a reload shows it on the user's message."""
+    app = App("assistant-ui", page, single)
+    app.open()
+    with page.expect_file_chooser() as chooser:
+        page.get_by_role("button", name="Attach").click()
+    chooser.value.set_files([{"name": "dot.png", "mimeType": "image/png", "buffer": PNG}])
+    expect(page.locator(".composer .attachment")).to_contain_text("dot.png")
+    app.send("what is this?")
+    expect(app.transcript).to_contain_text(f"I see image/png of {len(PNG)} bytes.")
+    app.wait_idle()
+    stored = stored_messages(single.bridge_url, app.thread_id)
+    user = stored[-2]
+    assert user["role"] == "user"
+    images = [p for p in user["content"] if p["type"] == "image"]
+    assert [p["source"]["mimeType"] for p in images] == ["image/png"]
+    assert base64.b64decode(images[0]["source"]["value"]) == PNG
+    assert [p["text"] for p in user["content"] if p["type"] == "text"] == ["what is this?"]
+    page.reload()
+    app.wait_idle()
+    expect(page.locator(".message.user .attachment")).to_have_count(1)
+    expect(app.transcript).to_contain_text(f"I see image/png of {len(PNG)} bytes.")
+    assert page.errors == []

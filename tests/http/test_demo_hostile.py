@@ -73,7 +73,7 @@ def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60  # a loaded machine starts a server slowly
         while True:
             try:
                 httpx.get(f"{url}/io-bridge/agents", timeout=0.5)

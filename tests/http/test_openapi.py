@@ -41,7 +41,7 @@ def test_forwarded_props_document_the_keys_the_server_reads() -> None:
     props = _body_schema("/io-bridge/run")["properties"]["forwardedProps"]
     assert set(props["properties"]) == {
         "agentId", "resourceId", "memoryOptions", "modelSettings", "structuredOutput",
-        "toolResultMode", "messagesSnapshot",
+        "toolResultMode", "messagesSnapshot", "multitaskStrategy", "replaceFrom",
     }
     assert set(MODEL_SETTING_SCHEMAS) == set(MODEL_SETTINGS)
     assert props["properties"]["toolResultMode"]["enum"] == ["in-run", "next-run"]

@@ -27,7 +27,7 @@ def _node() -> str:
 
 
 async def test_playground_is_served_for_the_configured_prefix(serve: Any) -> None:
-    server = serve(prefix="/bridge")
+    server = serve(prefix="/bridge", max_media_part_bytes=1000)
     async with httpx.AsyncClient(base_url=server.url) as client:
         root = await client.get("/")
         page = await client.get("/playground")
@@ -48,9 +48,16 @@ async def test_playground_is_served_for_the_configured_prefix(serve: Any) -> Non
     assert not re.search(r"(src|href)=\"https?:", page.text)
     referenced = re.findall(r"(?:src|href)=\"/playground/([^\"]+)\"", page.text)
     # The page names its entry points; the modules it imports come from playground.js.
-    assert sorted(referenced) == sorted(set(ASSETS) - {"markdown.js", "inspector.js"})
+    assert sorted(referenced) == sorted(
+        set(ASSETS) - {"markdown.js", "inspector.js", "attachments.js"}
+    )
     assert page.headers["cross-origin-opener-policy"] == "same-origin"
-    assert config.json() == {"prefix": "/bridge", "defaultAgent": "demo"}
+    assert config.json() == {
+        "prefix": "/bridge", "defaultAgent": "demo",
+        # What the page checks attachments against before sending them.
+        "limits": {"maxBodyBytes": 4 * 1024 * 1024, "maxMediaPartBytes": 1000,
+                   "maxMediaMessageBytes": 3 * 1024 * 1024},
+    }
     for name, response in assets.items():
         assert response.status_code == 200, name
         assert response.headers["content-type"] == ASSETS[name], name
@@ -71,13 +78,13 @@ async def test_config_names_the_default_agent_and_authenticates(serve: Any) -> N
         page = await client.get("/playground")
     assert anonymous.status_code == 401
     assert anonymous.json()["error"]["code"] == "UNAUTHORIZED"
-    assert keyed.json() == {"prefix": "/io-bridge", "defaultAgent": "demo"}
+    assert keyed.json()["defaultAgent"] == "demo"
     assert page.status_code == 200
 
 
 def test_scripts_parse_as_modules(tmp_path: Path) -> None:
     node = _node()
-    for name in ("playground.js", "markdown.js"):
+    for name in ("playground.js", "markdown.js", "inspector.js", "attachments.js"):
         source = tmp_path / f"{name[:-3]}.mjs"
         source.write_text(files("iobridge.web").joinpath(name).read_text(encoding="utf-8"))
         checked = subprocess.run([node, "--check", str(source)], capture_output=True, timeout=30)

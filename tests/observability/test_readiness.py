@@ -8,7 +8,6 @@ a database restart or a network partition cuts a running server off.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from typing import Any
 
@@ -16,73 +15,14 @@ import httpx
 import pytest
 from sqlalchemy.engine import make_url
 from tests.backends import postgres_url, shared_pg_schema
-from tests.helpers import LiveServer, free_port, parse_sse, run_body
+from tests.helpers import LiveServer, parse_sse, run_body
+from tests.relay import Relay
 
 from iobridge.app import Backend
 from iobridge.config import Settings
 from iobridge.http.app import create_app
 from iobridge.store import SqlThreadStore
 from iobridge.store.sqlalchemy_store import make_engine
-
-
-class Relay:
-    """A TCP relay to ``target`` in its own thread: ``cut()`` closes its port and every
-    relayed connection; ``freeze()`` keeps accepting but forwards nothing; ``restore()``."""
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self.port = free_port()
-        self.frozen = False
-        self._loop = asyncio.new_event_loop()
-        self._server: asyncio.Server | None = None
-        self._transports: set[asyncio.WriteTransport] = set()
-        threading.Thread(target=self._loop.run_forever, daemon=True).start()
-
-    def _call(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(10)
-
-    def restore(self) -> None:
-        self.frozen = False
-        self._call(self._listen())
-
-    def cut(self) -> None:
-        self._call(self._close())
-
-    def freeze(self) -> None:
-        self.frozen = True
-
-    async def _listen(self) -> None:
-        self._server = await asyncio.start_server(self._relay, "127.0.0.1", self.port)
-
-    async def _close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            self._server = None
-        for transport in list(self._transports):
-            transport.abort()
-        self._transports.clear()
-
-    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection(*self.target)
-        self._transports.update({writer.transport, up_writer.transport})
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            try:
-                while data := await src.read(65536):
-                    while self.frozen:
-                        await asyncio.sleep(0.05)
-                    dst.write(data)
-                    await dst.drain()
-            except (ConnectionError, OSError):
-                pass
-            finally:
-                dst.transport.abort()
-
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-
-    def close(self) -> None:
-        self.cut()
-        self._loop.call_soon_threadsafe(self._loop.stop)
 
 
 async def _ready(client: httpx.AsyncClient) -> httpx.Response:

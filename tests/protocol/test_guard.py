@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from agui_verify import verify_events
+from iobridge.protocol import events as ev
 from iobridge.protocol.guard import INVALID_TOOL_ARGS, GuardState, LifecycleGuard
 
 START = {"type": "RUN_STARTED", "threadId": "t", "runId": "r", "protocolVersion": "1.0"}
@@ -478,6 +479,26 @@ def test_an_invalid_outcome_is_dropped_from_run_finished(outcome: dict[str, Any]
         {**FINISHED, "result": "r"}]
 
 
+def test_ids_of_exactly_the_longest_length_are_kept() -> None:
+    """256 characters is a usable id (the stores' columns hold 256): the agent's ids are
+    streamed as given; 257 is refused (the test below)."""
+    longest = "m" * 256
+    call_id = "c" * 256
+    emitted = run(
+        text("START", longest), text("CONTENT", longest, delta="kept"), text("END", longest),
+        call("START", call_id, toolCallName="f", parentMessageId=longest), call("END", call_id),
+        {"type": "TOOL_CALL_RESULT", "toolCallId": call_id, "messageId": "r" * 256,
+         "content": "1"},
+    )
+    assert [e["type"] for e in body(emitted)] == [
+        "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END", "TOOL_CALL_START",
+        "TOOL_CALL_ARGS", "TOOL_CALL_END", "TOOL_CALL_RESULT"]
+    start, content, end, call_start, *_, result = body(emitted)
+    assert start["messageId"] == content["messageId"] == end["messageId"] == longest
+    assert call_start["toolCallId"] == call_id and call_start["parentMessageId"] == longest
+    assert result["toolCallId"] == call_id and result["messageId"] == "r" * 256
+
+
 @pytest.mark.parametrize("bad", ["", "a\nb", "x" * 257, "\ud800"])
 def test_ids_no_store_could_keep_are_refused_like_missing_ones(bad: str) -> None:
     """An agent's empty, non-printable or overlong message or tool-call id opens nothing
@@ -498,3 +519,85 @@ def test_ids_no_store_could_keep_are_refused_like_missing_ones(bad: str) -> None
     assert start["toolCallId"] == "ok"
     assert "parentMessageId" not in start
     assert result["messageId"] == "id1"
+
+
+# -- subagents (AG-UI 1.0) ------------------------------------------------------------
+
+
+def _sub(kind: str, run_id: str, **fields: Any) -> dict[str, Any]:
+    event: dict[str, Any] = {"type": kind, "subagentRunId": run_id, **fields}
+    if kind == "SUBAGENT_STARTED":
+        event.setdefault("name", "helper")
+    return event
+
+
+def test_subagent_work_outside_its_invocation_is_dropped() -> None:
+    guard = LifecycleGuard("t", "r")
+    guard.start()
+    assert guard.feed({**ev.text_start("m1"), "subagentRunId": "s1"}) == []  # not started
+    assert guard.feed(_sub("SUBAGENT_STARTED", "s1"))
+    guard.feed(_sub("SUBAGENT_FINISHED", "s1"))
+    assert guard.feed(_sub("SUBAGENT_STARTED", "s1")) == []  # an id is used once per run
+    assert guard.feed({**ev.text_start("m2"), "subagentRunId": "s1"}) == []  # it ended
+    assert guard.feed(_sub("SUBAGENT_STARTED", "s2", parentSubagentRunId="s1")) == []
+    assert guard.feed(_sub("SUBAGENT_FINISHED", "s9")) == []
+
+
+def test_continuations_keep_their_owner() -> None:
+    guard = LifecycleGuard("t", "r")
+    guard.start()
+    guard.feed(_sub("SUBAGENT_STARTED", "s1"))
+    guard.feed(_sub("SUBAGENT_STARTED", "s2"))
+    assert guard.feed({**ev.text_start("m1"), "subagentRunId": "s1"})
+    # Another subagent's content for it is dropped; an unattributed one gets its owner.
+    assert guard.feed({**ev.text_content("m1", "x"), "subagentRunId": "s2"}) == []
+    [content] = guard.feed(ev.text_content("m1", "y"))
+    assert content["subagentRunId"] == "s1"
+    [content] = guard.feed_text_content("m1", "z")  # the fast path too
+    assert content["subagentRunId"] == "s1"
+    # A call of s2 on s1's message loses that link (a call belongs to its message).
+    guard.feed({**ev.tool_call_start("c1", "search", "m1"), "subagentRunId": "s2"})
+    released = guard.feed(ev.tool_call_end("c1"))
+    assert [e["type"] for e in released] == ["TOOL_CALL_START", "TOOL_CALL_ARGS",
+                                             "TOOL_CALL_END"]
+    assert "parentMessageId" not in released[0]
+    assert {e["subagentRunId"] for e in released} == {"s2"}
+    # Steps are per owner: the same name may be open for two of them.
+    assert guard.feed(ev.step_started("plan"))
+    assert guard.feed({**ev.step_started("plan"), "subagentRunId": "s1"})
+    assert guard.feed({**ev.step_finished("plan"), "subagentRunId": "s2"}) == []
+
+
+def test_ending_a_subagent_ends_its_children_and_closes_what_it_opened() -> None:
+    guard = LifecycleGuard("t", "r")
+    guard.start()
+    guard.feed(_sub("SUBAGENT_STARTED", "s1"))
+    guard.feed(_sub("SUBAGENT_STARTED", "s2", parentSubagentRunId="s1"))
+    guard.feed(_sub("SUBAGENT_STARTED", "s3"))  # a sibling, left alone
+    guard.feed({**ev.text_start("m1"), "subagentRunId": "s1"})
+    guard.feed({**ev.text_start("m2"), "subagentRunId": "s2"})
+    guard.feed({**ev.tool_call_start("c1", "search"), "subagentRunId": "s1"})  # held back
+    out = guard.feed(_sub("SUBAGENT_FINISHED", "s1", outcome="done", result={"a": 1}))
+    assert [(e["type"], e.get("messageId"), e["subagentRunId"]) for e in out] == [
+        ("TEXT_MESSAGE_END", "m2", "s2"),
+        ("SUBAGENT_FINISHED", None, "s2"),
+        ("TEXT_MESSAGE_END", "m1", "s1"),
+        ("SUBAGENT_FINISHED", None, "s1"),
+    ]
+    assert "outcome" not in out[-1] and out[-1]["result"] == {"a": 1}  # not a 1.0 outcome
+    assert guard.feed({**ev.tool_call_end("c1"), "subagentRunId": "s1"}) == []
+    tail = guard.fail("boom")
+    assert [(e["type"], e.get("subagentRunId")) for e in tail] == [
+        ("SUBAGENT_ERROR", "s3"), ("RUN_ERROR", None)]
+
+
+def test_run_scoped_events_are_never_a_subagents() -> None:
+    guard = LifecycleGuard("t", "r")
+    guard.start()
+    guard.feed(_sub("SUBAGENT_STARTED", "s1"))
+    [snapshot] = guard.feed({**ev.messages_snapshot([]), "subagentRunId": "s1"})
+    assert "subagentRunId" not in snapshot
+    out = guard.feed({"type": "RUN_FINISHED", "threadId": "t", "runId": "r",
+                      "subagentRunId": "s1"})
+    assert [e["type"] for e in out] == ["SUBAGENT_FINISHED", "RUN_FINISHED"]
+    assert "subagentRunId" not in out[-1]

@@ -179,3 +179,22 @@ def test_orphans_repeats_and_reasoning_only_groups() -> None:
 
 def test_empty_history() -> None:
     assert to_mastra([], thread_id="th", resource_id="alice") == []
+
+
+def test_one_step_start_per_step_whatever_parts_open_it() -> None:
+    """Tool call → result → reasoning → text: the reasoning opens the new step and the text
+    continues it (one step-start, not one before each part)."""
+    stored: list[tuple[dict[str, Any], str]] = [
+        ({"id": "a1", "role": "assistant", "toolCalls": [call("c1", "pick", "{}")]}, T0),
+        ({"id": "m1", "role": "tool", "toolCallId": "c1", "content": "7"}, T0),
+        ({"id": "r1", "role": "reasoning", "content": "Seven, then."}, T1),
+        ({"id": "a2", "role": "assistant", "content": "It is 7."}, T1),
+    ]
+    [message] = to_mastra(stored, thread_id="th", resource_id="alice")
+    assert message["content"]["parts"] == [
+        invocation("result", "c1", "pick", {}, result=7),
+        {"type": "step-start"},
+        {"type": "reasoning", "reasoning": "Seven, then.",
+         "details": [{"type": "text", "text": "Seven, then."}]},
+        {"type": "text", "text": "It is 7."},
+    ]

@@ -153,6 +153,15 @@ def test_message_count_is_limited_before_validation() -> None:
 
 
 @pytest.mark.parametrize("key", ["threadId", "runId", "parentRunId"])
+def test_run_ids_of_exactly_the_longest_length_are_accepted(key: str) -> None:
+    longest = "x" * MAX_ID_LENGTH
+    assert MAX_ID_LENGTH == 256  # what the stores' id columns hold
+    parsed = parse_run_input(body(**{key: longest}))
+    assert {"threadId": parsed.thread_id, "runId": parsed.run_id,
+            "parentRunId": parsed.parent_run_id}[key] == longest
+
+
+@pytest.mark.parametrize("key", ["threadId", "runId", "parentRunId"])
 @pytest.mark.parametrize(
     "value", ["a\x00b", "line\nforged", "tab\there", "\x1b[31mred", "x" * (MAX_ID_LENGTH + 1),
               "zero\u200bwidth", "\ud800"],

@@ -4,6 +4,7 @@ thread held until stored, bounded memory, admission limits, and no dangling call
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import threading
@@ -12,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.helpers import LiveServer, parse_sse, run_body
+from tests.helpers import LiveServer, app_client, parse_sse, run_body
 
 from iobridge.agents.context import RunContext
 from iobridge.agents.function import FunctionAgent
@@ -192,6 +193,18 @@ async def test_a_resume_before_the_run_log_window_is_410(serve: Any) -> None:
         frames = [f.split("\n") for f in tail.text.split("\n\n") if f]
         assert [f[0] for f in frames] == ["id: 301", "id: 302", "id: 303", "id: 304"]
         assert json.loads(frames[-1][1].removeprefix("data: "))["type"] == "RUN_FINISHED"
+        # At the window's edge: the cursor just before the first retained event replays it
+        # whole; one further back would leave a gap, so it is 410.
+        first = server.run("r1").log.first_seq
+        assert first > 2
+        edge = await client.get("/io-bridge/runs/r1/events",
+                                headers={"Last-Event-ID": str(first - 1)})
+        assert edge.status_code == 200
+        replayed = [f.split("\n")[0] for f in edge.text.split("\n\n") if f]
+        assert replayed[0] == f"id: {first}" and replayed[-1] == "id: 304"
+        gap = await client.get("/io-bridge/runs/r1/events",
+                               headers={"Last-Event-ID": str(first - 2)})
+        assert gap.status_code == 410
     run = server.run("r1")
     assert run.log.nbytes <= 8192 and run.log.last_seq == 304
 
@@ -281,6 +294,43 @@ async def test_runs_over_the_per_principal_limit_are_429_and_store_nothing(serve
         assert parse_sse(again.text)[-1]["type"] == "RUN_FINISHED"
 
 
+async def _park(client: httpx.AsyncClient, stack: contextlib.AsyncExitStack, n: int,
+                resource: str) -> None:
+    """Start a run that waits on a frontend tool (held by its open stream)."""
+    body = run_body("get_weather", tools=[WEATHER], thread_id=f"tp{n}", run_id=f"rp{n}",
+                    resourceId=resource)
+    stream = await stack.enter_async_context(client.stream("POST", "/io-bridge/run", json=body))
+    assert stream.status_code == 200
+    async for event in _events(stream):
+        if event["type"] == "TOOL_CALL_END":
+            return
+
+
+async def test_in_auth_none_the_per_principal_limit_counts_per_resource_id(serve: Any) -> None:
+    """Auth mode none: every caller is one principal; a deployment with its own auth in
+    front tells its users apart by resourceId, and the limit counts those (issue 34)."""
+    server = serve(max_active_runs_per_principal=2)
+    async with (
+        httpx.AsyncClient(base_url=server.url, timeout=10) as client,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        for n, resource in enumerate(["u1", "u2", "u3"]):  # three users: all start
+            await _park(client, stack, n, resource)
+        assert server.runtime.active_runs == 3
+        for n in (3, 4):  # two of one user: both start
+            await _park(client, stack, n, "shared")
+        over = await client.post("/io-bridge/run", json=run_body(
+            "hi", thread_id="tp5", run_id="rp5", resourceId="shared"))
+        assert over.status_code == 429
+        assert over.json()["error"]["code"] == "TOO_MANY_RUNS"
+        # Without a resourceId the run acts for (and counts against) the default resource.
+        for n in (6, 7):
+            await _park(client, stack, n, "default")
+        no_resource = await client.post("/io-bridge/run", json=run_body(
+            "hi", thread_id="tp8", run_id="rp8"))
+        assert no_resource.status_code == 429
+
+
 async def test_runs_over_the_total_limit_are_429(serve: Any) -> None:
     server = serve(max_active_runs=1)
     pending = run_body("get_weather", tools=[WEATHER], thread_id="ta", run_id="ra")
@@ -297,16 +347,14 @@ async def test_runs_over_the_total_limit_are_429(serve: Any) -> None:
             "code": "TOO_MANY_RUNS", "message": "the server is running as many runs as it may"}
 
 
-async def test_new_runs_during_shutdown_are_503_with_retry_after(serve: Any) -> None:
-    server = serve()
-    backend = server.app.state.backend
-    async with httpx.AsyncClient(base_url=server.url) as client:
-        backend.admitting = False  # what Backend.shutdown sets first
-        try:
-            refused = await client.post("/io-bridge/run", json=run_body("hi"))
-            ready = await client.get("/readyz")
-        finally:
-            backend.admitting = True
+async def test_new_runs_during_shutdown_are_503_with_retry_after() -> None:
+    """``Backend.shutdown`` itself stops admission (the test does not set the flag)."""
+    app = create_app(Backend(Settings(database_url="memory://", drain_seconds=0)))
+    async with app_client(app) as client:
+        assert (await client.get("/readyz")).status_code == 200
+        await app.state.backend.shutdown()
+        refused = await client.post("/io-bridge/run", json=run_body("hi"))
+        ready = await client.get("/readyz")
         assert refused.status_code == 503
         assert refused.json()["error"]["code"] == "SERVER_SHUTTING_DOWN"
         assert refused.headers["retry-after"] == "5"
@@ -429,7 +477,7 @@ class WriteFailingStore(MemoryThreadStore):
         raise RuntimeError("disk full")
 
 
-async def test_a_run_whose_writes_fail_still_ends_and_the_operator_is_told(
+async def test_a_run_whose_writes_fail_ends_store_unavailable_and_the_operator_is_told(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     with (
@@ -441,7 +489,9 @@ async def test_a_run_whose_writes_fail_still_ends_and_the_operator_is_told(
             assert (await client.get("/io-bridge/threads/t1")).status_code == 404
             again = parse_sse((await client.post("/io-bridge/run", json=run_body(
                 "hi", run_id="r2"))).text)
-    assert events[-1]["type"] == again[-1]["type"] == "RUN_FINISHED"  # the thread was freed
+    # Not finished: nothing was stored (issue 29); the thread was freed for the next run.
+    assert events[-1]["type"] == again[-1]["type"] == "RUN_ERROR"
+    assert events[-1]["code"] == again[-1]["code"] == "STORE_UNAVAILABLE"
     failures = [r for r in caplog.records if r.getMessage().startswith("could not store")]
     # Each run's start write and end write, each with its cause.
     assert [r.getMessage().rsplit(" ", 1)[-1] for r in failures] == ["r1", "r1", "r2", "r2"]

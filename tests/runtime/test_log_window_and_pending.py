@@ -259,7 +259,8 @@ async def test_a_single_process_has_no_remote_runs_to_follow_or_command() -> Non
     assert cluster.distributed is False
     assert await cluster.find("alice", "r1") is None
     assert await cluster.problem() is None
-    remote = RemoteRun(run_id="r1", thread_id="t1", owner="alice", replica="elsewhere",
+    remote = RemoteRun(run_id="r1", thread_id="t1", owner="alice", resource_id="ra",
+                       replica="elsewhere",
                        first_seq=1, last_seq=1, ended=False)
     with pytest.raises(RuntimeError, match=r"^a single process has no remote runs$"):
         await anext(cluster.follow(remote, 0, idle=None))

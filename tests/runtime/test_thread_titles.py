@@ -190,8 +190,17 @@ def test_content_parts_give_their_text_and_skip_the_rest() -> None:
 def test_titles_at_the_limit_are_kept_and_longer_ones_cut_at_a_word() -> None:
     exact = "x" * (TITLE_LENGTH - 2) + " y"
     assert title_from([_user(exact)]) == exact
+    # One character over (81): cut at the last word that fits.
+    over = "x" * (TITLE_LENGTH - 2) + " yz"
+    assert len(over) == TITLE_LENGTH + 1
+    assert title_from([_user(over)]) == "x" * (TITLE_LENGTH - 2) + "…"
     # The 80th character is a space: the cut keeps every word before it.
     longer = "a" * 40 + " " + "b" * (TITLE_LENGTH - 42) + " tail"
     assert title_from([_user(longer)]) == "a" * 40 + " " + "b" * (TITLE_LENGTH - 42) + "…"
     words = "one two " + "z" * TITLE_LENGTH
     assert title_from([_user(words)]) == "one two…"
+    # A word ending exactly at the 80th character is whole: it stays.
+    whole = "c" * 39 + " " + "d" * 40 + " more"
+    assert title_from([_user(whole)]) == "c" * 39 + " " + "d" * 40 + "…"
+    # One word longer than the limit is cut at the limit.
+    assert title_from([_user("e" * (TITLE_LENGTH + 5))]) == "e" * TITLE_LENGTH + "…"

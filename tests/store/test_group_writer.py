@@ -199,3 +199,31 @@ async def test_reads_of_one_kind_are_answered_together_or_each_alone(tmp_path: P
     assert isinstance(answers[1], ValueError)
     assert calls == [[1, -1, 2], [1], [-1], [2]]  # together, then each alone
     await executor.close()
+
+
+class SilentExecutor(ThreadExecutor):
+    """Every transaction times out (a store that does not answer); counts the attempts."""
+
+    def __init__(self, path: Path) -> None:
+        engine = create_engine(f"sqlite:///{path}")
+        super().__init__(engine, engine)
+        self.attempts: list[int] = []
+
+    async def transaction(self, jobs: Any) -> list[Any]:
+        self.attempts.append(len(jobs))
+        raise TimeoutError("the store did not answer")
+
+
+async def test_a_batch_that_times_out_fails_whole_without_waiting_again_per_job(
+    tmp_path: Path,
+) -> None:
+    """A store that does not answer is not one bad job: retrying each job alone would wait
+    the timeout once more per job."""
+    executor = SilentExecutor(tmp_path / "w.db")
+    writer = GroupWriter(executor)
+    writes = [writer.submit(insert(k)) for k in range(5)]  # type: ignore[arg-type]
+    results = await asyncio.gather(*writes, return_exceptions=True)
+    assert all(isinstance(r, TimeoutError) for r in results)
+    assert executor.attempts == [5]  # one transaction for the batch, none per job
+    await writer.close()
+    await executor.close()

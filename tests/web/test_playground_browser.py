@@ -143,9 +143,9 @@ def test_server_tool_card_and_event_inspector(serve: Any, page: Any, screenshot:
     )
     page.locator("#event-filter").select_option("TOOL_CALL_RESULT")
     visible = page.locator("#events li[data-type]:not(.hidden)")
-    expect(page.locator("#events li.run-head:not(.hidden)")).to_have_count(1)
+    expect(page.locator("#events li.run:not(.hidden)")).to_have_count(1)
     expect(visible).to_have_count(1)
-    expect(visible.locator(".type")).to_have_text("TOOL_CALL_RESULT")
+    expect(visible.locator(".type")).to_have_text("TOOL_CALL calculate")
     screenshot("server-tool")
     assert page.errors == []
 
@@ -439,9 +439,19 @@ def test_inspector_keeps_the_latest_2000_events(serve: Any, page: Any) -> None:
     expect(page.locator(".msg.assistant")).to_contain_text("w2099")
     _wait_idle(page)
     events = page.locator("#events li[data-type]")
-    expect(events).to_have_count(2000)
     expect(events.last.locator(".type")).to_have_text("RUN_FINISHED")
-    expect(events.first.locator(".type")).to_have_text("TEXT_MESSAGE_CONTENT")
+    # The deltas fold into one entry; the oldest events (RUN_STARTED, the first deltas) went.
+    text = events.first
+    expect(text.locator(".type")).to_have_text("TEXT_MESSAGE")
+    kept = int(text.locator(".figures").inner_text().split(" ")[0])
+    assert 1990 <= kept < 2000
+    assert page.evaluate("document.querySelectorAll('#events details.raw').length") == 1
+    folded = text.locator("pre.folded").inner_text()
+    assert folded.startswith(f"w{2100 - kept} ") and folded.rstrip().endswith("w2099")
+    text.locator("details.raw summary").click()
+    assert text.locator("details.raw pre").inner_text().splitlines()[-1].startswith(
+        '{"type":"TEXT_MESSAGE_END"')
+    assert text.locator("details.raw pre").inner_text().count("\n") == kept
 
 
 def test_thread_list_pages_by_50(serve: Any, page: Any) -> None:

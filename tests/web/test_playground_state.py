@@ -173,9 +173,9 @@ def test_settings_and_inspector_survive_a_reload(serve: Any, page: Any) -> None:
     )
     form.get_by_role("button", name="Send result").click()
     _wait_idle(page)
-    run_heads = page.locator("#events li.run-head")
+    run_heads = page.locator("#events .run-head")
     expect(run_heads).to_have_count(1)  # the result went into the same run
-    head = run_heads.inner_text()
+    head = run_heads.text_content()
     events = page.locator("#events li[data-type]").all_inner_texts()
 
     page.reload()
@@ -223,15 +223,18 @@ def test_the_saved_inspector_is_bounded_and_keeps_the_latest_events(
     page.locator("#text").press("Enter")
     expect(page.locator(".msg.assistant")).to_contain_text("0599")
     _wait_idle(page)
-    shown = page.locator("#events li[data-type]").count()
+    text = page.locator("#events li.group")
+    expect(text.locator(".figures")).to_have_text("600 deltas · 1800000 characters")
     saved = page.evaluate("sessionStorage.getItem('iobridge.events').length")
     assert 900_000 < saved <= 1024 * 1024
     page.reload()
     _wait_idle(page)
     restored = page.locator("#events li[data-type]")
-    count = restored.count()
-    assert 250 < count < shown  # about a third of the 600 deltas fit, and the tail of the run
     expect(restored.last.locator(".type")).to_have_text("RUN_FINISHED")
-    assert '"delta": "0599' in restored.nth(count - 3).locator("pre").inner_text()
-    expect(page.locator("#events li.run-head")).to_have_count(1)
+    # About a third of the 600 deltas fit, the tail of the run.
+    kept = int(text.locator(".figures").inner_text().split(" ")[0])
+    assert 250 < kept < 600
+    folded = text.locator("pre.folded").inner_text()
+    assert folded.startswith(f"{600 - kept:04d}x") and folded.endswith("0599" + "x" * 2996)
+    expect(page.locator("#events .run-head")).to_have_count(1)
     assert page.errors == []

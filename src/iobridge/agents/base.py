@@ -11,12 +11,13 @@ from iobridge.agents.capabilities import (
     merge_capabilities,
     validate_capabilities,
 )
+from iobridge.agents.subagents import multi_agent_capabilities
 
 if TYPE_CHECKING:
     from iobridge.agents.context import RunContext
     from iobridge.agents.outputs import AgentOutput
     from iobridge.agents.tools import ServerTool
-    from iobridge.protocol.options import ToolResultMode
+    from iobridge.protocol.options import MultitaskStrategy, ToolResultMode
 
 
 class Agent(ABC):
@@ -49,6 +50,12 @@ class Agent(ABC):
     #: process: ``run`` called again with ``ctx.messages`` holding the history plus what the
     #: run produced so far (so a step may run twice). See ``docs/deployment.md``.
     durable: bool = False
+    #: What a run of this agent does when its thread is busy; ``None`` leaves it to the
+    #: request, then the server setting (``multitask_strategy``).
+    multitask_strategy: MultitaskStrategy | None = None
+    #: Ids of the catalog agents this one may run as subagents (``subagents = [...]``): the
+    #: catalog gives it one tool per subagent (``iobridge.agents.subagents``).
+    subagent_ids: Sequence[str] = ()
 
     def describe(self) -> dict[str, Any]:
         """Discovery data: ``{id, name, description, modelId, aliases?, status, tools,
@@ -74,6 +81,7 @@ class Agent(ABC):
                                 kind=self.agent_type),
             self.own_capabilities(),
         )
+        declared = merge_capabilities(declared, multi_agent_capabilities(self.tools))
         if self.capability_overrides:
             declared = merge_capabilities(declared, self.capability_overrides)
         return declared

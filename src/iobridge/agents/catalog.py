@@ -18,6 +18,7 @@ from typing import Any
 from iobridge.agents.base import Agent
 from iobridge.agents.definitions import load_agents
 from iobridge.agents.demo import DemoAgent
+from iobridge.agents.subagents import subagent_tool
 from iobridge.errors import NotFoundError, ServiceUnavailable
 
 __all__ = ["AgentCatalog", "UnavailableAgent", "build_catalog"]
@@ -74,6 +75,39 @@ class AgentCatalog:
         self._agents[agent.id] = agent
         if default or self.default_id is None:
             self.default_id = agent.id
+
+    def unregister(self, agent_id: str) -> None:
+        """Remove the available agent ``agent_id`` and its aliases (it turned out unusable)."""
+        self._agents.pop(agent_id, None)
+        for alias, owner in list(self._aliases.items()):
+            if owner == agent_id:
+                del self._aliases[alias]
+
+    def link_subagents(self) -> dict[str, str]:
+        """Give each agent one tool per id of its ``subagent_ids`` (an agent of this catalog).
+
+        Returns ``{id: reason}`` of the agents that cannot have their subagents (an unknown
+        or unavailable one, a tool of the same name); they are removed, for the caller to
+        list as unavailable.
+        """
+        problems: dict[str, str] = {}
+        for agent in list(self._agents.values()):
+            tools = []
+            for subagent_id in agent.subagent_ids:
+                key = self.canonical(subagent_id)
+                if key is None or key not in self._agents:
+                    state = "unavailable" if key is not None else "not an agent of this server"
+                    problems[agent.id] = f"subagent {subagent_id!r} is {state}"
+                    break
+                if agent.server_tool(key) is not None:
+                    problems[agent.id] = f"subagent {key!r} has the name of one of its tools"
+                    break
+                tools.append(subagent_tool(self._agents[key]))
+            else:
+                agent.tools = (*agent.tools, *tools)
+        for agent_id in problems:
+            self.unregister(agent_id)
+        return problems
 
     def mark_unavailable(self, entry: UnavailableAgent) -> None:
         """List a configured agent that could not be built.
@@ -218,6 +252,9 @@ def build_catalog(
         except ValueError as exc:
             logger.error("agent %s is unavailable: %s", agent.id, exc)
             errors[agent.id] = str(exc)
+    for key, reason in catalog.link_subagents().items():
+        logger.error("agent %s is unavailable: %s", key, reason)
+        errors[key] = reason
     for key, reason in errors.items():
         if catalog.canonical(key) is not None:
             logger.error("agent %s is not listed as unavailable: the id is taken", key)

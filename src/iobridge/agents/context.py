@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -141,6 +141,17 @@ class RunSession(Protocol):
     def answer_earlier_call(self, tool_call_id: str, result: ToolResult) -> None:
         """Emit TOOL_CALL_RESULT for a call an earlier run announced and left open (an
         interrupt this run resumes asked about it); it is not announced again."""
+
+    async def subagent(
+        self,
+        agent_id: str,
+        messages: Sequence[dict[str, Any]],
+        *,
+        parent_tool_call_id: str | None = None,
+    ) -> ToolResult:
+        """Run the catalog agent ``agent_id`` on ``messages`` inside the run (a subagent)
+        and return its answer as a tool result (failed when it failed)."""
+        ...
 
 
 @dataclass(kw_only=True)
@@ -292,6 +303,22 @@ class RunContext:
             self.usage.append(entry)
         for key, value in valid.items():
             entry[key] = min(entry.get(key, 0) + value, MAX_SAFE_INTEGER)
+
+    async def subagent(
+        self, agent_id: str, messages: Sequence[Mapping[str, Any]] | str
+    ) -> ToolResult:
+        """Run the catalog agent ``agent_id`` inside this run, as a subagent (AG-UI 1.0).
+
+        ``messages`` is its conversation (AG-UI messages; a string is one user message). Its
+        events stream between SUBAGENT_STARTED and SUBAGENT_FINISHED (or SUBAGENT_ERROR),
+        attributed to one ``subagentRunId``; its token usage adds to this run's. Returns its
+        answer: its last assistant text as ``content`` (or its result as JSON, and as
+        ``value``); ``is_error`` when it failed, interrupted, is unknown or would nest
+        deeper than ``max_subagent_depth``. A subagent gets no frontend tools and no state.
+        """
+        if isinstance(messages, str):
+            messages = [{"id": uuid.uuid4().hex, "role": "user", "content": messages}]
+        return await self.session.subagent(agent_id, [dict(m) for m in messages])
 
     async def call_tool(
         self, name: str, args: Mapping[str, Any] | None = None, *, tool_call_id: str | None = None

@@ -30,7 +30,13 @@ from iobridge.agents.base import Agent
 from iobridge.agents.capabilities import CapabilityError, validate_capabilities
 from iobridge.agents.mcp import build_mcp_toolsets
 from iobridge.agents.model import ModelAgent
-from iobridge.agents.providers import AgentConfigError, build_model, check_base_url
+from iobridge.agents.providers import (
+    ENV_NAME,
+    AgentConfigError,
+    build_model,
+    check_base_url,
+    values_from_env,
+)
 from iobridge.agents.pydantic_agent import PydanticAIAgent
 from iobridge.agents.tools import ServerTool, tool
 from iobridge.agents.upstream import (
@@ -42,7 +48,9 @@ from iobridge.agents.upstream import (
 from iobridge.errors import InputError
 from iobridge.protocol.options import (
     TOOL_RESULT_MODES,
+    MultitaskStrategy,
     parse_model_settings,
+    parse_multitask_strategy,
     parse_tool_result_mode,
 )
 from iobridge.typos import did_you_mean
@@ -50,17 +58,16 @@ from iobridge.typos import did_you_mean
 logger = logging.getLogger(__name__)
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Keys that would put a secret in the file.
 _SECRET_KEYS = frozenset({"api_key", "apiKey", "key", "token", "secret", "password"})
 _KEYS = frozenset({
     "id", "aliases", "name", "description", "instructions", "model", "base_url", "api_key_env",
     "tools", "model_settings", "tool_result_mode", "output_retries", "timeout", "pydantic_ai",
-    "mcp_servers", "capabilities",
+    "mcp_servers", "capabilities", "multitask_strategy", "subagents",
 })
 _UPSTREAM_KEYS = frozenset({
     "id", "aliases", "name", "description", "agui_url", "headers", "headers_env", "timeout",
-    "max_event_bytes", "max_rounds", "tool_result_mode", "capabilities",
+    "max_event_bytes", "max_rounds", "tool_result_mode", "capabilities", "multitask_strategy",
 })
 #: Header names whose values are secrets: they come from ``headers_env``, never the file.
 _SECRET_HEADER = re.compile(r"auth|token|key|secret|cookie|session|password", re.IGNORECASE)
@@ -100,12 +107,16 @@ class AgentDefinition:
     model_settings: Mapping[str, Any] = field(default_factory=dict)
     #: ``"in-run"`` or ``"next-run"`` (``None``: the server's default).
     tool_result_mode: str | None = None
+    #: What a run does when its thread is busy (``None``: the request's, then the server's).
+    multitask_strategy: str | None = None
     #: How often an answer violating ``structuredOutput`` goes back to the model.
     output_retries: int = 2
     #: Seconds one model request may take.
     timeout: float | None = None
     #: Overrides of the AG-UI ``AgentCapabilities`` the agent declares (``GET /agents``).
     capabilities: Mapping[str, Any] | None = None
+    #: Ids of catalog agents it may run as subagents, one tool each (``agents.subagents``).
+    subagents: Sequence[str] = ()
 
 
 def _check_str(data: Mapping[str, Any], key: str, *, required: bool = False) -> str | None:
@@ -153,6 +164,9 @@ def definition_from_dict(data: Mapping[str, Any]) -> AgentDefinition:
     capabilities = data.get("capabilities")
     if capabilities is not None and not isinstance(capabilities, Mapping):
         raise AgentConfigError("'capabilities' must be a table (AG-UI AgentCapabilities)")
+    subagents = data.get("subagents", [])
+    if not isinstance(subagents, list) or not all(isinstance(a, str) for a in subagents):
+        raise AgentConfigError("'subagents' must be a list of agent ids")
     mcp_servers = data.get("mcp_servers", [])
     if not isinstance(mcp_servers, list):
         raise AgentConfigError("'mcp_servers' must be a list of tables ([[agents.mcp_servers]])")
@@ -177,9 +191,11 @@ def definition_from_dict(data: Mapping[str, Any]) -> AgentDefinition:
         tools=tuple(tools),
         model_settings=dict(settings),
         tool_result_mode=_check_str(data, "tool_result_mode"),
+        multitask_strategy=_check_str(data, "multitask_strategy"),
         output_retries=output_retries,
         timeout=timeout,
         capabilities=capabilities,
+        subagents=tuple(subagents),
     )
 
 
@@ -264,6 +280,24 @@ def _import_failed(spec: str, what: str, module_name: str, exc: Exception) -> Ag
 def build_agent(
     definition: AgentDefinition, *, environ: Mapping[str, str] | None = None
 ) -> Agent:
+    """Build the agent a definition describes (its subagents are linked by the catalog).
+
+    Raises:
+        AgentConfigError: anything that prevents the agent from working.
+    """
+    for subagent in definition.subagents:
+        if not _ID.match(subagent):
+            raise AgentConfigError(f"subagent {subagent!r} is not an agent id")
+    if len(set(definition.subagents)) != len(definition.subagents):
+        raise AgentConfigError("'subagents' names an agent twice")
+    agent = _build_agent(definition, environ=environ)
+    agent.subagent_ids = tuple(definition.subagents)
+    return agent
+
+
+def _build_agent(
+    definition: AgentDefinition, *, environ: Mapping[str, str] | None = None
+) -> Agent:
     """Build the agent a definition describes.
 
     Args:
@@ -282,7 +316,7 @@ def build_agent(
                 f"alias {alias!r} must be 1-64 letters, digits, '.', '_' or '-', not the id"
             )
     env = os.environ if environ is None else environ
-    if d.api_key_env is not None and not _ENV_NAME.match(d.api_key_env):
+    if d.api_key_env is not None and not ENV_NAME.match(d.api_key_env):
         # Never echo the value: it may well be a pasted key.
         raise AgentConfigError(
             "api_key_env must be the name of an environment variable (like OPENAI_API_KEY), "
@@ -391,7 +425,11 @@ def load_agents(
                 key = raw_id if isinstance(raw_id, str) and raw_id else key
                 if key in errors or any(a.id == key for a in agents):
                     raise AgentConfigError(f"duplicate agent id {key!r}")
-                agents.append(build_upstream_agent(entry, environ=environ))
+                upstream = build_upstream_agent(entry, environ=environ)
+                upstream.multitask_strategy = _multitask_strategy(
+                    _check_str(entry, "multitask_strategy")
+                )
+                agents.append(upstream)
                 continue
             elif isinstance(entry, Mapping):
                 raw_id = entry.get("id")
@@ -402,11 +440,20 @@ def load_agents(
             key = definition.id or key
             if key in errors or any(a.id == key for a in agents):
                 raise AgentConfigError(f"duplicate agent id {key!r}")
-            agents.append(build_agent(definition, environ=environ))
+            agent = build_agent(definition, environ=environ)
+            agent.multitask_strategy = _multitask_strategy(definition.multitask_strategy)
+            agents.append(agent)
         except AgentConfigError as exc:
             errors[key] = exc.message
             logger.error("agent %s is unavailable: %s", key, exc.message)
     return agents, errors
+
+
+def _multitask_strategy(value: str | None) -> MultitaskStrategy | None:
+    try:
+        return parse_multitask_strategy(value, where="multitask_strategy")
+    except InputError as exc:
+        raise AgentConfigError(exc.message) from None
 
 
 def _number(data: Mapping[str, Any], key: str, default: float, *, integer: bool = False) -> Any:
@@ -472,15 +519,7 @@ def build_upstream_agent(
             "environment variable and name that variable in headers_env"
         )
     environ = os.environ if environ is None else environ
-    for name, env_name in _string_table(data, "headers_env").items():
-        if not _ENV_NAME.match(env_name):
-            raise AgentConfigError(
-                f"headers_env {name!r} must name an environment variable, not hold the value"
-            )
-        value = environ.get(env_name, "").strip()
-        if not value:
-            raise AgentConfigError(f"environment variable {env_name} is not set (header {name})")
-        headers[name] = value
+    headers.update(values_from_env(_string_table(data, "headers_env"), environ, "headers_env"))
     try:
         mode = parse_tool_result_mode(
             _check_str(data, "tool_result_mode"), where="tool_result_mode"

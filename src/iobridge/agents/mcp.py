@@ -6,23 +6,30 @@ the ``iobridge[mcp]`` extra). Their tools are the agent's own tools, so calls ar
 and stored like server tools. A run connects to its servers (a stdio server is started) and
 disconnects when it ends.
 
-Secrets stay out of the file: an ``env`` or ``headers`` value ``"${NAME}"`` is read from the
-environment variable ``NAME`` when the agent is built.
+Secrets stay out of the file, by the one convention of agent definitions (``docs/agents.md``,
+"Secrets from the environment"): ``headers_env`` (HTTP) and ``env_from_env`` (stdio) name the
+environment variables holding header and child-environment values, read when the agent is
+built. A ``"${NAME}"`` value in ``env`` or ``headers`` (the earlier form) is still read, with
+a deprecation warning; it goes in the next release.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic_ai.toolsets import AbstractToolset
 
-from iobridge.agents.providers import AgentConfigError, check_base_url
+from iobridge.agents.providers import AgentConfigError, check_base_url, values_from_env
 
-_KEYS = frozenset({"name", "command", "args", "env", "cwd", "url", "headers", "timeout",
-                   "tool_prefix"})
-_STDIO_ONLY = ("command", "args", "env", "cwd")
+logger = logging.getLogger("iobridge.agents")
+
+_KEYS = frozenset({"name", "command", "args", "env", "env_from_env", "cwd", "url", "headers",
+                   "headers_env", "timeout", "tool_prefix"})
+_STDIO_ONLY = ("command", "args", "env", "env_from_env", "cwd")
+_HTTP_ONLY = ("headers", "headers_env")
 _VARIABLE = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 #: Seconds to connect and to wait for one answer, unless the entry says otherwise.
@@ -38,18 +45,34 @@ def _strings(entry: Mapping[str, Any], key: str, where: str) -> dict[str, str]:
     return dict(table)
 
 
-def _expand(values: Mapping[str, str], environ: Mapping[str, str], where: str) -> dict[str, str]:
-    """``"${NAME}"`` values read from the environment (never echoed)."""
+def _values(
+    entry: Mapping[str, Any], key: str, environ: Mapping[str, str], where: str
+) -> dict[str, str]:
+    """``entry[key]`` (plain values) and ``entry[key + "_env"]``-style values read from the
+    environment (``env`` → ``env_from_env``, ``headers`` → ``headers_env``; never echoed)."""
+    from_env = "env_from_env" if key == "env" else f"{key}_env"
+    plain, named = _strings(entry, key, where), _strings(entry, from_env, where)
+    twice = sorted(set(plain) & set(named))
+    if twice:
+        raise AgentConfigError(f"{where}: {twice[0]!r} is in both '{key}' and '{from_env}'")
     out = {}
-    for key, value in values.items():
+    for name, value in plain.items():
         match = _VARIABLE.match(value)
-        if match is not None:
-            name = match.group(1)
-            if not environ.get(name):
-                raise AgentConfigError(f"{where}: environment variable {name} is not set")
-            value = environ[name]
-        out[key] = value
-    return out
+        if match is not None:  # the earlier convention, kept for one release
+            variable = match.group(1)
+            logger.warning(
+                "%s: %s value \"${%s}\" is deprecated; name the variable in %s instead "
+                "(%s = { %s = \"%s\" })", where, key, variable, from_env, from_env, name,
+                variable,
+            )
+            if not environ.get(variable):
+                raise AgentConfigError(f"{where}: environment variable {variable} is not set")
+            value = environ[variable]
+        out[name] = value
+    try:
+        return {**out, **values_from_env(named, environ, from_env)}
+    except AgentConfigError as exc:
+        raise AgentConfigError(f"{where}: {exc.message}") from None
 
 
 def build_mcp_toolsets(
@@ -127,20 +150,22 @@ def _check(entry: Any, index: int, environ: Mapping[str, str]) -> dict[str, Any]
         try:
             check_base_url(url)
         except AgentConfigError as exc:
-            raise AgentConfigError(f"{where}: {exc.message.replace('base_url', 'url')}") from None
-        checked.update(url=url, headers=_expand(_strings(entry, "headers", where), environ, where))
+            message = exc.message.replace("base_url", "url").replace("api_key_env", "headers_env")
+            raise AgentConfigError(f"{where}: {message}") from None
+        checked.update(url=url, headers=_values(entry, "headers", environ, where))
         return checked
     command, args = entry["command"], entry.get("args", [])
     if not isinstance(command, str) or not command:
         raise AgentConfigError(f"{where}: 'command' must be a non-empty string")
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         raise AgentConfigError(f"{where}: 'args' must be a list of strings")
-    if "headers" in entry:
-        raise AgentConfigError(f"{where}: 'headers' is for HTTP servers, not 'command'")
+    http_keys = [k for k in _HTTP_ONLY if k in entry]
+    if http_keys:
+        raise AgentConfigError(f"{where}: '{http_keys[0]}' is for HTTP servers, not 'command'")
     checked.update(
         command=command,
         args=list(args),
-        env=_expand(_strings(entry, "env", where), environ, where),
+        env=_values(entry, "env", environ, where),
         cwd=entry.get("cwd"),
     )
     return checked

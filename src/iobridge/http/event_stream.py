@@ -12,6 +12,10 @@ that much later).
 Each ``send`` is one socket write (uvicorn writes every message at once), so the batch that
 holds a local run's terminal event goes out with the chunked body's end in the same write;
 a short run costs the head, its batches, and no extra write for the end.
+
+What it buys (round 3 A/B against Starlette's task-group structure, in one run): 12 % less
+memory per idle run and 17 % less teardown CPU (``bench/idle_runs.py``), 29 % less server
+CPU per event on 200 short runs (``bench/load_runs.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from starlette.types import Receive, Scope, Send
 
 from iobridge.app import Backend, EventSink, FollowedRun
 from iobridge.errors import EventsNotRetained
-from iobridge.protocol.sse import PING, sse_frames
+from iobridge.protocol.sse import PING, QUEUED, sse_frames
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 #: Seconds a stream runs before a task watches for the client's disconnect.
@@ -104,6 +108,9 @@ class _SseWriter(EventSink):
 
     async def keep_alive(self) -> None:
         await self._send({"type": "http.response.body", "body": PING, "more_body": True})
+
+    async def queued(self) -> None:
+        await self._send({"type": "http.response.body", "body": QUEUED, "more_body": True})
 
     async def end(self) -> None:
         await self._send({"type": "http.response.body", "body": b"", "more_body": False})

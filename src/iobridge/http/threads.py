@@ -19,7 +19,7 @@ from iobridge.errors import InputError
 from iobridge.http.body import read_body
 from iobridge.http.openapi import errors
 from iobridge.http.security import CurrentBackend, CurrentPrincipal
-from iobridge.protocol.resources import MessagePage, Thread, ThreadPage
+from iobridge.protocol.resources import BranchList, MessagePage, Thread, ThreadPage
 from iobridge.protocol.text import validate_id
 from iobridge.protocol.thread_bodies import ThreadCreate, ThreadUpdate
 
@@ -126,16 +126,29 @@ async def get_thread(
     principal: CurrentPrincipal,
     resource: ResourceQuery = None,
 ) -> dict[str, Any]:
-    """The thread, or 404 ``THREAD_NOT_FOUND`` (also for another resource's thread)."""
-    return (await backend.get_thread(principal, threadId, resource)).to_json()
+    """The thread, or 404 ``THREAD_NOT_FOUND`` (also for another resource's thread).
+
+    A thread whose last run ended asking (outcome ``interrupt``) also carries those open
+    ``interrupts``, so a client that reloads can ask again instead of losing the question.
+    """
+    thread = await backend.get_thread(principal, threadId, resource)
+    data = thread.to_json()
+    pending = (thread.interrupts or {}).get("open")
+    if pending:
+        data["interrupts"] = list(pending)
+    return data
 
 
 @router.patch(
     "/threads/{threadId}",
-    summary="Update a thread's title and/or metadata",
+    summary="Update a thread's title and/or metadata, or switch its current branch",
     responses={
         200: {"model": Thread, "description": "The updated thread"},
-        **errors(400, 401, 404, 413, s404=_NO_THREAD),
+        **errors(
+            400, 401, 404, 409, 413,
+            s404=_NO_THREAD + "; an unknown currentBranch (BRANCH_NOT_FOUND)",
+            s409="currentBranch while a run holds the thread (THREAD_BUSY)",
+        ),
     },
     openapi_extra=_body_schema(ThreadUpdate),
 )
@@ -146,7 +159,8 @@ async def update_thread(
     principal: CurrentPrincipal,
     resource: ResourceQuery = None,
 ) -> dict[str, Any]:
-    """Replace ``title`` and/or ``metadata`` (metadata is replaced, not merged)."""
+    """Replace ``title`` and/or ``metadata`` (metadata is replaced, not merged);
+    ``currentBranch`` switches the branch the thread's messages and runs are."""
     body = await read_body(request, MAX_BODY_BYTES)
     return (await backend.update_thread(principal, threadId, body, resource=resource)).to_json()
 
@@ -169,11 +183,30 @@ async def delete_thread(
 
 
 @router.get(
+    "/threads/{threadId}/branches",
+    summary="List a thread's branches (regenerate, edit), oldest first",
+    responses={
+        200: {"model": BranchList, "description": "The branches; one (main) if it never branched"},
+        **errors(400, 401, 404, s404=_NO_THREAD),
+    },
+)
+async def list_branches(
+    threadId: str,
+    backend: CurrentBackend,
+    principal: CurrentPrincipal,
+    resource: ResourceQuery = None,
+) -> dict[str, Any]:
+    """``{"branches": [{id, fromMessageId, createdAt, current}, ...]}``."""
+    listed = await backend.list_branches(principal, threadId, resource)
+    return {"branches": [b.to_json() for b in listed]}
+
+
+@router.get(
     "/threads/{threadId}/messages",
     summary="Read a thread's messages, oldest first",
     responses={
         200: {"model": MessagePage, "description": "A page of messages, in the chosen format"},
-        **errors(400, 401, 404, s404=_NO_THREAD),
+        **errors(400, 401, 404, s404=_NO_THREAD + "; an unknown branch (BRANCH_NOT_FOUND)"),
     },
 )
 async def list_messages(
@@ -186,6 +219,9 @@ async def list_messages(
     before: Annotated[str | None, Query(description="only messages before this id")] = None,
     format: Annotated[
         str | None, Query(description="mastra (format v2) or agui; default: messages_format")
+    ] = None,
+    branch: Annotated[
+        str | None, Query(description="a branch id (GET .../branches); default: the current")
     ] = None,
 ) -> dict[str, Any]:
     """``{"messages": [...], "nextCursor"?}``: the latest ``limit`` messages, oldest first.
@@ -204,7 +240,8 @@ async def list_messages(
         except InputError as exc:
             raise InputError(exc.message, code="INVALID_CURSOR") from None
     page = await backend.list_messages(
-        principal, threadId, resource=resource, limit=count, before=start, format=format
+        principal, threadId, resource=resource, limit=count, before=start, format=format,
+        branch=branch,
     )
     body: dict[str, Any] = {"messages": page.messages}
     if page.next_cursor is not None:

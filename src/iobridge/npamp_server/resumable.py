@@ -1,8 +1,11 @@
-"""Which run an N-PAMP stream resumes: ``(principal, correlation_id)`` → runId.
+"""Which run an N-PAMP stream resumes: ``(principal and resources, correlation_id)`` → runId.
 
 A peer resumes a stream by its correlation_id, possibly on a new association (CC-STREAM
 §12). The map is this server's; with ``redis_url`` each entry is also shared through the
-Backend's run aliases, so a peer may resume on any replica.
+Backend's run aliases, so a peer may resume on any replica. Entries are scoped like the
+aliases (:meth:`~iobridge.app.RunAliases.scope`): a peer of the same principal but other
+resources finds nothing under another's correlation_id, exactly as for one never used, and
+cannot release it.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ class ResumableStreams:
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self._runs: dict[tuple[str, bytes], tuple[Principal, str]] = {}
+        self._scope = backend.aliases.scope
 
     def __len__(self) -> int:
         return len(self._runs)
@@ -42,17 +46,17 @@ class ResumableStreams:
                     self.backend.get_run(owner, run_id)
                 except NotFoundError:
                     del self._runs[key]
-        self._runs[(principal.id, correlation_id)] = (principal, run.run_id)
+        self._runs[(self._scope(principal), correlation_id)] = (principal, run.run_id)
         if settings.retention_seconds > 0:
             await self.backend.aliases.remember(principal, correlation_id, run.run_id)
 
     async def recall(self, principal: Principal, correlation_id: bytes) -> str | None:
         """The runId behind the stream, from this server or another replica."""
-        entry = self._runs.get((principal.id, correlation_id))
+        entry = self._runs.get((self._scope(principal), correlation_id))
         if entry is not None:
             return entry[1]
         return await self.backend.aliases.recall(principal, correlation_id)
 
     def forget(self, principal: Principal, correlation_id: bytes) -> None:
         """The stream cannot be resumed any more (cancelled, or its run is gone)."""
-        self._runs.pop((principal.id, correlation_id), None)
+        self._runs.pop((self._scope(principal), correlation_id), None)

@@ -54,6 +54,17 @@ The run-level machine has three states (``GuardState``): ``IDLE`` until the firs
 which emits RUN_STARTED and moves to ``RUNNING``; ``ENDED`` once ``finish``/``fail`` emitted
 the terminal event. Nothing moves it back; in ``ENDED`` every call returns nothing.
 
+Subagents (AG-UI 1.0): a subagent invocation is open from its SUBAGENT_STARTED to its
+SUBAGENT_FINISHED or SUBAGENT_ERROR; its id is used once per run, and a nested one names an
+open parent (``parentSubagentRunId``). An event attributed to a subagent (``subagentRunId``)
+that is not open is dropped, and so is one whose attribution differs from the owner of the
+message, tool call, reasoning message or step it continues (an unattributed continuation
+gets its owner's id); a tool call whose ``parentMessageId`` belongs to another owner loses
+that link. Run-scoped events (RUN_*, MESSAGES_SNAPSHOT) never carry a ``subagentRunId``.
+Ending a subagent first ends its open subagents and closes what it still has open, so every
+attributed event lies inside its invocation; the run's end closes every open subagent (with
+SUBAGENT_ERROR when the run fails).
+
 Repairs: content for a message that is not open opens it; END/RESULT for unknown ids,
 duplicate STARTs, events without a string ``type``, non-integer timestamps and ``null``
 fields are dropped; CHUNK events are expanded into START/CONTENT. Event types AG-UI 1.0 does
@@ -156,10 +167,18 @@ class LifecycleGuard:
         self._texts: dict[str, None] = {}
         #: Text message ids already closed: never reopened (ag-ui-validate AGUI104).
         self._closed_texts: set[str] = set()
-        self._subagents: dict[str, None] = {}
+        #: Open subagent invocations (in order of start) -> their parent invocation.
+        self._subagents: dict[str, str | None] = {}
+        #: Invocations that ended: an id is used once per run.
+        self._ended_subagents: set[str] = set()
+        #: Owners of what subagents opened, by id (absent: the run's own agent).
+        self._text_owners: dict[str, str] = {}
+        self._call_owners: dict[str, str] = {}
+        self._reasoning_owners: dict[str, str] = {}
         self._reasoning_messages: dict[str, None] = {}
         self._reasoning_spans: dict[str, None] = {}
-        self._steps: list[str] = []
+        #: Open steps as (owner, name): each subagent has its own step names.
+        self._steps: list[tuple[str | None, str]] = []
         self._calls: dict[str, _PendingCall] = {}
         #: Tool calls released (closed) and whether their result was sent.
         self._closed_calls: dict[str, bool] = {}
@@ -226,6 +245,7 @@ class LifecycleGuard:
         if (
             self.state is GuardState.RUNNING
             and message_id in self._texts
+            and message_id not in self._text_owners
             and type(delta) is str
             and delta
             and self._annotation is None
@@ -256,7 +276,7 @@ class LifecycleGuard:
         if self.ended:
             return []
         self._ensure_started()
-        self._close_all()
+        self._close_all(failed=True)
         self._terminate(ev.run_error(message, code, usage=usage))
         return self._drain()
 
@@ -306,28 +326,61 @@ class LifecycleGuard:
         if self.state is not GuardState.ENDED:  # nothing follows the terminal event
             self._out.append(event)
 
-    def _close_all(self) -> None:
+    def _close_all(self, *, failed: bool = True) -> None:
         # Held-back tool calls were never shown: dropping them keeps the stream valid and
         # never lets a frontend run a call whose arguments were not finished.
         self._calls.clear()
         self._chunk_call = None
         self._chunk_text = None
         self._chunk_reasoning = None
+        owners = self._reasoning_owners
         for message_id in list(self._reasoning_messages):
-            self._emit(ev.reasoning_message_end(message_id))
+            self._emit(_owned(ev.reasoning_message_end(message_id), owners.get(message_id)))
         self._reasoning_messages.clear()
         for span_id in list(self._reasoning_spans):
-            self._emit(ev.reasoning_end(span_id))
+            self._emit(_owned(ev.reasoning_end(span_id), owners.get(span_id)))
         self._reasoning_spans.clear()
         for message_id in list(self._texts):
-            self._emit(ev.text_end(message_id))
+            self._emit(_owned(ev.text_end(message_id), self._text_owners.get(message_id)))
         self._texts.clear()
-        for name in reversed(self._steps):
-            self._emit(ev.step_finished(name))
+        for owner, name in reversed(self._steps):
+            self._emit(_owned(ev.step_finished(name), owner))
         self._steps.clear()
         for subagent_id in reversed(list(self._subagents)):
-            self._emit({"type": SUBAGENT_FINISHED, "subagentRunId": subagent_id})
+            self._emit(_subagent_end(subagent_id, failed=failed))
+            self._ended_subagents.add(subagent_id)
         self._subagents.clear()
+
+    def _close_owned(self, owner: str) -> None:
+        """Close what the subagent invocation ``owner`` still has open (its held tool calls
+        were never shown: they are dropped)."""
+        for call_id in [c for c in self._calls if self._call_owners.get(c) == owner]:
+            del self._calls[call_id]
+            if self._chunk_call == call_id:
+                self._chunk_call = None
+        reasoning = self._reasoning_owners
+        for message_id in [m for m in self._reasoning_messages if reasoning.get(m) == owner]:
+            self._on_reasoning_message_end(_owned(ev.reasoning_message_end(message_id), owner))
+        for span_id in [m for m in self._reasoning_spans if reasoning.get(m) == owner]:
+            self._on_reasoning_end(_owned(ev.reasoning_end(span_id), owner))
+        for message_id in [m for m in self._texts if self._text_owners.get(m) == owner]:
+            self._on_text_end(_owned(ev.text_end(message_id), owner))
+        for step_owner, name in reversed(list(self._steps)):
+            if step_owner == owner:
+                self._on_step_finished(_owned(ev.step_finished(name), owner))
+
+    def _attributed(self, event: Event, owners: dict[str, str], entity: Any) -> bool:
+        """Whether ``event`` may continue ``entity`` (a message, call or reasoning id): its
+        ``subagentRunId`` must be the entity's owner; an unattributed one gets it."""
+        owner = owners.get(entity) if isinstance(entity, str) else None
+        if owner is not None and owner not in self._subagents:
+            return False  # its subagent ended: nothing of it comes after
+        claimed = event.get("subagentRunId")
+        if claimed is None:
+            if owner is not None:
+                event["subagentRunId"] = owner
+            return True
+        return bool(claimed == owner)
 
     def _handle(self, event: Event) -> None:
         kind = event.get("type")
@@ -337,6 +390,12 @@ class LifecycleGuard:
         required = _REQUIRED.get(kind)
         if required is not None and not all(check(clean.get(f)) for f, check in required):
             return
+        if "subagentRunId" in clean and kind not in _SUBAGENT_TYPES:
+            claimed = clean["subagentRunId"]
+            if kind in _RUN_SCOPED or kind == ev.MESSAGES_SNAPSHOT:
+                del clean["subagentRunId"]  # about the run itself: never a subagent's
+            elif not isinstance(claimed, str) or claimed not in self._subagents:
+                return  # work of a subagent that is not running (or never was)
         handler = _HANDLERS.get(kind)
         if handler is not None:
             handler(self, clean)
@@ -368,7 +427,7 @@ class LifecycleGuard:
     def _finish(
         self, result: Any, outcome: Any, usage: list[dict[str, Any]] | None = None
     ) -> None:
-        self._close_all()
+        self._close_all(failed=False)
         valid = _valid_outcome(outcome)
         if valid is None and isinstance(outcome, dict) and outcome.get("type") == "interrupt":
             # An interrupted run must not be reported as a success (AG-UI 1.0).
@@ -427,6 +486,8 @@ class LifecycleGuard:
         if not self._spend(_ID_COST + len(message_id)):
             return
         self._texts[message_id] = None
+        if "subagentRunId" in event:
+            self._text_owners[message_id] = event["subagentRunId"]
         self._emit(event)
 
     def _on_text_content(self, event: Event) -> None:
@@ -437,16 +498,21 @@ class LifecycleGuard:
         if message_id in self._closed_texts:
             return
         if message_id not in self._texts:
-            if not self._spend(_ID_COST + len(message_id)):
+            self._on_text_start(_owned(ev.text_start(message_id), event.get("subagentRunId")))
+            if message_id not in self._texts:
                 return
-            self._texts[message_id] = None
-            self._emit(ev.text_start(message_id))
+        if not self._attributed(event, self._text_owners, message_id):
+            return
         if self._spend(_text_bytes(delta)):
             self._emit(event)
 
     def _on_text_end(self, event: Event) -> None:
         message_id = event.get("messageId")
-        if is_id(message_id) and message_id in self._texts:
+        if (
+            is_id(message_id)
+            and message_id in self._texts
+            and self._attributed(event, self._text_owners, message_id)
+        ):
             del self._texts[message_id]
             self._closed_texts.add(message_id)
             if self._chunk_text == message_id:
@@ -461,12 +527,14 @@ class LifecycleGuard:
             self._chunk_text = message_id
             role = event.get("role")
             start = ev.text_start(message_id, role if role in TEXT_ROLES else "assistant")
-            self._on_text_start(start)
+            self._on_text_start(_owned(start, event.get("subagentRunId")))
         if self._chunk_text is None:
             return
         delta = event.get("delta")
         if isinstance(delta, str) and delta:
-            self._on_text_content(ev.text_content(self._chunk_text, delta))
+            self._on_text_content(
+                _owned(ev.text_content(self._chunk_text, delta), event.get("subagentRunId"))
+            )
 
     # -- tool calls ------------------------------------------------------------------
 
@@ -482,10 +550,21 @@ class LifecycleGuard:
             or call_id in self._closed_calls
         ):
             return
-        if "parentMessageId" in event and not is_id(event["parentMessageId"]):
+        parent = event.get("parentMessageId")
+        owner = event.get("subagentRunId")
+        if "parentMessageId" in event and (
+            not is_id(parent)
+            or (
+                (parent in self._texts or parent in self._closed_texts)
+                and self._text_owners.get(parent) != owner
+            )
+        ):
+            # A call belongs to the message that carries it: not to another owner's.
             del event["parentMessageId"]
         if self._spend(_ID_COST + len(call_id) + len(name)):
             self._calls[call_id] = _PendingCall(start=event)
+            if owner is not None:
+                self._call_owners[call_id] = owner
 
     def _on_tool_args(self, event: Event) -> None:
         call_id = event.get("toolCallId")
@@ -493,6 +572,7 @@ class LifecycleGuard:
         delta = event.get("delta")
         if (
             call is not None
+            and self._attributed(event, self._call_owners, call_id)
             and isinstance(delta, str)
             and delta
             and self._spend(_text_bytes(delta))
@@ -501,11 +581,13 @@ class LifecycleGuard:
 
     def _on_tool_end(self, event: Event) -> None:
         call_id = event.get("toolCallId")
-        if not is_id(call_id):
+        if (
+            not is_id(call_id)
+            or call_id not in self._calls
+            or not self._attributed(event, self._call_owners, call_id)
+        ):
             return
-        call = self._calls.pop(call_id, None)
-        if call is None:
-            return
+        call = self._calls.pop(call_id)
         if self._chunk_call == call_id:
             self._chunk_call = None
         fragments = call.fragments or ["{}"]
@@ -518,8 +600,9 @@ class LifecycleGuard:
             )
             return
         self._emit(call.start)
+        owner = self._call_owners.get(call_id)
         for fragment in fragments:
-            self._emit(ev.tool_call_args(call_id, fragment))
+            self._emit(_owned(ev.tool_call_args(call_id, fragment), owner))
         self._emit(event)
         self._closed_calls[call_id] = False
 
@@ -534,16 +617,22 @@ class LifecycleGuard:
             start = ev.tool_call_start(call_id, name if isinstance(name, str) else "")
             if is_id(event.get("parentMessageId")):
                 start["parentMessageId"] = event["parentMessageId"]
-            self._on_tool_start(start)
+            self._on_tool_start(_owned(start, event.get("subagentRunId")))
             self._chunk_call = call_id if call_id in self._calls else None
         if self._chunk_call is not None:
             delta = event.get("delta")
             if isinstance(delta, str):
-                self._on_tool_args(ev.tool_call_args(self._chunk_call, delta))
+                self._on_tool_args(
+                    _owned(ev.tool_call_args(self._chunk_call, delta), event.get("subagentRunId"))
+                )
 
     def _on_tool_result(self, event: Event) -> None:
         call_id = event.get("toolCallId")
-        if not is_id(call_id) or self._closed_calls.get(call_id, True):
+        if (
+            not is_id(call_id)
+            or self._closed_calls.get(call_id, True)
+            or not self._attributed(event, self._call_owners, call_id)
+        ):
             return
         content = event.get("content")
         if not isinstance(content, (str, list)) or (
@@ -572,27 +661,48 @@ class LifecycleGuard:
 
     def _on_step_started(self, event: Event) -> None:
         name = event.get("stepName")
-        if isinstance(name, str) and name and name not in self._steps:
-            self._steps.append(name)
+        if not isinstance(name, str) or not name:
+            return
+        key = (event.get("subagentRunId"), name)
+        if key not in self._steps:
+            self._steps.append(key)
             self._emit(event)
 
     def _on_step_finished(self, event: Event) -> None:
-        name = event.get("stepName")
-        if isinstance(name, str) and name in self._steps:
-            self._steps.remove(name)
+        key = (event.get("subagentRunId"), event.get("stepName"))
+        if key in self._steps:  # finished by whoever started it
+            self._steps.remove(key)
             self._emit(event)
 
     def _on_reasoning_start(self, event: Event) -> None:
         span_id = event.get("messageId")
-        if is_id(span_id) and span_id not in self._reasoning_spans:
+        if (
+            is_id(span_id)
+            and span_id not in self._reasoning_spans
+            and self._attributed(event, self._reasoning_owners, span_id)
+        ):
             self._reasoning_spans[span_id] = None
+            self._own_reasoning(span_id, event)
             self._emit(event)
+
+    def _own_reasoning(self, entity: str, event: Event) -> None:
+        owner = event.get("subagentRunId")
+        if owner is not None:
+            self._reasoning_owners[entity] = owner
 
     def _on_reasoning_end(self, event: Event) -> None:
         span_id = event.get("messageId")
-        if is_id(span_id) and span_id in self._reasoning_spans:
+        if (
+            is_id(span_id)
+            and span_id in self._reasoning_spans
+            and self._attributed(event, self._reasoning_owners, span_id)
+        ):
+            owner = self._reasoning_owners.get(span_id)
             for message_id in list(self._reasoning_messages):
-                self._on_reasoning_message_end(ev.reasoning_message_end(message_id))
+                if self._reasoning_owners.get(message_id) == owner:
+                    self._on_reasoning_message_end(
+                        _owned(ev.reasoning_message_end(message_id), owner)
+                    )
             del self._reasoning_spans[span_id]
             self._emit(event)
 
@@ -601,9 +711,11 @@ class LifecycleGuard:
         if (
             is_id(message_id)
             and message_id not in self._reasoning_messages
+            and self._attributed(event, self._reasoning_owners, message_id)
             and self._spend(_ID_COST + len(message_id))
         ):
             self._reasoning_messages[message_id] = None
+            self._own_reasoning(message_id, event)
             event["role"] = "reasoning"
             self._emit(event)
 
@@ -613,9 +725,13 @@ class LifecycleGuard:
         if not is_id(message_id) or not isinstance(delta, str) or not delta:
             return
         if message_id not in self._reasoning_messages:
-            self._on_reasoning_message_start(ev.reasoning_message_start(message_id))
+            self._on_reasoning_message_start(
+                _owned(ev.reasoning_message_start(message_id), event.get("subagentRunId"))
+            )
             if message_id not in self._reasoning_messages:
                 return
+        if not self._attributed(event, self._reasoning_owners, message_id):
+            return
         if self._spend(_text_bytes(delta)):
             self._emit(event)
 
@@ -625,16 +741,23 @@ class LifecycleGuard:
             if self._chunk_reasoning is not None:
                 self._on_reasoning_message_end(ev.reasoning_message_end(self._chunk_reasoning))
             self._chunk_reasoning = message_id
-            self._on_reasoning_message_start(ev.reasoning_message_start(message_id))
+            self._on_reasoning_message_start(
+                _owned(ev.reasoning_message_start(message_id), event.get("subagentRunId"))
+            )
         delta = event.get("delta")
         if self._chunk_reasoning is not None and isinstance(delta, str) and delta:
-            self._on_reasoning_message_content(
-                ev.reasoning_message_content(self._chunk_reasoning, delta)
-            )
+            self._on_reasoning_message_content(_owned(
+                ev.reasoning_message_content(self._chunk_reasoning, delta),
+                event.get("subagentRunId"),
+            ))
 
     def _on_reasoning_message_end(self, event: Event) -> None:
         message_id = event.get("messageId")
-        if is_id(message_id) and message_id in self._reasoning_messages:
+        if (
+            is_id(message_id)
+            and message_id in self._reasoning_messages
+            and self._attributed(event, self._reasoning_owners, message_id)
+        ):
             del self._reasoning_messages[message_id]
             if self._chunk_reasoning == message_id:
                 self._chunk_reasoning = None
@@ -708,13 +831,75 @@ class LifecycleGuard:
 
     def _on_subagent_started(self, event: Event) -> None:
         run_id = event["subagentRunId"]
-        if run_id not in self._subagents:
-            self._subagents[run_id] = None
+        parent = event.get("parentSubagentRunId")
+        if (
+            not is_id(run_id)
+            or run_id in self._subagents
+            or run_id in self._ended_subagents  # ids are per invocation
+            or (parent is not None and parent not in self._subagents)
+        ):
+            return
+        for key in ("description", "parentToolCallId", "parentMessageId"):
+            if key in event and not isinstance(event[key], str):
+                del event[key]
+        if self._spend(_ID_COST + len(run_id)):
+            self._subagents[run_id] = parent if isinstance(parent, str) else None
             self._emit(event)
 
     def _on_subagent_ended(self, event: Event) -> None:
-        if self._subagents.pop(event["subagentRunId"], False) is None:
-            self._emit(event)
+        run_id = event["subagentRunId"]
+        if run_id not in self._subagents:
+            return
+        self._end_subagent(run_id)
+        if self.ended:
+            return
+        if event["type"] == SUBAGENT_FINISHED:
+            if "outcome" in event and not _valid_subagent_outcome(event["outcome"]):
+                del event["outcome"]
+            if "result" in event and not encodes_within(
+                event["result"], self.limits.max_json_depth
+            ):
+                del event["result"]
+        elif "code" in event and not isinstance(event["code"], str):
+            del event["code"]
+        self._emit(event)
+
+    def _end_subagent(self, run_id: str) -> None:
+        """Before ``run_id`` ends: its open subagents end, then what it holds open closes."""
+        for child in [c for c, p in reversed(self._subagents.items()) if p == run_id]:
+            if child in self._subagents:
+                self._end_subagent(child)
+                self._emit(_subagent_end(child, failed=False))
+        self._close_owned(run_id)
+        self._subagents.pop(run_id, None)
+        self._ended_subagents.add(run_id)
+
+
+def _owned(event: Event, owner: str | None) -> Event:
+    """``event`` attributed to the subagent invocation ``owner`` (``None``: the run's own)."""
+    if owner is not None:
+        event["subagentRunId"] = owner
+    return event
+
+
+def _subagent_end(run_id: str, *, failed: bool) -> Event:
+    """What ends an invocation the guard closes itself (the run ended around it)."""
+    if failed:
+        return {"type": SUBAGENT_ERROR, "subagentRunId": run_id,
+                "message": "The run ended before the subagent finished."}
+    return {"type": SUBAGENT_FINISHED, "subagentRunId": run_id}
+
+
+def _valid_subagent_outcome(outcome: Any) -> bool:
+    """``{type: "success"}`` or ``{type: "suspended", interruptIds?: [str]}`` (AG-UI 1.0)."""
+    if not isinstance(outcome, dict):
+        return False
+    if outcome.get("type") == "success":
+        return True
+    ids = outcome.get("interruptIds")
+    return outcome.get("type") == "suspended" and (
+        ids is None or (isinstance(ids, list) and all(isinstance(i, str) for i in ids))
+    )
 
 
 #: What an open message, call or reasoning span costs beyond its id (its entries in the
@@ -827,8 +1012,11 @@ PASS_THROUGH = frozenset(
 )
 #: ``source`` of the RAW events that carry event types the guard does not know.
 RAW_SOURCE = "iobridge"
-#: Events about the run itself: never annotated with another agent's metadata.
+#: Events about the run itself: never annotated with another agent's metadata, never a
+#: subagent's.
 _RUN_SCOPED = frozenset({ev.RUN_STARTED, ev.RUN_FINISHED, ev.RUN_ERROR})
+#: The events whose ``subagentRunId`` is the invocation they start or end.
+_SUBAGENT_TYPES = frozenset({SUBAGENT_STARTED, SUBAGENT_FINISHED, SUBAGENT_ERROR})
 
 
 #: Required members whose type is "any": ``null`` is a value there, not an absent option.

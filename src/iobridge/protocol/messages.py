@@ -136,12 +136,17 @@ def model_view(messages: Sequence[Message]) -> list[Message]:
     """The history as the model must see it.
 
     Drops ``activity`` and ``reasoning`` messages (but keeps reasoning with an
-    ``encryptedValue``, for the model that made it); places each tool result right after the
-    assistant message that issued its call (providers require that order); drops tool
-    results whose call is missing or already answered; and removes unanswered calls from
-    assistant messages, except in the last turn (calls still waiting for their results).
+    ``encryptedValue``, for the model that made it) and what a subagent said inside a run
+    (``subagentRunId``: the model sees the subagent's answer as its tool result); places
+    each tool result right after the assistant message that issued its call (providers
+    require that order); drops tool results whose call is missing or already answered; and
+    removes unanswered calls from assistant messages, except in the last turn (calls still
+    waiting for their results).
     """
-    visible = [m for m in messages if m.get("role") not in HIDDEN_FROM_MODEL or _returned(m)]
+    visible = [
+        m for m in messages
+        if (m.get("role") not in HIDDEN_FROM_MODEL or _returned(m)) and "subagentRunId" not in m
+    ]
     issued: set[str] = set()
     results: dict[str, Message] = {}
     for message in visible:

@@ -44,6 +44,7 @@ import jsonschema
 import orjson
 
 from iobridge.errors import InputError, PayloadTooLarge
+from iobridge.protocol.text import validate_id
 
 logger = logging.getLogger(__name__)
 
@@ -275,6 +276,13 @@ TOOL_RESULT_MODES: tuple[ToolResultMode, ...] = get_args(ToolResultMode)
 
 DEFAULT_LAST_MESSAGES = 40
 
+#: What a run does when its thread is busy with another run (``multitaskStrategy``):
+#: ``reject`` (409 ``THREAD_BUSY``), ``enqueue`` (wait for the runs ahead), ``interrupt``
+#: (cancel the live run, keep what it produced) or ``rollback`` (cancel it and remove its
+#: messages).
+MultitaskStrategy = Literal["reject", "enqueue", "interrupt", "rollback"]
+MULTITASK_STRATEGIES: tuple[MultitaskStrategy, ...] = get_args(MultitaskStrategy)
+
 
 def _props_error(message: str) -> InputError:
     return InputError(message, code="INVALID_FORWARDED_PROPS")
@@ -294,6 +302,27 @@ def parse_tool_result_mode(raw: Any, *, where: str = "forwardedProps.toolResultM
         if raw == mode:
             return mode
     raise _props_error(f"{where} must be 'in-run' or 'next-run'")
+
+
+def parse_multitask_strategy(
+    raw: Any, *, where: str = "forwardedProps.multitaskStrategy"
+) -> MultitaskStrategy | None:
+    """``raw`` as a ``MultitaskStrategy`` (``None`` stays ``None``: the default applies).
+
+    Raises:
+        InputError: any other value (``INVALID_MULTITASK_STRATEGY``, naming the four).
+    """
+    if raw is None:
+        return None
+    for strategy in MULTITASK_STRATEGIES:
+        if raw == strategy:
+            return strategy
+    names = ", ".join(f"'{s}'" for s in MULTITASK_STRATEGIES)
+    raise InputError(
+        f"{where} must be one of {names}",
+        code="INVALID_MULTITASK_STRATEGY",
+        details=[{"field": where, "message": f"must be one of {names}"}],
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -347,6 +376,12 @@ class RunOptions:
     model_settings: dict[str, Any] = field(default_factory=dict)
     structured_output: StructuredOutput | None = None
     tool_result_mode: ToolResultMode | None = None
+    #: ``multitaskStrategy``: what to do when the thread is busy (``None``: the agent's,
+    #: then the server's).
+    multitask_strategy: MultitaskStrategy | None = None
+    #: ``replaceFrom``: a stored message of the thread's current branch; from it on the
+    #: thread's messages become an earlier branch (regenerate, edit).
+    replace_from: str | None = None
     #: ``messagesSnapshot``: send the stored thread as MESSAGES_SNAPSHOT after RUN_STARTED.
     messages_snapshot: bool = False
     #: The whole ``forwardedProps`` object, unknown keys included (pass-through).
@@ -369,6 +404,12 @@ def parse_run_options(
     agent_id = props.get("agentId")
     if agent_id is not None and (not isinstance(agent_id, str) or not agent_id):
         raise InputError("forwardedProps.agentId must be a non-empty string", code="INVALID_ID")
+    replace_from = props.get("replaceFrom")
+    if replace_from is not None:
+        try:
+            validate_id(replace_from, "forwardedProps.replaceFrom")
+        except InputError as exc:
+            raise InputError(exc.message, code="INVALID_REPLACE_FROM") from None
     snapshot = props.get("messagesSnapshot", False)
     if not isinstance(snapshot, bool):
         raise InputError("forwardedProps.messagesSnapshot must be a boolean",
@@ -383,6 +424,8 @@ def parse_run_options(
             max_objects=max_schema_objects,
         ),
         tool_result_mode=parse_tool_result_mode(props.get("toolResultMode")),
+        multitask_strategy=parse_multitask_strategy(props.get("multitaskStrategy")),
+        replace_from=replace_from,
         messages_snapshot=snapshot,
         props=props,
     )

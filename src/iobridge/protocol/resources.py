@@ -15,7 +15,7 @@ from ag_ui.core import AgentCapabilities
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
-from iobridge.protocol.options import TOOL_RESULT_MODES
+from iobridge.protocol.options import MULTITASK_STRATEGIES, TOOL_RESULT_MODES
 
 __all__ = [
     "CAPABILITY_SCHEMAS",
@@ -27,6 +27,8 @@ __all__ = [
     "Agent",
     "AgentList",
     "AgentTool",
+    "Branch",
+    "BranchList",
     "CancelStatus",
     "ErrorBody",
     "ErrorEnvelope",
@@ -101,6 +103,9 @@ class Thread(_Open):
     metadata: dict[str, Any] = Field(default_factory=dict)
     createdAt: str
     updatedAt: str
+    #: ``GET /threads/{threadId}`` only: the interrupts the thread's last run ended with,
+    #: still open (AG-UI ``Interrupt`` objects); absent when none is open.
+    interrupts: list[dict[str, Any]] | SkipJsonSchema[None] = None
 
 
 class ThreadPage(_Open):
@@ -108,6 +113,23 @@ class ThreadPage(_Open):
 
     threads: list[Thread]
     nextCursor: str | SkipJsonSchema[None] = None
+
+
+class Branch(_Open):
+    """One version of a thread's conversation (``replaceFrom``: regenerate, edit)."""
+
+    id: str
+    #: The message the branch replaced from (``null``: the thread's first branch, ``main``).
+    fromMessageId: str | None
+    createdAt: str
+    #: The branch the thread's messages are (what runs and ``/messages`` see).
+    current: bool
+
+
+class BranchList(_Open):
+    """``GET /threads/{threadId}/branches``: oldest first."""
+
+    branches: list[Branch]
 
 
 class MessagePage(_Open):
@@ -259,6 +281,16 @@ FORWARDED_PROPS_SCHEMA: dict[str, Any] = {
         },
         "toolResultMode": {"type": "string", "enum": list(TOOL_RESULT_MODES)},
         "messagesSnapshot": {"type": "boolean", "default": False},
+        "multitaskStrategy": {
+            "type": "string", "enum": list(MULTITASK_STRATEGIES),
+            "description": "what to do when the thread is busy (default: the agent's, then "
+            "the server's multitask_strategy, itself 'reject')",
+        },
+        "replaceFrom": {
+            "type": "string",
+            "description": "a stored message id of the thread's current branch: from it on "
+            "the thread becomes an earlier branch; this run's messages form the new one",
+        },
     },
     "additionalProperties": True,
 }

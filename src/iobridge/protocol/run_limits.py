@@ -17,6 +17,7 @@ __all__ = [
     "DEFAULT_MAX_INTERRUPT_BYTES",
     "DEFAULT_MAX_PATCH_OPS",
     "DEFAULT_MAX_RUN_OUTPUT_BYTES",
+    "DEFAULT_MAX_SUBAGENT_DEPTH",
     "DEFAULT_MAX_UPSTREAM_ROUND_BYTES",
     "INTERRUPTS_TOO_LARGE",
     "RUN_OUTPUT_TOO_LARGE",
@@ -31,6 +32,10 @@ DEFAULT_MAX_RUN_OUTPUT_BYTES = 16 * 1024 * 1024
 DEFAULT_MAX_UPSTREAM_ROUND_BYTES = 16 * 1024 * 1024
 #: Default most bytes of a thread's interrupt record (open interrupts, resume answers).
 DEFAULT_MAX_INTERRUPT_BYTES = 1024 * 1024
+
+#: Default most levels of subagents one run may nest (a subagent's own subagents count one
+#: more): a catalog where agents delegate to each other in a cycle stops there.
+DEFAULT_MAX_SUBAGENT_DEPTH = 3
 
 #: RUN_ERROR code: the run produced more than ``max_run_output_bytes`` of messages.
 RUN_OUTPUT_TOO_LARGE = "RUN_OUTPUT_TOO_LARGE"
@@ -53,3 +58,5 @@ class RunLimits:
     max_upstream_round_bytes: int = DEFAULT_MAX_UPSTREAM_ROUND_BYTES
     #: Most bytes of the interrupts a run raises, and of a thread's interrupt record.
     max_interrupt_bytes: int = DEFAULT_MAX_INTERRUPT_BYTES
+    #: Most levels of subagents nested inside one run (``RunContext.subagent``).
+    max_subagent_depth: int = DEFAULT_MAX_SUBAGENT_DEPTH

@@ -18,6 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 PING = b": ping\n\n"
+#: What a stream says while its run waits for the runs ahead of it on the thread.
+QUEUED = b": queued\n\n"
 
 
 def sse_frames(entries: Iterable[tuple[int, bytes]]) -> bytes:

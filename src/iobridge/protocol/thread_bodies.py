@@ -51,6 +51,8 @@ class ThreadUpdate(BaseModel):
 
     title: str | None = None
     metadata: dict[str, Any] | None = None
+    #: Switch the thread to this branch (``GET /threads/{id}/branches``).
+    currentBranch: str | None = None
 
 
 def validate_title(value: object) -> str:
@@ -113,6 +115,8 @@ def parse_thread_update(body: Body, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> 
     """
     parsed = _validated(body, ThreadUpdate, max_depth)
     _check_text(parsed.title, parsed.metadata)
+    if parsed.currentBranch is not None:
+        validate_id(parsed.currentBranch, "currentBranch")
     return parsed
 
 

@@ -2,7 +2,8 @@
 
 The same rules a client applies: text messages become assistant messages, tool calls attach
 to the assistant message named by ``parentMessageId``, TOOL_CALL_RESULT becomes a ``tool``
-message, reasoning becomes a ``reasoning`` message. ``seal`` ends the fold; on failure the
+message, reasoning becomes a ``reasoning`` message. A message a subagent produced keeps its
+``subagentRunId`` (AG-UI 1.0), as the client's copy does. ``seal`` ends the fold; on failure the
 messages still open at that moment are dropped, so a failed run never stores half a message.
 """
 
@@ -42,13 +43,15 @@ class Transcript:
                 buffer = self._parts[event["messageId"]] = io.StringIO()
             buffer.write(event["delta"])
         elif kind == ev.TEXT_MESSAGE_START:
-            self._assistant(event["messageId"])
+            self._assistant(event["messageId"], event.get("subagentRunId"))
             self._parts.setdefault(event["messageId"], io.StringIO())
             self._open.add(event["messageId"])
         elif kind in (ev.TEXT_MESSAGE_END, ev.REASONING_MESSAGE_END):
             self._open.discard(event["messageId"])
         elif kind == ev.TOOL_CALL_START:
-            parent = self._assistant(event.get("parentMessageId") or event["toolCallId"])
+            parent = self._assistant(
+                event.get("parentMessageId") or event["toolCallId"], event.get("subagentRunId")
+            )
             call = {
                 "id": event["toolCallId"],
                 "type": "function",
@@ -65,9 +68,12 @@ class Transcript:
                 "role": "tool",
                 "toolCallId": event["toolCallId"],
                 "content": event["content"],
+                **_attribution(event),
             }
         elif kind == ev.REASONING_MESSAGE_START:
-            self._messages[event["messageId"]] = {"id": event["messageId"], "role": "reasoning"}
+            self._messages[event["messageId"]] = {
+                "id": event["messageId"], "role": "reasoning", **_attribution(event),
+            }
             self._parts[event["messageId"]] = io.StringIO()
             self._open.add(event["messageId"])
         elif kind == ev.REASONING_ENCRYPTED_VALUE:
@@ -151,8 +157,16 @@ class Transcript:
             result.append(message)
         return result
 
-    def _assistant(self, message_id: str) -> dict[str, Any]:
+    def _assistant(self, message_id: str, subagent: str | None = None) -> dict[str, Any]:
         message = self._messages.get(message_id)
         if message is None:
             message = self._messages[message_id] = {"id": message_id, "role": "assistant"}
+            if subagent is not None:
+                message["subagentRunId"] = subagent
         return message
+
+
+def _attribution(event: Event) -> dict[str, Any]:
+    """``{"subagentRunId": ...}`` when a subagent produced ``event``, else nothing."""
+    subagent = event.get("subagentRunId")
+    return {"subagentRunId": subagent} if subagent is not None else {}

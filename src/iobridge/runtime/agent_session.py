@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from iobridge.agents import outputs as out
-from iobridge.agents.context import ToolCallHandle
+from iobridge.agents.context import RunContext, ToolCallHandle
+from iobridge.agents.subagents import SubagentTool, task_messages
 from iobridge.agents.tools import result_content
-from iobridge.errors import InputError
+from iobridge.errors import InputError, NotFoundError
 from iobridge.protocol import events as ev
 from iobridge.protocol.tool_results import ToolResult
+from iobridge.runtime.delegation import SubagentEvents, run_subagent
 from iobridge.runtime.run_events import RunEnded, RunEvents
 
 if TYPE_CHECKING:
@@ -54,6 +56,9 @@ class AgentSession:
         tracer: Makes a span per awaited tool call (``None``: no tracing).
         on_park: Called when a frontend call begins to wait and after each tool result
             (a durable run checks there whether it is parked on frontend calls).
+        find_agent: The catalog's lookup, for subagents (``None``: the run has none).
+        depth: How many subagent levels this session is nested in (0: the run's agent).
+        subagent_run_id: The invocation this session runs (``None``: the run's agent).
     """
 
     def __init__(
@@ -69,6 +74,9 @@ class AgentSession:
         metrics: Metrics | None = None,
         tracer: RunTracer | None = None,
         on_park: Callable[[], None] | None = None,
+        find_agent: Callable[[str], Agent] | None = None,
+        depth: int = 0,
+        subagent_run_id: str | None = None,
     ) -> None:
         self.events = events
         self.on_park = on_park
@@ -80,6 +88,45 @@ class AgentSession:
         self.metrics = metrics
         self.tracer = tracer
         self._frontend = frozenset(frontend_tools)
+        self._find_agent = find_agent
+        self.depth = depth
+        self.subagent_run_id = subagent_run_id
+        #: The context the agent runs with (set once it is built; subagents start from it).
+        self.context: RunContext
+
+    def find_agent(self, agent_id: str) -> Agent:
+        """The catalog agent ``agent_id`` (see ``AgentCatalog.get``).
+
+        Raises:
+            NotFoundError: no such agent, or no catalog to look in.
+            ServiceUnavailable: it cannot run.
+        """
+        if self._find_agent is None:
+            raise NotFoundError(f"unknown agent {agent_id!r}", code="AGENT_NOT_FOUND")
+        return self._find_agent(agent_id)
+
+    async def subagent(
+        self,
+        agent_id: str,
+        messages: Sequence[dict[str, Any]],
+        *,
+        parent_tool_call_id: str | None = None,
+    ) -> ToolResult:
+        """Run the catalog agent ``agent_id`` inside this run (``runtime.delegation``)."""
+        return await run_subagent(
+            self, agent_id, messages, parent_tool_call_id=parent_tool_call_id,
+            make_session=self._child,
+        )
+
+    def _child(self, events: SubagentEvents, agent: Agent) -> AgentSession:
+        """The session of a subagent: its own tools only (no frontend tools), one level
+        deeper, attributed to its invocation."""
+        return AgentSession(
+            events, agent, (), pending=self.pending, run=self.run,
+            tool_timeout=self.tool_timeout, defer_frontend=self.defer_frontend,
+            metrics=self.metrics, tracer=self.tracer, find_agent=self._find_agent,
+            depth=self.depth + 1, subagent_run_id=events.subagent_run_id,
+        )
 
     def emit(self, output: out.AgentOutput) -> None:
         """Send an output into the run (same as yielding it from ``Agent.run``)."""
@@ -179,6 +226,15 @@ class _Handle:
                 parsed = {}  # pragma: no mutate
             args = parsed if isinstance(parsed, dict) else {}
         server_tool = session.agent.server_tool(self.name)
+        if isinstance(server_tool, SubagentTool):
+            try:
+                messages = task_messages(args, session.events.new_id())
+            except InputError as exc:
+                return error_result(exc.message), "subagent"
+            result = await session.subagent(
+                server_tool.agent_id, messages, parent_tool_call_id=self.tool_call_id
+            )
+            return result, "subagent"
         if server_tool is not None:
             return await self._run_server_tool(server_tool, args), "server"
         if session.is_frontend_tool(self.name):

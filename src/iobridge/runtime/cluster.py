@@ -18,6 +18,7 @@ from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from iobridge.protocol.options import MultitaskStrategy
 from iobridge.runtime.replica_messages import Answer, RunCommand
 from iobridge.runtime.run import Run
 
@@ -32,6 +33,8 @@ class RemoteRun:
     run_id: str
     thread_id: str
     owner: str
+    #: The resource the run acts for (who else of its owner may see it).
+    resource_id: str
     #: The replica that drives the run (where commands go).
     replica: str
     #: Sequence numbers of the first retained and the last mirrored event.
@@ -41,18 +44,41 @@ class RemoteRun:
     ended: bool
 
 
+@dataclass(frozen=True, kw_only=True)
+class QueuedClaim:
+    """A run's place in the shared queue of a thread another run holds."""
+
+    owner: str
+    run_id: str
+    resource_id: str
+    thread_id: str
+    #: The claim's token (what the thread lock will hold once the run has it).
+    token: bytes
+
+
 class Coordinator(Protocol):
     """What the engine asks before, while and after it drives a run."""
 
     #: False when nothing is shared: the engine skips the steps that would cost a task.
     distributed: bool
 
-    async def claim(self, owner: str, run_id: str, resource_id: str, thread_id: str) -> None:
-        """Claim the runId and the thread for a run about to start.
+    async def claim(
+        self, owner: str, run_id: str, resource_id: str, thread_id: str,
+        *, strategy: MultitaskStrategy = "reject",
+    ) -> QueuedClaim | None:
+        """Claim the runId and the thread for a run about to start; ``None``: claimed.
+
+        A busy thread queues a run whose strategy does not reject (its place is returned;
+        ``wait_claim`` waits for it), and with ``interrupt``/``rollback`` the run that holds
+        it is told to stop.
 
         Raises:
-            ConflictError: ``RUN_ALREADY_RUNNING`` or ``THREAD_BUSY`` elsewhere.
+            ConflictError: ``RUN_ALREADY_RUNNING``, or ``THREAD_BUSY`` elsewhere.
+            TooManyRequests: the thread's queue is full (``TOO_MANY_QUEUED_RUNS``).
         """
+
+    async def wait_claim(self, place: QueuedClaim) -> None:
+        """Until the queued run has its thread claimed (it leaves the queue if cancelled)."""
 
     async def abandon(self, owner: str, run_id: str, resource_id: str, thread_id: str) -> None:
         """Undo a claim whose run did not start (its thread could not be read)."""
@@ -111,6 +137,9 @@ class Cluster(Coordinator, Protocol):
             ServiceUnavailable: the owner does not answer.
         """
 
+    async def thread_busy(self, resource_id: str, thread_id: str) -> bool:
+        """Whether a run on another replica holds the thread (or runs wait for it)."""
+
     async def remember_alias(self, owner: str, alias: bytes, run_id: str) -> None:
         """Share a transport's name for a run (an N-PAMP stream id), so any replica finds it."""
 
@@ -123,8 +152,14 @@ class LocalCluster:
 
     distributed = False
 
-    async def claim(self, owner: str, run_id: str, resource_id: str, thread_id: str) -> None:
+    async def claim(
+        self, owner: str, run_id: str, resource_id: str, thread_id: str,
+        *, strategy: MultitaskStrategy = "reject",
+    ) -> QueuedClaim | None:
         return None
+
+    async def wait_claim(self, place: QueuedClaim) -> None:
+        raise RuntimeError("a single process queues runs in its admission")
 
     async def abandon(self, owner: str, run_id: str, resource_id: str, thread_id: str) -> None:
         return None
@@ -164,6 +199,9 @@ class LocalCluster:
 
     async def ask(self, command: RunCommand) -> Answer | None:
         return None
+
+    async def thread_busy(self, resource_id: str, thread_id: str) -> bool:
+        return False
 
     async def remember_alias(self, owner: str, alias: bytes, run_id: str) -> None:
         return None

@@ -18,13 +18,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from iobridge.config import Settings
-from iobridge.errors import ConflictError, IobridgeError, NotFoundError
+from iobridge.errors import ConflictError, IobridgeError, NotFoundError, TooManyRequests
 from iobridge.observability.metrics import EngineSample, Metrics
 from iobridge.protocol.tool_results import ToolResult
-from iobridge.runtime.admission import Admission
+from iobridge.runtime.admission import Admission, StopRequest, Ticket
 from iobridge.runtime.cluster import Coordinator, LocalCluster
 from iobridge.runtime.execution import Execution
 from iobridge.runtime.pending import PendingRegistry
@@ -33,7 +34,9 @@ from iobridge.runtime.replica_messages import (
     AttachFollower,
     CancelRun,
     DetachFollower,
+    RoomForFollower,
     RunCommand,
+    StopRun,
     SubmitToolResult,
 )
 from iobridge.runtime.run import Run, RunKey
@@ -45,6 +48,11 @@ if TYPE_CHECKING:
     from iobridge.protocol.run_input import RunInput
     from iobridge.runtime.thread_memory import ThreadMemory
     from iobridge.store.base import Checkpoint, ThreadStore
+
+
+#: Seconds the readiness check answers 503 after a run's end write failed, unless another
+#: succeeds first; then traffic is let back in, and a failing store turns it 503 again.
+WRITE_FAILURE_HOLD = 10.0
 
 
 class Runtime:
@@ -78,15 +86,19 @@ class Runtime:
         self.checkpoints: ThreadStore | None = None
         #: Runs being continued from a checkpoint here (concurrent callers share one).
         self._reviving: dict[RunKey, asyncio.Task[Run]] = {}
+        #: Finds the catalog agents runs call as subagents; set by the Backend.
+        self.find_agent: Callable[[str], Agent] | None = None
         self.pending = PendingRegistry()
         self._runs: dict[RunKey, Run] = {}
         self._retained: OrderedDict[RunKey, float] = OrderedDict()
         self._retained_bytes = 0
         #: Which runs may start, and what the admitted ones hold until released.
-        self.admission = Admission(self.settings)
+        self.admission = Admission(self.settings, stop=self._stop_holder)
         self._detach_timers: dict[RunKey, asyncio.TimerHandle] = {}
         #: Events of concluded runs per agent (live runs' are read from their logs).
         self._events: dict[str, int] = {}
+        #: When a run's end write last failed (monotonic), until one succeeds again.
+        self._write_failed_at: float | None = None
         self.metrics.watch(self._sample)
 
     # -- starting ----------------------------------------------------------------------
@@ -100,21 +112,26 @@ class Runtime:
         owner: str,
         resource_id: str,
         tool_result_mode: ToolResultMode | None = None,
+        caller: str | None = None,
     ) -> Run:
         """Start the run (:meth:`Execution.start`); its events appear in ``run.log``.
 
         ``tool_result_mode`` is the transport's default frontend-tool mode (N-PAMP: results
         come in the next run); ``forwardedProps.toolResultMode`` and the agent's own win.
+        ``caller``: whom the run counts against per caller (default: ``owner``).
         """
         execution = Execution(
             self, run_input, options, agent, owner=owner, resource_id=resource_id,
-            tool_result_mode=tool_result_mode,
+            tool_result_mode=tool_result_mode, caller=caller,
         )
         return await execution.start()
 
-    async def revive(self, checkpoint: Checkpoint, agent: Agent) -> Run:
-        """Continue a run another process checkpointed (:meth:`Execution.revive`); callers
-        asking for the same run at once share one revival.
+    async def revive(
+        self, checkpoint: Checkpoint, agent: Agent, *, caller: str | None = None
+    ) -> Run:
+        """Continue a run another process checkpointed (:meth:`Execution.revive`), counted
+        against ``caller`` (default: its owner); callers asking for the same run at once
+        share one revival.
 
         Raises:
             ConflictError: another process took it over first, or its thread is busy.
@@ -126,7 +143,7 @@ class Runtime:
             return run
         task = self._reviving.get(key)
         if task is None:
-            execution = Execution.from_checkpoint(self, checkpoint, agent)
+            execution = Execution.from_checkpoint(self, checkpoint, agent, caller=caller)
             task = self._reviving[key] = asyncio.ensure_future(execution.revive())
             task.add_done_callback(lambda _: self._reviving.pop(key, None))
         return await asyncio.shield(task)
@@ -181,6 +198,18 @@ class Runtime:
         """The run is over (stored, released): keep it for resume within the bounds."""
         self._events[run.agent_id] = self._events.get(run.agent_id, 0) + run.log.last_seq
         self._retain(run)
+
+    def store_written(self, stored: bool) -> None:
+        """A run's end write settled: ``stored`` or failed (the readiness check reads it)."""
+        self._write_failed_at = None if stored else time.monotonic()
+
+    def writes_failing(self) -> bool:
+        """Whether the last run's end write failed within ``WRITE_FAILURE_HOLD`` seconds
+        (held, then probed again by traffic: recovery needs no restart)."""
+        failed = self._write_failed_at
+        if failed is not None and time.monotonic() - failed >= WRITE_FAILURE_HOLD:
+            self._write_failed_at = failed = None
+        return failed is not None
 
     # -- retention ---------------------------------------------------------------------
 
@@ -242,13 +271,21 @@ class Runtime:
 
     def act(self, command: RunCommand) -> Answer:
         """Act for another replica on one of this process's runs; errors become answers."""
+        if isinstance(command, StopRun):
+            return Answer(value=self.stop_run(
+                (command.owner, command.run), "rollback" if command.rollback else "interrupt"
+            ))
         try:
             run = self.get_run(command.owner, command.run)
+            if command.resources is not None and run.resource_id not in command.resources:
+                raise NotFoundError("unknown run", code="RUN_NOT_FOUND")
             match command:
                 case CancelRun():
                     return Answer(value=self.cancel(run))
                 case SubmitToolResult(call=call, result=result):
                     self.submit_tool_result(run, call, result)
+                case RoomForFollower():
+                    self.room_for_follower(run)
                 case AttachFollower():
                     self.attach(run)
                 case DetachFollower(grace=grace):
@@ -264,6 +301,38 @@ class Runtime:
         run.stop_reason = run.stop_reason or reason
         run.task.cancel()
         return True
+
+    def stop_run(self, key: RunKey, request: StopRequest) -> bool:
+        """A newer run on its thread stops this one (now, or once it began if it is still
+        starting); False if it is neither starting nor running."""
+        ticket = self.admission.starting(key)
+        if ticket is not None:
+            self.admission.stop_holder(ticket, request)
+            return True
+        run = self._runs.get(key)
+        if run is None or run.done:
+            return False
+        run.rollback = run.rollback or request == "rollback"
+        return self.cancel(run)
+
+    def _stop_holder(self, ticket: Ticket, request: StopRequest) -> None:
+        """Admission asks a thread's holder to stop: a run that is producing is cancelled
+        now (its stream ends ``outcome: cancelled``); one still starting stops once begun."""
+        run = self._runs.get(ticket.key)
+        if run is None or run.queued or run.done:
+            return
+        run.rollback = run.rollback or request == "rollback"
+        self.cancel(run)
+
+    def room_for_follower(self, run: Run) -> None:
+        """Check that one more client may follow ``run`` (its followers here and on other
+        replicas: theirs attach here too).
+
+        Raises:
+            TooManyRequests: it has ``max_followers_per_run`` (``TOO_MANY_FOLLOWERS``).
+        """
+        if run.subscribers >= self.settings.max_followers_per_run:
+            raise TooManyRequests("this run has too many followers", code="TOO_MANY_FOLLOWERS")
 
     def attach(self, run: Run) -> None:
         """A transport starts following the run."""

@@ -9,7 +9,8 @@ The steps are methods, in the order they run:
    begun, the task that drives it started;
 5. ``drive`` (that task) — what the client is shown of the thread, then ``produce``: the
    agent's outputs through the guard into the log;
-6. ``save`` — what it produced stored (with unanswered frontend calls closed);
+6. ``save`` — what it produced stored (with unanswered frontend calls closed); a run whose
+   end write fails ends ``RUN_ERROR STORE_UNAVAILABLE`` instead of RUN_FINISHED;
 7. ``release`` — its thread and runId freed, its terminal event released, the run retained.
 
 A failure in ``claim`` or ``read`` undoes what the steps before took (``refuse``); from
@@ -29,15 +30,10 @@ import orjson
 
 from iobridge.agents.context import Interrupted, Resume, RunContext
 from iobridge.agents.outputs import StepFinished
-from iobridge.errors import (
-    AgentError,
-    ConflictError,
-    NotFoundError,
-    PayloadTooLarge,
-    ServiceUnavailable,
-)
+from iobridge.errors import AgentError, ConflictError, IobridgeError, NotFoundError, PayloadTooLarge
 from iobridge.observability.logs import current_run
 from iobridge.protocol import events as ev
+from iobridge.protocol.events import encode_event
 from iobridge.protocol.messages import model_view
 from iobridge.protocol.options import parse_run_options
 from iobridge.protocol.run_input import RunInput
@@ -47,12 +43,13 @@ from iobridge.runtime.checkpoints import Checkpointer, CheckpointTooLarge, repla
 from iobridge.runtime.run import Run, RunKey
 from iobridge.runtime.run_events import RunEnded, RunEvents
 from iobridge.runtime.runlog import RunLog
-from iobridge.store.base import Checkpoint, is_outage
+from iobridge.store.base import Checkpoint, is_outage, outage_refusal
 
 if TYPE_CHECKING:
     from iobridge.agents.base import Agent
-    from iobridge.protocol.options import RunOptions, ToolResultMode
+    from iobridge.protocol.options import MultitaskStrategy, RunOptions, ToolResultMode
     from iobridge.runtime.admission import Ticket
+    from iobridge.runtime.cluster import QueuedClaim
     from iobridge.runtime.engine import Runtime
     from iobridge.runtime.thread_memory import RunMemory
 
@@ -62,8 +59,6 @@ logger = logging.getLogger("iobridge.runtime")
 
 #: Outputs an agent may produce before the engine yields to the event loop.
 YIELD_EVERY = 32
-#: Seconds a client is asked to wait (``Retry-After``) when the store does not answer.
-STORE_RETRY_AFTER = 5.0
 #: Why a run was stopped -> what its stored, unanswered frontend calls say.
 _UNANSWERED = {
     "cancelled": "the run was cancelled before the client answered",
@@ -89,6 +84,8 @@ class Execution:
         resource_id: The resource it acts for (its thread's owner).
         tool_result_mode: The transport's default frontend-tool mode;
             ``forwardedProps.toolResultMode`` and the agent's own win.
+        caller: Whom the run counts against in ``max_active_runs_per_principal``
+            (default: ``owner``).
     """
 
     def __init__(
@@ -101,6 +98,7 @@ class Execution:
         owner: str,
         resource_id: str,
         tool_result_mode: ToolResultMode | None = None,
+        caller: str | None = None,
     ) -> None:
         self.runtime = runtime
         self.input = run_input
@@ -109,14 +107,21 @@ class Execution:
         self.owner = owner
         self.resource_id = resource_id
         self.key: RunKey = (owner, run_input.run_id)
+        self.caller = owner if caller is None else caller
         self.mode: ToolResultMode = (
             options.tool_result_mode
             or agent.tool_result_mode
             or tool_result_mode
             or runtime.settings.tool_result_mode
         )
+        self.strategy: MultitaskStrategy = (
+            options.multitask_strategy
+            or agent.multitask_strategy
+            or runtime.settings.multitask_strategy
+        )
         self.memory: RunMemory | None = None
         self._ticket: Ticket | None = None
+        self._saved: asyncio.Future[None] | None = None
         self._claimed = False
         self._admitted = 0.0
         self._started = 0.0
@@ -134,30 +139,36 @@ class Execution:
     async def start(self) -> Run:
         """Admit, claim, read and begin the run; its events then appear in ``run.log``.
 
+        A run that waits for its thread (``enqueue``, or an interrupt waiting for the run it
+        stops) is returned at once, empty and ``queued``: its task waits, then claims, reads
+        and begins it; a failure meanwhile ends its log with RUN_ERROR and stores nothing.
+
         Raises:
-            TooManyRequests: an admission limit is reached (``TOO_MANY_RUNS``).
+            TooManyRequests: an admission limit is reached (``TOO_MANY_RUNS``), or the
+                thread's queue is full (``TOO_MANY_QUEUED_RUNS``).
             ConflictError: the runId is already running, or the thread is busy.
             ServiceUnavailable: the thread store does not answer (``STORE_UNAVAILABLE``).
             NotFoundError: a thread of another resource.
             InputError: a ``resume`` that does not answer the thread's open interrupts.
         """
         ticket = self.admit()
+        if ticket.turn is not None:
+            return self.queue(None)
         try:
-            await self.claim()
+            place = await self.claim()
+            if place is not None:
+                self.runtime.admission.unhold(ticket)
+                return self.queue(place)
             await self.read()
             base = self._durable_base()
         except BaseException as exc:
-            await self.refuse()
-            if isinstance(exc, Exception) and is_outage(exc):
-                logger.error("run %s: the thread store does not answer (%s: %s)",
-                             self.input.run_id, type(exc).__name__, exc)
-                raise ServiceUnavailable(
-                    "the thread store does not answer", code="STORE_UNAVAILABLE",
-                    retry_after=STORE_RETRY_AFTER,
-                ) from exc
-            raise
-        finally:
             self.runtime.admission.started(ticket)
+            await self.refuse()
+            error = _refusal(exc, self.input.run_id)
+            if error is exc:
+                raise
+            raise error from exc
+        self.runtime.admission.started(ticket)
         return self.begin(base)
 
     def _durable_base(self) -> bytes | None:
@@ -188,21 +199,29 @@ class Execution:
         return base
 
     def admit(self) -> Ticket:
-        """Step 1: count the run against the limits and mark its thread busy (nothing is
-        awaited, so two requests cannot both pass)."""
+        """Step 1: count the run against the limits and mark its thread busy, or queue the
+        run for it (nothing is awaited, so two requests cannot both pass)."""
         runtime = self.runtime
         self._ticket = runtime.admission.admit(
-            self.key, (self.resource_id, self.input.thread_id), live=runtime.is_live(self.key)
+            self.key, (self.resource_id, self.input.thread_id), live=runtime.is_live(self.key),
+            strategy=self.strategy, shared=runtime.cluster.distributed,
+            caller=self.caller,
         )
         self._admitted = time.perf_counter()
         return self._ticket
 
-    async def claim(self) -> None:
-        """Step 2: claim the runId and the thread across replicas."""
-        await self.runtime.cluster.claim(
-            self.owner, self.input.run_id, self.resource_id, self.input.thread_id
+    async def claim(self) -> QueuedClaim | None:
+        """Step 2: claim the runId and the thread across replicas (or queue for it)."""
+        place = await self.runtime.cluster.claim(
+            self.owner, self.input.run_id, self.resource_id, self.input.thread_id,
+            strategy=self.strategy,
         )
-        self._claimed = True
+        if place is None:
+            self._claimed = True
+            assert self._ticket is not None
+            if not self._ticket.holding:
+                self.runtime.admission.hold(self._ticket)
+        return place
 
     async def read(self) -> None:
         """Step 3: read the thread (ownership, history, state, interrupts); nothing is
@@ -222,35 +241,92 @@ class Execution:
                 self.owner, self.input.run_id, self.resource_id, self.input.thread_id
             )
 
+    def queue(self, place: QueuedClaim | None) -> Run:
+        """The run waits for its thread (here, or in the cluster's queue at ``place``): its
+        record is registered at once (so it can be followed and cancelled), its task waits."""
+        self.run = run = self._new_run()
+        run.queued = True
+        self.runtime.register(run)
+        run.task = asyncio.get_running_loop().create_task(
+            self._queued(place), name=f"run-{run.run_id}", context=_run_context(run)
+        )
+        return run
+
+    async def _queued(self, place: QueuedClaim | None) -> None:
+        """The task of a queued run: its turn, then the read and the run (or, if it is
+        cancelled or refused meanwhile, RUN_ERROR with nothing stored)."""
+        runtime, ticket = self.runtime, self._ticket
+        assert ticket is not None
+        try:
+            if place is None:
+                await runtime.admission.wait(ticket)
+            else:
+                await runtime.cluster.wait_claim(place)
+                self._claimed = True
+                runtime.admission.hold(ticket)
+            await self.read()
+            base = self._durable_base()
+        except BaseException as exc:
+            runtime.admission.started(ticket)
+            await asyncio.shield(self.refuse())
+            self._not_started(exc)
+            return
+        runtime.admission.started(ticket)
+        self.run.queued = False
+        self._begin_run(base)
+        self._saved = memory_start(self.memory)
+        await self.drive()
+
+    def _not_started(self, exc: BaseException) -> None:
+        """A queued run ends before it started: RUN_ERROR, the log closed, nothing stored."""
+        run = self.run
+        if isinstance(exc, asyncio.CancelledError):
+            message, code = "The run was cancelled before it started.", "RUN_CANCELLED"
+        else:
+            error = _refusal(exc, run.run_id)
+            if not isinstance(error, IobridgeError):
+                logger.error("queued run %s failed to start", run.run_id, exc_info=exc)
+                error = AgentError("The run could not start.", code="AGENT_ERROR")
+            message, code = error.message, error.code
+        run.log.append(encode_event(ev.run_error(message, code)))
+        run.log.close()
+        run.queued = False
+        self.runtime.retire(run)
+
+    def _new_run(self) -> Run:
+        runtime, run_input = self.runtime, self.input
+        return Run(
+            run_id=run_input.run_id, thread_id=run_input.thread_id, owner=self.owner,
+            resource_id=self.resource_id, agent_id=self.agent.id, options=self.options,
+            log=RunLog(max_bytes=runtime.settings.max_run_log_bytes),
+        )
+
     def begin(self, base: bytes | None = None) -> Run:
         """Step 4: build the run's parts, emit RUN_STARTED, begin writing the new messages
         and start the task that drives the run (``base``: checkpoint it)."""
-        runtime, memory = self.runtime, self.memory
-        run = self._parts()
-        if base is not None:
-            self._checkpointer(base=base, epoch=0)
-        runtime.register(run)
-        self.events.start()
-        runtime.cluster.started(run)
-        self._started = time.perf_counter()
-        runtime.metrics.run_started(self.agent.id, self._started - self._admitted)
-        # RUN_STARTED is in the log: the new messages are written while the agent works.
-        context = _run_context(run)
+        self.run = run = self._new_run()
+        self._begin_run(base)
         # Begun, not awaited: queued for the store's next commit (or done at once in memory).
-        self._saved = context.run(memory.save_start) if memory is not None else None
+        context = _run_context(run)
+        self._saved = context.run(memory_start, self.memory)
         run.task = asyncio.get_running_loop().create_task(
             self.drive(), name=f"run-{run.run_id}", context=context
         )
         return run
 
-    def _parts(self) -> Run:
-        """The run record, its event side, its agent session and the agent's context."""
-        runtime, run_input, memory = self.runtime, self.input, self.memory
-        self.run = run = Run(
-            run_id=run_input.run_id, thread_id=run_input.thread_id, owner=self.owner,
-            resource_id=self.resource_id, agent_id=self.agent.id, options=self.options,
-            log=RunLog(max_bytes=runtime.settings.max_run_log_bytes),
-        )
+    def _begin_run(self, base: bytes | None) -> None:
+        """The run's parts around ``self.run``, registered, RUN_STARTED in its log (``base``:
+        its checkpoint's, when it is durable)."""
+        self._parts()
+        if base is not None:
+            self._checkpointer(base=base, epoch=0)
+        self.runtime.register(self.run)
+        self.events.start()
+        self._live()
+
+    def _parts(self) -> None:
+        """The run's event side, its agent session and the agent's context."""
+        runtime, run_input, memory, run = self.runtime, self.input, self.memory, self.run
         # The client's state wins; without one the run continues from the thread's.
         state = run_input.state
         self.state_from_thread = state is None and memory is not None and memory.state is not None
@@ -267,10 +343,21 @@ class Execution:
             self.events, self.agent, [t["name"] for t in run_input.tools],
             pending=runtime.pending, run=self.key, tool_timeout=runtime.settings.tool_timeout,
             defer_frontend=self.mode == "next-run", metrics=runtime.metrics,
-            tracer=runtime.tracer,
+            tracer=runtime.tracer, find_agent=runtime.find_agent,
         )
-        self.context = self._agent_context(state)
-        return run
+        self.context = self.session.context = self._agent_context(state)
+
+    def _live(self) -> None:
+        """The registered run is announced to the cluster and counted; a newer run that
+        asked it to stop while it was starting stops it at once."""
+        runtime, run = self.runtime, self.run
+        runtime.cluster.started(run)
+        self._started = time.perf_counter()
+        runtime.metrics.run_started(self.agent.id, self._started - self._admitted)
+        assert self._ticket is not None
+        if self._ticket.stop is not None:
+            run.rollback = self._ticket.stop == "rollback"
+            run.stop_reason = "cancelled"
 
     def _checkpointer(
         self, *, base: bytes | None, epoch: int, written: int = 0, nbytes: int = 0
@@ -290,8 +377,11 @@ class Execution:
     # -- continuing a run another process checkpointed -------------------------------------
 
     @classmethod
-    def from_checkpoint(cls, runtime: Runtime, checkpoint: Checkpoint, agent: Agent) -> Execution:
-        """The execution that continues ``checkpoint``'s run in this process."""
+    def from_checkpoint(
+        cls, runtime: Runtime, checkpoint: Checkpoint, agent: Agent, *, caller: str | None = None
+    ) -> Execution:
+        """The execution that continues ``checkpoint``'s run in this process (``caller``:
+        whom it counts against in the admission limits, as when it started)."""
         base = checkpoint.base
         given = base["input"]
         run_input = RunInput(
@@ -301,9 +391,11 @@ class Execution:
         )
         execution = cls(
             runtime, run_input, parse_run_options(run_input.forwarded_props), agent,
-            owner=checkpoint.owner, resource_id=checkpoint.resource_id,
+            owner=checkpoint.owner, resource_id=checkpoint.resource_id, caller=caller,
         )
         execution.mode = base["mode"]
+        # The run had its thread: a run begun there since is not stopped for it, nor waited on.
+        execution.strategy = "reject"
         execution.revival = checkpoint
         return execution
 
@@ -312,6 +404,7 @@ class Execution:
         the events it had are in its log again, its frontend calls wait here.
 
         Raises:
+            TooManyRequests: an admission limit is reached (``TOO_MANY_RUNS``).
             ConflictError: another process took it over first, or its thread is busy.
             NotFoundError: it concluded already (its end is stored).
         """
@@ -342,7 +435,8 @@ class Execution:
         deadline = loop.time() + settings.owner_lost_seconds + settings.heartbeat_seconds
         while True:
             try:
-                await self.claim()
+                place = await self.claim()
+                assert place is None  # the strategy rejects: nothing is queued
                 return
             except ConflictError:
                 if not self.runtime.cluster.distributed or loop.time() > deadline:
@@ -377,7 +471,8 @@ class Execution:
         )
         if self.input.state is None:
             self.input = dataclasses.replace(self.input, state=self.memory.state)
-        run = self._parts()
+        self.run = run = self._new_run()
+        self._parts()
         events = self.events
         replay(events, checkpoint.events)
         for call_id, error in point.get("errors", {}).items():
@@ -396,12 +491,9 @@ class Execution:
             else:
                 runtime.pending.register(self.key, call["id"], call["name"])
         runtime.register(run)
-        runtime.cluster.started(run)
-        self._started = time.perf_counter()
-        self._saved = None
-        context = _run_context(run)
+        self._live()
         run.task = asyncio.get_running_loop().create_task(
-            self.drive(), name=f"run-{run.run_id}", context=context
+            self.drive(), name=f"run-{run.run_id}", context=_run_context(run)
         )
         logger.info("run %s continued from its %s checkpoint (epoch %d)",
                     run.run_id, checkpoint.phase, checkpoint.epoch + 1)
@@ -436,7 +528,7 @@ class Execution:
         assert self.memory is not None
         messages = model_view([*checkpoint.base["history"], *events.transcript.messages])
         self.memory.history = [dict(m) for m in messages]
-        self.context = self._agent_context(events.guard.shared_state)
+        self.context = self.session.context = self._agent_context(events.guard.shared_state)
 
     def _agent_context(self, state: Any) -> RunContext:
         """What the agent sees: the model's history, the request's tools and context."""
@@ -498,6 +590,8 @@ class Execution:
         cancelled or failed (every way out leaves a terminal event)."""
         events = self.events
         try:
+            if self.run.stop_reason is not None:
+                raise asyncio.CancelledError  # stopped before its agent began (a newer run)
             await self._outputs()
             events.finish()
         except RunEnded:
@@ -616,6 +710,10 @@ class Execution:
         try:
             cancelled = await self.save()
         finally:
+            if self.checkpoints is not None:
+                # Concluded here (stored, rolled back, or told it was not): the run must not
+                # be continued anywhere.
+                self.checkpoints.drop()
             cancelled = await self.release() or cancelled
         if cancelled:
             raise asyncio.CancelledError()
@@ -630,6 +728,13 @@ class Execution:
         if self._saved is not None:
             cancelled = await _settle(self._saved)
             _log_failure(self._saved, self.run)
+        if self.run.rollback and events.outcome == "cancelled":
+            # Rolled back by a newer run: what the start write stored goes, nothing else is.
+            undo = memory.rollback()
+            if undo is not None:
+                cancelled = await _settle(undo) or cancelled
+                _log_failure(undo, self.run)
+            return cancelled
         self._close_unanswered()
         write = memory.save_end(
             events.transcript.messages, finished=events.succeeded, failed=events.failed,
@@ -637,10 +742,10 @@ class Execution:
         )
         if write is not None:
             cancelled = await _settle(write) or cancelled
-            _log_failure(write, self.run)
-        if self.checkpoints is not None:
-            # Stored: the run is over and must not be continued anywhere.
-            self.checkpoints.drop()
+            stored = _log_failure(write, self.run)
+            self.runtime.store_written(stored)
+            if not stored:
+                events.not_stored()
         return cancelled
 
     async def suspend(self) -> None:
@@ -694,6 +799,20 @@ class Execution:
         return cancelled
 
 
+def memory_start(memory: RunMemory | None) -> asyncio.Future[None] | None:
+    """Begin storing the run's new messages (stateless: nothing to store)."""
+    return memory.save_start() if memory is not None else None
+
+
+def _refusal(exc: BaseException, run_id: str) -> BaseException:
+    """What a run that could not start answers: a store outage becomes 503, the rest as is."""
+    if isinstance(exc, Exception) and is_outage(exc):
+        logger.error("run %s: the thread store does not answer (%s: %s)",
+                     run_id, type(exc).__name__, exc)
+        return outage_refusal()
+    return exc
+
+
 def _run_context(run: Run) -> contextvars.Context:
     """A context for one of the run's tasks: its log records carry the run's ids."""
     context = contextvars.copy_context()
@@ -701,11 +820,19 @@ def _run_context(run: Run) -> contextvars.Context:
     return context
 
 
-def _log_failure(write: asyncio.Future[None], run: Run) -> None:
-    if not write.cancelled() and write.exception() is not None:
-        logger.error(
-            "could not store the messages of run %s", run.run_id, exc_info=write.exception()
-        )
+def _log_failure(write: asyncio.Future[Any], run: Run) -> bool:
+    """Log why ``write`` failed; True if it stored what it had to."""
+    if write.cancelled():
+        return False
+    error = write.exception()
+    if error is None:
+        return True
+    if is_outage(error):  # no stack trace for a store that is down or too slow
+        logger.error("could not store the messages of run %s (%s: %s)",
+                     run.run_id, type(error).__name__, error)
+    else:
+        logger.error("could not store the messages of run %s", run.run_id, exc_info=error)
+    return False
 
 
 async def _settle(task: asyncio.Future[Any]) -> bool:

@@ -1,8 +1,8 @@
 """What replicas send each other about runs, and the one codec they cross in (JSON).
 
 A request for a run another replica drives (a frontend tool's result, a cancel, a follower
-attaching or detaching, a follower asking for the log's mirror) goes to that replica as a
-:class:`Request` holding one :data:`RunCommand`; the owner acts on its run
+asking for room, attaching or detaching, a follower asking for the log's mirror) goes to
+that replica as a :class:`Request` holding one :data:`RunCommand`; the owner acts on its run
 (``Runtime.act``) and, when asked to, answers with a :class:`Reply` holding an
 :class:`Answer`: a value, or an error as its kind and code (``errors.ERROR_KINDS``), raised
 again on the asking side as it was raised on the owner.
@@ -27,7 +27,9 @@ __all__ = [
     "MirrorLog",
     "Reply",
     "Request",
+    "RoomForFollower",
     "RunCommand",
+    "StopRun",
     "SubmitToolResult",
     "decode_reply",
     "decode_request",
@@ -43,12 +45,23 @@ class _ForRun(_Message):
     #: The run's key on its owner: the principal that started it, and its runId.
     owner: str
     run: str
+    #: The resources the asking caller may act for (``None``: any); a run of another
+    #: resource is answered as missing.
+    resources: list[str] | None = None
 
 
 class CancelRun(_ForRun):
     """Stop the run; answered with whether it was still running."""
 
     op: Literal["cancel"] = "cancel"
+
+
+class StopRun(_ForRun):
+    """A newer run on the thread interrupts this one (``rollback``: and removes what it
+    stored); the run stops at once, or as soon as it began if it is still starting."""
+
+    op: Literal["stop"] = "stop"
+    rollback: bool = False
 
 
 class SubmitToolResult(_ForRun):
@@ -65,6 +78,13 @@ class AttachFollower(_ForRun):
     op: Literal["attach"] = "attach"
 
 
+class RoomForFollower(_ForRun):
+    """May one more client follow the run? Answered with an error when it has
+    ``max_followers_per_run`` followers already (the owner counts them, wherever they are)."""
+
+    op: Literal["room"] = "room"
+
+
 class DetachFollower(_ForRun):
     """That follower went away; ``grace`` overrides the detach grace (N-PAMP's resume)."""
 
@@ -79,7 +99,8 @@ class MirrorLog(_ForRun):
 
 
 RunCommand = Annotated[
-    CancelRun | SubmitToolResult | AttachFollower | DetachFollower | MirrorLog,
+    CancelRun | StopRun | SubmitToolResult | AttachFollower | DetachFollower | MirrorLog
+    | RoomForFollower,
     Field(discriminator="op"),
 ]
 

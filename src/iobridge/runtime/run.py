@@ -36,6 +36,11 @@ class Run:
     subscribers: int = 0
     #: When set, the run has been asked to stop and why ("cancelled", "disconnected").
     stop_reason: str | None = None
+    #: Waiting for the runs ahead of it on its thread (``multitaskStrategy: enqueue``, or
+    #: an interrupt waiting for the run it stops): its log is empty until it starts.
+    queued: bool = False
+    #: A newer run rolls this one back: stopped, what it stored is removed from the thread.
+    rollback: bool = False
     #: Token usage of the run's model requests (AG-UI ``TokenUsage`` entries, as on the
     #: terminal event), filled while the run goes.
     usage: list[dict[str, Any]] = field(default_factory=list)

@@ -32,6 +32,11 @@ def _new_id() -> str:
     return uuid.uuid4().hex
 
 
+def _unencodable_terminal() -> Event:
+    """What replaces a terminal event that cannot be encoded (a ``result`` nested too deep)."""
+    return ev.run_error("The run's terminal event could not be encoded.", "AGENT_ERROR")
+
+
 class RunEvents:
     """The event side of one run: outputs to guarded, encoded, logged events.
 
@@ -76,13 +81,7 @@ class RunEvents:
         self.deferred_calls: list[str] = []
         #: The error text of failed tool results, by call id (for a durable point).
         self.tool_errors: dict[str, str] = {}
-        self._text_id: str | None = None
-        #: The assistant message the current turn's text and tool calls belong to.
-        self._assistant_id: str | None = None
-        self._assistant_has_text = False
-        self._reasoning: tuple[str, str] | None = None
-        #: The run's last reasoning message (an encrypted value after its end belongs to it).
-        self._last_reasoning: str | None = None
+        self._reset_translation()
         self._terminal: bytes | None = None
         #: The run ended with RUN_FINISHED, not cancelled (a generated title is worth it).
         self.succeeded = False
@@ -94,6 +93,16 @@ class RunEvents:
         #: ``cancelled``, ``interrupt``), or ``error`` with RUN_ERROR's ``code``.
         self.outcome = "success"
         self.error_code: str | None = None
+
+    def _reset_translation(self) -> None:
+        """The state of turning outputs into events: what is open for the agent now."""
+        self._text_id: str | None = None
+        #: The assistant message the current turn's text and tool calls belong to.
+        self._assistant_id: str | None = None
+        self._assistant_has_text = False
+        self._reasoning: tuple[str, str] | None = None
+        #: The run's last reasoning message (an encrypted value after its end belongs to it).
+        self._last_reasoning: str | None = None
 
     # -- plumbing --------------------------------------------------------------------
 
@@ -107,7 +116,15 @@ class RunEvents:
             # What the guard closes on the way to RUN_ERROR was cut short: not persisted.
             self.transcript.seal(complete=False)
         for event in events:
-            data = encode_event(event)
+            try:
+                data = encode_event(event)
+            except TypeError:  # orjson: nested past its depth limit, or not JSON
+                if event["type"] not in ev.TERMINAL_TYPES:
+                    raise  # the agent fails; its RUN_ERROR is encoded below
+                # The guard has ended: without this the run would end with no terminal event.
+                event = _unencodable_terminal()
+                self.transcript.seal(complete=False)
+                data = encode_event(event)
             if has_nul_escape(data):
                 # U+0000 from the agent: replaced on the wire and in the transcript alike,
                 # so the thread can store what the client saw (no store holds U+0000).
@@ -149,11 +166,27 @@ class RunEvents:
         self.guard.annotate(metadata)
 
     def release_terminal(self) -> None:
-        """Append the held terminal event and close the log (the run is over)."""
+        """Append the held terminal event and close the log (the run is over); a run that
+        has none gets a last-resort RUN_ERROR, so every follower and resume sees one."""
         log = self.log
+        if self._terminal is None and not log.closed:
+            self._append([ev.run_error("The run ended without a terminal event.",
+                                       "AGENT_ERROR")])
         if self._terminal is not None and not log.closed:
             log.append(self._terminal)
         log.close()
+
+    def not_stored(self) -> None:
+        """What the run produced could not be stored: a held RUN_FINISHED becomes RUN_ERROR
+        ``STORE_UNAVAILABLE`` (a run is finished only if it was stored; a RUN_ERROR stays)."""
+        if self._terminal is None or self.failed:
+            return
+        self._terminal = encode_event(ev.run_error(
+            "what the run produced could not be stored", "STORE_UNAVAILABLE",
+            usage=self.usage or None,
+        ))
+        self.succeeded, self.failed = False, True
+        self.outcome, self.error_code = "error", "STORE_UNAVAILABLE"
 
     def start(self) -> None:
         """Emit RUN_STARTED."""
@@ -177,6 +210,7 @@ class RunEvents:
         """Translate one agent output into events."""
         # The hot path: one more delta of the open text message. Anything else, or a delta
         # it does not take, goes down the general path below, which gives the same events.
+        # It buys ~35 % of the server CPU per event of long replies (bench/load_runs.py A/B).
         if type(output) is str and self._text_id is not None:  # pragma: no mutate
             events = self.guard.feed_text_content(self._text_id, output)  # pragma: no mutate
             if events:
@@ -294,6 +328,10 @@ class RunEvents:
     def _close_open(self) -> None:
         self._close_reasoning()
         self._close_text()
+
+    def close_open(self) -> None:
+        """Close the open text and reasoning messages (an agent's turn is over)."""
+        self._close_open()
 
     def tool_result(self, call_id: str, result: ToolResult) -> None:
         """Emit TOOL_CALL_RESULT; the next text starts a new assistant message."""

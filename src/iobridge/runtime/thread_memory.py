@@ -23,6 +23,12 @@ again; it still stores the state the client was shown.
 ``forwardedProps.messagesSnapshot: true`` also reads the whole thread, for a
 MESSAGES_SNAPSHOT right after RUN_STARTED (a reloaded AG-UI client gets its history back); on
 an existing thread, a run whose input brings no new user or tool message only hydrates.
+
+Every store call made for a run is bounded by ``timeout`` (``store_timeout_seconds``): the
+read in ``begin`` raises ``TimeoutError`` past it (the run is refused with 503
+``STORE_UNAVAILABLE``), and a write not settled within it fails with ``TimeoutError`` and is
+withdrawn (a write the store has not begun is never made; one it began is one transaction,
+rolled back when the SQL store gives it up).
 """
 
 from __future__ import annotations
@@ -30,9 +36,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from iobridge.agents.base import Agent
 from iobridge.errors import InputError, NotFoundError
@@ -40,7 +47,7 @@ from iobridge.protocol.interrupts import check_resume, next_record
 from iobridge.protocol.messages import answered_call, merge_incoming, model_view, window
 from iobridge.protocol.run_limits import DEFAULT_MAX_INTERRUPT_BYTES
 from iobridge.protocol.text import reject_nul
-from iobridge.store.base import Carryover, normalize_messages
+from iobridge.store.base import Carryover, RunRead, normalize_messages, replace_from_error
 
 if TYPE_CHECKING:
     from iobridge.observability.metrics import Metrics
@@ -104,6 +111,11 @@ class RunMemory(Protocol):
         """
         ...
 
+    def rollback(self) -> asyncio.Future[int] | None:
+        """Begin removing what the run stored (after ``save_start`` settled): a newer run
+        rolled it back (``multitaskStrategy: rollback``). ``None``: nothing stored."""
+        ...
+
 
 class ThreadMemory(Protocol):
     """Persistence of the run engine; without one the engine is stateless."""
@@ -135,7 +147,8 @@ def title_from(messages: Sequence[dict[str, Any]]) -> str | None:
             continue
         if len(text) <= TITLE_LENGTH:
             return text
-        cut = text[:TITLE_LENGTH].rsplit(" ", 1)[0]
+        head = text[: TITLE_LENGTH + 1]  # one more: a space there ends a word that fits
+        cut = head.rsplit(" ", 1)[0] if " " in head else text[:TITLE_LENGTH]
         return cut + "…"
     return None
 
@@ -158,6 +171,8 @@ class _StoreRun:
     titler: Titler | None
     context: list[dict[str, Any]]
     metrics: Metrics | None = None
+    #: Seconds each write may take before it fails (``None``: unbounded).
+    timeout: float | None = None
     snapshot: list[dict[str, Any]] | None = None
     hydrate_only: bool = False
     state: Any = None
@@ -208,6 +223,13 @@ class _StoreRun:
             return asyncio.ensure_future(self._titled_write(titler, messages, produced, carryover))
         return self._write(messages, self.title, carryover)
 
+    def rollback(self) -> asyncio.Future[int] | None:
+        started = self._started
+        if started is None or not started.done() or started.cancelled() or started.exception():
+            return None
+        ids = [m["id"] for m in self.incoming]
+        return asyncio.ensure_future(self.store.delete_messages(self.thread_id, ids))
+
     async def _titled_write(
         self,
         titler: Titler,
@@ -255,14 +277,14 @@ class _StoreRun:
         carryover: Carryover | None = None,
     ) -> asyncio.Future[None]:
         begun = time.perf_counter()
-        write = self.store.start_write_for_run(
+        write = _within(self.timeout, self.store.start_write_for_run(
             self.thread_id,
             resource_id=self.resource_id,
             agent_id=self.agent_id,
             messages=messages,
             title=title,
             carryover=carryover,
-        )
+        ))
         metrics = self.metrics
         if metrics is not None:
             def timed(done: asyncio.Future[None]) -> None:
@@ -279,16 +301,50 @@ class _StoreRun:
 class StoreMemory:
     """``ThreadMemory`` over a ``ThreadStore``; a threadId is never a credential.
 
-    With ``metrics``, the run's reads and writes are timed (``iobridge_store_operation_seconds``).
+    With ``metrics``, the run's reads and writes are timed (``iobridge_store_operation_seconds``);
+    ``timeout`` bounds each of them in seconds (``None``: unbounded).
     """
 
     def __init__(
-        self, store: ThreadStore, metrics: Metrics | None = None, *,
+        self,
+        store: ThreadStore,
+        metrics: Metrics | None = None,
+        *,
         max_interrupt_bytes: int = DEFAULT_MAX_INTERRUPT_BYTES,
+        max_branches: int = 32,
+        diverging: Literal["merge", "branch"] = "merge",
+        timeout: float | None = None,
     ) -> None:
         self.store = store
         self.metrics = metrics
         self.max_interrupt_bytes = max_interrupt_bytes
+        self.max_branches = max_branches
+        self.diverging = diverging
+        self.timeout = timeout
+
+    async def _omitted(self, run_input: RunInput, read: RunRead) -> str | None:
+        """With ``diverging_history = "branch"``: the first stored message a whole-history
+        client left out, if the stored ones it sent are the thread's first ones in order
+        and it omits the rest (a regenerate); ``None`` for any other history."""
+        stored = [m["id"] for m in await self.store.list_messages(run_input.thread_id)]
+        sent = [m["id"] for m in run_input.messages if m.get("id") in read.stored_ids]
+        if len(sent) < len(stored) and sent == stored[: len(sent)]:
+            return str(stored[len(sent)])
+        return None
+
+    async def _read(self, run_input: RunInput, options: RunOptions) -> RunRead:
+        messages = run_input.messages
+        begun = time.perf_counter()
+        read = await self.store.read_for_run(
+            run_input.thread_id,
+            message_ids=[m["id"] for m in messages if isinstance(m.get("id"), str)],
+            tool_call_ids=[c for m in messages if (c := answered_call(m)) is not None],
+            last_n=options.memory.last_messages,
+            first_user=options.memory.generate_title,
+        )
+        if self.metrics is not None:
+            self.metrics.store_operation("read_for_run", time.perf_counter() - begun)
+        return read
 
     def revive(
         self, view: dict[str, Any], *, thread_id: str, resource_id: str, agent: Agent,
@@ -299,8 +355,8 @@ class StoreMemory:
             read_only=bool(view["readOnly"]), incoming=list(view["incoming"]),
             title=view["title"], history=history,
             titler=agent.title if type(agent).title is not Agent.title else None,
-            context=list(view["context"]), metrics=self.metrics, state=view["state"],
-            record=view["record"], resume=list(view["resume"]),
+            context=list(view["context"]), metrics=self.metrics, timeout=self.timeout,
+            state=view["state"], record=view["record"], resume=list(view["resume"]),
             answered=list(view["answered"]),
         )
 
@@ -313,19 +369,19 @@ class StoreMemory:
             NotFoundError: the thread belongs to another resource (answered as missing).
             InputError: a new message cannot be stored (``INVALID_MESSAGE``; nothing stored),
                 or ``resume`` does not answer the open interrupts (``INTERRUPT_*`` codes).
+            TimeoutError: the store did not answer within ``timeout``.
         """
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await self._begin(run_input, options, resource_id, agent)
+        except TimeoutError as exc:
+            raise TimeoutError(f"the store did not answer within {self.timeout} s") from exc
+
+    async def _begin(
+        self, run_input: RunInput, options: RunOptions, resource_id: str, agent: Agent
+    ) -> RunMemory:
         memory = options.memory
-        messages = run_input.messages
-        begun = time.perf_counter()
-        read = await self.store.read_for_run(
-            run_input.thread_id,
-            message_ids=[m["id"] for m in messages if isinstance(m.get("id"), str)],
-            tool_call_ids=[c for m in messages if (c := answered_call(m)) is not None],
-            last_n=memory.last_messages,
-            first_user=memory.generate_title,
-        )
-        if self.metrics is not None:
-            self.metrics.store_operation("read_for_run", time.perf_counter() - begun)
+        read = await self._read(run_input, options)
         thread = read.thread
         if thread is not None and thread.resource_id != resource_id:
             raise NotFoundError("thread not found", code="THREAD_NOT_FOUND")
@@ -333,7 +389,20 @@ class StoreMemory:
         resume, answered = check_resume(
             record, run_input.resume, max_bytes=self.max_interrupt_bytes
         )
-        incoming = merge_incoming(read.stored_ids, read.answered, messages)
+        replace_from = options.replace_from
+        if replace_from is None and self.diverging == "branch" and read.stored_ids:
+            replace_from = await self._omitted(run_input, read)
+        if replace_from is not None:
+            # Regenerate / edit: the one write before RUN_STARTED, once the run is checked;
+            # the model then sees the new branch only.
+            if thread is None or memory.read_only:
+                raise replace_from_error(replace_from)
+            await self.store.fork_branch(
+                run_input.thread_id, replace_from, f"b-{uuid.uuid4().hex[:16]}",
+                max_branches=self.max_branches,
+            )
+            read = await self._read(run_input, options)
+        incoming = merge_incoming(read.stored_ids, read.answered, run_input.messages)
         normalize_messages(incoming)
         title = None
         first = [read.first_user] if read.first_user is not None else []
@@ -358,6 +427,7 @@ class StoreMemory:
             titler=agent.title if type(agent).title is not Agent.title else None,
             context=[*first, *(m for m in read.window if m.get("id") not in first_ids)],
             metrics=self.metrics,
+            timeout=self.timeout,
             snapshot=snapshot,
             hydrate_only=snapshot is not None
             and thread is not None
@@ -368,3 +438,35 @@ class StoreMemory:
             resume=resume,
             answered=answered,
         )
+
+
+def _within(timeout: float | None, write: asyncio.Future[None]) -> asyncio.Future[None]:
+    """``write``, failed with ``TimeoutError`` (and withdrawn: cancelled) if it has not
+    settled within ``timeout`` seconds. No task: a timer and a callback."""
+    if timeout is None or write.done():
+        return write
+    loop = asyncio.get_running_loop()
+    bounded: asyncio.Future[None] = loop.create_future()
+
+    def expire() -> None:
+        if not bounded.done():
+            bounded.set_exception(
+                TimeoutError(f"the store did not answer within {timeout} s")
+            )
+            write.cancel()
+
+    timer = loop.call_later(timeout, expire)
+
+    def settled(done: asyncio.Future[None]) -> None:
+        timer.cancel()
+        if bounded.done():
+            return
+        if done.cancelled():
+            bounded.cancel()
+        elif (error := done.exception()) is not None:
+            bounded.set_exception(error)
+        else:
+            bounded.set_result(None)
+
+    write.add_done_callback(settled)
+    return bounded

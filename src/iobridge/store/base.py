@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from iobridge.errors import ConflictError, InputError, NotFoundError
+from iobridge.errors import ConflictError, InputError, NotFoundError, ServiceUnavailable
 from iobridge.protocol.messages import answered_call, window
 from iobridge.protocol.text import MAX_ID_LENGTH, reject_nul, validate_id
 
@@ -48,6 +48,7 @@ __all__ = [
     "format_timestamp",
     "is_outage",
     "normalize_messages",
+    "outage_refusal",
     "utc_now",
     "validate_id",
 ]
@@ -81,6 +82,8 @@ class Thread:
     state: Any = None
     #: The interrupt record of the thread (see ``Carryover``), ``None`` when there is none.
     interrupts: Mapping[str, Any] | None = None
+    #: The branch the thread's messages are (``None``: it never branched, ``MAIN_BRANCH``).
+    current_branch: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The API shape: camelCase, ISO-8601 UTC with ``Z``, absent ``agentId`` omitted."""
@@ -105,6 +108,47 @@ class Carryover:
 
     state: Any = None
     interrupts: Mapping[str, Any] | None = None
+
+
+#: The id of a thread's first branch (the one it has before any ``replaceFrom``).
+MAIN_BRANCH = "main"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Branch:
+    """One version of a thread's conversation: the current one is the thread's messages; an
+    earlier one was replaced from ``from_message_id`` on (a regenerate or an edit)."""
+
+    id: str
+    #: The message the branch was started at (``None``: the thread's first branch).
+    from_message_id: str | None
+    created_at: datetime
+    current: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "fromMessageId": self.from_message_id,
+                "createdAt": format_timestamp(self.created_at), "current": self.current}
+
+
+def common_prefix(current: Sequence[str], target: Sequence[str]) -> int:
+    """How many leading message ids two branches share (what a switch keeps in place)."""
+    shared = 0
+    for a, b in zip(current, target, strict=False):
+        if a != b:
+            break
+        shared += 1
+    return shared
+
+
+def replace_from_error(message_id: str) -> InputError:
+    return InputError(
+        f"replaceFrom {message_id!r} is not a message of the thread's current branch",
+        code="INVALID_REPLACE_FROM",
+    )
+
+
+def too_many_branches(limit: int) -> InputError:
+    return InputError(f"the thread has {limit} branches already", code="TOO_MANY_BRANCHES")
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,6 +436,40 @@ class ThreadStore(ABC):
             InputError: a message lacks a valid ``id`` or ``role``; nothing is stored.
         """
 
+    @abstractmethod
+    async def fork_branch(
+        self, thread_id: str, from_message_id: str, branch_id: str, *, max_branches: int
+    ) -> Branch:
+        """Start a new current branch at ``from_message_id``: the current branch (whole)
+        becomes an earlier branch, and the thread keeps only the messages before that one.
+        One transaction.
+
+        Raises:
+            NotFoundError: no such thread.
+            InputError: the message is not in the current branch (``INVALID_REPLACE_FROM``),
+                or the thread has ``max_branches`` already (``TOO_MANY_BRANCHES``).
+        """
+
+    @abstractmethod
+    async def list_branches(self, thread_id: str) -> list[Branch]:
+        """The thread's branches, oldest first (one, ``MAIN_BRANCH``, if it never branched)."""
+
+    @abstractmethod
+    async def branch_messages(self, thread_id: str, branch_id: str) -> list[StoredMessage] | None:
+        """A branch's messages, oldest first (``None``: no such branch)."""
+
+    @abstractmethod
+    async def switch_branch(self, thread_id: str, branch_id: str) -> bool:
+        """Make ``branch_id`` the current branch (its messages the thread's); one
+        transaction. False: no such branch."""
+
+    @abstractmethod
+    async def delete_messages(self, thread_id: str, message_ids: Collection[str]) -> int:
+        """Remove these messages from the thread (a rolled-back run's); how many were.
+
+        Touches ``updated_at`` when anything was removed. Unknown ids are skipped.
+        """
+
     async def read_for_run(
         self,
         thread_id: str,
@@ -536,6 +614,19 @@ def is_outage(exc: BaseException) -> bool:
     """Whether ``exc`` says the store cannot be reached (rather than a bug or bad input):
     :class:`StoreUnavailable`, or a socket's ``OSError`` or ``TimeoutError``."""
     return isinstance(exc, OSError | TimeoutError)
+
+
+#: Seconds a refused client is told to wait (``Retry-After``) when the store does not answer.
+STORE_RETRY_AFTER = 5.0
+
+
+def outage_refusal() -> ServiceUnavailable:
+    """What a request answers when the store did not (:func:`is_outage`): 503
+    ``STORE_UNAVAILABLE``, the same on every route, before any stream."""
+    return ServiceUnavailable(
+        "the thread store does not answer", code="STORE_UNAVAILABLE",
+        retry_after=STORE_RETRY_AFTER,
+    )
 
 
 def check_thread_ids(thread_id: str, resource_id: str, agent_id: str | None) -> None:

@@ -16,6 +16,8 @@ import orjson
 
 from iobridge.errors import ConflictError, InputError, NotFoundError
 from iobridge.store.base import (
+    MAIN_BRANCH,
+    Branch,
     Carryover,
     Clock,
     StoredMessage,
@@ -24,9 +26,12 @@ from iobridge.store.base import (
     check_limit,
     check_thread_ids,
     check_thread_text,
+    common_prefix,
     decode_cursor,
     encode_cursor,
     encode_messages,
+    replace_from_error,
+    too_many_branches,
     utc_now,
 )
 
@@ -58,6 +63,9 @@ class MemoryThreadStore(ThreadStore):
         self._messages: dict[str, list[dict[str, Any]]] = {}
         #: Append time of each message, parallel to ``_messages``.
         self._times: dict[str, list[datetime]] = {}
+        #: Each thread's branches once it branched: id -> (record, its messages while it is
+        #: not the current one).
+        self._branches: dict[str, dict[str, tuple[Branch, list[StoredMessage] | None]]] = {}
 
     async def get_thread(self, thread_id: str) -> Thread | None:
         return self._threads.get(thread_id)
@@ -121,8 +129,97 @@ class MemoryThreadStore(ThreadStore):
         self._threads[thread_id] = replace(thread, title=title)
         return True
 
+    def _live(self, thread_id: str) -> list[StoredMessage]:
+        return [StoredMessage(_copy(m), t) for m, t in
+                zip(self._messages[thread_id], self._times[thread_id], strict=True)]
+
+    def _set_live(self, thread_id: str, kept: int, added: list[StoredMessage]) -> None:
+        self._messages[thread_id][kept:] = [_copy(s.message) for s in added]
+        self._times[thread_id][kept:] = [s.created_at for s in added]
+
+    async def fork_branch(
+        self, thread_id: str, from_message_id: str, branch_id: str, *, max_branches: int
+    ) -> Branch:
+        thread = self._require(thread_id)
+        at = next((i for i, m in enumerate(self._messages[thread_id])
+                   if m["id"] == from_message_id), None)
+        if at is None:
+            raise replace_from_error(from_message_id)
+        known = self._branches.setdefault(thread_id, {})
+        if max(len(known), 1) >= max_branches:
+            raise too_many_branches(max_branches)
+        current = thread.current_branch or MAIN_BRANCH
+        record = known[current][0] if current in known else Branch(
+            id=MAIN_BRANCH, from_message_id=None, created_at=thread.created_at, current=True)
+        known[current] = (replace(record, current=False), self._live(thread_id))
+        now = self._clock()
+        branch = Branch(id=branch_id, from_message_id=from_message_id, created_at=now,
+                        current=True)
+        known[branch_id] = (branch, None)
+        self._set_live(thread_id, at, [])
+        self._threads[thread_id] = replace(thread, current_branch=branch_id, updated_at=now)
+        return branch
+
+    async def list_branches(self, thread_id: str) -> list[Branch]:
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            return []
+        known = self._branches.get(thread_id)
+        if not known:
+            return [Branch(id=MAIN_BRANCH, from_message_id=None, created_at=thread.created_at,
+                           current=True)]
+        return sorted((b for b, _ in known.values()), key=lambda b: (b.created_at, b.id))
+
+    async def branch_messages(self, thread_id: str, branch_id: str) -> list[StoredMessage] | None:
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            return None
+        if branch_id == (thread.current_branch or MAIN_BRANCH):
+            return self._live(thread_id)
+        entry = self._branches.get(thread_id, {}).get(branch_id)
+        return None if entry is None else [
+            StoredMessage(_copy(s.message), s.created_at) for s in entry[1] or []]
+
+    async def switch_branch(self, thread_id: str, branch_id: str) -> bool:
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            return False
+        current = thread.current_branch or MAIN_BRANCH
+        known = self._branches.get(thread_id, {})
+        if branch_id == current:
+            return True
+        if branch_id not in known:
+            return False
+        live = self._live(thread_id)
+        target = known[branch_id][1] or []
+        shared = common_prefix([s.message["id"] for s in live],
+                               [s.message["id"] for s in target])
+        known[current] = (replace(known[current][0], current=False), live)
+        known[branch_id] = (replace(known[branch_id][0], current=True), None)
+        self._set_live(thread_id, shared, target[shared:])
+        self._threads[thread_id] = replace(thread, current_branch=branch_id,
+                                           updated_at=self._clock())
+        return True
+
+    async def delete_messages(self, thread_id: str, message_ids: Collection[str]) -> int:
+        stored = self._messages.get(thread_id)
+        if not stored or not message_ids:
+            return 0
+        gone = set(message_ids)
+        kept = [(m, t) for m, t in zip(stored, self._times[thread_id], strict=True)
+                if m["id"] not in gone]
+        removed = len(stored) - len(kept)
+        if removed:
+            self._messages[thread_id] = [m for m, _ in kept]
+            self._times[thread_id] = [t for _, t in kept]
+            self._threads[thread_id] = replace(
+                self._threads[thread_id], updated_at=self._clock()
+            )
+        return removed
+
     async def delete_thread(self, thread_id: str) -> bool:
         self._messages.pop(thread_id, None)
+        self._branches.pop(thread_id, None)
         self._times.pop(thread_id, None)
         return self._threads.pop(thread_id, None) is not None
 

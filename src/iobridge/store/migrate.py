@@ -122,9 +122,14 @@ async def upgrade(database_url: str) -> None:
 
 
 async def open_store(
-    database_url: str, *, migrate: bool = True, clock: Clock = utc_now
+    database_url: str,
+    *,
+    migrate: bool = True,
+    clock: Clock = utc_now,
+    timeout: float | None = None,
 ) -> ThreadStore:
-    """Open the store at ``database_url``, migrating it to head first unless told not to.
+    """Open the store at ``database_url``, migrating it to head first unless told not to;
+    ``timeout`` bounds each of the SQL store's reads and transactions (not the migration).
 
     ``sqlite:///path.db`` and ``postgresql+asyncpg://…`` give a ``SqlThreadStore``;
     ``memory://`` gives a ``MemoryThreadStore``.
@@ -138,4 +143,4 @@ async def open_store(
         except BaseException:
             await _dispose(engine)
             raise
-    return SqlThreadStore(engine, clock=clock)
+    return SqlThreadStore(engine, clock=clock, timeout=timeout)

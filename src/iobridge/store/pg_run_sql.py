@@ -45,7 +45,7 @@ _READ_MANY = (
     text(
         """
 SELECT t.id, t.resource_id, t.agent_id, t.title, t.metadata, t.created_at, t.updated_at,
-       t.state, t.interrupts,
+       t.state, t.interrupts, t.current_branch,
        (SELECT json_agg(m.message_id) FROM iobridge_messages m
          WHERE m.thread_id = t.id AND m.message_id = ANY(r.ids)) AS stored_ids,
        (SELECT json_agg(m.tool_call_id) FROM iobridge_messages m

@@ -27,7 +27,7 @@ from sqlalchemy import (
 )
 
 __all__ = [
-    "ID_LENGTH", "UTCDateTime", "checkpoints", "messages", "metadata",
+    "ID_LENGTH", "UTCDateTime", "branches", "checkpoints", "messages", "metadata",
     "run_tool_results", "threads",
 ]
 
@@ -71,6 +71,8 @@ threads = Table(
     # Revision 0002: what the last run left for the next (``store.base.Carryover``).
     Column("state", JSON(none_as_null=True), nullable=True),
     Column("interrupts", JSON(none_as_null=True), nullable=True),
+    # Revision 0004: the branch the thread's messages are (NULL: it never branched).
+    Column("current_branch", String(ID_LENGTH), nullable=True),
     Index("ix_iobridge_threads_resource_updated", "resource_id", "updated_at", "id"),
     Index("ix_iobridge_threads_updated", "updated_at", "id"),
 )
@@ -95,7 +97,25 @@ messages = Table(
     Index("ix_iobridge_messages_tool_call", "thread_id", "tool_call_id"),
 )
 
-# Revision 0003: durable runs (``store.base.Checkpoint``). ``base`` is written once,
+#: Revision 0004: a thread's branches; ``messages`` holds a branch's messages while it is not
+#: the current one (``[{"message", "createdAt"}, ...]``; NULL while it is current).
+branches = Table(
+    "iobridge_branches",
+    metadata,
+    Column(
+        "thread_id",
+        String(ID_LENGTH),
+        ForeignKey("iobridge_threads.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("id", String(ID_LENGTH), nullable=False),
+    Column("from_message_id", String(ID_LENGTH), nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("messages", JSON(none_as_null=True), nullable=True),
+    PrimaryKeyConstraint("thread_id", "id", name="pk_iobridge_branches"),
+)
+
+# Revision 0005: durable runs (``store.base.Checkpoint``). ``base`` is written once,
 # ``point`` at each durable point; ``events`` holds the encoded events up to the point, each
 # ended by a newline, appended to at each point (``events || :segment``).
 checkpoints = Table(

@@ -9,6 +9,12 @@ executor runs them without blocking the event loop:
   driver's thread (~100 hops per run, which cost more than the queries).
 * PostgreSQL (``AsyncExecutor``): the asyncpg engine, the function driven by ``run_sync``.
 
+Each read and each transaction is bounded by the executor's ``timeout`` (the
+``store_timeout_seconds`` setting): past it the caller gets ``TimeoutError`` (an outage, see
+``store.base.is_outage``). On PostgreSQL the stalled connection is cancelled with it, so it
+rolls back and leaves the pool (a stalled server holds no reader for good); a SQLite worker
+thread cannot be stopped, only stopped waiting for (its busy timeout bounds it).
+
 Both group concurrent reads (``_BatchedReads``): a few connections answer a burst of reads
 in batches, so the pool never overflows into new connections under load; reads of one kind
 in a batch may be answered together (``ReadMany``: the runs' reads of their threads).
@@ -17,7 +23,8 @@ in a batch may be answered together (``ReadMany``: the runs' reads of their thre
 the next one (group commit), so N concurrent runs cost about one commit, and SQLite never
 sleeps in its busy handler for our own writes; a ``Combine`` may merge a batch's jobs into
 fewer statements (the run writes, ``run_batches.write_batch``). If a batch fails its
-jobs run again one transaction each, so one bad job (a conflicting insert) fails alone. The
+jobs run again one transaction each, so one bad job (a conflicting insert) fails alone (a
+batch that timed out fails whole: the store is not answering). The
 queue is bounded: a caller waits for room rather than memory growing.
 """
 
@@ -125,8 +132,10 @@ class _BatchedReads(SqlExecutor):
     the pool overflowed).
     """
 
-    def __init__(self, readers: int) -> None:
+    def __init__(self, readers: int, timeout: float | None = None) -> None:
         self._readers = readers
+        #: Seconds a read or a transaction may take (``None``: unbounded).
+        self.timeout = timeout
         self._queued: list[tuple[Callable[[Connection], Any], asyncio.Future[Any]]] = []
         self._reading = 0  # batches out with readers
 
@@ -137,7 +146,8 @@ class _BatchedReads(SqlExecutor):
         if self._reading < self._readers:
             self._dispatch(loop)
         try:
-            return await future
+            async with asyncio.timeout(self.timeout):
+                return await future
         except Exception as exc:
             outage = _unavailable(exc)
             if outage is None:
@@ -245,10 +255,13 @@ class ThreadExecutor(_BatchedReads):
         engine: Reads use ``engine``; writes use ``writer`` (one connection at a time).
         writer: The same engine with the write-transaction execution option.
         readers: Threads serving reads at once.
+        timeout: Seconds a read or a transaction is waited for (``None``: unbounded).
     """
 
-    def __init__(self, engine: Engine, writer: Engine, *, readers: int = 2) -> None:
-        super().__init__(readers)
+    def __init__(
+        self, engine: Engine, writer: Engine, *, readers: int = 2, timeout: float | None = None
+    ) -> None:
+        super().__init__(readers, timeout)
         self.engine, self._writer = engine, writer
         self._reads = ThreadPoolExecutor(readers, thread_name_prefix="iobridge-sql-read")
         self._writes = ThreadPoolExecutor(1, thread_name_prefix="iobridge-sql-write")
@@ -279,7 +292,8 @@ class ThreadExecutor(_BatchedReads):
 
     async def _transaction(self, jobs: list[Job]) -> list[Any]:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._writes, self._commit, jobs)
+        async with asyncio.timeout(self.timeout):
+            return await loop.run_in_executor(self._writes, self._commit, jobs)
 
     def _commit(self, jobs: list[Job]) -> list[Any]:
         with self._writer.begin() as conn:
@@ -298,10 +312,19 @@ class AsyncExecutor(_BatchedReads):
         engine: Reads use ``engine``; writes use ``writer``.
         writer: The same engine with the write-transaction execution option.
         readers: Connections serving reads at once (size the pool above this plus one).
+        timeout: Seconds a read batch or a transaction may take, connecting included
+            (``None``: unbounded); a stalled one is cancelled.
     """
 
-    def __init__(self, engine: AsyncEngine, writer: AsyncEngine, *, readers: int = 4) -> None:
-        super().__init__(readers)
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        writer: AsyncEngine,
+        *,
+        readers: int = 4,
+        timeout: float | None = None,
+    ) -> None:
+        super().__init__(readers, timeout)
         self.engine, self._writer = engine, writer
         self._batches: set[asyncio.Task[None]] = set()
 
@@ -323,7 +346,7 @@ class AsyncExecutor(_BatchedReads):
         freed: Callable[[], None],
     ) -> None:
         try:
-            async with self.engine.connect() as conn:
+            async with asyncio.timeout(self.timeout), self.engine.connect() as conn:
                 # Delivered before the connection's release (its ROLLBACK is a round trip).
                 deliver(await conn.run_sync(_answer_all, fns))
         except asyncio.CancelledError:
@@ -335,7 +358,7 @@ class AsyncExecutor(_BatchedReads):
             freed()
 
     async def _transaction(self, jobs: list[Job]) -> list[Any]:
-        async with self._writer.begin() as conn:
+        async with asyncio.timeout(self.timeout), self._writer.begin() as conn:
             return await conn.run_sync(lambda sync: [job(sync) for job in jobs])
 
     async def close(self) -> None:
@@ -416,8 +439,10 @@ class GroupWriter:
             else:
                 outcomes = [(True, r) for r in await self._executor.transaction(jobs)]
         except Exception as exc:
-            if len(live) == 1:
-                _settle(live[0][1], error=exc)
+            if len(live) == 1 or isinstance(exc, TimeoutError):
+                # A store that did not answer is not one bad job: each alone would wait again.
+                for _, future in live:
+                    _settle(future, error=exc)
                 return
             for job, future in live:  # one transaction each: a bad job fails alone
                 try:

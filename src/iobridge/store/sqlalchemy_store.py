@@ -26,7 +26,7 @@ import asyncio
 import sqlite3
 import time
 from collections.abc import Collection, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -36,6 +36,7 @@ from sqlalchemy import (
     delete,
     event,
     func,
+    insert,
     literal,
     select,
     text,
@@ -53,6 +54,8 @@ from iobridge.extras import require_extra
 from iobridge.protocol.messages import answered_call, call_ids, window
 from iobridge.store import checkpoint_rows, pg_run_sql
 from iobridge.store.base import (
+    MAIN_BRANCH,
+    Branch,
     Carryover,
     Checkpoint,
     Clock,
@@ -64,12 +67,15 @@ from iobridge.store.base import (
     check_limit,
     check_thread_ids,
     check_thread_text,
+    common_prefix,
     decode_cursor,
     encode_cursor,
     normalize_messages,
+    replace_from_error,
+    too_many_branches,
     utc_now,
 )
-from iobridge.store.records import UTCDateTime, messages, threads
+from iobridge.store.records import UTCDateTime, branches, messages, threads
 from iobridge.store.run_batches import RunReadJob, RunWrite, WriteRuns, write_batch
 from iobridge.store.sql_executor import (
     AsyncExecutor,
@@ -242,6 +248,7 @@ def _thread(row: Row[Any]) -> Thread:
         updated_at=row.updated_at,
         state=_unwrap_state(row.state),
         interrupts=row.interrupts,
+        current_branch=row.current_branch,
     )
 
 
@@ -263,9 +270,14 @@ class SqlThreadStore(ThreadStore):
         engine: An engine from :func:`make_engine` (SQLite's sync engine or PostgreSQL's
             async one); the store owns it.
         clock: Timestamps (injectable for tests).
+        timeout: Seconds each read and each transaction may take (``None``: unbounded);
+            past it the call raises ``TimeoutError`` (``store_timeout_seconds``).
     """
 
-    def __init__(self, engine: Engine | AsyncEngine, *, clock: Clock = utc_now) -> None:
+    def __init__(
+        self, engine: Engine | AsyncEngine, *, clock: Clock = utc_now,
+        timeout: float | None = None,
+    ) -> None:
         self.engine = engine
         self._clock = clock
         self._lock_rows = engine.dialect.name != "sqlite"
@@ -276,7 +288,8 @@ class SqlThreadStore(ThreadStore):
             if engine.dialect.name != "sqlite":
                 raise TypeError("a sync engine must be SQLite's (make_engine makes them)")
             executor = ThreadExecutor(
-                engine, engine.execution_options(**{WRITE_OPTION: True}), readers=SQLITE_READERS
+                engine, engine.execution_options(**{WRITE_OPTION: True}), readers=SQLITE_READERS,
+                timeout=timeout,
             )
         else:
             # Reads in autocommit: under READ COMMITTED every statement takes its own snapshot
@@ -284,6 +297,7 @@ class SqlThreadStore(ThreadStore):
             executor = AsyncExecutor(
                 engine.execution_options(isolation_level="AUTOCOMMIT"),
                 engine.execution_options(**{WRITE_OPTION: True}),
+                timeout=timeout,
             )
         self._sql = executor
         #: How a batch of runs' reads and writes of their threads is answered and written
@@ -360,10 +374,140 @@ class SqlThreadStore(ThreadStore):
         check_thread_text(title)
         return await self._writes.submit(lambda conn: _set_title_if_empty(conn, thread_id, title))
 
+    async def fork_branch(
+        self, thread_id: str, from_message_id: str, branch_id: str, *, max_branches: int
+    ) -> Branch:
+        def fork(conn: Connection) -> Branch:
+            thread = conn.execute(_THREAD, {"b_thread": thread_id}).one_or_none()
+            if thread is None:
+                raise NotFoundError("thread not found", code="THREAD_NOT_FOUND")
+            live = _live(conn, thread_id)
+            at = next((i for i, (m, _) in enumerate(live) if m["id"] == from_message_id), None)
+            if at is None:
+                raise replace_from_error(from_message_id)
+            known = conn.execute(select(func.count()).select_from(branches)
+                                 .where(branches.c.thread_id == thread_id)).scalar() or 0
+            if max(known, 1) >= max_branches:
+                raise too_many_branches(max_branches)
+            now = self._clock()
+            current = thread.current_branch or MAIN_BRANCH
+            kept = _frozen(live)
+            if not known:
+                conn.execute(insert(branches).values(
+                    thread_id=thread_id, id=MAIN_BRANCH, from_message_id=None,
+                    created_at=thread.created_at, messages=kept))
+            else:
+                conn.execute(update(branches).where(
+                    branches.c.thread_id == thread_id, branches.c.id == current
+                ).values(messages=kept))
+            conn.execute(delete(messages).where(
+                messages.c.thread_id == thread_id,
+                messages.c.message_id.in_([m["id"] for m, _ in live[at:]])))
+            conn.execute(insert(branches).values(
+                thread_id=thread_id, id=branch_id, from_message_id=from_message_id,
+                created_at=now, messages=None))
+            conn.execute(update(threads).where(threads.c.id == thread_id)
+                         .values(current_branch=branch_id, updated_at=now))
+            return Branch(id=branch_id, from_message_id=from_message_id, created_at=now,
+                          current=True)
+
+        return await self._writes.submit(fork)
+
+    async def list_branches(self, thread_id: str) -> list[Branch]:
+        def read(conn: Connection) -> list[Branch]:
+            thread = conn.execute(_THREAD, {"b_thread": thread_id}).one_or_none()
+            if thread is None:
+                return []
+            rows = conn.execute(
+                select(branches.c.id, branches.c.from_message_id, branches.c.created_at)
+                .where(branches.c.thread_id == thread_id)
+                .order_by(branches.c.created_at, branches.c.id)
+            ).all()
+            current = thread.current_branch or MAIN_BRANCH
+            if not rows:
+                return [Branch(id=MAIN_BRANCH, from_message_id=None,
+                               created_at=thread.created_at, current=True)]
+            return [Branch(id=r.id, from_message_id=r.from_message_id, created_at=r.created_at,
+                           current=r.id == current) for r in rows]
+
+        return await self._sql.read(read)
+
+    async def branch_messages(self, thread_id: str, branch_id: str) -> list[StoredMessage] | None:
+        def read(conn: Connection) -> list[StoredMessage] | None:
+            thread = conn.execute(_THREAD, {"b_thread": thread_id}).one_or_none()
+            if thread is None:
+                return None
+            if branch_id == (thread.current_branch or MAIN_BRANCH):
+                return [StoredMessage(m, t) for m, t in _live(conn, thread_id)]
+            row = conn.execute(select(branches.c.messages).where(
+                branches.c.thread_id == thread_id, branches.c.id == branch_id)).one_or_none()
+            return None if row is None else _thawed(row.messages)
+
+        return await self._sql.read(read)
+
+    async def switch_branch(self, thread_id: str, branch_id: str) -> bool:
+        def switch(conn: Connection) -> bool:
+            thread = conn.execute(_THREAD, {"b_thread": thread_id}).one_or_none()
+            if thread is None:
+                return False
+            current = thread.current_branch or MAIN_BRANCH
+            if branch_id == current:
+                return True
+            row = conn.execute(select(branches.c.messages).where(
+                branches.c.thread_id == thread_id, branches.c.id == branch_id)).one_or_none()
+            if row is None:
+                return False
+            live = _live(conn, thread_id)
+            target = _thawed(row.messages)
+            shared = common_prefix([m["id"] for m, _ in live],
+                                   [s.message["id"] for s in target])
+            conn.execute(update(branches).where(
+                branches.c.thread_id == thread_id, branches.c.id == current
+            ).values(messages=_frozen(live)))
+            conn.execute(delete(messages).where(
+                messages.c.thread_id == thread_id,
+                messages.c.message_id.in_([m["id"] for m, _ in live[shared:]])))
+            last = conn.execute(_LAST_POSITION, {"b_thread": thread_id}).scalar()
+            start = 0 if last is None else last + 1
+            rows = [
+                {**row, "created_at": stored.created_at}
+                for row, stored in zip(_message_rows(
+                    thread_id, [s.message for s in target[shared:]], start, self._clock()
+                ), target[shared:], strict=True)
+            ]
+            if rows:
+                conn.execute(_INSERT_MESSAGES, rows)
+            conn.execute(update(branches).where(
+                branches.c.thread_id == thread_id, branches.c.id == branch_id
+            ).values(messages=None))
+            conn.execute(update(threads).where(threads.c.id == thread_id)
+                         .values(current_branch=branch_id, updated_at=self._clock()))
+            return True
+
+        return await self._writes.submit(switch)
+
+    async def delete_messages(self, thread_id: str, message_ids: Collection[str]) -> int:
+        ids = list(message_ids)
+        if not ids:
+            return 0
+
+        def remove(conn: Connection) -> int:
+            result = conn.execute(delete(messages).where(
+                messages.c.thread_id == thread_id, messages.c.message_id.in_(ids)
+            ))
+            removed = int(result.rowcount or 0)
+            if removed:
+                conn.execute(update(threads).where(threads.c.id == thread_id)
+                             .values(updated_at=self._clock()))
+            return removed
+
+        return await self._writes.submit(remove)
+
     async def delete_thread(self, thread_id: str) -> bool:
         def remove(conn: Connection) -> bool:
             # Explicit, not only ON DELETE CASCADE: SQLite enforces foreign keys per connection.
             conn.execute(delete(messages).where(messages.c.thread_id == thread_id))
+            conn.execute(delete(branches).where(branches.c.thread_id == thread_id))
             result = conn.execute(delete(threads).where(threads.c.id == thread_id))
             return bool(result.rowcount == 1)
 
@@ -555,6 +699,25 @@ class SqlThreadStore(ThreadStore):
     async def close(self) -> None:
         await self._writes.close()
         await self._sql.close()
+
+
+def _live(conn: Connection, thread_id: str) -> list[tuple[dict[str, Any], datetime]]:
+    """The thread's messages (its current branch), oldest first, with their times."""
+    rows = conn.execute(
+        select(messages.c.data, messages.c.created_at)
+        .where(messages.c.thread_id == thread_id).order_by(messages.c.position)
+    ).all()
+    return [(row.data, row.created_at) for row in rows]
+
+
+def _frozen(live: list[tuple[dict[str, Any], datetime]]) -> list[dict[str, Any]]:
+    """A branch's messages as its row keeps them."""
+    return [{"message": m, "createdAt": t.astimezone(UTC).isoformat()} for m, t in live]
+
+
+def _thawed(kept: Any) -> list[StoredMessage]:
+    return [StoredMessage(e["message"], datetime.fromisoformat(e["createdAt"]))
+            for e in kept or []]
 
 
 def _thread_row(thread: Thread) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """The playground: chat with the agents, watch the AG-UI events, answer frontend tools.
 
 Plain HTML, CSS and JavaScript modules shipped in the package (no CDN, no build step).
-The page learns the route prefix from its ``<html data-prefix>`` and the default agent from
+The page learns the route prefix from its ``<html data-prefix>``, and the default agent and
+the server's request limits (body, media part, message media) from
 ``/playground/config.json``, which authenticates like the API routes.
 """
 
@@ -22,16 +23,18 @@ ASSETS = {
     "playground.js": "text/javascript; charset=utf-8",
     "markdown.js": "text/javascript; charset=utf-8",
     "inspector.js": "text/javascript; charset=utf-8",
+    "attachments.js": "text/javascript; charset=utf-8",
     "playground.css": "text/css; charset=utf-8",
     "favicon.svg": "image/svg+xml",
 }
-#: The page loads nothing but its own files and talks only to its own origin: even a
+#: The page loads nothing but its own files (and shows attached images from ``blob:`` URLs it
+#: made itself) and talks only to its own origin: even a
 #: rendering bug could not run a script from a message or send data elsewhere.
 _HEADERS = {
     "Cache-Control": "no-cache",
     "X-Content-Type-Options": "nosniff",
     "Content-Security-Policy": (
-        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' blob:; "
         "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'self'"
     ),
     # A page of another site that opens the playground gets no handle on its window.
@@ -44,12 +47,15 @@ def playground_router(
     *,
     default_agent: Callable[[], str | None],
     authenticate: Callable[[Mapping[str, str]], object],
+    limits: Mapping[str, int] | None = None,
 ) -> APIRouter:
     """``/playground`` (and ``/`` redirecting to it) for a bridge under ``prefix``.
 
     ``default_agent`` is asked at each page load, so agents registered later count.
     ``authenticate`` checks the config request's headers like the API routes do (it raises
-    the authentication error the app answers with 401).
+    the authentication error the app answers with 401). ``limits`` (camelCase byte counts:
+    ``maxBodyBytes``, ``maxMediaPartBytes``, ``maxMediaMessageBytes``) lets the page refuse
+    an attachment before sending it; the server enforces them anyway (413).
     """
     folder = files(__package__)
     page = folder.joinpath("playground.html").read_text(encoding="utf-8")
@@ -64,7 +70,7 @@ def playground_router(
     @router.get("/playground/config.json")
     async def config(request: Request) -> dict[str, Any]:
         authenticate(request.headers)
-        return {"prefix": prefix, "defaultAgent": default_agent()}
+        return {"prefix": prefix, "defaultAgent": default_agent(), "limits": dict(limits or {})}
 
     @router.get("/playground/{name}")
     async def asset(name: str) -> Response:

@@ -7,6 +7,7 @@
 // thread is only an id until its first message creates it on the server.
 import { renderInto } from "./markdown.js";
 import { Inspector } from "./inspector.js";
+import { Attachments, partPreview } from "./attachments.js";
 
 const PREFIX = document.documentElement.dataset.prefix || "/io-bridge";
 // A thread's history is read as its latest messages, at most this many.
@@ -45,6 +46,10 @@ const state = {
   settings: loadSettings(),
 };
 const inspector = new Inspector();
+const attachments = new Attachments({
+  element: (...args) => element(...args),
+  onProblem: (text) => { $("attach-problem").textContent = text; },
+});
 
 // ---------------------------------------------------------------- settings
 
@@ -126,6 +131,15 @@ function explain(error) {
     return "The server needs credentials: enter an API key or bearer token at the top right "
       + `(${error.message}).`;
   }
+  if (error.status === 413) {
+    return `The server refused the message as too large: ${error.message} (${error.code}, `
+      + "HTTP 413). Your text and attachments are back in the composer: remove an attachment "
+      + "and send again.";
+  }
+  if (error.code === "UNSUPPORTED_MEDIA") {
+    return `The agent does not take one of the attachments: ${error.message} (${error.code}). `
+      + "Your text and attachments are back in the composer.";
+  }
   if (error.code === "THREAD_BUSY") {
     return "This thread already has a run in progress: wait for it to finish or press Stop.";
   }
@@ -152,6 +166,7 @@ function updateControls() {
   $("send").disabled = state.phase !== "idle";
   $("stop").disabled = !running || Boolean(state.run?.stopping);
   $("agent").disabled = running;
+  attachments.setDisabled(running || state.phase === "connecting");
   $("new-thread").disabled = running || state.phase === "connecting";
   for (const button of $("threads").querySelectorAll("button")) button.disabled = running;
   $("composer").classList.toggle("busy", running);
@@ -172,9 +187,66 @@ function element(tag, className, text) {
   return node;
 }
 
-function addUser(text) {
-  $("chat").append(element("div", "msg user", text));
+/** Copy ``text`` to the clipboard, saying so (or why not) next to the button. */
+async function copyText(button, text) {
+  const label = button.textContent;
+  try {
+    await navigator.clipboard.writeText(text);
+    button.textContent = "Copied";
+  } catch (error) {
+    button.textContent = "Copy failed";
+    button.title = String(error?.message ?? error);
+  }
+  setTimeout(() => { button.textContent = label; }, 1500);
+}
+
+/** The row of actions under a message: ``[label, () => text]`` pairs, each copies. */
+function messageTools(kind, actions) {
+  const row = element("div", `msg-tools ${kind}`);
+  for (const [label, text, help] of actions) {
+    const button = element("button", "", label);
+    button.type = "button";
+    button.setAttribute("aria-label", help);
+    button.addEventListener("click", () => copyText(button, text()));
+    row.append(button);
+  }
+  $("chat").append(row);
+  return row;
+}
+
+/** A user bubble: its text, its attachments (thumbnails), copy and (for a run) copy as curl. */
+function addUser(text, parts = [], body = null) {
+  const bubble = element("div", "msg user", text);
+  const media = parts.filter((p) => p && p.type !== "text");
+  if (media.length) {
+    const list = element("div", "attachments");
+    list.append(...media.map((part) => partPreview(part, element)));
+    bubble.append(list);
+  }
+  $("chat").append(bubble);
+  const actions = [["Copy", () => text, "Copy this message"]];
+  if (body) {
+    actions.push(["Copy as curl", () => curlFor(body), "Copy as curl: this request as a shell command"]);
+  }
+  messageTools("user", actions);
   scrollChat();
+}
+
+/** A shell command that sends ``body`` again (fresh run and message ids, so the server takes
+ * it as a new turn); a credential is named as $IOBRIDGE_API_KEY, never copied. */
+function curlFor(body) {
+  const again = { ...body, runId: uid(),
+                  messages: body.messages.map((m) => ({ ...m, id: uid() })) };
+  const quote = (text) => `'${text.replaceAll("'", "'\\''")}'`;
+  const url = new URL(`${PREFIX}/run`, location.href).href;
+  const lines = [`curl -N ${quote(url)}`, "-H 'content-type: application/json'",
+                 "-H 'accept: text/event-stream'"];
+  if (sessionStorage.getItem(STORE.key)) {
+    lines.push(sessionStorage.getItem(STORE.scheme) === "bearer"
+      ? '-H "Authorization: Bearer $IOBRIDGE_API_KEY"' : '-H "X-API-Key: $IOBRIDGE_API_KEY"');
+  }
+  lines.push(`--data-raw ${quote(JSON.stringify(again))}`);
+  return lines.join(" \\\n  ");
 }
 
 function addError(text) {
@@ -192,6 +264,7 @@ function assistantBubble(initial = "") {
   const node = element("div", "msg assistant");
   $("chat").append(node);
   let text = initial;
+  messageTools("assistant", [["Copy", () => text, "Copy this reply (Markdown)"]]);
   let queued = false;
   const render = () => {
     queued = false;
@@ -506,7 +579,7 @@ function serverToolNames() {
  * One run in the thread on screen: ``text`` as the new user message, or (``resume`` given)
  * answers to interrupts. Only called when idle; the thread cannot change until it ends.
  */
-async function run(text, resume = null) {
+async function run(text, resume = null, parts = []) {
   if (state.phase !== "idle") return;
   const runId = uid();
   const threadId = state.threadId;
@@ -518,11 +591,12 @@ async function run(text, resume = null) {
     threadId, runId, context: [],
     tools: frontend.map(({ name, description, parameters }) => ({ name, description, parameters })),
     // Only the new message: the server keeps the thread's memory.
-    messages: resume ? [] : [{ id: uid(), role: "user", content: text }],
+    messages: resume ? [] : [{ id: uid(), role: "user",
+      content: parts.length ? [...(text ? [{ type: "text", text }] : []), ...parts] : text }],
     forwardedProps: { agentId, memoryOptions: { generateTitle: true } },
   };
   if (resume) body.resume = resume;
-  if (text !== null) addUser(text);
+  if (text !== null) addUser(text, parts, body);
   state.run = { runId, threadId, stopping: false };
   setPhase("running");
   inspector.startRun(runId, `${agentId || "default agent"} · thread ${threadId.slice(0, 8)}`);
@@ -530,8 +604,11 @@ async function run(text, resume = null) {
   const reasoning = new Map();
   const calls = new Map();
   let ended = false;
+  let started = false;
   try {
     const response = await request("POST", `${PREFIX}/run`, body);
+    started = true;
+    if (parts.length) attachments.clear();
     for await (const event of sseEvents(response)) {
       inspector.log(runId, event);
       if (event.type === "RUN_STARTED") state.stored = true;
@@ -598,6 +675,8 @@ async function run(text, resume = null) {
     if (!ended) addError("The stream closed before the run finished (no RUN_FINISHED).");
   } catch (error) {
     addError(explain(error));
+    // Refused before it started: nothing was stored, so nothing the user wrote is lost.
+    if (!started && text !== null && !$("text").value) $("text").value = text;
   } finally {
     for (const card of calls.values()) {
       if (!card.answer.hidden) {
@@ -636,8 +715,11 @@ function renderHistory(messages) {
     switch (message.role) {
       case "user": {
         const content = message.content;
-        addUser(typeof content === "string" ? content
-          : (content || []).map((p) => p.text || `[${p.type}]`).join(" "));
+        if (typeof content === "string") addUser(content);
+        else {
+          const parts = Array.isArray(content) ? content : [];
+          addUser(parts.filter((p) => p?.type === "text").map((p) => p.text).join(" "), parts);
+        }
         break;
       }
       case "assistant":
@@ -667,14 +749,20 @@ function renderHistory(messages) {
 /** Show a thread's history; ``false`` when a later selection took over meanwhile. */
 async function loadHistory(threadId, selection) {
   try {
-    const { messages } = await api("GET", `/threads/${encodeURIComponent(threadId)}`
-      + `/messages?format=agui&limit=${HISTORY_LIMIT}`);
+    const path = `/threads/${encodeURIComponent(threadId)}`;
+    // The thread itself carries the interrupts its last run left open: asked again here.
+    const [{ messages }, thread] = await Promise.all([
+      api("GET", `${path}/messages?format=agui&limit=${HISTORY_LIMIT}`), api("GET", path),
+    ]);
     if (selection !== state.selection) return false;
     state.stored = true;
     renderHistory(messages);
     if (messages.length >= HISTORY_LIMIT) {
       $("chat").prepend(element("div", "msg notice",
         `Showing the latest ${HISTORY_LIMIT} messages of this thread.`));
+    }
+    if (Array.isArray(thread?.interrupts) && thread.interrupts.length) {
+      interruptCard(thread.interrupts);
     }
   } catch (error) {
     if (selection !== state.selection) return false;
@@ -878,6 +966,7 @@ function renderAgents() {
 
 function describeAgent() {
   const agent = state.agents.find((a) => a.id === $("agent").value);
+  attachments.setAgent(agent);
   const unavailable = state.agents.filter(agentUnavailable).length;
   const parts = [];
   if (agent?.modelId) parts.push(agent.modelId);
@@ -908,6 +997,7 @@ async function connect() {
     ]);
     markAuthNeeded(false);
     state.defaultAgent = config.defaultAgent ?? null;
+    attachments.setLimits(config.limits);
     state.agents = Array.isArray(agents) ? agents : [];
     renderAgents();
     await refreshThreads();
@@ -973,11 +1063,54 @@ function wireDrawers() {
 
 // ---------------------------------------------------------------- wiring
 
-function send() {
+async function send() {
   const text = $("text").value;
-  if (!text.trim() || state.phase !== "idle") return;
+  if ((!text.trim() && !attachments.count) || state.phase !== "idle") return;
+  const refusal = attachments.refusal(text);
+  if (refusal) {
+    $("attach-problem").textContent = refusal;
+    return;
+  }
+  let parts = [];
+  try {
+    parts = await attachments.parts();
+  } catch (error) {
+    $("attach-problem").textContent = `An attachment could not be read: ${error.message}`;
+    return;
+  }
+  if (state.phase !== "idle") return;
   $("text").value = "";
-  run(text);
+  $("attach-problem").textContent = "";
+  run(text, null, parts);
+}
+
+function wireAttachments() {
+  $("attach").addEventListener("click", () => $("attach-input").click());
+  $("attach-input").addEventListener("change", () => {
+    attachments.add([...$("attach-input").files]);
+    $("attach-input").value = "";
+  });
+  const composer = $("composer");
+  const carriesFiles = (event) => [...(event.dataTransfer?.types ?? [])].includes("Files");
+  composer.addEventListener("dragover", (event) => {
+    if (!carriesFiles(event)) return;
+    event.preventDefault();
+    composer.classList.add("dropping");
+  });
+  composer.addEventListener("dragleave", () => composer.classList.remove("dropping"));
+  composer.addEventListener("drop", (event) => {
+    composer.classList.remove("dropping");
+    if (!carriesFiles(event)) return;
+    event.preventDefault();
+    if (attachments.disabled) return;
+    attachments.add([...event.dataTransfer.files]);
+  });
+  $("text").addEventListener("paste", (event) => {
+    const files = [...(event.clipboardData?.files ?? [])];
+    if (!files.length || attachments.disabled) return;
+    event.preventDefault();
+    attachments.add(files);
+  });
 }
 
 function init() {
@@ -991,6 +1124,7 @@ function init() {
   renderTools();
   inspector.restore();
   wireDrawers();
+  wireAttachments();
 
   $("composer").addEventListener("submit", (event) => { event.preventDefault(); send(); });
   $("text").addEventListener("keydown", (event) => {

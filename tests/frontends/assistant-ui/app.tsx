@@ -2,11 +2,13 @@
 import { HttpAgent } from "@ag-ui/client";
 import {
   AssistantRuntimeProvider,
+  AttachmentPrimitive,
   AuiConfig,
   AuiIf,
   ComposerPrimitive,
   ExportedMessageRepository,
   MessagePrimitive,
+  SimpleImageAttachmentAdapter,
   ThreadPrimitive,
   Tools,
   defineToolkit,
@@ -66,9 +68,19 @@ function ToolCall({ toolName, args, result }: { toolName: string; args: unknown;
   );
 }
 
+// An attached image, in the composer before sending and in the user's message after.
+function Attachment() {
+  return (
+    <AttachmentPrimitive.Root className="attachment">
+      <AttachmentPrimitive.Name />
+    </AttachmentPrimitive.Root>
+  );
+}
+
 function UserMessage() {
   return (
     <MessagePrimitive.Root className="message user">
+      <MessagePrimitive.Attachments components={{ Attachment }} />
       <MessagePrimitive.Parts />
     </MessagePrimitive.Root>
   );
@@ -89,6 +101,8 @@ function Chat() {
         <ThreadPrimitive.Messages components={{ UserMessage, AssistantMessage }} />
       </ThreadPrimitive.Viewport>
       <ComposerPrimitive.Root className="composer">
+        <ComposerPrimitive.Attachments components={{ Attachment }} />
+        <ComposerPrimitive.AddAttachment>Attach</ComposerPrimitive.AddAttachment>
         <ComposerPrimitive.Input placeholder="Message" />
         <AuiIf condition={(s) => !s.thread.isRunning}>
           <ComposerPrimitive.Send>Send</ComposerPrimitive.Send>
@@ -103,7 +117,9 @@ function Chat() {
 
 function App() {
   const agent = useMemo(() => new HttpAgent({ url: `${BRIDGE}/run`, threadId: THREAD_ID }), []);
-  const runtime = useAgUiRuntime({ agent, adapters: { history: threadHistory } });
+  // Images go to the agent as AG-UI 1.0 image parts (inline base64 data).
+  const attachments = useMemo(() => new SimpleImageAttachmentAdapter(), []);
+  const runtime = useAgUiRuntime({ agent, adapters: { history: threadHistory, attachments } });
   return (
     <AssistantRuntimeProvider runtime={runtime} config={AuiConfig({ tools: Tools({ toolkit }) })}>
       <Chat />

@@ -26,6 +26,7 @@ from iobridge.conformance.check.conventions import (
     echo_prompt,
     echo_tool,
 )
+from iobridge.conformance.check.conversation import ConversationChecks
 from iobridge.conformance.check.report import Failed, Outcome, Report, Result
 from iobridge.conformance.check.stream import (
     GUARANTEES,
@@ -447,6 +448,7 @@ class HttpCheck:
 
     async def level3(self) -> None:
         await ThreadChecks(self).run()
+        await ConversationChecks(self).run()
 
     # --- Level 4 ---------------------------------------------------------------------------
 
