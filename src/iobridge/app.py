@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import logging
 import time
@@ -252,13 +251,25 @@ class Backend:
         streaming ones re-execute from their last durable point)."""
         store = self.runtime.checkpoints
         assert store is not None
-        for owner, run_id, _ in await store.list_checkpoints():
+        try:
+            stored = await store.list_checkpoints()
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            # The server still starts (not ready); each run is continued when it is asked for.
+            logger.error("stored runs not continued: the store does not answer (%s: %s)",
+                         type(exc).__name__, exc)
+            return
+        for owner, run_id, _ in stored:
             try:
                 checkpoint = await store.load_checkpoint(owner, run_id)
                 if checkpoint is not None:
                     await self._continue(checkpoint)
-            except IobridgeError as exc:
-                logger.warning("run %s could not be continued: %s", run_id, exc.message)
+            except Exception as exc:
+                if not isinstance(exc, IobridgeError) and not is_outage(exc):
+                    raise
+                logger.warning("run %s could not be continued (%s: %s)",
+                               run_id, type(exc).__name__, exc)
 
     async def _stored_run(self, principal: Principal, run_id: str) -> Checkpoint:
         """The checkpoint of the caller's run that no process holds.
@@ -663,33 +674,24 @@ class Backend:
     async def _submit_to_stored_run(
         self, principal: Principal, run_id: str, tool_call_id: str, result: ToolResult
     ) -> None:
-        """A result for a run no process holds: stored once (a second post is refused),
-        then the run is continued here and goes on with it.
+        """A result for a run no process holds: the run is continued here (admitted like
+        any run), then the result is stored once (a second post is refused) and delivered.
 
         Raises:
             NotFoundError: no such run for this caller, or no such call waiting in it.
             ConflictError: the call already has a result.
+            TooManyRequests: over the active-run limits (nothing stored: the post may be
+                sent again).
         """
         checkpoint = await self._stored_run(principal, run_id)
-        store = self.runtime.checkpoints
-        assert store is not None
-        self._check_admitting()
-        answered = ConflictError(
-            "this tool call already has a result", code="TOOL_RESULT_ALREADY_SUBMITTED"
-        )
         if tool_call_id in checkpoint.results:
-            raise answered
+            raise ConflictError(
+                "this tool call already has a result", code="TOOL_RESULT_ALREADY_SUBMITTED"
+            )
         if tool_call_id not in {c["id"] for c in checkpoint.point.get("pending", [])}:
             raise NotFoundError("unknown tool call for this run", code="TOOL_CALL_NOT_FOUND")
-        if not await store.record_tool_result(
-            principal.id, run_id, tool_call_id, result.content, result.is_error
-        ):
-            raise answered
-        with_result = dataclasses.replace(
-            checkpoint, results={**checkpoint.results, tool_call_id: (result.content,
-                                                                       result.is_error)}
-        )
-        await self._continue(with_result)
+        run = await self._continue(checkpoint)
+        await self.runtime.submit_durable_result(run, tool_call_id, result)
 
     def _media_limits(self) -> MediaLimits:
         return MediaLimits(max_part_bytes=self.settings.max_media_part_bytes,

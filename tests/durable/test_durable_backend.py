@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 from tests.agents.fake_openai import FakeOpenAI, calls, text
-from tests.backends import postgres_url
-from tests.cluster.replicas import postgres_database
 
 from iobridge.agents.context import RunContext
 from iobridge.agents.function import FunctionAgent
@@ -23,7 +21,7 @@ from iobridge.agents.providers import build_model
 from iobridge.app import Backend
 from iobridge.auth import ANONYMOUS
 from iobridge.config import Settings
-from iobridge.errors import ConflictError, NotFoundError, PayloadTooLarge
+from iobridge.errors import ConflictError, NotFoundError, PayloadTooLarge, TooManyRequests
 from iobridge.runtime.run import Run
 from iobridge.store.migrate import upgrade
 
@@ -41,20 +39,6 @@ def body(thread: str = "t1", run: str = "r1", text: str = "weather in Oslo?") ->
     return {"threadId": thread, "runId": run, "tools": [WEATHER], "context": [], "state": {},
             "messages": [{"id": f"u-{run}", "role": "user", "content": text}],
             "forwardedProps": {"agentId": "planner"}}
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A migrated database of its own: a SQLite file, or a fresh PostgreSQL database."""
-    if request.param == "sqlite":
-        url = f"sqlite+aiosqlite:///{tmp_path / 'durable.db'}"
-        asyncio.run(upgrade(url))
-        yield url
-        return
-    postgres_url()
-    with postgres_database() as url:
-        asyncio.run(upgrade(url))
-        yield url
 
 
 @contextlib.asynccontextmanager
@@ -150,6 +134,43 @@ async def test_a_result_posted_to_a_stored_run_continues_it_and_is_never_asked_a
         assert (await until(again, "RUN_FINISHED"))[-1][1]["type"] == "RUN_FINISHED"
         assert [m["role"] for m in await stored(first)] == ["user", "assistant", "tool",
                                                             "assistant"]
+
+
+async def test_a_stored_run_is_continued_only_within_the_admission_limits(
+    database_url: str, fake_openai: FakeOpenAI
+) -> None:
+    """Auth mode none counts runs per resourceId: a stored run of resource ``default`` is
+    refused while another run of it holds the one slot, and nothing of the post is kept
+    (sent again once the slot is free, it continues the run)."""
+    fake_openai.push(calls(("c1", "get_weather", '{"city":"Oslo"}')))
+    async with backend(database_url, fake_openai, max_active_runs_per_principal=1) as b:
+        run = await b.start_run(ANONYMOUS, body())
+        call = (await until(run, "TOOL_CALL_END"))[-1][1]["toolCallId"]
+        await asyncio.sleep(0.2)
+        b.runtime.suspend_durable()
+        await asyncio.sleep(0.1)
+        assert run.done
+        fake_openai.push(calls(("c2", "get_weather", '{"city":"Bergen"}')))
+        other = await b.start_run(ANONYMOUS, body(thread="t2", run="r2"))
+        await until(other, "TOOL_CALL_END")
+        for attempt in (b.submit_tool_result(ANONYMOUS, "r1", call, {"content": "21"}),
+                        b.cancel_run(ANONYMOUS, "r1")):
+            with pytest.raises(TooManyRequests) as refused:
+                await attempt
+            assert refused.value.code == "TOO_MANY_RUNS"
+        checkpoint = await b.store.load_checkpoint("anonymous", "r1")
+        assert checkpoint is not None and checkpoint.results == {}
+        assert b.runtime.active_runs == 1
+        b.runtime.cancel(other)
+        await until(other, "RUN_FINISHED")
+        async with asyncio.timeout(5):
+            while b.runtime.active_runs:
+                await asyncio.sleep(0.02)
+        fake_openai.push(text("Done."))
+        await b.submit_tool_result(ANONYMOUS, "r1", call, {"content": "21"})
+        again = b.get_run(ANONYMOUS, "r1")
+        assert (await until(again, "RUN_FINISHED"))[-1][1]["type"] == "RUN_FINISHED"
+        assert [m.get("content") for m in await stored(b) if m["role"] == "tool"] == ["21"]
 
 
 async def test_cancel_of_a_stored_run_finishes_it_cancelled_with_the_call_closed(
