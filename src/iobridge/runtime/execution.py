@@ -348,14 +348,14 @@ class Execution:
         self.context = self.session.context = self._agent_context(state)
 
     def _live(self) -> None:
-        """The registered run is announced to the cluster and counted; a newer run that
-        asked it to stop while it was starting stops it at once."""
+        """The registered run: announced to the cluster, counted, maybe stopped at once."""
         runtime, run = self.runtime, self.run
         runtime.cluster.started(run)
         self._started = time.perf_counter()
         runtime.metrics.run_started(self.agent.id, self._started - self._admitted)
         assert self._ticket is not None
         if self._ticket.stop is not None:
+            # A newer run asked this one to stop while it was starting: it stops at once.
             run.rollback = self._ticket.stop == "rollback"
             run.stop_reason = "cancelled"
 
