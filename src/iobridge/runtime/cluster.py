@@ -118,6 +118,9 @@ class Cluster(Coordinator, Protocol):
             EventsNotRetained: the entries after ``after`` are no longer retained.
         """
 
+    async def lost(self, run: RemoteRun) -> bool:
+        """Whether the run's replica stopped (its heartbeat expired or it left)."""
+
     async def tell(self, run: RemoteRun, command: RunCommand) -> None:
         """Send ``command`` to the run's owner, wanting no answer.
 
@@ -187,6 +190,9 @@ class LocalCluster:
     ) -> AsyncGenerator[list[tuple[int, bytes]]]:
         raise RuntimeError("a single process has no remote runs")
         yield []  # pragma: no cover  (makes this an async generator)
+
+    async def lost(self, run: RemoteRun) -> bool:
+        raise RuntimeError("a single process has no remote runs")
 
     async def tell(self, run: RemoteRun, command: RunCommand) -> None:
         raise RuntimeError("a single process has no remote runs")

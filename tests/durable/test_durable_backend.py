@@ -1,0 +1,269 @@
+"""Durable points and continuing a run in a new Backend (in one test process, on a real
+SQLite file or PostgreSQL): a run parked on a frontend tool outlives its Backend."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from tests.agents.fake_openai import FakeOpenAI, calls, text
+
+from iobridge.agents.context import RunContext
+from iobridge.agents.function import FunctionAgent
+from iobridge.agents.model import ModelAgent
+from iobridge.agents.outputs import AgentOutput, StepFinished, StepStarted
+from iobridge.agents.providers import build_model
+from iobridge.app import Backend
+from iobridge.auth import ANONYMOUS
+from iobridge.config import Settings
+from iobridge.errors import ConflictError, NotFoundError, PayloadTooLarge, TooManyRequests
+from iobridge.runtime.run import Run
+from iobridge.store.migrate import upgrade
+
+WEATHER = {"name": "get_weather", "description": "Weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}}}
+
+
+def model_agent(base_url: str) -> ModelAgent:
+    model = build_model("openai:gpt-4o", base_url=base_url, environ={"K": "sk-x"},
+                        api_key_env="K")
+    return ModelAgent(id="planner", model=model, model_settings={"max_retries": 0})
+
+
+def body(thread: str = "t1", run: str = "r1", text: str = "weather in Oslo?") -> dict[str, Any]:
+    return {"threadId": thread, "runId": run, "tools": [WEATHER], "context": [], "state": {},
+            "messages": [{"id": f"u-{run}", "role": "user", "content": text}],
+            "forwardedProps": {"agentId": "planner"}}
+
+
+@contextlib.asynccontextmanager
+async def backend(url: str, fake: FakeOpenAI, **settings: Any) -> AsyncIterator[Backend]:
+    async with Backend(Settings(database_url=url, **settings),
+                       agents=[model_agent(fake.base_url)]) as opened:
+        yield opened
+
+
+async def until(run: Run, kind: str, after: int = 0) -> list[tuple[int, dict[str, Any]]]:
+    """The run's events after ``after`` up to the first of ``kind`` (or the log's end)."""
+    seen: list[tuple[int, dict[str, Any]]] = []
+    async with asyncio.timeout(20):
+        async for batch in run.log.follow(after):
+            for seq, data in batch:
+                seen.append((seq, orjson.loads(data)))
+                if seen[-1][1]["type"] == kind:
+                    return seen
+    return seen
+
+
+async def dropped(b: Backend, run_id: str) -> None:
+    """The run's checkpoint is dropped soon after its end is stored (not waited for)."""
+    async with asyncio.timeout(5):
+        while await b.store.load_checkpoint("anonymous", run_id) is not None:
+            await asyncio.sleep(0.02)
+
+
+async def stored(b: Backend, thread: str = "t1") -> list[dict[str, Any]]:
+    return await b.store.list_messages(thread)
+
+
+async def test_a_parked_run_goes_on_in_the_next_backend_and_stores_its_exchange_once(
+    database_url: str, fake_openai: FakeOpenAI
+) -> None:
+    fake_openai.push(calls(("c1", "get_weather", '{"city":"Oslo"}'), say="Let me check."),
+                     text("Sunny in ", "Oslo."))
+    async with backend(database_url, fake_openai) as first:
+        run = await first.start_run(ANONYMOUS, body())
+        head = await until(run, "TOOL_CALL_END")
+        await asyncio.sleep(0.2)  # the park point's write
+        checkpoint = await first.store.load_checkpoint("anonymous", "r1")
+        assert checkpoint is not None and checkpoint.phase == "parked"
+        call = head[-1][1]["toolCallId"]  # the bridge's id (the provider's stays with it)
+        assert checkpoint.point["pending"] == [{"id": call, "name": "get_weather"}]
+        assert checkpoint.last_seq == head[-1][0]
+    # The first Backend is gone: its run stopped at the point, no terminal event, nothing
+    # more stored than the user message.
+    assert [e["type"] for _, e in await until(run, "RUN_FINISHED", head[-1][0])] == []
+    async with backend(database_url, fake_openai) as second:
+        assert [m["role"] for m in await stored(second)] == ["user"]
+        again = second.get_run(ANONYMOUS, "r1")
+        # The same events under the same ids, then the rest.
+        assert [(s, e) for s, e in await until(again, "TOOL_CALL_END")] == head
+        await second.submit_tool_result(ANONYMOUS, "r1", call, {"content": '{"t":21}'})
+        with pytest.raises(ConflictError):
+            await second.submit_tool_result(ANONYMOUS, "r1", call, {"content": "again"})
+        tail = await until(again, "RUN_FINISHED", head[-1][0])
+        assert tail[0][0] == head[-1][0] + 1
+        kinds = [e["type"] for _, e in tail]
+        assert kinds[0] == "TOOL_CALL_RESULT" and kinds[-1] == "RUN_FINISHED"
+        assert "".join(e["delta"] for _, e in tail if e["type"] == "TEXT_MESSAGE_CONTENT") \
+            == "Sunny in Oslo."
+        messages = await stored(second)
+        assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
+        assert messages[1]["toolCalls"][0]["id"] == call
+        assert messages[2]["content"] == '{"t":21}'
+        await dropped(second, "r1")
+    # The model was asked twice: the call, then the answer with the tool's result.
+    assert fake_openai.requests[1]["messages"][-1]["role"] == "tool"
+    assert len(fake_openai.requests) == 2
+
+
+async def test_a_result_posted_to_a_stored_run_continues_it_and_is_never_asked_again(
+    database_url: str, fake_openai: FakeOpenAI
+) -> None:
+    fake_openai.push(calls(("c1", "get_weather", '{"city":"Oslo"}')), text("Done."))
+    async with backend(database_url, fake_openai) as first:
+        run = await first.start_run(ANONYMOUS, body())
+        call = (await until(run, "TOOL_CALL_END"))[-1][1]["toolCallId"]
+        await asyncio.sleep(0.2)
+        first.runtime.suspend_durable()
+        await asyncio.sleep(0.1)
+        assert run.done
+        # No process holds the run now: the result is stored, then the run goes on here.
+        await first.submit_tool_result(ANONYMOUS, "r1", call, {"content": "21"})
+        with pytest.raises(ConflictError):
+            await first.submit_tool_result(ANONYMOUS, "r1", call, {"content": "22"})
+        with pytest.raises(NotFoundError):
+            await first.submit_tool_result(ANONYMOUS, "r1", "nope", {"content": "22"})
+        again = first.get_run(ANONYMOUS, "r1")
+        assert again is not run
+        assert (await until(again, "RUN_FINISHED"))[-1][1]["type"] == "RUN_FINISHED"
+        assert [m["role"] for m in await stored(first)] == ["user", "assistant", "tool",
+                                                            "assistant"]
+
+
+async def test_a_stored_run_is_continued_only_within_the_admission_limits(
+    database_url: str, fake_openai: FakeOpenAI
+) -> None:
+    """Auth mode none counts runs per resourceId: a stored run of resource ``default`` is
+    refused while another run of it holds the one slot, and nothing of the post is kept
+    (sent again once the slot is free, it continues the run)."""
+    fake_openai.push(calls(("c1", "get_weather", '{"city":"Oslo"}')))
+    async with backend(database_url, fake_openai, max_active_runs_per_principal=1) as b:
+        run = await b.start_run(ANONYMOUS, body())
+        call = (await until(run, "TOOL_CALL_END"))[-1][1]["toolCallId"]
+        await asyncio.sleep(0.2)
+        b.runtime.suspend_durable()
+        await asyncio.sleep(0.1)
+        assert run.done
+        fake_openai.push(calls(("c2", "get_weather", '{"city":"Bergen"}')))
+        other = await b.start_run(ANONYMOUS, body(thread="t2", run="r2"))
+        await until(other, "TOOL_CALL_END")
+        for attempt in (b.submit_tool_result(ANONYMOUS, "r1", call, {"content": "21"}),
+                        b.cancel_run(ANONYMOUS, "r1")):
+            with pytest.raises(TooManyRequests) as refused:
+                await attempt
+            assert refused.value.code == "TOO_MANY_RUNS"
+        checkpoint = await b.store.load_checkpoint("anonymous", "r1")
+        assert checkpoint is not None and checkpoint.results == {}
+        assert b.runtime.active_runs == 1
+        b.runtime.cancel(other)
+        await until(other, "RUN_FINISHED")
+        async with asyncio.timeout(5):
+            while b.runtime.active_runs:
+                await asyncio.sleep(0.02)
+        fake_openai.push(text("Done."))
+        await b.submit_tool_result(ANONYMOUS, "r1", call, {"content": "21"})
+        again = b.get_run(ANONYMOUS, "r1")
+        assert (await until(again, "RUN_FINISHED"))[-1][1]["type"] == "RUN_FINISHED"
+        assert [m.get("content") for m in await stored(b) if m["role"] == "tool"] == ["21"]
+
+
+async def test_cancel_of_a_stored_run_finishes_it_cancelled_with_the_call_closed(
+    database_url: str, fake_openai: FakeOpenAI
+) -> None:
+    fake_openai.push(calls(("c1", "get_weather", '{"city":"Oslo"}')))
+    async with backend(database_url, fake_openai) as first:
+        run = await first.start_run(ANONYMOUS, body())
+        await until(run, "TOOL_CALL_END")
+        await asyncio.sleep(0.2)
+    async with backend(database_url, fake_openai) as second:
+        assert await second.cancel_run(ANONYMOUS, "r1")
+        again = second.get_run(ANONYMOUS, "r1")
+        last = (await until(again, "RUN_FINISHED"))[-1][1]
+        assert last["outcome"] == {"type": "cancelled"}
+        messages = await stored(second)
+        assert [m["role"] for m in messages] == ["user", "assistant", "tool"]
+        assert "cancelled" in messages[2]["content"]
+
+
+async def test_a_checkpoint_over_its_bound_refuses_the_run_or_ends_it(
+    database_url: str, fake_openai: FakeOpenAI
+) -> None:
+    async with backend(database_url, fake_openai, max_checkpoint_bytes=1024) as small:
+        with pytest.raises(PayloadTooLarge) as refused:
+            await small.start_run(ANONYMOUS, body(text="x" * 2000))
+        assert refused.value.code == "CHECKPOINT_TOO_LARGE"
+        # Nothing of the refused run was stored, and its thread is free.
+        assert await stored(small) == []
+        fake_openai.push(text("y" * 1500))
+        run = await small.start_run(ANONYMOUS, body(run="r2"))
+        last = (await until(run, "RUN_ERROR"))[-1][1]
+        assert last["code"] == "CHECKPOINT_TOO_LARGE"
+        await dropped(small, "r2")
+        # What the client saw whole is stored, as for any RUN_ERROR.
+        assert [m["role"] for m in await stored(small)] == ["user", "assistant"]
+
+
+def stepping_agent(gate: asyncio.Event) -> FunctionAgent:
+    """A durable function agent of two steps that goes on from the messages it is given."""
+
+    async def steps(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        if not any(m["role"] == "assistant" for m in ctx.messages):
+            yield StepStarted(name="one")
+            yield "first"
+            yield StepFinished(name="one")
+            await gate.wait()  # between durable points: re-executed from "one" if stopped
+        yield StepStarted(name="two")
+        yield "second"
+        yield StepFinished(name="two")
+
+    return FunctionAgent(steps, id="steps", durable=True)
+
+
+@pytest.mark.parametrize("takeovers", [3, 0])
+async def test_a_streaming_run_stopped_between_points_re_executes_from_the_last_one(
+    tmp_path: Path, takeovers: int
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'steps.db'}"
+    await upgrade(url)
+    settings = Settings(database_url=url, drain_seconds=0.2, max_takeovers=takeovers)
+    async with Backend(settings, agents=[stepping_agent(asyncio.Event())]) as first:
+        run = await first.start_run(ANONYMOUS, {**body(), "forwardedProps": {"agentId": "steps"}})
+        head = await until(run, "STEP_FINISHED")
+        await asyncio.sleep(0.2)
+        await first.shutdown()  # the run waits between points: suspended at "one"
+    assert [e["type"] for _, e in await until(run, "RUN_FINISHED", head[-1][0])] == []
+    opened = asyncio.Event()
+    opened.set()
+    async with Backend(settings, agents=[stepping_agent(opened)]) as second:
+        again = second.get_run(ANONYMOUS, "r1")
+        events = await until(again, "RUN_FINISHED")
+        if takeovers == 0:
+            assert events[-1][1]["type"] == "RUN_ERROR"
+            assert events[-1][1]["code"] == "RUN_LOST"
+            assert [m["role"] for m in await stored(second)] == ["user", "assistant"]
+            return
+        assert events[: len(head)] == head
+        kinds = [e["type"] for _, e in events[len(head):]]
+        assert kinds[0] == "STEP_STARTED" and kinds[-1] == "RUN_FINISHED"
+        messages = await stored(second)
+        assert [(m["role"], m.get("content")) for m in messages] == [
+            ("user", "weather in Oslo?"), ("assistant", "first"), ("assistant", "second")]
+
+
+async def test_a_function_agent_without_durable_keeps_server_shutdown(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'plain.db'}"
+    await upgrade(url)
+    agent = stepping_agent(asyncio.Event())
+    agent.durable = False
+    async with Backend(Settings(database_url=url, drain_seconds=0.1), agents=[agent]) as b:
+        run = await b.start_run(ANONYMOUS, {**body(), "forwardedProps": {"agentId": "steps"}})
+        await until(run, "STEP_FINISHED")
+        await dropped(b, "r1")
+        await b.shutdown()
+        assert (await until(run, "RUN_ERROR"))[-1][1]["code"] == "SERVER_SHUTDOWN"
