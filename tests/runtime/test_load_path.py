@@ -301,9 +301,12 @@ async def _park(client: httpx.AsyncClient, stack: contextlib.AsyncExitStack, n: 
                     resourceId=resource)
     stream = await stack.enter_async_context(client.stream("POST", "/io-bridge/run", json=body))
     assert stream.status_code == 200
+    seen: list[dict[str, Any]] = []
     async for event in _events(stream):
         if event["type"] == "TOOL_CALL_END":
             return
+        seen.append(event)
+    raise AssertionError(f"run rp{n} ended before parking: {seen}")
 
 
 async def test_in_auth_none_the_per_principal_limit_counts_per_resource_id(serve: Any) -> None:
