@@ -61,13 +61,8 @@ def bare_app(n: int) -> Starlette:
 
 def bench_agent(kind: str, n: int) -> Any:
     """The one agent ``bench``: ``deltas`` yields n words, ``tool`` waits on a frontend
-    tool, ``echo`` yields the last user message word by word; ``steps`` yields n words in
-    one step and ``steps-tool`` waits on a frontend tool, both durable (checkpointed where
-    the core has durable runs)."""
-    import inspect
-
+    tool, ``echo`` yields the last user message word by word."""
     from iobridge.agents.function import FunctionAgent
-    from iobridge.agents.outputs import StepFinished, StepStarted
 
     reply = words(n)
 
@@ -85,23 +80,8 @@ def bench_agent(kind: str, n: int) -> Any:
         for word in text.split(" "):
             yield word + " "
 
-    async def steps(ctx: Any) -> AsyncIterator[Any]:
-        yield StepStarted(name="reply")
-        for word in reply:
-            yield word
-        yield StepFinished(name="reply")
-
-    async def steps_tool(ctx: Any) -> AsyncIterator[Any]:
-        if not any(m.get("role") == "tool" for m in ctx.messages):
-            yield StepStarted(name="ask")
-            await ctx.call_tool(TOOL_NAME, {"choice": "a"})
-            yield StepFinished(name="ask")
-        yield "picked"
-
-    funcs = {"deltas": deltas, "tool": tool, "echo": echo, "steps": steps,
-             "steps-tool": steps_tool}
-    durable = kind.startswith("steps") and "durable" in inspect.signature(FunctionAgent).parameters
-    return FunctionAgent(funcs[kind], id="bench", **({"durable": True} if durable else {}))
+    funcs = {"deltas": deltas, "tool": tool, "echo": echo}
+    return FunctionAgent(funcs[kind], id="bench")
 
 
 def bridge_app(kind: str, n: int, values: dict[str, Any]) -> Any:
@@ -141,8 +121,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--app", choices=["bare", "bridge"], required=True)
-    parser.add_argument("--agent", choices=["deltas", "tool", "echo", "steps", "steps-tool"],
-                        default="deltas")
+    parser.add_argument("--agent", choices=["deltas", "tool", "echo"], default="deltas")
     parser.add_argument("--deltas", type=int, default=5)
     parser.add_argument("--settings", default="{}")
     args = parser.parse_args()

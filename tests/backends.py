@@ -158,9 +158,9 @@ async def open_backend(
             postgres_url(), connect_args={"server_settings": {"search_path": schema}}
         )
         async with engine.begin() as conn:
-            await conn.execute(text(
-                "TRUNCATE iobridge_messages, iobridge_branches, iobridge_threads, "
-                "iobridge_run_checkpoints, iobridge_run_tool_results"))
+            await conn.execute(
+                text("TRUNCATE iobridge_messages, iobridge_branches, iobridge_threads")
+            )
     store = SqlThreadStore(engine, clock=clock)
     try:
         yield store

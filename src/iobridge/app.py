@@ -20,7 +20,6 @@ call and encode. This module imports neither transport.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
@@ -39,10 +38,8 @@ from iobridge.agents.catalog import build_catalog as make_catalog
 from iobridge.auth import Authenticator, Principal
 from iobridge.config import Settings
 from iobridge.errors import (
-    ConflictError,
     EventsNotRetained,
     InputError,
-    IobridgeError,
     NotFoundError,
     PayloadTooLarge,
     ServiceUnavailable,
@@ -55,12 +52,11 @@ from iobridge.protocol.message_formats import to_mastra
 from iobridge.protocol.options import RunOptions, ToolResultMode, parse_run_options
 from iobridge.protocol.run_input import OFF_LOOP_BYTES, RunInput, parse_run_input
 from iobridge.protocol.thread_bodies import parse_thread_create, parse_thread_update
-from iobridge.protocol.tool_results import ToolResult, parse_tool_result
+from iobridge.protocol.tool_results import parse_tool_result
 from iobridge.runtime.admission import thread_busy
 from iobridge.runtime.cluster import Cluster, LocalCluster, RemoteRun
 from iobridge.runtime.engine import Runtime
 from iobridge.runtime.replica_messages import (
-    Answer,
     AttachFollower,
     CancelRun,
     DetachFollower,
@@ -73,7 +69,6 @@ from iobridge.runtime.thread_memory import StoreMemory
 from iobridge.store.base import (
     MAIN_BRANCH,
     Branch,
-    Checkpoint,
     StoredMessage,
     Thread,
     ThreadStore,
@@ -218,8 +213,6 @@ class Backend:
                 diverging=self.settings.diverging_history,
                 timeout=self.settings.store_timeout_seconds,
             )
-            if self.settings.durable_runs and self.store.keeps_checkpoints:
-                self.runtime.checkpoints = self.store
             if self.settings.redis_url is not None:
                 from iobridge.cluster.redis import RedisCluster
 
@@ -237,86 +230,11 @@ class Backend:
             stack.push_async_callback(self.runtime.aclose)
             janitor = asyncio.create_task(self._expire_retained(), name="iobridge-retention")
             stack.callback(janitor.cancel)
-            if self.runtime.checkpoints is not None and not self.cluster.distributed:
-                # One process: the runs the last one left are this one's to continue.
-                await self._continue_stored_runs()
         except BaseException:
             await stack.aclose()
             raise
         self._stack = stack
         return self
-
-    async def _continue_stored_runs(self) -> None:
-        """Continue every checkpointed run (parked ones wait for their results again,
-        streaming ones re-execute from their last durable point)."""
-        store = self.runtime.checkpoints
-        assert store is not None
-        try:
-            stored = await store.list_checkpoints()
-        except Exception as exc:
-            if not is_outage(exc):
-                raise
-            # The server still starts (not ready); each run is continued when it is asked for.
-            logger.error("stored runs not continued: the store does not answer (%s: %s)",
-                         type(exc).__name__, exc)
-            return
-        for owner, run_id, _ in stored:
-            try:
-                checkpoint = await store.load_checkpoint(owner, run_id)
-                if checkpoint is not None:
-                    await self._continue(checkpoint)
-            except Exception as exc:
-                if not isinstance(exc, IobridgeError) and not is_outage(exc):
-                    raise
-                logger.warning("run %s could not be continued (%s: %s)",
-                               run_id, type(exc).__name__, exc)
-
-    async def _stored_run(self, principal: Principal, run_id: str) -> Checkpoint:
-        """The checkpoint of the caller's run that no process holds.
-
-        Raises:
-            NotFoundError: no checkpoint of it, or one for a resource the caller may not act
-                for (a member of a shared principal): answered exactly like a missing run.
-        """
-        store = self.runtime.checkpoints
-        checkpoint = None if store is None else await store.load_checkpoint(principal.id, run_id)
-        if checkpoint is None or not self.authenticator.can_access(
-            principal, checkpoint.resource_id
-        ):
-            raise NotFoundError("unknown run", code="RUN_NOT_FOUND")
-        return checkpoint
-
-    @_store_route
-    async def _revive(self, principal: Principal, run_id: str) -> Run:
-        """Continue the caller's checkpointed run here (it has no live process).
-
-        Raises:
-            NotFoundError: no such run for this caller, or its agent is gone.
-            ConflictError: another process continues it.
-        """
-        return await self._continue(await self._stored_run(principal, run_id))
-
-    async def _continue(self, checkpoint: Checkpoint) -> Run:
-        """Continue ``checkpoint``'s run here, counted against the admission limits as it
-        was when it started."""
-        self._check_admitting()
-        agent = self.catalog.get(checkpoint.agent_id)
-        return await self.runtime.revive(
-            checkpoint, agent,
-            caller=self._caller(checkpoint.owner, checkpoint.resource_id),
-        )
-
-    def _caller(self, principal_id: str, resource_id: str) -> str:
-        """Whom a run counts against in ``max_active_runs_per_principal``: in auth mode none
-        every caller is one principal, a deployment's own auth in front tells its users
-        apart by resourceId, so the limit counts those."""
-        return resource_id if self.authenticator.mode == "none" else principal_id
-
-    def _check_admitting(self) -> None:
-        if not self.admitting:
-            raise ServiceUnavailable(
-                "the server is shutting down", code="SERVER_SHUTTING_DOWN", retry_after=5.0
-            )
 
     @property
     def is_open(self) -> bool:
@@ -341,7 +259,6 @@ class Backend:
         """Stop admitting runs, let live ones finish for ``drain_seconds``, then end the rest
         with RUN_ERROR ``SERVER_SHUTDOWN`` (each stores what it produced)."""
         self.admitting = False
-        self.runtime.suspend_durable()
         await self.runtime.drain(self.settings.drain_seconds)
         await self.runtime.aclose()
 
@@ -399,7 +316,10 @@ class Backend:
             TooManyRequests: over the active-run limits (429 ``TOO_MANY_RUNS``).
             ServiceUnavailable: the server is shutting down (503).
         """
-        self._check_admitting()
+        if not self.admitting:
+            raise ServiceUnavailable(
+                "the server is shutting down", code="SERVER_SHUTTING_DOWN", retry_after=5.0
+            )
         run_input = await parse_run_input_off_loop(
             body, self.settings.max_messages, self.settings.max_json_depth
         )
@@ -427,7 +347,9 @@ class Backend:
             owner=principal.id,
             resource_id=resource_id,
             tool_result_mode=tool_result_mode,
-            caller=self._caller(principal.id, resource_id),
+            # Auth mode none: every caller is one principal, a deployment's own auth in front
+            # tells its users apart by resourceId; the per-caller limit counts those.
+            caller=resource_id if self.authenticator.mode == "none" else principal.id,
         )
 
     async def follow(
@@ -537,13 +459,7 @@ class Backend:
         except NotFoundError:
             remote = await self.cluster.find(principal.id, run_id)
             if remote is None:
-                return await self._revive(principal, run_id)
-            if self.runtime.checkpoints is not None and not remote.ended and (
-                await self.cluster.lost(remote)
-            ):
-                # Its replica stopped: a durable run goes on here (others stay lost).
-                with contextlib.suppress(NotFoundError):
-                    return await self._revive(principal, run_id)
+                raise
             return self._visible(principal, remote)
         return self._visible(principal, run)
 
@@ -602,41 +518,13 @@ class Backend:
         try:
             run = self.get_run(principal, run_id)
         except NotFoundError:
-            answer = await self._ask_owner(
+            answer = await self.cluster.ask(
                 CancelRun(owner=principal.id, run=run_id, resources=_resources(principal))
             )
             if answer is None:
-                run = await self._revive(principal, run_id)
-                return self.runtime.cancel(run)
+                raise
             return bool(answer.unwrap())
         return self.runtime.cancel(run)
-
-    async def _ask_owner(self, command: RunCommand) -> Answer | None:
-        """``cluster.ask``, and ``None`` (continue it here) also when the run's replica
-        stopped or let the run go while the store holds a checkpoint of it.
-
-        Raises:
-            ServiceUnavailable: the owner does not answer (and there is no checkpoint).
-        """
-        try:
-            answer = await self.cluster.ask(command)
-        except ServiceUnavailable as exc:
-            if exc.code == "RUN_OWNER_UNAVAILABLE" and await self._stored(command):
-                return None
-            raise
-        if answer is not None:
-            try:
-                answer.unwrap()
-            except NotFoundError as exc:
-                if exc.code == "RUN_NOT_FOUND" and await self._stored(command):
-                    return None  # suspended there: the store's now
-        return answer
-
-    async def _stored(self, command: RunCommand) -> bool:
-        store = self.runtime.checkpoints
-        return store is not None and (
-            await store.load_checkpoint(command.owner, command.run) is not None
-        )
 
     async def submit_tool_result(
         self, principal: Principal, run_id: str, tool_call_id: str, body: Body
@@ -659,39 +547,12 @@ class Backend:
                 owner=principal.id, run=run_id, call=tool_call_id, result=result,
                 resources=_resources(principal),
             )
-            answer = await self._ask_owner(command)
+            answer = await self.cluster.ask(command)
             if answer is None:
-                await self._submit_to_stored_run(principal, run_id, tool_call_id, result)
-                return
+                raise
             answer.unwrap()
             return
-        if run.durable and not run.done:
-            await self.runtime.submit_durable_result(run, tool_call_id, result)
-            return
         self.runtime.submit_tool_result(run, tool_call_id, result)
-
-    @_store_route
-    async def _submit_to_stored_run(
-        self, principal: Principal, run_id: str, tool_call_id: str, result: ToolResult
-    ) -> None:
-        """A result for a run no process holds: the run is continued here (admitted like
-        any run), then the result is stored once (a second post is refused) and delivered.
-
-        Raises:
-            NotFoundError: no such run for this caller, or no such call waiting in it.
-            ConflictError: the call already has a result.
-            TooManyRequests: over the active-run limits (nothing stored: the post may be
-                sent again).
-        """
-        checkpoint = await self._stored_run(principal, run_id)
-        if tool_call_id in checkpoint.results:
-            raise ConflictError(
-                "this tool call already has a result", code="TOOL_RESULT_ALREADY_SUBMITTED"
-            )
-        if tool_call_id not in {c["id"] for c in checkpoint.point.get("pending", [])}:
-            raise NotFoundError("unknown tool call for this run", code="TOOL_CALL_NOT_FOUND")
-        run = await self._continue(checkpoint)
-        await self.runtime.submit_durable_result(run, tool_call_id, result)
 
     def _media_limits(self) -> MediaLimits:
         return MediaLimits(max_part_bytes=self.settings.max_media_part_bytes,

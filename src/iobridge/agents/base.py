@@ -46,10 +46,6 @@ class Agent(ABC):
     capability_overrides: Mapping[str, Any] | None = None
     #: ``identity.type`` of the declaration: what kind of agent this is.
     agent_type: str = "iobridge"
-    #: Whether a run of this agent may be re-executed from its last durable point in another
-    #: process: ``run`` called again with ``ctx.messages`` holding the history plus what the
-    #: run produced so far (so a step may run twice). See ``docs/deployment.md``.
-    durable: bool = False
     #: What a run of this agent does when its thread is busy; ``None`` leaves it to the
     #: request, then the server setting (``multitask_strategy``).
     multitask_strategy: MultitaskStrategy | None = None

@@ -24,11 +24,6 @@ class FunctionAgent(Agent):
 
     What the function does is unknown to the bridge, so it declares only its server tools;
     ``capabilities`` (an AG-UI ``AgentCapabilities`` object) says the rest.
-
-    ``durable=True``: a run may outlive its process; ``func`` is then called again with
-    ``ctx.messages`` holding what the run produced up to its last durable point (a
-    ``StepFinished`` with nothing open, or a wait on frontend tools), so it **may run a step
-    twice** and should go on from the messages it is given.
     """
 
     agent_type = "function"
@@ -44,10 +39,8 @@ class FunctionAgent(Agent):
         model_id: str | None = None,
         aliases: Sequence[str] = (),
         capabilities: Mapping[str, Any] | None = None,
-        durable: bool = False,
     ) -> None:
         self.func = func
-        self.durable = durable
         self.id = id
         self.aliases = tuple(aliases)
         self.name = name or id
@@ -76,7 +69,7 @@ class FunctionAgent(Agent):
 def function_agent(
     *, id: str, name: str | None = None, description: str | None = None,
     tools: Sequence[ServerTool] = (), aliases: Sequence[str] = (),
-    capabilities: Mapping[str, Any] | None = None, durable: bool = False,
+    capabilities: Mapping[str, Any] | None = None,
 ) -> Callable[[AgentFunc], FunctionAgent]:
     """Decorator form of ``FunctionAgent``."""
 
@@ -84,7 +77,6 @@ def function_agent(
         return FunctionAgent(
             func, id=id, name=name, description=description, tools=tools, aliases=aliases,
             capabilities=capabilities,
-            durable=durable,
         )
 
     return wrap

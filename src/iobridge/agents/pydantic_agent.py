@@ -135,9 +135,6 @@ class PydanticAIAgent(Agent):
 
     agent_type = "pydantic-ai"
 
-    #: Its runs go on from their message history: model steps re-execute from the messages.
-    durable = True
-
     def __init__(
         self,
         agent: PydanticAgent[Any, Any],

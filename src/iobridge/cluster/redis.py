@@ -748,12 +748,6 @@ class RedisCluster:
                 quiet = 0.0
                 yield []
 
-    async def lost(self, run: RemoteRun) -> bool:
-        try:
-            return not await self._redis.exists(self._heartbeat_key(run.replica))
-        except (RedisError, OSError):
-            raise _unavailable() from None
-
     async def tell(self, run: RemoteRun, command: RunCommand) -> None:
         await self._published(self._controlled(
             "PUBLISH", self._channel(run.replica), encode(Request(command=command))))

@@ -54,8 +54,6 @@ class AgentSession:
         defer_frontend: Next-run mode: frontend calls end the run instead of waiting.
         metrics: Counts awaited tool calls by kind.
         tracer: Makes a span per awaited tool call (``None``: no tracing).
-        on_park: Called when a frontend call begins to wait and after each tool result
-            (a durable run checks there whether it is parked on frontend calls).
         find_agent: The catalog's lookup, for subagents (``None``: the run has none).
         depth: How many subagent levels this session is nested in (0: the run's agent).
         subagent_run_id: The invocation this session runs (``None``: the run's agent).
@@ -73,13 +71,11 @@ class AgentSession:
         defer_frontend: bool,
         metrics: Metrics | None = None,
         tracer: RunTracer | None = None,
-        on_park: Callable[[], None] | None = None,
         find_agent: Callable[[str], Agent] | None = None,
         depth: int = 0,
         subagent_run_id: str | None = None,
     ) -> None:
         self.events = events
-        self.on_park = on_park
         self.agent = agent
         self.pending = pending
         self.run = run
@@ -210,8 +206,6 @@ class _Handle:
         if session.events.guard.ended:
             raise RunEnded()
         session.events.tool_result(self.tool_call_id, result)
-        if session.on_park is not None:
-            session.on_park()
         return result
 
     async def _result(self, args: Mapping[str, Any] | None) -> tuple[ToolResult, str]:
@@ -259,8 +253,6 @@ class _Handle:
         call = self._pending or session.pending.register(
             session.run, self.tool_call_id, self.name
         )
-        if session.on_park is not None:
-            session.on_park()
         try:
             return await session.pending.wait(call, session.tool_timeout)
         except TimeoutError:

@@ -118,9 +118,6 @@ class Cluster(Coordinator, Protocol):
             EventsNotRetained: the entries after ``after`` are no longer retained.
         """
 
-    async def lost(self, run: RemoteRun) -> bool:
-        """Whether the run's replica stopped (its heartbeat expired or it left)."""
-
     async def tell(self, run: RemoteRun, command: RunCommand) -> None:
         """Send ``command`` to the run's owner, wanting no answer.
 
@@ -190,9 +187,6 @@ class LocalCluster:
     ) -> AsyncGenerator[list[tuple[int, bytes]]]:
         raise RuntimeError("a single process has no remote runs")
         yield []  # pragma: no cover  (makes this an async generator)
-
-    async def lost(self, run: RemoteRun) -> bool:
-        raise RuntimeError("a single process has no remote runs")
 
     async def tell(self, run: RemoteRun, command: RunCommand) -> None:
         raise RuntimeError("a single process has no remote runs")

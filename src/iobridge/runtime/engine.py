@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from iobridge.config import Settings
-from iobridge.errors import ConflictError, IobridgeError, NotFoundError, TooManyRequests
+from iobridge.errors import IobridgeError, NotFoundError, TooManyRequests
 from iobridge.observability.metrics import EngineSample, Metrics
 from iobridge.protocol.tool_results import ToolResult
 from iobridge.runtime.admission import Admission, StopRequest, Ticket
@@ -47,7 +47,6 @@ if TYPE_CHECKING:
     from iobridge.protocol.options import RunOptions, ToolResultMode
     from iobridge.protocol.run_input import RunInput
     from iobridge.runtime.thread_memory import ThreadMemory
-    from iobridge.store.base import Checkpoint, ThreadStore
 
 
 #: Seconds the readiness check answers 503 after a run's end write failed, unless another
@@ -81,11 +80,6 @@ class Runtime:
         self.metrics = metrics or Metrics()
         #: Makes run and tool-call spans; set by the Backend while tracing is on.
         self.tracer: RunTracer | None = None
-        #: Where durable runs keep their checkpoints (set by the Backend over a SQL store
-        #: with ``durable_runs``); ``None``: runs die with their process.
-        self.checkpoints: ThreadStore | None = None
-        #: Runs being continued from a checkpoint here (concurrent callers share one).
-        self._reviving: dict[RunKey, asyncio.Task[Run]] = {}
         #: Finds the catalog agents runs call as subagents; set by the Backend.
         self.find_agent: Callable[[str], Agent] | None = None
         self.pending = PendingRegistry()
@@ -126,49 +120,6 @@ class Runtime:
         )
         return await execution.start()
 
-    async def revive(
-        self, checkpoint: Checkpoint, agent: Agent, *, caller: str | None = None
-    ) -> Run:
-        """Continue a run another process checkpointed (:meth:`Execution.revive`), counted
-        against ``caller`` (default: its owner); callers asking for the same run at once
-        share one revival.
-
-        Raises:
-            ConflictError: another process took it over first, or its thread is busy.
-            NotFoundError: it concluded already.
-        """
-        key = (checkpoint.owner, checkpoint.run_id)
-        run = self._runs.get(key)
-        if run is not None and not run.done:
-            return run
-        task = self._reviving.get(key)
-        if task is None:
-            execution = Execution.from_checkpoint(self, checkpoint, agent, caller=caller)
-            task = self._reviving[key] = asyncio.ensure_future(execution.revive())
-            task.add_done_callback(lambda _: self._reviving.pop(key, None))
-        return await asyncio.shield(task)
-
-    async def submit_durable_result(
-        self, run: Run, tool_call_id: str, result: ToolResult
-    ) -> None:
-        """``submit_tool_result`` for a durable run: the result is stored first, so a run
-        continued elsewhere never asks for it again (a second post is refused).
-
-        Raises:
-            NotFoundError: unknown call, or a server tool's call.
-            ConflictError: the call already has a result.
-        """
-        self.pending.check(run.key, tool_call_id)
-        store = self.checkpoints
-        assert store is not None
-        if not await store.record_tool_result(
-            run.owner, run.run_id, tool_call_id, result.content, result.is_error
-        ):
-            raise ConflictError(
-                "this tool call already has a result", code="TOOL_RESULT_ALREADY_SUBMITTED"
-            )
-        self.pending.resolve(run.key, tool_call_id, result)
-
     # -- the registry, as executions use it ---------------------------------------------
 
     def is_live(self, key: RunKey) -> bool:
@@ -188,11 +139,6 @@ class Runtime:
         timer = self._detach_timers.pop(run.key, None)
         if timer is not None:
             timer.cancel()
-
-    def let_go(self, run: Run) -> None:
-        """The run was suspended here (it goes on in another process): not retained."""
-        if self._runs.get(run.key) is run:
-            self._forget(run.key)
 
     def retire(self, run: Run) -> None:
         """The run is over (stored, released): keep it for resume within the bounds."""
@@ -360,17 +306,6 @@ class Runtime:
             grace, lambda: self.cancel(run, "disconnected") if not run.subscribers else None
         )
 
-    def suspend_durable(self) -> None:
-        """Shutdown begins: durable runs parked on frontend calls stop now, the others at
-        their next durable point; both go on in the next process (``aclose`` suspends what
-        is left)."""
-        for run in list(self._runs.values()):
-            if not run.durable or run.done:
-                continue
-            run.suspend_at_point = True
-            if self.pending.waiting(run.key):
-                self.cancel(run, "suspended")
-
     async def drain(self, seconds: float) -> None:
         """Wait up to ``seconds`` for live runs to end by themselves."""
         loop = asyncio.get_running_loop()
@@ -383,11 +318,10 @@ class Runtime:
             await asyncio.wait(tasks, timeout=remaining)
 
     async def aclose(self) -> None:
-        """End every live run with RUN_ERROR ``SERVER_SHUTDOWN``, stored, and wait for them;
-        durable runs are suspended at their last durable point instead."""
+        """End every live run with RUN_ERROR ``SERVER_SHUTDOWN``, stored, and wait for them."""
         tasks = self._live_tasks()
         for run in list(self._runs.values()):
-            self.cancel(run, "suspended" if run.durable else "shutdown")
+            self.cancel(run, "shutdown")
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 

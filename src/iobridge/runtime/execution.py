@@ -21,33 +21,26 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import dataclasses
 import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from iobridge.agents.context import Interrupted, Resume, RunContext
-from iobridge.agents.outputs import StepFinished
-from iobridge.errors import AgentError, ConflictError, IobridgeError, NotFoundError, PayloadTooLarge
+from iobridge.errors import AgentError, IobridgeError
 from iobridge.observability.logs import current_run
 from iobridge.protocol import events as ev
 from iobridge.protocol.events import encode_event
 from iobridge.protocol.messages import model_view
-from iobridge.protocol.options import parse_run_options
-from iobridge.protocol.run_input import RunInput
-from iobridge.protocol.tool_results import ToolResult
-from iobridge.runtime.agent_session import AgentSession, error_result
-from iobridge.runtime.checkpoints import Checkpointer, CheckpointTooLarge, replay
+from iobridge.runtime.agent_session import AgentSession
 from iobridge.runtime.run import Run, RunKey
 from iobridge.runtime.run_events import RunEnded, RunEvents
 from iobridge.runtime.runlog import RunLog
-from iobridge.store.base import Checkpoint, is_outage, outage_refusal
+from iobridge.store.base import is_outage, outage_refusal
 
 if TYPE_CHECKING:
     from iobridge.agents.base import Agent
     from iobridge.protocol.options import MultitaskStrategy, RunOptions, ToolResultMode
+    from iobridge.protocol.run_input import RunInput
     from iobridge.runtime.admission import Ticket
     from iobridge.runtime.cluster import QueuedClaim
     from iobridge.runtime.engine import Runtime
@@ -65,11 +58,6 @@ _UNANSWERED = {
     "disconnected": "the client disconnected before answering",
     "shutdown": "the server shut down before the client answered",
 }
-
-
-class _Suspended(Exception):
-    """A durable run reached a durable point while its process shuts down: it stops there
-    (no terminal event) and goes on in the next process."""
 
 
 class Execution:
@@ -125,14 +113,6 @@ class Execution:
         self._claimed = False
         self._admitted = 0.0
         self._started = 0.0
-        #: Writes the run's durable points (``None``: the run is not durable).
-        self.checkpoints: Checkpointer | None = None
-        #: The checkpoint this process continues the run from (``None``: a new run).
-        self.revival: Checkpoint | None = None
-        #: Times the run was re-executed from a ``running`` point in another process.
-        self.takeovers = 0
-        #: Stopped at a durable point (shutdown or takeover): no terminal event here.
-        self.suspended = False
 
     # -- starting (steps 1-4) -----------------------------------------------------------
 
@@ -160,7 +140,6 @@ class Execution:
                 self.runtime.admission.unhold(ticket)
                 return self.queue(place)
             await self.read()
-            base = self._durable_base()
         except BaseException as exc:
             self.runtime.admission.started(ticket)
             await self.refuse()
@@ -169,34 +148,7 @@ class Execution:
                 raise
             raise error from exc
         self.runtime.admission.started(ticket)
-        return self.begin(base)
-
-    def _durable_base(self) -> bytes | None:
-        """The checkpoint's ``base`` when the run is durable (``runtime.checkpoints``, a
-        durable agent, thread memory), else ``None``.
-
-        Raises:
-            PayloadTooLarge: it exceeds ``max_checkpoint_bytes`` (``CHECKPOINT_TOO_LARGE``).
-        """
-        runtime, run_input, memory = self.runtime, self.input, self.memory
-        if runtime.checkpoints is None or not self.agent.durable or memory is None:
-            return None
-        base = orjson.dumps({
-            "v": 1, "mode": self.mode, "history": memory.history,
-            "memory": memory.durable_view(),
-            "input": {
-                "tools": run_input.tools, "context": run_input.context,
-                "state": run_input.state, "forwardedProps": run_input.forwarded_props,
-                "parentRunId": run_input.parent_run_id,
-            },
-        }, default=str)
-        limit = runtime.settings.max_checkpoint_bytes
-        if len(base) > limit:
-            raise PayloadTooLarge(
-                f"the run's checkpoint would be larger than {limit} bytes",
-                code="CHECKPOINT_TOO_LARGE",
-            )
-        return base
+        return self.begin()
 
     def admit(self) -> Ticket:
         """Step 1: count the run against the limits and mark its thread busy, or queue the
@@ -265,7 +217,6 @@ class Execution:
                 self._claimed = True
                 runtime.admission.hold(ticket)
             await self.read()
-            base = self._durable_base()
         except BaseException as exc:
             runtime.admission.started(ticket)
             await asyncio.shield(self.refuse())
@@ -273,7 +224,7 @@ class Execution:
             return
         runtime.admission.started(ticket)
         self.run.queued = False
-        self._begin_run(base)
+        self._begin_run()
         self._saved = memory_start(self.memory)
         await self.drive()
 
@@ -301,11 +252,11 @@ class Execution:
             log=RunLog(max_bytes=runtime.settings.max_run_log_bytes),
         )
 
-    def begin(self, base: bytes | None = None) -> Run:
+    def begin(self) -> Run:
         """Step 4: build the run's parts, emit RUN_STARTED, begin writing the new messages
-        and start the task that drives the run (``base``: checkpoint it)."""
+        and start the task that drives the run."""
         self.run = run = self._new_run()
-        self._begin_run(base)
+        self._begin_run()
         # Begun, not awaited: queued for the store's next commit (or done at once in memory).
         context = _run_context(run)
         self._saved = context.run(memory_start, self.memory)
@@ -314,18 +265,8 @@ class Execution:
         )
         return run
 
-    def _begin_run(self, base: bytes | None) -> None:
-        """The run's parts around ``self.run``, registered, RUN_STARTED in its log (``base``:
-        its checkpoint's, when it is durable)."""
-        self._parts()
-        if base is not None:
-            self._checkpointer(base=base, epoch=0)
-        self.runtime.register(self.run)
-        self.events.start()
-        self._live()
-
-    def _parts(self) -> None:
-        """The run's event side, its agent session and the agent's context."""
+    def _begin_run(self) -> None:
+        """The run's parts around ``self.run``, registered, RUN_STARTED in its log."""
         runtime, run_input, memory, run = self.runtime, self.input, self.memory, self.run
         # The client's state wins; without one the run continues from the thread's.
         state = run_input.state
@@ -346,10 +287,8 @@ class Execution:
             tracer=runtime.tracer, find_agent=runtime.find_agent,
         )
         self.context = self.session.context = self._agent_context(state)
-
-    def _live(self) -> None:
-        """The registered run: announced to the cluster, counted, maybe stopped at once."""
-        runtime, run = self.runtime, self.run
+        runtime.register(run)
+        self.events.start()
         runtime.cluster.started(run)
         self._started = time.perf_counter()
         runtime.metrics.run_started(self.agent.id, self._started - self._admitted)
@@ -358,177 +297,6 @@ class Execution:
             # A newer run asked this one to stop while it was starting: it stops at once.
             run.rollback = self._ticket.stop == "rollback"
             run.stop_reason = "cancelled"
-
-    def _checkpointer(
-        self, *, base: bytes | None, epoch: int, written: int = 0, nbytes: int = 0
-    ) -> None:
-        runtime, run = self.runtime, self.run
-        assert runtime.checkpoints is not None
-        key = {"owner": self.owner, "run_id": run.run_id, "thread_id": run.thread_id,
-               "resource_id": self.resource_id, "agent_id": self.agent.id}
-        self.checkpoints = Checkpointer(
-            runtime.checkpoints, run.log, key, epoch=epoch, base=base,
-            max_bytes=runtime.settings.max_checkpoint_bytes, written=written, nbytes=nbytes,
-            superseded=lambda: runtime.cancel(run, "suspended"),
-        )
-        self.session.on_park = self._parked
-        run.durable = True
-
-    # -- continuing a run another process checkpointed -------------------------------------
-
-    @classmethod
-    def from_checkpoint(
-        cls, runtime: Runtime, checkpoint: Checkpoint, agent: Agent, *, caller: str | None = None
-    ) -> Execution:
-        """The execution that continues ``checkpoint``'s run in this process (``caller``:
-        whom it counts against in the admission limits, as when it started)."""
-        base = checkpoint.base
-        given = base["input"]
-        run_input = RunInput(
-            thread_id=checkpoint.thread_id, run_id=checkpoint.run_id, messages=[],
-            tools=given["tools"], context=given["context"], state=given["state"],
-            forwarded_props=given["forwardedProps"], parent_run_id=given["parentRunId"],
-        )
-        execution = cls(
-            runtime, run_input, parse_run_options(run_input.forwarded_props), agent,
-            owner=checkpoint.owner, resource_id=checkpoint.resource_id, caller=caller,
-        )
-        execution.mode = base["mode"]
-        # The run had its thread: a run begun there since is not stopped for it, nor waited on.
-        execution.strategy = "reject"
-        execution.revival = checkpoint
-        return execution
-
-    async def revive(self) -> Run:
-        """Admit the run, take it over from its checkpoint's epoch, rebuild it and go on:
-        the events it had are in its log again, its frontend calls wait here.
-
-        Raises:
-            TooManyRequests: an admission limit is reached (``TOO_MANY_RUNS``).
-            ConflictError: another process took it over first, or its thread is busy.
-            NotFoundError: it concluded already (its end is stored).
-        """
-        checkpoint, runtime = self.revival, self.runtime
-        assert checkpoint is not None and runtime.checkpoints is not None
-        ticket = self.admit()
-        try:
-            await self._claim_when_free()
-            if not await runtime.checkpoints.claim_checkpoint(
-                checkpoint.owner, checkpoint.run_id, checkpoint.epoch
-            ):
-                raise ConflictError("the run was taken over elsewhere", code="RUN_ALREADY_RUNNING")
-            if await self._concluded(checkpoint):
-                await runtime.checkpoints.drop_checkpoint(checkpoint.owner, checkpoint.run_id)
-                raise NotFoundError("unknown run", code="RUN_NOT_FOUND")
-        except BaseException:
-            await self.refuse()
-            raise
-        finally:
-            runtime.admission.started(ticket)
-        return self._begin_revived(checkpoint)
-
-    async def _claim_when_free(self) -> None:
-        """``claim``, waiting out the locks of a replica that stopped without releasing
-        them (they expire ``owner_lost_seconds`` after its last heartbeat)."""
-        settings = self.runtime.settings
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + settings.owner_lost_seconds + settings.heartbeat_seconds
-        while True:
-            try:
-                place = await self.claim()
-                assert place is None  # the strategy rejects: nothing is queued
-                return
-            except ConflictError:
-                if not self.runtime.cluster.distributed or loop.time() > deadline:
-                    raise
-            await asyncio.sleep(settings.heartbeat_seconds / 2)
-
-    async def _concluded(self, checkpoint: Checkpoint) -> bool:
-        """Whether the run's end is stored already (its process stopped between storing it
-        and dropping the checkpoint): its messages or its calls' results are in the thread."""
-        store = self.runtime.checkpoints
-        assert store is not None
-        ids, calls = set(), [c["id"] for c in checkpoint.point.get("pending", [])]
-        for data in checkpoint.events:
-            event = orjson.loads(data)
-            if event.get("type") in (ev.TEXT_MESSAGE_START, ev.TOOL_CALL_RESULT):
-                ids.add(event["messageId"])
-        read = await store.read_for_run(
-            checkpoint.thread_id, message_ids=sorted(ids), tool_call_ids=calls, last_n=0
-        )
-        return bool(read.stored_ids or read.answered)
-
-    def _begin_revived(self, checkpoint: Checkpoint) -> Run:
-        """Step 4 for a continued run: its parts rebuilt from the checkpoint, no RUN_STARTED
-        (the client has it), its frontend calls registered before anyone can post."""
-        runtime = self.runtime
-        memory = runtime.memory
-        assert memory is not None
-        base, point = checkpoint.base, checkpoint.point
-        self.memory = memory.revive(
-            base["memory"], thread_id=checkpoint.thread_id, resource_id=self.resource_id,
-            agent=self.agent, history=base["history"],
-        )
-        if self.input.state is None:
-            self.input = dataclasses.replace(self.input, state=self.memory.state)
-        self.run = run = self._new_run()
-        self._parts()
-        events = self.events
-        replay(events, checkpoint.events)
-        for call_id, error in point.get("errors", {}).items():
-            events.tool_errors[call_id] = error
-            events.transcript.mark_error(call_id, error)
-        run.usage[:] = point.get("usage", [])
-        events.result = point.get("result")
-        self.takeovers = point.get("takeovers", 0) + (checkpoint.phase == "running")
-        self._checkpointer(
-            base=None, epoch=checkpoint.epoch + 1, written=checkpoint.last_seq,
-            nbytes=checkpoint.nbytes,
-        )
-        for call in point.get("pending", []):
-            if call["id"] in checkpoint.results:
-                runtime.pending.answered(self.key, call["id"])
-            else:
-                runtime.pending.register(self.key, call["id"], call["name"])
-        runtime.register(run)
-        self._live()
-        run.task = asyncio.get_running_loop().create_task(
-            self.drive(), name=f"run-{run.run_id}", context=_run_context(run)
-        )
-        logger.info("run %s continued from its %s checkpoint (epoch %d)",
-                    run.run_id, checkpoint.phase, checkpoint.epoch + 1)
-        return run
-
-    async def _answer_pending(self, checkpoint: Checkpoint) -> None:
-        """A continued run first gives each unanswered call its result: posted already
-        (stored), or awaited here; then the agent goes on from the messages so far."""
-        runtime, events = self.runtime, self.events
-        if self.takeovers > runtime.settings.max_takeovers:
-            events.fail("The run was lost too many times.", "RUN_LOST")
-            raise RunEnded()
-        waiting = {c.tool_call_id: c for c in runtime.pending.waiting(self.key)}
-        unanswered = events.transcript.unanswered_calls()
-        waits = [runtime.pending.wait(waiting[c], runtime.settings.tool_timeout)
-                 for c in unanswered if c in waiting]
-        answers = iter(await asyncio.gather(*waits, return_exceptions=True))
-        for call_id in unanswered:
-            if call_id in checkpoint.results:
-                content, is_error = checkpoint.results[call_id]
-                result = ToolResult(content=content, is_error=is_error)
-            elif call_id in waiting:
-                answer = next(answers)
-                if isinstance(answer, asyncio.CancelledError):
-                    raise answer
-                result = answer if isinstance(answer, ToolResult) else error_result(
-                    "the tool timed out waiting for the client"
-                )
-            else:
-                result = error_result("the tool's result was lost with its server")
-            events.tool_result(call_id, result)
-        assert self.memory is not None
-        messages = model_view([*checkpoint.base["history"], *events.transcript.messages])
-        self.memory.history = [dict(m) for m in messages]
-        self.context = self.session.context = self._agent_context(events.guard.shared_state)
 
     def _agent_context(self, state: Any) -> RunContext:
         """What the agent sees: the model's history, the request's tools and context."""
@@ -596,8 +364,6 @@ class Execution:
             events.finish()
         except RunEnded:
             pass
-        except _Suspended:
-            self.suspended = True
         except Interrupted as exc:
             for interrupt in exc.interrupts:
                 call_id = interrupt.get("toolCallId")
@@ -614,19 +380,12 @@ class Execution:
             events.fail("The agent failed unexpectedly.", "AGENT_ERROR")
 
     async def _outputs(self) -> None:
-        durable = self.checkpoints is not None
-        if self.revival is not None:
-            await self._answer_pending(self.revival)
-        elif durable:
-            self._point("running")
         agen = self.agent.run(self.context)
         try:
             produced = 0
             async for output in agen:
                 self.events.emit(output)
                 produced += 1
-                if durable and type(output) is StepFinished:
-                    self._stepped()
                 if produced % YIELD_EVERY == 0:
                     # An agent that never awaits would hold the loop for the whole run: let
                     # followers send what is ready (time to first event).
@@ -636,56 +395,12 @@ class Execution:
             if aclose is not None:
                 await aclose()
 
-    # -- durable points -------------------------------------------------------------------
-
-    def _stepped(self) -> None:
-        """A step finished: a durable point if nothing is open and every call is answered;
-        a run whose process shuts down stops there."""
-        events = self.events
-        if not events.quiet or events.transcript.unanswered_calls():
-            return
-        self._point("running")
-        if self.run.suspend_at_point:
-            raise _Suspended()
-
-    def _parked(self) -> None:
-        """A frontend call waits, or a tool result came: a durable point if the run now
-        waits only on frontend calls (a server tool still running is not re-executable)."""
-        events = self.events
-        waiting = self.runtime.pending.waiting(self.key)
-        if not waiting or not events.quiet or events.guard.ended:
-            return
-        if not set(events.transcript.unanswered_calls()) <= {c.tool_call_id for c in waiting}:
-            return
-        self._point("parked", [{"id": c.tool_call_id, "name": c.name} for c in waiting])
-        if self.run.suspend_at_point:
-            # Delivered at the wait that follows: nothing is emitted after the point.
-            self.runtime.cancel(self.run, "suspended")
-
-    def _point(self, phase: str, pending: list[dict[str, str]] | None = None) -> None:
-        """Write a durable point; a checkpoint over its bound ends the run."""
-        checkpoints, events = self.checkpoints, self.events
-        assert checkpoints is not None
-        try:
-            checkpoints.point(phase, {
-                "pending": pending or [], "errors": events.tool_errors, "usage": events.usage,
-                "result": events.result, "takeovers": self.takeovers,
-            })
-        except CheckpointTooLarge:
-            events.fail(
-                f"The run's checkpoint is larger than {checkpoints.max_bytes} bytes.",
-                "CHECKPOINT_TOO_LARGE",
-            )
-            raise RunEnded() from None
-
     def _stopped(self) -> None:
         """The run's task was cancelled: end it as the reason it was stopped says."""
         reason = self.run.stop_reason
-        if reason == "suspended" and self.checkpoints is not None:
-            self.suspended = True
         # A client gone with no follower left is how AG-UI frontends stop a run (they abort
         # the request): cancelled like the cancel route, what was produced kept.
-        elif reason in ("cancelled", "disconnected"):
+        if reason in ("cancelled", "disconnected"):
             self.events.finish(outcome={"type": "cancelled"})
         elif reason == "shutdown":
             self.events.fail("The server is shutting down.", "SERVER_SHUTDOWN")
@@ -700,9 +415,6 @@ class Execution:
         a thread whose last run is not stored yet, and the history would interleave. A
         cancel that came meanwhile is raised once the run is released.
         """
-        if self.suspended:
-            await self.suspend()
-            return
         if not self.events.guard.ended:
             self.events.fail("The run ended without a terminal event.", "AGENT_ERROR")
         self.runtime.ending(self.run)
@@ -710,10 +422,6 @@ class Execution:
         try:
             cancelled = await self.save()
         finally:
-            if self.checkpoints is not None:
-                # Concluded here (stored, rolled back, or told it was not): the run must not
-                # be continued anywhere.
-                self.checkpoints.drop()
             cancelled = await self.release() or cancelled
         if cancelled:
             raise asyncio.CancelledError()
@@ -747,27 +455,6 @@ class Execution:
             if not stored:
                 events.not_stored()
         return cancelled
-
-    async def suspend(self) -> None:
-        """Instead of steps 6 and 7 for a run stopped at a durable point: nothing stored,
-        no terminal event; the checkpoint's writes settle, the run is let go here (its
-        followers see the log end) and goes on in another process."""
-        runtime, run = self.runtime, self.run
-        runtime.ending(run)
-        cancelled = False
-        if self._saved is not None:
-            cancelled = await _settle(self._saved)
-        assert self.checkpoints is not None and self._ticket is not None
-        cancelled = await _settle(asyncio.ensure_future(self.checkpoints.settle())) or cancelled
-        runtime.admission.release(self._ticket)
-        if runtime.cluster.distributed:
-            released = asyncio.ensure_future(runtime.cluster.release(run))
-            cancelled = await _settle(released) or cancelled
-        run.log.close()
-        runtime.let_go(run)
-        logger.info("run %s suspended at its last durable point", run.run_id)
-        if cancelled:
-            raise asyncio.CancelledError()
 
     def _close_unanswered(self) -> None:
         """Give each frontend call the client never answered an error result, for storage."""

@@ -48,25 +48,6 @@ class PendingRegistry:
             call = calls[tool_call_id] = PendingToolCall(run, tool_call_id, name)
         return call
 
-    def answered(self, run: RunKey, tool_call_id: str) -> None:
-        """Remember a call answered before its run came to this process (a second post of
-        its result is refused, not unknown)."""
-        self._answered.setdefault(run, set()).add(tool_call_id)
-
-    def waiting(self, run: RunKey) -> list[PendingToolCall]:
-        """The run's calls still waiting for a result, in the order they were announced."""
-        return [c for c in self._calls.get(run, {}).values() if not c.future.done()]
-
-    def check(self, run: RunKey, tool_call_id: str) -> None:
-        """Raise what ``resolve`` would for this call, without resolving it."""
-        call = self._calls.get(run, {}).get(tool_call_id)
-        if call is None or call.future.done():
-            if call is not None or tool_call_id in self._answered.get(run, ()):
-                raise ConflictError(
-                    "this tool call already has a result", code="TOOL_RESULT_ALREADY_SUBMITTED"
-                )
-            raise NotFoundError("unknown tool call for this run", code="TOOL_CALL_NOT_FOUND")
-
     def resolve(self, run: RunKey, tool_call_id: str, result: ToolResult) -> None:
         """Deliver the client's result.
 
@@ -74,8 +55,13 @@ class PendingRegistry:
             ConflictError: the call was already answered.
             NotFoundError: no such pending call in this run.
         """
-        self.check(run, tool_call_id)
-        call = self._calls[run][tool_call_id]
+        call = self._calls.get(run, {}).get(tool_call_id)
+        if call is None or call.future.done():
+            if call is not None or tool_call_id in self._answered.get(run, ()):
+                raise ConflictError(
+                    "this tool call already has a result", code="TOOL_RESULT_ALREADY_SUBMITTED"
+                )
+            raise NotFoundError("unknown tool call for this run", code="TOOL_CALL_NOT_FOUND")
         call.future.set_result(result)
         self._answered.setdefault(run, set()).add(tool_call_id)
 

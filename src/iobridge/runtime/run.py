@@ -44,10 +44,6 @@ class Run:
     #: Token usage of the run's model requests (AG-UI ``TokenUsage`` entries, as on the
     #: terminal event), filled while the run goes.
     usage: list[dict[str, Any]] = field(default_factory=list)
-    #: The run is checkpointed (``runtime.checkpoints``): it can go on in another process.
-    durable: bool = False
-    #: Shutting down: stop at the next durable point (suspended, continued elsewhere).
-    suspend_at_point: bool = False
 
     @property
     def key(self) -> RunKey:

@@ -79,8 +79,6 @@ class RunEvents:
         self.usage: list[dict[str, Any]] = []
         #: Frontend tool calls handed to the client for a later run (next-run mode).
         self.deferred_calls: list[str] = []
-        #: The error text of failed tool results, by call id (for a durable point).
-        self.tool_errors: dict[str, str] = {}
         self._reset_translation()
         self._terminal: bytes | None = None
         #: The run ended with RUN_FINISHED, not cancelled (a generated title is worth it).
@@ -336,13 +334,6 @@ class RunEvents:
     def tool_result(self, call_id: str, result: ToolResult) -> None:
         """Emit TOOL_CALL_RESULT; the next text starts a new assistant message."""
         self.push(ev.tool_call_result(self.new_id(), call_id, result.parts or result.content))
-        if result.is_error:
-            self.tool_errors[call_id] = result.content
-            self.transcript.mark_error(call_id, result.content)
+        self.transcript.mark_error(call_id, result.content if result.is_error else None)
         self._assistant_id = None
-
-    @property
-    def quiet(self) -> bool:
-        """Nothing is open for clients: no text message, no reasoning (a durable point)."""
-        return self._text_id is None and self._reasoning is None
 

@@ -88,10 +88,6 @@ class RunMemory(Protocol):
         future settles once they are stored (``None``: nothing to store)."""
         ...
 
-    def durable_view(self) -> dict[str, Any]:
-        """What another process needs to rebuild this view (``ThreadMemory.revive``)."""
-        ...
-
     def save_end(
         self,
         produced: Sequence[dict[str, Any]],
@@ -124,13 +120,6 @@ class ThreadMemory(Protocol):
         self, run_input: RunInput, options: RunOptions, resource_id: str, agent: Agent
     ) -> RunMemory:
         """Check ownership and read the thread (no write)."""
-        ...
-
-    def revive(
-        self, view: dict[str, Any], *, thread_id: str, resource_id: str, agent: Agent,
-        history: list[dict[str, Any]],
-    ) -> RunMemory:
-        """The view of a run continued in this process (from ``RunMemory.durable_view``)."""
         ...
 
 
@@ -188,15 +177,6 @@ class _StoreRun:
             return None
         self._started = self._write(self.incoming, None)
         return self._started
-
-    def durable_view(self) -> dict[str, Any]:
-        # The incoming messages go along: a run revived elsewhere stores them again unless
-        # they are stored (ids already stored are skipped).
-        return {
-            "readOnly": self.read_only, "incoming": self.incoming, "title": self.title,
-            "context": self.context, "state": self.state, "record": self.record,
-            "resume": self.resume, "answered": self.answered,
-        }
 
     def save_end(
         self,
@@ -345,20 +325,6 @@ class StoreMemory:
         if self.metrics is not None:
             self.metrics.store_operation("read_for_run", time.perf_counter() - begun)
         return read
-
-    def revive(
-        self, view: dict[str, Any], *, thread_id: str, resource_id: str, agent: Agent,
-        history: list[dict[str, Any]],
-    ) -> RunMemory:
-        return _StoreRun(
-            store=self.store, thread_id=thread_id, resource_id=resource_id, agent_id=agent.id,
-            read_only=bool(view["readOnly"]), incoming=list(view["incoming"]),
-            title=view["title"], history=history,
-            titler=agent.title if type(agent).title is not Agent.title else None,
-            context=list(view["context"]), metrics=self.metrics, timeout=self.timeout,
-            state=view["state"], record=view["record"], resume=list(view["resume"]),
-            answered=list(view["answered"]),
-        )
 
     async def begin(
         self, run_input: RunInput, options: RunOptions, resource_id: str, agent: Agent

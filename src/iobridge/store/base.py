@@ -29,11 +29,7 @@ from iobridge.protocol.text import MAX_ID_LENGTH, reject_nul, validate_id
 __all__ = [
     "MAX_ID_LENGTH",
     "Carryover",
-    "Checkpoint",
-    "CheckpointGap",
-    "CheckpointSuperseded",
     "Clock",
-    "PointWrite",
     "RunRead",
     "StoreUnavailable",
     "StoredMessage",
@@ -246,60 +242,6 @@ class RunRead:
     window: list[dict[str, Any]] = field(default_factory=list)
     #: The thread's first stored user message, when asked for (titles).
     first_user: dict[str, Any] | None = None
-
-
-class CheckpointSuperseded(Exception):
-    """The run was revived by another process (its epoch moved on): stop writing."""
-
-
-class CheckpointGap(Exception):
-    """A point does not follow the stored one (an earlier write failed): the run can no
-    longer be rebuilt from its checkpoint."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Checkpoint:
-    """A durable run as stored: identity, epoch, phase, both JSON parts and its events."""
-
-    owner: str
-    run_id: str
-    thread_id: str
-    resource_id: str
-    agent_id: str
-    epoch: int
-    #: ``running`` (between model steps) or ``parked`` (waiting on frontend tool results).
-    phase: str
-    #: Sequence number of the last event at the point (the events are ``1..last_seq``).
-    last_seq: int
-    #: Bytes the checkpoint holds (base, point and events), against ``max_checkpoint_bytes``.
-    nbytes: int
-    base: dict[str, Any]
-    point: dict[str, Any]
-    #: The encoded events up to the point, in order (from the first stored segment).
-    events: list[bytes] = field(default_factory=list)
-    #: Posted results by call id: ``(content, is_error)``.
-    results: dict[str, tuple[str, bool]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class PointWrite:
-    """One durable point to store: the row's new values and the events since the last."""
-
-    owner: str
-    run_id: str
-    thread_id: str
-    resource_id: str
-    agent_id: str
-    epoch: int
-    phase: str
-    last_seq: int
-    nbytes: int
-    #: The encoded ``base`` when the row is created or an epoch begins, else ``None``.
-    base: bytes | None
-    point: bytes
-    #: Events ``first_seq..last_seq`` (empty: none since the last point).
-    first_seq: int
-    segment: Sequence[bytes]
 
 
 class ThreadStore(ABC):
@@ -552,46 +494,6 @@ class ThreadStore(ABC):
     async def set_carryover(self, thread_id: str, carryover: Carryover) -> None:
         """Replace the thread's state and interrupt record (stores that use the default
         ``write_for_run`` implement this)."""
-        raise NotImplementedError
-
-    # -- durable runs (``store.checkpoint_rows``); a store without them says so ----------
-
-    #: Whether this store keeps run checkpoints across processes (durable runs need it).
-    keeps_checkpoints = False
-
-    def write_point(self, job: PointWrite) -> asyncio.Future[None]:
-        """Begin storing one durable point of a run: queued at once, so a run's points
-        commit in the order they were begun; the future settles once stored.
-
-        The future fails with:
-            CheckpointSuperseded: another process revived the run meanwhile.
-            CheckpointGap: an earlier point of this run was not stored.
-        """
-        raise NotImplementedError
-
-    async def load_checkpoint(self, owner: str, run_id: str) -> Checkpoint | None:
-        """A run's checkpoint, its events and the results posted for it."""
-        raise NotImplementedError
-
-    async def claim_checkpoint(self, owner: str, run_id: str, epoch: int) -> bool:
-        """Take the run over from ``epoch`` (True for exactly one caller)."""
-        raise NotImplementedError
-
-    def drop_checkpoint(
-        self, owner: str, run_id: str, epoch: int | None = None
-    ) -> asyncio.Future[None]:
-        """Begin forgetting the run's checkpoint (it concluded), after its points; with
-        ``epoch``, only at that epoch."""
-        raise NotImplementedError
-
-    async def record_tool_result(
-        self, owner: str, run_id: str, tool_call_id: str, content: str, is_error: bool
-    ) -> bool:
-        """Keep a posted frontend result once; False if the call already had one."""
-        raise NotImplementedError
-
-    async def list_checkpoints(self) -> list[tuple[str, str, str]]:
-        """``(owner, run_id, phase)`` of the stored checkpoints, oldest point first."""
         raise NotImplementedError
 
     @abstractmethod

@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 
 from sqlalchemy import (
     JSON,
-    Boolean,
     Column,
     DateTime,
     Dialect,
@@ -26,10 +25,7 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-__all__ = [
-    "ID_LENGTH", "UTCDateTime", "branches", "checkpoints", "messages", "metadata",
-    "run_tool_results", "threads",
-]
+__all__ = ["ID_LENGTH", "UTCDateTime", "branches", "messages", "metadata", "threads"]
 
 ID_LENGTH = 256
 
@@ -113,37 +109,4 @@ branches = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Column("messages", JSON(none_as_null=True), nullable=True),
     PrimaryKeyConstraint("thread_id", "id", name="pk_iobridge_branches"),
-)
-
-# Revision 0005: durable runs (``store.base.Checkpoint``). ``base`` is written once,
-# ``point`` at each durable point; ``events`` holds the encoded events up to the point, each
-# ended by a newline, appended to at each point (``events || :segment``).
-checkpoints = Table(
-    "iobridge_run_checkpoints",
-    metadata,
-    Column("owner", String(ID_LENGTH), nullable=False),
-    Column("run_id", String(ID_LENGTH), nullable=False),
-    Column("thread_id", String(ID_LENGTH), nullable=False),
-    Column("resource_id", String(ID_LENGTH), nullable=False),
-    Column("agent_id", String(ID_LENGTH), nullable=False),
-    Column("epoch", Integer, nullable=False),
-    Column("phase", String(16), nullable=False),
-    Column("last_seq", Integer, nullable=False),
-    Column("nbytes", Integer, nullable=False),
-    Column("base", Text, nullable=False),
-    Column("point", Text, nullable=False),
-    Column("events", Text, nullable=False),
-    Column("updated_at", UTCDateTime, nullable=False),
-    PrimaryKeyConstraint("owner", "run_id", name="pk_iobridge_run_checkpoints"),
-)
-
-run_tool_results = Table(
-    "iobridge_run_tool_results",
-    metadata,
-    Column("owner", String(ID_LENGTH), nullable=False),
-    Column("run_id", String(ID_LENGTH), nullable=False),
-    Column("tool_call_id", String(ID_LENGTH), nullable=False),
-    Column("content", Text, nullable=False),
-    Column("is_error", Boolean, nullable=False),
-    PrimaryKeyConstraint("owner", "run_id", "tool_call_id", name="pk_iobridge_run_tool_results"),
 )

@@ -22,7 +22,6 @@ into fewer statements (``pg_run_sql``): there each one is a round trip.
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 import time
 from collections.abc import Collection, Mapping, Sequence
@@ -52,14 +51,12 @@ if TYPE_CHECKING:  # SQLAlchemy's asyncio part needs greenlet: the postgres extr
 from iobridge.errors import ConflictError, InputError, NotFoundError
 from iobridge.extras import require_extra
 from iobridge.protocol.messages import answered_call, call_ids, window
-from iobridge.store import checkpoint_rows, pg_run_sql
+from iobridge.store import pg_run_sql
 from iobridge.store.base import (
     MAIN_BRANCH,
     Branch,
     Carryover,
-    Checkpoint,
     Clock,
-    PointWrite,
     RunRead,
     StoredMessage,
     Thread,
@@ -647,48 +644,6 @@ class SqlThreadStore(ThreadStore):
                          first_user, self._read_runs)
         read: RunRead = await self._sql.read(job)
         return read
-
-    # -- durable runs (``checkpoint_rows``) ----------------------------------------------
-
-    keeps_checkpoints = True
-
-    def write_point(self, job: PointWrite) -> asyncio.Future[None]:
-        now = self._clock()
-        # A task each, begun in order: the writer's queue keeps that order.
-        return asyncio.ensure_future(
-            self._writes.submit(lambda conn: checkpoint_rows.write_point(conn, job, now))
-        )
-
-    async def load_checkpoint(self, owner: str, run_id: str) -> Checkpoint | None:
-        result: Checkpoint | None = await self._sql.read(
-            lambda conn: checkpoint_rows.load_checkpoint(conn, owner, run_id)
-        )
-        return result
-
-    async def claim_checkpoint(self, owner: str, run_id: str, epoch: int) -> bool:
-        return await self._writes.submit(
-            lambda conn: checkpoint_rows.claim_checkpoint(conn, owner, run_id, epoch)
-        )
-
-    def drop_checkpoint(
-        self, owner: str, run_id: str, epoch: int | None = None
-    ) -> asyncio.Future[None]:
-        return asyncio.ensure_future(self._writes.submit(
-            lambda conn: checkpoint_rows.drop_checkpoint(conn, owner, run_id, epoch)
-        ))
-
-    async def record_tool_result(
-        self, owner: str, run_id: str, tool_call_id: str, content: str, is_error: bool
-    ) -> bool:
-        return await self._writes.submit(
-            lambda conn: checkpoint_rows.record_tool_result(
-                conn, owner, run_id, tool_call_id, content, is_error
-            )
-        )
-
-    async def list_checkpoints(self) -> list[tuple[str, str, str]]:
-        result: list[tuple[str, str, str]] = await self._sql.read(checkpoint_rows.list_checkpoints)
-        return result
 
     def _locked_thread(self, conn: Connection, thread_id: str) -> str | None:
         """The thread's owner, its row locked against other writers (``None``: no thread)."""
