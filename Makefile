@@ -125,7 +125,10 @@ DESELECT_observability := tests/observability/test_metrics_port.py \
 # and test_npamp.py drive replica subprocesses (unmutated code) and are not in the group;
 # test_without_redis_url_nothing_of_redis_is_imported_or_run is one too.
 MUTATE_cluster := src/iobridge/cluster/*.py
-TESTS_cluster := tests/cluster/test_backend.py tests/hostile/test_shared_principal_runs.py
+TESTS_cluster := tests/cluster/test_backend.py tests/cluster/test_backend_threads.py \
+	tests/hostile/test_shared_principal_runs.py
+# Mirror-loop mutants hang the follow tests: five times a test's time (not ten) is enough.
+TIMEOUT_cluster := 5
 DESELECT_cluster := tests/cluster/test_backend.py::test_without_redis_url_nothing_of_redis_is_imported_or_run
 MUTATE_http := src/iobridge/http/*.py
 TESTS_http := tests/http tests/observability/test_metrics.py tests/observability/test_readiness.py \
@@ -153,7 +156,7 @@ mutants: $(STAMP)
 	$(BIN)/python scripts/mutants.py report $(MUTANT_GROUPS)
 
 $(MUTANT_TARGETS): mutants-%: $(STAMP)
-	$(BIN)/python scripts/mutants.py run $* --max-children $(MUTANT_CHILDREN) \
+	$(if $(TIMEOUT_$*),IOBRIDGE_MUTANT_TIMEOUT_FACTOR=$(TIMEOUT_$*)) $(BIN)/python scripts/mutants.py run $* --max-children $(MUTANT_CHILDREN) \
 	  --mutate $(foreach p,$(MUTATE_$*),'$(p)') --tests $(TESTS_$*) \
 	  $(if $(DESELECT_$*),--deselect $(DESELECT_$*)) $(if $(POSTGRES_$*),--postgres)
 
