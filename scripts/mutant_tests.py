@@ -17,8 +17,10 @@ the mutated *statement*, likeliest killers first:
   that killed other mutants of the same function, then of the same file (each kill is
   appended to ``mutant-kills.jsonl``, shared by mutmut's workers), then the fastest by the
   durations mutmut measured. Each test gets a timeout of ten times its unmutated duration
-  (five seconds at least), so a mutant that hangs one fails it at once. A test that never reaches the changed statement runs exactly as it does
-  unmutated, so it cannot kill the mutant: dropping it changes no verdict, only the time.
+  (five seconds at least; ``IOBRIDGE_MUTANT_TIMEOUT_FACTOR`` sets the factor), so a mutant
+  that hangs one fails it at once. A test that never reaches the changed statement runs
+  exactly as it does unmutated, so it cannot kill the mutant: dropping it changes no
+  verdict, only the time.
   With no such test left the run collects nothing, which mutmut records as "no tests" (not
   killed). A change in the signature (a default value), a copy that does not line up, or a
   file the measurement does not know keeps all of mutmut's tests.

@@ -137,7 +137,8 @@ async def test_the_metrics_port_reads_the_figures_on_the_event_loop_s_thread() -
     metrics.run_started("chat", 0.01)
     server = metrics.serve("127.0.0.1", 0)
     try:
-        port = server.server_address[1]
+        host, port = server.server_address[:2]
+        assert host == "127.0.0.1"  # the configured interface, not every one
         scraped = await asyncio.to_thread(httpx.get, f"http://127.0.0.1:{port}/metrics",
                                           timeout=10)
         assert scraped.status_code == 200
