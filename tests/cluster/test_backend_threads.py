@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -78,23 +79,38 @@ async def test_a_run_queued_on_b_takes_the_thread_as_soon_as_a_frees_it(redis_ur
         async with Backend(settings, agents=[agent]) as a, Backend(settings, agents=[agent]) as b:
             first = await a.start_run(ANONYMOUS, _body("a1"))
             await _until(lambda: b"started a1" in b"".join(d for _, d in first.log.entries()))
+            assert await b.cluster.thread_busy("default", "t") is True  # the lock alone
+            assert await b.cluster.thread_busy("default", "other") is False
             queued = await b.start_run(ANONYMOUS, _body("b1", multitaskStrategy="enqueue"))
             dropped = await b.start_run(ANONYMOUS, _body("b2", multitaskStrategy="enqueue"))
             assert queued.queued and dropped.queued
             (queue,) = await redis.keys("q:queue:*")
             assert await _queued(redis, queue) == 2
             assert await a.cluster.thread_busy("default", "t") is True
-            assert await b.cluster.thread_busy("default", "t") is True
+            # The lock expiring while runs wait: the thread is still busy (its queue).
+            (lock,) = await redis.keys("q:thread:*")
+            held, ttl = await redis.get(lock), await redis.pttl(lock)
+            await redis.delete(lock)
+            assert await a.cluster.thread_busy("default", "t") is True
+            await redis.set(lock, held, px=ttl)
+            assert len(await redis.keys("q:live:*b2")) == len(await redis.keys("q:run:*b2")) == 1
             assert await b.cancel_run(ANONYMOUS, "b2") is True
             await asyncio.wait_for(asyncio.shield(dropped.task), 5)
             assert _outcome(dropped) == "RUN_CANCELLED"
             assert await _queued(redis, queue) == 1
+            # The run left whole: its claim on the runId and its record, not only its place.
+            assert await redis.keys("q:live:*b2") == await redis.keys("q:run:*b2") == []
             gates.setdefault("a1", asyncio.Event()).set()
             await first.task
             await _until(lambda: b"started b1" in b"".join(d for _, d in queued.log.entries()))
-            gates.setdefault("b1", asyncio.Event()).set()
+            # The thread's holder is b1 now: a run on A that interrupts stops b1 on B.
+            third = await a.start_run(ANONYMOUS, _body("a3", multitaskStrategy="interrupt"))
             await asyncio.wait_for(asyncio.shield(queued.task), 5)
-            assert _outcome(queued) == {"type": "success"}
+            assert _outcome(queued) != {"type": "success"}
+            await _until(lambda: b"started a3" in b"".join(d for _, d in third.log.entries()))
+            gates.setdefault("a3", asyncio.Event()).set()
+            await asyncio.wait_for(asyncio.shield(third.task), 5)
+            assert _outcome(third) == {"type": "success"}
             # memory:// is each replica's own store: A holds a1's turn, B b1's and not b2's.
             assert "go a1" in json.dumps((await a.list_messages(ANONYMOUS, "t")).messages)
             on_b = json.dumps((await b.list_messages(ANONYMOUS, "t")).messages)
@@ -105,11 +121,43 @@ async def test_a_run_queued_on_b_takes_the_thread_as_soon_as_a_frees_it(redis_ur
         await redis.aclose()
 
 
+async def test_a_queued_run_that_lost_its_place_ends_cluster_unavailable(redis_url: str) -> None:
+    """Its entry gone from the shared queue (expired), the run ends at its next turn with
+    RUN_ERROR CLUSTER_UNAVAILABLE, before it started; the running one is untouched."""
+    agent, gates = _gated()
+    settings = Settings(database_url="memory://", redis_url=redis_url, redis_prefix="lp",
+                        heartbeat_seconds=10, owner_lost_seconds=30)
+    redis = aioredis.from_url(redis_url)
+    try:
+        async with Backend(settings, agents=[agent]) as a, Backend(settings, agents=[agent]) as b:
+            first = await a.start_run(ANONYMOUS, _body("a1"))
+            queued = await b.start_run(ANONYMOUS, _body("b1", multitaskStrategy="enqueue"))
+            (queue,) = await redis.keys("lp:queue:*")
+            (lock,) = await redis.keys("lp:thread:*")
+            await redis.delete(queue)
+            await redis.publish("lp:freed", lock)  # a turn: as when any run frees the thread
+            await asyncio.wait_for(asyncio.shield(queued.task), 5)
+            last = json.loads(queued.log.entries()[-1][1])
+            assert (last["type"], last["code"]) == ("RUN_ERROR", "CLUSTER_UNAVAILABLE")
+            assert last["message"] == "the run lost its place in the thread's queue"
+            assert not first.task.done()
+            gates.setdefault("a1", asyncio.Event()).set()
+            await first.task
+            assert _outcome(first) == {"type": "success"}
+    finally:
+        await redis.aclose()
+
+
+@pytest.mark.parametrize("where", ["other replica", "same replica"])
 @pytest.mark.parametrize("strategy", ["interrupt", "rollback"])
-async def test_a_run_started_on_b_with_interrupt_stops_a_s(redis_url: str, strategy: str) -> None:
+async def test_a_run_started_with_interrupt_stops_the_holder(
+    redis_url: str, strategy: str, where: str
+) -> None:
     agent, gates = _gated()
     settings = Settings(database_url="memory://", redis_url=redis_url, redis_prefix=strategy)
     async with Backend(settings, agents=[agent]) as a, Backend(settings, agents=[agent]) as b:
+        if where == "same replica":
+            b = a
         first = await a.start_run(ANONYMOUS, _body("a1"))
         await _until(lambda: b"started a1" in b"".join(d for _, d in first.log.entries()))
         second = await b.start_run(ANONYMOUS, _body("b1", multitaskStrategy=strategy))
@@ -191,7 +239,9 @@ async def test_transport_aliases_are_shared_per_principal_scope(redis_url: str) 
         await redis.aclose()
 
 
-async def test_without_redis_a_claim_is_503_cluster_unavailable(tmp_path: Path) -> None:
+async def test_without_redis_a_claim_is_503_cluster_unavailable(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     stack = contextlib.ExitStack()
     url = stack.enter_context(redis_server(tmp_path))
     settings = Settings(database_url="memory://", redis_url=url, redis_prefix="gone")
@@ -202,7 +252,13 @@ async def test_without_redis_a_claim_is_503_cluster_unavailable(tmp_path: Path) 
             with pytest.raises(ServiceUnavailable) as claim:
                 await a.start_run(ANONYMOUS, _body("r1"))
             assert (claim.value.code, claim.value.retry_after) == ("CLUSTER_UNAVAILABLE", 1.0)
-            assert "Redis" in str(claim.value)
+            assert str(claim.value) == "the shared run state (Redis) does not answer"
+            with caplog.at_level(logging.WARNING, logger="iobridge"):
+                assert await a.readiness_problem() == "Redis does not answer"
+            (said,) = [r for r in caplog.records if r.name == "iobridge.cluster"
+                       and "readiness" in r.getMessage()]
+            assert said.getMessage() == "readiness: Redis does not answer"
+            assert said.exc_info is not None  # why, for the operator
             with pytest.raises(ServiceUnavailable) as busy:
                 await a.cluster.thread_busy("default", "t")
             assert busy.value.code == "CLUSTER_UNAVAILABLE"
