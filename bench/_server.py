@@ -118,14 +118,28 @@ def bridge_app(kind: str, n: int, values: dict[str, Any]) -> Any:
     return create_app(Backend(settings, agents=[bench_agent(kind, n)])), uvicorn_options(settings)
 
 
-def serving_process() -> None:
-    """What ``iobridge serve`` does to its process before serving (the collector's tuning),
-    when this core's CLI does it (older cores did it in the Backend)."""
+def serving_process(app: Any) -> Any:
+    """``app`` doing to its process what ``iobridge serve`` does once its Backend is open
+    (the collector's tuning: what the open Backend built is frozen out of the collector's
+    view), when this core's CLI does it (older cores did it in the Backend itself)."""
     from iobridge import cli
 
     tune = getattr(cli, "tune_collector_for_serving", None)
-    if tune is not None:
-        tune()
+    if tune is None:
+        return app
+
+    async def tuned(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "lifespan":
+            return await app(scope, receive, send)
+
+        async def send_then_tune(message: Any) -> None:
+            if message["type"] == "lifespan.startup.complete":
+                tune()
+            await send(message)
+
+        return await app(scope, receive, send_then_tune)
+
+    return tuned
 
 
 def raise_fd_limit() -> int:
@@ -153,7 +167,7 @@ def main() -> None:
     else:
         app, options = bridge_app(args.agent, args.deltas, json.loads(args.settings))
     if args.app == "bridge":
-        serving_process()
+        app = serving_process(app)
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False,
                 backlog=4096, lifespan="auto", **options)
 

@@ -17,8 +17,10 @@ the mutated *statement*, likeliest killers first:
   that killed other mutants of the same function, then of the same file (each kill is
   appended to ``mutant-kills.jsonl``, shared by mutmut's workers), then the fastest by the
   durations mutmut measured. Each test gets a timeout of ten times its unmutated duration
-  (five seconds at least), so a mutant that hangs one fails it at once. A test that never reaches the changed statement runs exactly as it does
-  unmutated, so it cannot kill the mutant: dropping it changes no verdict, only the time.
+  (five seconds at least; ``IOBRIDGE_MUTANT_TIMEOUT_FACTOR`` sets the factor), so a mutant
+  that hangs one fails it at once. A test that never reaches the changed statement runs
+  exactly as it does unmutated, so it cannot kill the mutant: dropping it changes no
+  verdict, only the time.
   With no such test left the run collects nothing, which mutmut records as "no tests" (not
   killed). A change in the signature (a default value), a copy that does not line up, or a
   file the measurement does not know keeps all of mutmut's tests.
@@ -43,7 +45,9 @@ LINES_FILE = "mutant-lines.json"  # written next to this conftest by scripts/mut
 KILLS_FILE = "mutant-kills.jsonl"  # which test killed a mutant of which function
 # A test runs under a mutant for at most TIMEOUT_FACTOR times its unmutated duration, and
 # never less than MIN_TIMEOUT seconds: a mutant that hangs it fails it then.
-TIMEOUT_FACTOR = 10.0
+# ``IOBRIDGE_MUTANT_TIMEOUT_FACTOR`` lowers the factor for a group whose mutants hang many
+# tests (the cluster's mirror loop: a hang costs its test's whole timeout).
+TIMEOUT_FACTOR = float(os.environ.get("IOBRIDGE_MUTANT_TIMEOUT_FACTOR", "10"))
 MIN_TIMEOUT = 5.0
 _MARK = "__mutmut_"
 

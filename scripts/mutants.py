@@ -8,6 +8,7 @@ one group's test selection never decides another group's results.
 
     python scripts/mutants.py run GROUP --mutate 'src/x/*.py' --tests tests/x [--deselect ID ...]
         [--mutants NAME ...]   (only these mutants: mutmut names or fnmatch patterns)
+        [--postgres]           (keep IOBRIDGE_TEST_POSTGRES_URL: the PostgreSQL variants run)
     python scripts/mutants.py report GROUP [GROUP ...]
 
 The Makefile (``make mutants``) holds the group list; this script only runs and reads.
@@ -68,7 +69,7 @@ def group_pyproject(mutate: list[str], tests: list[str]) -> str:
 
 
 def run(group: str, mutate: list[str], tests: list[str], deselect: list[str],
-        max_children: int, mutants: list[str]) -> int:
+        max_children: int, mutants: list[str], postgres: bool = False) -> int:
     for pattern in mutate:
         if not any(fnmatch.fnmatch(str(p.relative_to(ROOT)), pattern)
                    for p in (ROOT / "src").rglob("*.py")):
@@ -84,8 +85,10 @@ def run(group: str, mutate: list[str], tests: list[str], deselect: list[str],
         shutil.copytree(ROOT / name, work / name, ignore=ignore)
     selection = tests + [arg for node in deselect for arg in ("--deselect", node)]
     (work / "pyproject.toml").write_text(group_pyproject(mutate, selection))
-    # The sqlite variants only: mutants are judged by the in-process suite, not by CI's matrix.
-    env = {k: v for k, v in os.environ.items() if k not in ("CI", "IOBRIDGE_TEST_POSTGRES_URL")}
+    # The sqlite variants only: mutants are judged by the in-process suite, not by CI's matrix;
+    # a group whose code runs only on PostgreSQL (the store's) keeps the URL with --postgres.
+    dropped = ("CI",) if postgres else ("CI", "IOBRIDGE_TEST_POSTGRES_URL")
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     started = time.monotonic()
     shutil.copy(ROOT / "scripts" / "mutant_tests.py", work / "conftest.py")
     code = measure(work, mutate, selection, env)
@@ -168,12 +171,14 @@ def main() -> int:
     run_parser.add_argument("--max-children", type=int, default=1)
     run_parser.add_argument("--mutants", nargs="*", default=[],
                             help="only these mutants (names or fnmatch patterns; a sample)")
+    run_parser.add_argument("--postgres", action="store_true",
+                            help="keep IOBRIDGE_TEST_POSTGRES_URL (PostgreSQL variants run)")
     report_parser = sub.add_parser("report", help="print the per-module score table")
     report_parser.add_argument("groups", nargs="+")
     args = parser.parse_args()
     if args.command == "run":
         return run(args.group, args.mutate, args.tests, args.deselect, args.max_children,
-                   args.mutants)
+                   args.mutants, args.postgres)
     return report(args.groups)
 
 

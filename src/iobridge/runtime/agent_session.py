@@ -13,10 +13,11 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from iobridge.agents import outputs as out
-from iobridge.agents.context import RunContext, ToolCallHandle
+from iobridge.agents.context import ToolCallHandle
 from iobridge.agents.subagents import SubagentTool, task_messages
 from iobridge.agents.tools import result_content
 from iobridge.errors import InputError, NotFoundError
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from iobridge.agents.tools import ServerTool
     from iobridge.observability.metrics import Metrics
     from iobridge.observability.tracing import RunTracer
+    from iobridge.protocol.run_limits import RunLimits
     from iobridge.runtime.pending import PendingRegistry, PendingToolCall
     from iobridge.runtime.run import RunKey
 
@@ -41,12 +43,29 @@ def error_result(message: str) -> ToolResult:
     return ToolResult(content=json.dumps({"error": message}), is_error=True)
 
 
+@dataclass(frozen=True, slots=True)
+class Lineage:
+    """What a subagent's context inherits from its run.
+
+    The session keeps this, not the run's ``RunContext``: the context holds the session, and
+    a session holding its context back would keep every run's parts alive until a cycle
+    collection instead of freeing them when the run ends.
+    """
+
+    thread_id: str
+    resource_id: str
+    #: The run's token usage, which a subagent's requests add to.
+    usage: list[dict[str, Any]]
+    limits: RunLimits
+
+
 class AgentSession:
     """Implements ``iobridge.agents.context.RunSession`` for one run.
 
     Args:
         events: The run's event side.
         agent: The agent (its server tools run here).
+        lineage: What a subagent started from this session inherits.
         frontend_tools: Names of the tools the client declared.
         pending: Where in-run frontend calls wait for their result.
         run: The run's key in ``pending``.
@@ -65,6 +84,7 @@ class AgentSession:
         self,
         events: RunEvents,
         agent: Agent,
+        lineage: Lineage,
         frontend_tools: Collection[str],
         *,
         pending: PendingRegistry,
@@ -81,6 +101,7 @@ class AgentSession:
         self.events = events
         self.on_park = on_park
         self.agent = agent
+        self.lineage = lineage
         self.pending = pending
         self.run = run
         self.tool_timeout = tool_timeout
@@ -91,8 +112,6 @@ class AgentSession:
         self._find_agent = find_agent
         self.depth = depth
         self.subagent_run_id = subagent_run_id
-        #: The context the agent runs with (set once it is built; subagents start from it).
-        self.context: RunContext
 
     def find_agent(self, agent_id: str) -> Agent:
         """The catalog agent ``agent_id`` (see ``AgentCatalog.get``).
@@ -122,7 +141,7 @@ class AgentSession:
         """The session of a subagent: its own tools only (no frontend tools), one level
         deeper, attributed to its invocation."""
         return AgentSession(
-            events, agent, (), pending=self.pending, run=self.run,
+            events, agent, self.lineage, (), pending=self.pending, run=self.run,
             tool_timeout=self.tool_timeout, defer_frontend=self.defer_frontend,
             metrics=self.metrics, tracer=self.tracer, find_agent=self._find_agent,
             depth=self.depth + 1, subagent_run_id=events.subagent_run_id,

@@ -143,8 +143,8 @@ async def run_subagent(
     Raises:
         RunEnded: the run itself ended meanwhile (a bound of the run, a cancel).
     """
-    ctx = session.context
-    limits = ctx.limits
+    lineage = session.lineage
+    limits = lineage.limits
     if session.depth >= limits.max_subagent_depth:
         return _failed(f"subagents nest at most {limits.max_subagent_depth} levels deep",
                        SUBAGENT_TOO_DEEP)
@@ -159,11 +159,11 @@ async def run_subagent(
     events = SubagentEvents(run_events, invocation)
     run_events.push(_started(agent, invocation, session.subagent_run_id, parent_tool_call_id))
     child = make_session(events, agent)
-    child.context = RunContext(
-        thread_id=ctx.thread_id, run_id=invocation, messages=[dict(m) for m in messages],
-        resource_id=ctx.resource_id, session=child, usage=ctx.usage, limits=limits,
+    context = RunContext(
+        thread_id=lineage.thread_id, run_id=invocation, messages=[dict(m) for m in messages],
+        resource_id=lineage.resource_id, session=child, usage=lineage.usage, limits=limits,
     )
-    outcome = await _drive(agent, child.context, events)
+    outcome = await _drive(agent, context, events)
     if run_events.guard.ended:
         raise RunEnded()
     if outcome is not None:

@@ -38,7 +38,7 @@ from iobridge.protocol.messages import model_view
 from iobridge.protocol.options import parse_run_options
 from iobridge.protocol.run_input import RunInput
 from iobridge.protocol.tool_results import ToolResult
-from iobridge.runtime.agent_session import AgentSession, error_result
+from iobridge.runtime.agent_session import AgentSession, Lineage, error_result
 from iobridge.runtime.checkpoints import Checkpointer, CheckpointTooLarge, replay
 from iobridge.runtime.run import Run, RunKey
 from iobridge.runtime.run_events import RunEnded, RunEvents
@@ -332,20 +332,22 @@ class Execution:
         self.state_from_thread = state is None and memory is not None and memory.state is not None
         if self.state_from_thread and memory is not None:
             state = memory.state
+        self.limits = runtime.settings.run_limits
         self.events = RunEvents(
             run.log, run.thread_id, run.run_id, parent_run_id=run_input.parent_run_id,
             state=state, max_state_bytes=runtime.settings.max_state_bytes,
-            limits=runtime.settings.run_limits,
+            limits=self.limits,
             pre_1_0=runtime.settings.pre_1_0_outcomes and "protocolVersion" not in run_input.raw,
         )
         self.events.usage = run.usage
+        lineage = Lineage(run.thread_id, self.resource_id, run.usage, self.limits)
         self.session = AgentSession(
-            self.events, self.agent, [t["name"] for t in run_input.tools],
+            self.events, self.agent, lineage, [t["name"] for t in run_input.tools],
             pending=runtime.pending, run=self.key, tool_timeout=runtime.settings.tool_timeout,
             defer_frontend=self.mode == "next-run", metrics=runtime.metrics,
             tracer=runtime.tracer, find_agent=runtime.find_agent,
         )
-        self.context = self.session.context = self._agent_context(state)
+        self.context = self._agent_context(state)
 
     def _live(self) -> None:
         """The registered run: announced to the cluster, counted, maybe stopped at once."""
@@ -528,7 +530,7 @@ class Execution:
         assert self.memory is not None
         messages = model_view([*checkpoint.base["history"], *events.transcript.messages])
         self.memory.history = [dict(m) for m in messages]
-        self.context = self.session.context = self._agent_context(events.guard.shared_state)
+        self.context = self._agent_context(events.guard.shared_state)
 
     def _agent_context(self, state: Any) -> RunContext:
         """What the agent sees: the model's history, the request's tools and context."""
@@ -546,7 +548,7 @@ class Execution:
             state=state, resource_id=self.resource_id, session=self.session,
             resume=[Resume.from_wire(e) for e in resume],
             answered=[Resume.from_wire(e) for e in answered], usage=self.events.usage,
-            limits=self.runtime.settings.run_limits,
+            limits=self.limits,
         )
 
     # -- the task (steps 5-7) -----------------------------------------------------------
