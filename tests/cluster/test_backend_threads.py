@@ -264,3 +264,29 @@ async def test_without_redis_a_claim_is_503_cluster_unavailable(
             assert busy.value.code == "CLUSTER_UNAVAILABLE"
     finally:
         stack.close()
+
+
+async def test_closing_ends_a_heartbeat_that_lost_its_cancellation(redis_url: str) -> None:
+    """On Python 3.11 ``asyncio.wait_for`` (under redis-py's commands) drops a cancellation
+    that arrives as its command completes; the heartbeat then sleeps and beats on. Closing
+    the Backend cancels it again instead of waiting for it forever (the hang of a SIGTERMed
+    replica in ``tests/durable/test_replicas.py``)."""
+    settings = Settings(database_url="memory://", redis_url=redis_url, redis_prefix="hb",
+                        heartbeat_seconds=0.05, owner_lost_seconds=1)
+    backend = Backend(settings, agents=[_gated()[0]])
+    await backend.__aenter__()
+    beating, lost = asyncio.Event(), []
+
+    async def beat() -> None:
+        beating.set()
+        try:
+            await asyncio.sleep(3600)  # a command that completes as the cancel arrives
+        except asyncio.CancelledError:
+            if lost:
+                raise
+            lost.append(True)  # what wait_for does with it on 3.11: the command's result
+
+    backend.cluster._beat = beat  # type: ignore[attr-defined]
+    await asyncio.wait_for(beating.wait(), 5)
+    await asyncio.wait_for(backend.__aexit__(None, None, None), 10)
+    assert lost == [True]

@@ -70,6 +70,7 @@ from iobridge.runtime.replica_messages import (
 )
 from iobridge.runtime.run import Run, RunKey
 from iobridge.runtime.runlog import DEFAULT_BATCH_BYTES
+from iobridge.runtime.tasks import cancel_and_wait
 
 __all__ = ["RedisCluster"]
 
@@ -431,9 +432,9 @@ class RedisCluster:
         mirrors = [t for t in self._tasks if t.get_name().startswith("mirror-")]  # not the flusher
         if mirrors:
             await asyncio.wait(mirrors, timeout=REDIS_TIMEOUT)
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        # Cancelled until they end: a heartbeat cancelled while its command completes may
+        # lose the cancellation (``runtime.tasks``) and beat on, and this would wait forever.
+        await cancel_and_wait(list(self._tasks))
         try:
             if self._pubsub is not None:
                 await self._pubsub.aclose()

@@ -40,6 +40,7 @@ from iobridge.runtime.replica_messages import (
     SubmitToolResult,
 )
 from iobridge.runtime.run import Run, RunKey
+from iobridge.runtime.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from iobridge.agents.base import Agent
@@ -53,6 +54,8 @@ if TYPE_CHECKING:
 #: Seconds the readiness check answers 503 after a run's end write failed, unless another
 #: succeeds first; then traffic is let back in, and a failing store turns it 503 again.
 WRITE_FAILURE_HOLD = 10.0
+#: Seconds between cancellations of a run that goes on after shutdown cancelled it.
+RUN_RESEND_SECONDS = 0.5
 
 
 class Runtime:
@@ -388,8 +391,9 @@ class Runtime:
         tasks = self._live_tasks()
         for run in list(self._runs.values()):
             self.cancel(run, "suspended" if run.durable else "shutdown")
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        # Cancelled again while they go on (a cancellation can be lost, see runtime.tasks);
+        # a run that is storing its end waits for the write through every cancellation.
+        await cancel_and_wait(tasks, resend=RUN_RESEND_SECONDS)
 
     def _live_tasks(self) -> list[asyncio.Task[None]]:
         return [r.task for r in self._runs.values() if r.task is not None and not r.task.done()]
