@@ -83,7 +83,9 @@ class CollectingSink:
         self.error: Exception | None = None
         self._stop_after = stop_after
 
-    async def send(self, events: list[tuple[int, bytes]], *, last: bool) -> bool:
+    async def send(
+        self, events: list[tuple[int, bytes]], *, last: bool, tags: list[bytes] | None = None
+    ) -> bool:
         self.events += events
         self.lasts.append(last)
         return self._stop_after is None or len(self.lasts) < self._stop_after

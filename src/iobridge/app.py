@@ -48,7 +48,9 @@ from iobridge.errors import (
     ServiceUnavailable,
 )
 from iobridge.observability.metrics import Metrics
+from iobridge.protocol import events as ev
 from iobridge.protocol.bodies import Body
+from iobridge.protocol.event_ids import Cursor, OpenState, parse_cursor
 from iobridge.protocol.json_limits import DEFAULT_MAX_JSON_DEPTH
 from iobridge.protocol.media import MediaLimits, check_media, check_result_media
 from iobridge.protocol.message_formats import to_mastra
@@ -59,6 +61,7 @@ from iobridge.protocol.tool_results import ToolResult, parse_tool_result
 from iobridge.runtime.admission import thread_busy
 from iobridge.runtime.cluster import Cluster, LocalCluster, RemoteRun
 from iobridge.runtime.engine import Runtime
+from iobridge.runtime.following import Continuation, RemoteTags, catch_up, numbered, skip_results
 from iobridge.runtime.replica_messages import (
     Answer,
     AttachFollower,
@@ -68,6 +71,7 @@ from iobridge.runtime.replica_messages import (
     RunCommand,
     SubmitToolResult,
 )
+from iobridge.runtime.revival import UnknownFormat
 from iobridge.runtime.run import Run
 from iobridge.runtime.thread_memory import StoreMemory
 from iobridge.store.base import (
@@ -119,8 +123,6 @@ def _store_route(method: Callable[_P, Awaitable[_T]]) -> Callable[_P, Awaitable[
     return route
 
 
-#: A resume cursor is a run-log sequence number: ASCII digits, at most this many.
-MAX_CURSOR_DIGITS = 19
 #: Seconds the readiness check waits for the store.
 READY_TIMEOUT = 2.0
 #: Most messages one page of ``list_messages`` holds (a page grows to keep tool calls whole).
@@ -227,6 +229,7 @@ class Backend:
                 stack.push_async_callback(self._close_cluster)
                 await self.cluster.open(self.runtime.act)
                 self.runtime.cluster = self.cluster
+                self.runtime.holder = self.cluster.replica_id
             if self.settings.tracing.enabled or self._tracer_provider is not None:
                 from iobridge.observability.tracing import open_tracer
 
@@ -301,10 +304,15 @@ class Backend:
         was when it started."""
         self._check_admitting()
         agent = self.catalog.get(checkpoint.agent_id)
-        return await self.runtime.revive(
-            checkpoint, agent,
-            caller=self._caller(checkpoint.owner, checkpoint.resource_id),
-        )
+        try:
+            return await self.runtime.revive(
+                checkpoint, agent,
+                caller=self._caller(checkpoint.owner, checkpoint.resource_id),
+            )
+        except UnknownFormat:
+            logger.error("run %s: its checkpoint is of another iobridge version; not continued",
+                         checkpoint.run_id)
+            raise NotFoundError("unknown run", code="RUN_NOT_FOUND") from None
 
     def _caller(self, principal_id: str, resource_id: str) -> str:
         """Whom a run counts against in ``max_active_runs_per_principal``: in auth mode none
@@ -435,7 +443,7 @@ class Backend:
         run: FollowedRun,
         sink: EventSink,
         *,
-        after: int = 0,
+        after: int | Cursor = 0,
         idle: float | None = None,
         detach_grace: float | None = None,
     ) -> None:
@@ -450,29 +458,173 @@ class Backend:
         raises (a broken connection) propagates once the follower is detached. While the
         run waits for its thread (``queued``), ``sink.queued`` is called at once and instead
         of ``keep_alive``.
+
+        A durable run's log may end without its terminal event here (its replica stopped or
+        let it go): the follower goes on with the process that continues it, caught up from
+        what it has (``runtime.following``).
         """
-        batches = self._batches(run, after, idle, detach_grace)
-        waiting = isinstance(run, Run) and run.queued
+        leg = _Leg(run, after if isinstance(after, Cursor) else Cursor(after))
         try:
-            if waiting:
+            if isinstance(run, Run) and run.queued:
                 await sink.queued()
-            # Closed here, not left to the loop's finalizer hook (a task per run to close it,
-            # once the garbage collector finds it).
-            async with aclosing(batches):
-                async for events in batches:
-                    if not events:
-                        if waiting and isinstance(run, Run) and run.queued:
-                            await sink.queued()
-                        else:
-                            await sink.keep_alive()
-                        continue
-                    last = _ends(run, events[-1][0])
-                    if not await sink.send(events, last=last) or last:
-                        return
+            while not await self._follow_leg(leg, sink, idle, detach_grace):
+                if not await self._hand_over(leg):
+                    break
         except EventsNotRetained as exc:
             await sink.cut_off(exc)
             return
         await sink.end()
+
+    async def _follow_leg(
+        self, leg: _Leg, sink: EventSink, idle: float | None, detach_grace: float | None
+    ) -> bool:
+        """Follow ``leg.run`` from ``leg.cursor``; True once the follow is over (the terminal
+        event sent, or the sink stopped), False if the log ended without it."""
+        run = leg.run
+        plan = await self._continuation(leg)
+        if plan.prologue:
+            if not await sink.send(plan.prologue, last=False, tags=plan.tags):
+                return True
+            leg.sent(plan.prologue[-1][0], plan.tags[-1])
+        tagger = self._tagger(leg)
+        skip = plan.skip
+        batches = self._batches(run, plan.after, idle, detach_grace)
+        # Closed here, not left to the loop's finalizer hook (a task per run to close it,
+        # once the garbage collector finds it).
+        async with aclosing(batches):
+            async for events in batches:
+                if not events:
+                    await (sink.queued() if isinstance(run, Run) and run.queued
+                           else sink.keep_alive())
+                    continue
+                last = _ends(run, events[-1][0])
+                if skip:
+                    events, seen = skip_results(events, skip)
+                    skip = frozenset() if seen else skip
+                if events and await self._send(leg, sink, events, last, tagger):
+                    return True
+        return leg.ended
+
+    async def _send(
+        self, leg: _Leg, sink: EventSink, events: list[tuple[int, bytes]], last: bool,
+        tagger: Callable[[list[tuple[int, bytes]]], list[bytes]] | None,
+    ) -> bool:
+        """One batch to the sink; True once the follow is over."""
+        leg.ended = events[-1][1].startswith(_TERMINAL_PREFIXES)
+        if tagger is None:
+            return not await sink.send(events, last=last) or last
+        tags = tagger(events)
+        events = numbered(events, leg.epoch)
+        leg.sent(events[-1][0], tags[-1])
+        return not await sink.send(events, last=last, tags=tags) or last
+
+    def _tagger(self, leg: _Leg) -> Callable[[list[tuple[int, bytes]]], list[bytes]] | None:
+        """What gives a batch its open states (``None``: plain ids, not a durable run)."""
+        run = leg.run
+        if isinstance(run, Run):
+            return run.ids.tags if run.ids is not None else None
+        if self.runtime.checkpoints is None:
+            return None
+        # Durable or not, a run of another replica is tagged here (its log comes without).
+        return RemoteTags(leg.cursor.state if leg.epoch == leg.cursor.epoch else None).tags
+
+    async def _continuation(self, leg: _Leg) -> Continuation:
+        """How ``leg`` goes on from its cursor: the log after it (same epoch), or a catch-up
+        (a cursor the run's previous holder gave).
+
+        Raises:
+            InputError: a cursor of a later epoch than the run's (``INVALID_CURSOR``).
+            EventsNotRetained: a cursor of an earlier epoch whose open state is unknown (an
+                N-PAMP ``event_id``: the number alone).
+        """
+        run, cursor = leg.run, leg.cursor
+        epoch = leg.epoch = _epoch(run)
+        if cursor.epoch == epoch:
+            return Continuation(after=cursor.seq)
+        state = cursor.state if cursor.state is not None or cursor.number else OpenState()
+        if cursor.epoch > epoch or state is None:
+            raise _bad_cursor() if cursor.epoch > epoch else EventsNotRetained(
+                run.log.first_seq if isinstance(run, Run) else run.first_seq
+            )
+        point_seq, point = await self._last_point(run)
+        stored = await self.store.list_messages(run.thread_id)
+        known = {m.get("id") for m in stored}
+        started = ev.run_started(run.thread_id, run.run_id, point.get("parentRunId"))
+        return catch_up(
+            cursor, state, started=started, branches=point.get("branches", []),
+            point_seq=point_seq, point=point,
+            messages=[*stored, *(m for m in point["messages"] if m.get("id") not in known)],
+        )
+
+    async def _last_point(self, run: FollowedRun) -> tuple[int, dict[str, Any]]:
+        """The sequence number and values of the run's last durable point."""
+        if isinstance(run, Run):
+            assert run.ids is not None
+            return run.ids.point_seq, {**run.ids.point, "branches": run.ids.branches}
+        store = self.runtime.checkpoints
+        checkpoint = None if store is None else await store.load_checkpoint(run.owner, run.run_id)
+        if checkpoint is None:
+            raise EventsNotRetained(run.first_seq)
+        return checkpoint.last_seq, checkpoint.point
+
+    async def _hand_over(self, leg: _Leg) -> bool:
+        """The log ``leg`` followed ended without its terminal event: find the process that
+        continues the run (this one may take it over) and go on there from what the follower
+        has. False: nothing continues it (the follow ends)."""
+        if self.runtime.checkpoints is None or not self.admitting:
+            return False
+        settings = self.settings
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + settings.owner_lost_seconds + 2 * settings.heartbeat_seconds + 5
+        while loop.time() < deadline:
+            try:
+                found = await self._locate(leg.run)
+            except ConflictError:  # another process is taking it over now
+                await asyncio.sleep(settings.heartbeat_seconds / 2)
+                continue
+            except NotFoundError:
+                return await self._declare_lost(leg)
+            if found is not None:
+                leg.follow(found)
+                return True
+            await asyncio.sleep(settings.heartbeat_seconds / 2)
+        return False
+
+    async def _locate(self, run: FollowedRun) -> FollowedRun | None:
+        """Where the run goes on now: live here, on a replica that holds it, or continued
+        here from its checkpoint; ``None``: not decided yet (its replica's record is still
+        there and that replica alive).
+
+        Raises:
+            NotFoundError: it has no checkpoint (it is not durable, or it concluded).
+            ConflictError: another process is taking it over.
+        """
+        local = self.runtime.find(run.owner, run.run_id)
+        if local is not None and local is not run:
+            return local
+        remote = await self.cluster.find(run.owner, run.run_id)
+        if remote is not None and (remote.ended or not await self.cluster.lost(remote)):
+            if isinstance(run, RemoteRun) and remote.replica == run.replica and not remote.ended:
+                return None  # the same holder, alive: its record is about to go
+            return remote
+        store = self.runtime.checkpoints
+        checkpoint = None if store is None else await store.load_checkpoint(run.owner, run.run_id)
+        if checkpoint is None:
+            raise NotFoundError("unknown run", code="RUN_NOT_FOUND")
+        return await self._continue(checkpoint)
+
+    async def _declare_lost(self, leg: _Leg) -> bool:
+        """A run that cannot be continued: a lost replica's run ends ``RUN_LOST`` for every
+        follower (then this one reads it); a run let go with no checkpoint just ends."""
+        run = leg.run
+        if not isinstance(run, RemoteRun) or not await self.cluster.lost(run):
+            return False
+        await self.cluster.declare_lost(run)
+        found = await self.cluster.find(run.owner, run.run_id)
+        if found is None:
+            return False
+        leg.follow(found, keep_cursor=True)
+        return True
 
     async def _batches(
         self, run: FollowedRun, after: int, idle: float | None, detach_grace: float | None
@@ -496,8 +648,11 @@ class Backend:
         self, run: RemoteRun, after: int, idle: float | None, detach_grace: float | None
     ) -> AsyncGenerator[list[tuple[int, bytes]]]:
         await self._tell(run, AttachFollower(owner=run.owner, run=run.run_id))
+        durable = self.runtime.checkpoints is not None
         try:
-            async with aclosing(self.cluster.follow(run, after, idle=idle)) as batches:
+            async with aclosing(
+                self.cluster.follow(run, after, idle=idle, durable=durable)
+            ) as batches:
                 async for batch in batches:
                     yield batch
         finally:
@@ -549,11 +704,13 @@ class Backend:
 
     async def resume(
         self, principal: Principal, run_id: str, cursor: str | int | None
-    ) -> tuple[FollowedRun, int]:
-        """The run to resume and the sequence number to continue after.
+    ) -> tuple[FollowedRun, Cursor]:
+        """The run to resume and where to continue from.
 
         ``cursor`` is the last event id the client has (``Last-Event-ID``, ``?after=`` or an
-        N-PAMP resume cursor); ``None`` replays from the start.
+        N-PAMP resume cursor); ``None`` replays from the start. A durable run's SSE ids
+        carry what the client has open (``protocol.event_ids``); an id of an earlier epoch
+        than the run's (its previous holder's) is caught up when followed.
 
         Raises:
             NotFoundError: no such run for this caller.
@@ -563,25 +720,23 @@ class Backend:
         """
         run = await self.find_run(principal, run_id)
         if isinstance(cursor, str):
-            if not cursor.isascii() or not cursor.isdigit() or len(cursor) > MAX_CURSOR_DIGITS:
-                raise _bad_cursor()
-            cursor = int(cursor)
-        after = cursor or 0
+            try:
+                parsed = parse_cursor(cursor)
+            except ValueError:
+                raise _bad_cursor() from None
+        else:
+            parsed = Cursor(cursor or 0, OpenState() if not cursor else None)
+        epoch = _epoch(run)
+        if parsed.epoch > epoch:
+            raise _bad_cursor()
         if isinstance(run, RemoteRun):
-            first, last = run.first_seq, run.last_seq
-            # The mirror may lag what the client saw on the owner: a live run waits for it.
-            if after < 0 or (after > last and run.ended):
-                raise _bad_cursor()
             if not run.ended:
                 await self._room_elsewhere(run)
         else:
-            first, last = run.log.first_seq, run.log.last_seq
-            if not 0 <= after <= last:
-                raise _bad_cursor()
             self.runtime.room_for_follower(run)
-        if after < first - 1:
-            raise EventsNotRetained(first)
-        return run, after
+        if parsed.epoch == epoch:
+            _check_position(run, parsed.seq)
+        return run, parsed
 
     async def _room_elsewhere(self, run: RemoteRun) -> None:
         """The owner counts a live run's followers on every replica (``TOO_MANY_FOLLOWERS``);
@@ -937,10 +1092,14 @@ class EventSink(Protocol):
     """A transport's end of :meth:`Backend.follow`: it encodes and writes what it is given
     (SSE frames, N-PAMP BRIDGE_STREAM_DATA, the chunks of an opaque reply), nothing more."""
 
-    async def send(self, events: list[tuple[int, bytes]], *, last: bool) -> bool:
-        """Write ready events, ``(sequence number, event bytes)`` in order; ``last``: they
-        end with the run's terminal event, so the stream ends in the same write. False: the
-        consumer no longer takes the stream (following stops; nothing more is written)."""
+    async def send(
+        self, events: list[tuple[int, bytes]], *, last: bool, tags: list[bytes] | None = None
+    ) -> bool:
+        """Write ready events, ``(event id, event bytes)`` in order; ``last``: they end with
+        the run's terminal event, so the stream ends in the same write; ``tags``: a durable
+        run's open state after each event, for the SSE ``id`` (``protocol.event_ids``; other
+        transports carry the number alone). False: the consumer no longer takes the stream
+        (following stops; nothing more is written)."""
         ...
 
     async def keep_alive(self) -> None:
@@ -986,6 +1145,65 @@ class RunAliases:
     async def recall(self, principal: Principal, alias: bytes) -> str | None:
         """The runId another replica shared under ``alias`` (``None``: none)."""
         return await self._backend.cluster.recall_alias(self.scope(principal), alias)
+
+
+class _Leg:
+    """One follower's way through a run that may change hands: the run followed now,
+    the cursor it goes on from, and the last id (and open state) sent."""
+
+    def __init__(self, run: FollowedRun, cursor: Cursor) -> None:
+        self.run = run
+        self.cursor = cursor
+        self.epoch = _epoch(run)
+        self.number = cursor.number
+        self.tag = b"" if cursor.state is None else _tag(cursor.state)
+        self.ended = False
+
+    def sent(self, number: int, tag: bytes) -> None:
+        self.number, self.tag = number, tag
+
+    def follow(self, run: FollowedRun, *, keep_cursor: bool = False) -> None:
+        """Go on with ``run`` (another holder) from what was sent."""
+        self.run = run
+        if not keep_cursor:
+            state = OpenState.decode(self.tag[1:].decode("ascii")) if self.tag else OpenState()
+            self.cursor = Cursor(self.number, state)
+
+
+def _tag(state: OpenState) -> bytes:
+    encoded = state.encode()
+    return b"~" + encoded if encoded else b""
+
+
+def _epoch(run: FollowedRun) -> int:
+    """The run's takeover epoch (its events' ids: ``protocol.event_ids``)."""
+    if isinstance(run, RemoteRun):
+        return run.epoch
+    return run.ids.epoch if run.ids is not None else 0
+
+
+def _check_position(run: FollowedRun, after: int) -> None:
+    """A cursor of the run's own epoch must be an event it has (the mirror may lag what a
+    client saw on the owner: a live run waits for it).
+
+    Raises:
+        InputError: beyond the run's events (``INVALID_CURSOR``).
+        EventsNotRetained: before the retained ones.
+    """
+    if isinstance(run, RemoteRun):
+        first, last = run.first_seq, run.last_seq
+        if after < 0 or (after > last and run.ended):
+            raise _bad_cursor()
+    else:
+        first, last = run.log.first_seq, run.log.last_seq
+        if not 0 <= after <= last:
+            raise _bad_cursor()
+    if after < first - 1:
+        raise EventsNotRetained(first)
+
+
+#: How a terminal event's bytes begin (``encode_event`` writes ``type`` first).
+_TERMINAL_PREFIXES = (b'{"type":"RUN_FINISHED"', b'{"type":"RUN_ERROR"')
 
 
 def _ends(run: FollowedRun, seq: int) -> bool:

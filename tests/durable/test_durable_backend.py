@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 import pytest
 from tests.agents.fake_openai import FakeOpenAI, calls, text
+from tests.durable.streams import assert_valid_stream, follow, number
 
 from iobridge.agents.context import RunContext
 from iobridge.agents.function import FunctionAgent
@@ -49,10 +50,11 @@ async def backend(url: str, fake: FakeOpenAI, **settings: Any) -> AsyncIterator[
 
 
 async def until(run: Run, kind: str, after: int = 0) -> list[tuple[int, dict[str, Any]]]:
-    """The run's events after ``after`` up to the first of ``kind`` (or the log's end)."""
+    """The run's events after ``after`` (or its log's first, a continued run's) up to the
+    first of ``kind`` (or the log's end)."""
     seen: list[tuple[int, dict[str, Any]]] = []
     async with asyncio.timeout(20):
-        async for batch in run.log.follow(after):
+        async for batch in run.log.follow(max(after, run.log.first_seq - 1)):
             for seq, data in batch:
                 seen.append((seq, orjson.loads(data)))
                 if seen[-1][1]["type"] == kind:
@@ -78,28 +80,38 @@ async def test_a_parked_run_goes_on_in_the_next_backend_and_stores_its_exchange_
                      text("Sunny in ", "Oslo."))
     async with backend(database_url, fake_openai) as first:
         run = await first.start_run(ANONYMOUS, body())
-        head = await until(run, "TOOL_CALL_END")
+        head = await follow(first, "r1", until="TOOL_CALL_END")
         await asyncio.sleep(0.2)  # the park point's write
         checkpoint = await first.store.load_checkpoint("anonymous", "r1")
         assert checkpoint is not None and checkpoint.phase == "parked"
         call = head[-1][1]["toolCallId"]  # the bridge's id (the provider's stays with it)
-        assert checkpoint.point["pending"] == [{"id": call, "name": "get_weather"}]
-        assert checkpoint.last_seq == head[-1][0]
+        # The run parks with no step open: its model step is finished at the point.
+        assert [e["type"] for _, e in await until(run, "STEP_FINISHED", number(head[-1][0]))
+                ] == ["STEP_FINISHED"]
+        assert checkpoint.point["pending"] == [
+            {"id": call, "name": "get_weather", "at": number(head[-1][0])}]
+        assert checkpoint.last_seq == number(head[-1][0]) + 1
+        # The id of TOOL_CALL_END says what the client has open: the step, and the call.
+        assert head[-1][0].endswith(f"!p:{call}") and "~s::model-request-1" in head[-1][0]
     # The first Backend is gone: its run stopped at the point, no terminal event, nothing
     # more stored than the user message.
-    assert [e["type"] for _, e in await until(run, "RUN_FINISHED", head[-1][0])] == []
+    assert run.log.closed and run.log.last_seq == checkpoint.last_seq
     async with backend(database_url, fake_openai) as second:
         assert [m["role"] for m in await stored(second)] == ["user"]
         again = second.get_run(ANONYMOUS, "r1")
-        # The same events under the same ids, then the rest.
-        assert [(s, e) for s, e in await until(again, "TOOL_CALL_END")] == head
+        assert again.ids is not None and again.ids.epoch == 1
         await second.submit_tool_result(ANONYMOUS, "r1", call, {"content": '{"t":21}'})
         with pytest.raises(ConflictError):
             await second.submit_tool_result(ANONYMOUS, "r1", call, {"content": "again"})
-        tail = await until(again, "RUN_FINISHED", head[-1][0])
-        assert tail[0][0] == head[-1][0] + 1
+        tail = await follow(second, "r1", after=head[-1][0], until="RUN_FINISHED")
+        assert_valid_stream(head + tail, thread_id="t1", run_id="r1")
         kinds = [e["type"] for _, e in tail]
-        assert kinds[0] == "TOOL_CALL_RESULT" and kinds[-1] == "RUN_FINISHED"
+        # Caught up: the client's step closed, the conversation at the point, then the run
+        # in epoch 1 (ids above 2^32).
+        assert kinds[:3] == ["STEP_FINISHED", "MESSAGES_SNAPSHOT", "STATE_SNAPSHOT"]
+        assert kinds[3] == "TOOL_CALL_RESULT" and kinds[-1] == "RUN_FINISHED"
+        assert number(tail[3][0]) == (1 << 32) + checkpoint.last_seq + 1
+        assert [m["role"] for m in tail[1][1]["messages"]] == ["user", "assistant"]
         assert "".join(e["delta"] for _, e in tail if e["type"] == "TEXT_MESSAGE_CONTENT") \
             == "Sunny in Oslo."
         messages = await stored(second)
@@ -107,6 +119,9 @@ async def test_a_parked_run_goes_on_in_the_next_backend_and_stores_its_exchange_
         assert messages[1]["toolCalls"][0]["id"] == call
         assert messages[2]["content"] == '{"t":21}'
         await dropped(second, "r1")
+        # A client that resumes with the new epoch's ids goes on plainly.
+        rest = await follow(second, "r1", after=tail[3][0])
+        assert [e for _, e in rest] == [e for _, e in tail[4:]]
     # The model was asked twice: the call, then the answer with the tool's result.
     assert fake_openai.requests[1]["messages"][-1]["role"] == "tool"
     assert len(fake_openai.requests) == 2
@@ -195,8 +210,11 @@ async def test_a_checkpoint_over_its_bound_refuses_the_run_or_ends_it(
     database_url: str, fake_openai: FakeOpenAI
 ) -> None:
     async with backend(database_url, fake_openai, max_checkpoint_bytes=1024) as small:
+        # The user's messages are stored with the start write, not copied into the
+        # checkpoint: what counts at the start is the run's input besides them.
         with pytest.raises(PayloadTooLarge) as refused:
-            await small.start_run(ANONYMOUS, body(text="x" * 2000))
+            await small.start_run(ANONYMOUS, {**body(), "context": [
+                {"description": "notes", "value": "x" * 2000}]})
         assert refused.value.code == "CHECKPOINT_TOO_LARGE"
         # Nothing of the refused run was stored, and its thread is free.
         assert await stored(small) == []
@@ -234,23 +252,27 @@ async def test_a_streaming_run_stopped_between_points_re_executes_from_the_last_
     settings = Settings(database_url=url, drain_seconds=0.2, max_takeovers=takeovers)
     async with Backend(settings, agents=[stepping_agent(asyncio.Event())]) as first:
         run = await first.start_run(ANONYMOUS, {**body(), "forwardedProps": {"agentId": "steps"}})
-        head = await until(run, "STEP_FINISHED")
+        head = await follow(first, "r1", until="STEP_FINISHED")
         await asyncio.sleep(0.2)
         await first.shutdown()  # the run waits between points: suspended at "one"
-    assert [e["type"] for _, e in await until(run, "RUN_FINISHED", head[-1][0])] == []
+    assert [e["type"] for _, e in await until(run, "RUN_FINISHED", number(head[-1][0]))] == []
     opened = asyncio.Event()
     opened.set()
     async with Backend(settings, agents=[stepping_agent(opened)]) as second:
-        again = second.get_run(ANONYMOUS, "r1")
-        events = await until(again, "RUN_FINISHED")
+        tail = await follow(second, "r1", after=head[-1][0], until="RUN_FINISHED")
+        assert_valid_stream(head + tail)
         if takeovers == 0:
-            assert events[-1][1]["type"] == "RUN_ERROR"
-            assert events[-1][1]["code"] == "RUN_LOST"
+            assert tail[-1][1]["type"] == "RUN_ERROR"
+            assert tail[-1][1]["code"] == "RUN_LOST"
             assert [m["role"] for m in await stored(second)] == ["user", "assistant"]
             return
-        assert events[: len(head)] == head
-        kinds = [e["type"] for _, e in events[len(head):]]
-        assert kinds[0] == "STEP_STARTED" and kinds[-1] == "RUN_FINISHED"
+        kinds = [e["type"] for _, e in tail]
+        # Caught up at the run's last durable point (the second backend continued it at
+        # start: it may be past step "two" already), then the rest.
+        assert kinds[:2] == ["MESSAGES_SNAPSHOT", "STATE_SNAPSHOT"] and kinds[-1] == "RUN_FINISHED"
+        shown = [m.get("content") for m in tail[0][1]["messages"]] + [
+            e["delta"] for _, e in tail if e["type"] == "TEXT_MESSAGE_CONTENT"]
+        assert shown[-2:] == ["first", "second"]
         messages = await stored(second)
         assert [(m["role"], m.get("content")) for m in messages] == [
             ("user", "weather in Oslo?"), ("assistant", "first"), ("assistant", "second")]

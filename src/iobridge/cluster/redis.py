@@ -108,14 +108,15 @@ local function take()
   redis.call('SET', KEYS[6], ARGV[6], 'PX', ARGV[5])
   redis.call('DEL', KEYS[3], KEYS[4])
   redis.call('HSET', KEYS[3], 'replica', ARGV[3], 'thread', ARGV[4], 'token', ARGV[1],
-             'first', 1, 'last', 0, 'bytes', 0, 'resource', ARGV[10])
+             'first', 1, 'last', 0, 'bytes', 0, 'resource', ARGV[10], 'epoch', ARGV[11] or '0')
   redis.call('PEXPIRE', KEYS[3], ARGV[5])
   return true
 end
 """
 #: KEYS live, thread, rec, log, queue, holder, queue counter; ARGV token, lock px, replica,
 #: threadId, ttl, holder, mode (reject | enqueue | front), queue bound, heartbeat prefix,
-#: resourceId (kept in the record: whose run it is, for callers on other replicas).
+#: resourceId (kept in the record: whose run it is, for callers on other replicas), the
+#: takeover epoch of a continued run (its events' ids).
 #: {0}: claimed; {1}: runId live; {2}: busy; {3}: queue full; {4, holder}: queued.
 _CLAIM = _QUEUE_HEAD + _TAKE_LOCK + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return {1} end
@@ -478,7 +479,7 @@ class RedisCluster:
 
     async def claim(
         self, owner: str, run_id: str, resource_id: str, thread_id: str,
-        *, strategy: MultitaskStrategy = "reject",
+        *, strategy: MultitaskStrategy = "reject", epoch: int = 0,
     ) -> QueuedClaim | None:
         token = b"%s:%d" % (self._replica_arg, next(self._tokens))
         keys = self._claim_keys(owner, run_id, resource_id, thread_id)
@@ -487,7 +488,7 @@ class RedisCluster:
             status = await self._batched(
                 self._claim, keys, (*self._claim_args(token, owner, run_id, thread_id), mode,
                                     self._queue_bound_arg, self._beats_arg,
-                                    resource_id.encode()),
+                                    resource_id.encode(), b"%d" % epoch),
             )
         except (RedisError, OSError):
             logger.warning("claim: Redis does not answer", exc_info=True)
@@ -684,11 +685,11 @@ class RedisCluster:
         try:
             fields = await self._redis.hmget(
                 self._key("run", owner, run_id),
-                ["replica", "thread", "first", "last", "end", "resource"],
+                ["replica", "thread", "first", "last", "end", "resource", "epoch"],
             )
         except (RedisError, OSError):
             raise _unavailable() from None
-        replica, thread, first, last, end, resource = fields
+        replica, thread, first, last, end, resource, epoch = fields
         if replica is None or replica.decode() == self.replica_id:
             return None  # unknown, or ours and no longer retained
         return RemoteRun(
@@ -696,10 +697,11 @@ class RedisCluster:
             first_seq=int(first), last_seq=int(last), ended=end is not None,
             # A record without one (an older replica's) is seen by unrestricted callers only.
             resource_id=resource.decode() if resource is not None else "",
+            epoch=int(epoch) if epoch is not None else 0,
         )
 
     async def follow(
-        self, run: RemoteRun, after: int, *, idle: float | None
+        self, run: RemoteRun, after: int, *, idle: float | None, durable: bool = False
     ) -> AsyncGenerator[list[tuple[int, bytes]]]:
         """Read the stream after ``after`` (blocking reads of at most one heartbeat); when
         quiet, check the owner's heartbeat and declare the run lost once it expired."""
@@ -733,6 +735,8 @@ class RedisCluster:
                 return  # the record expired or was dropped: nothing more will come
             if state[1] is None:
                 replica = state[0].decode()
+                if durable and not await self._redis.exists(self._heartbeat_key(replica)):
+                    return  # its replica stopped: the caller may continue the run
                 if not await self._lost(
                     keys=[record, log, self._heartbeat_key(replica)], args=[RUN_LOST]
                 ) and not mirrored:  # the owner lives: ask again (in case the attach was lost)
@@ -752,6 +756,15 @@ class RedisCluster:
     async def lost(self, run: RemoteRun) -> bool:
         try:
             return not await self._redis.exists(self._heartbeat_key(run.replica))
+        except (RedisError, OSError):
+            raise _unavailable() from None
+
+    async def declare_lost(self, run: RemoteRun) -> None:
+        record, log = self._key("run", run.owner, run.run_id), self._key("log", run.owner,
+                                                                        run.run_id)
+        try:
+            await self._lost(keys=[record, log, self._heartbeat_key(run.replica)],
+                             args=[RUN_LOST])
         except (RedisError, OSError):
             raise _unavailable() from None
 

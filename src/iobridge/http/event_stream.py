@@ -27,6 +27,7 @@ from starlette.types import Receive, Scope, Send
 
 from iobridge.app import Backend, EventSink, FollowedRun
 from iobridge.errors import EventsNotRetained
+from iobridge.protocol.event_ids import Cursor
 from iobridge.protocol.sse import PING, QUEUED, sse_frames
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -51,7 +52,7 @@ class RunEventStream(Response):
 
     media_type = "text/event-stream"
 
-    def __init__(self, backend: Backend, run: FollowedRun, after: int = 0) -> None:
+    def __init__(self, backend: Backend, run: FollowedRun, after: int | Cursor = 0) -> None:
         self.status_code = 200
         self.background = None
         self.raw_headers = list(_RAW_HEADERS)  # no Content-Length: the body is a stream
@@ -100,10 +101,11 @@ class _SseWriter(EventSink):
     def __init__(self, send: Send) -> None:
         self._send = send
 
-    async def send(self, events: list[tuple[int, bytes]], *, last: bool) -> bool:
-        await self._send(
-            {"type": "http.response.body", "body": sse_frames(events), "more_body": not last}
-        )
+    async def send(
+        self, events: list[tuple[int, bytes]], *, last: bool, tags: list[bytes] | None = None
+    ) -> bool:
+        await self._send({"type": "http.response.body", "body": sse_frames(events, tags),
+                          "more_body": not last})
         return True
 
     async def keep_alive(self) -> None:

@@ -184,7 +184,9 @@ class _ReplyWriter(EventSink):
         self.carrier, self.channel, self.session, self.corr = carrier, channel, session, corr
         self.array = EventArrayWriter()
 
-    async def send(self, events: list[tuple[int, bytes]], *, last: bool) -> bool:
+    async def send(
+        self, events: list[tuple[int, bytes]], *, last: bool, tags: list[bytes] | None = None
+    ) -> bool:
         session, corr = self.session, self.corr
         async with self.carrier._lock:
             if session.state_of(Role.PRODUCER, corr) not in _REPLYING:

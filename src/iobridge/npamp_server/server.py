@@ -84,6 +84,7 @@ from iobridge.npamp.handshake import HandshakeConfig, IdentityKey, SignatureSche
 from iobridge.npamp_server.opaque import OpaqueCarrier
 from iobridge.npamp_server.principals import PeerDirectory, Refusal
 from iobridge.npamp_server.resumable import ResumableStreams
+from iobridge.protocol.event_ids import Cursor
 
 if TYPE_CHECKING:
     from iobridge.app import Backend, FollowedRun
@@ -322,7 +323,7 @@ class _Peer:
 
     async def _resumable_run(
         self, principal: Principal, corr: bytes, cursor: int
-    ) -> tuple[FollowedRun, int]:
+    ) -> tuple[FollowedRun, int | Cursor]:
         """The retained run behind (principal, correlation_id), re-authorized (CC-STREAM §12);
         a stream another replica started is found through the shared entry."""
         run_id = await self.server.streams.recall(principal, corr)
@@ -343,7 +344,8 @@ class _Peer:
             raise Refusal(TransportErrorCode.NOT_RESUMABLE, exc.message) from None
 
     async def _forward(
-        self, channel: int, corr: bytes, principal: Principal, run: FollowedRun, after: int
+        self, channel: int, corr: bytes, principal: Principal, run: FollowedRun,
+        after: int | Cursor,
     ) -> None:
         """Carry the run log after ``after`` as the stream, then its single END."""
         session = self.sessions[channel]
@@ -399,7 +401,9 @@ class _StreamWriter(EventSink):
         self.peer, self.channel, self.corr = peer, channel, corr
         self.session = peer.sessions[channel]
 
-    async def send(self, events: list[tuple[int, bytes]], *, last: bool) -> bool:
+    async def send(
+        self, events: list[tuple[int, bytes]], *, last: bool, tags: list[bytes] | None = None
+    ) -> bool:
         session, corr = self.session, self.corr
         async with self.peer.lock:
             if session.state_of(Role.PRODUCER, corr) not in _PRODUCING:

@@ -84,6 +84,7 @@ from typing import Any
 import orjson
 
 from iobridge.protocol import events as ev
+from iobridge.protocol.event_ids import OpenState
 from iobridge.protocol.events import Event
 from iobridge.protocol.json_limits import depth_exceeds, encodes_within
 from iobridge.protocol.json_patch import PatchError, PatchTooLarge, apply_patch
@@ -235,6 +236,67 @@ class LifecycleGuard:
         (an upstream AG-UI server's ``metadata`` passes through); run-scoped events
         (RUN_STARTED, RUN_FINISHED, RUN_ERROR) are the bridge's own and get none."""
         self._annotation = dict(metadata) if metadata else None
+
+    # -- what clients have open (durable runs: ``protocol.event_ids``) ----------------
+
+    @property
+    def nothing_open(self) -> bool:
+        """No message, reasoning, step or subagent is open (calls may wait for results)."""
+        return not (self._texts or self._reasoning_messages or self._reasoning_spans
+                    or self._steps or self._subagents)
+
+    @property
+    def open_besides_steps(self) -> bool:
+        """A message, reasoning or subagent is open."""
+        return bool(self._texts or self._reasoning_messages or self._reasoning_spans
+                    or self._subagents)
+
+    def continue_from(self, *, output_bytes: int, pending: list[str]) -> None:
+        """Go on from a durable point another process reached: RUN_STARTED was emitted
+        there, nothing is open, the calls ``pending`` wait for their results."""
+        self.state = GuardState.RUNNING
+        self.output_bytes = output_bytes
+        for call_id in pending:
+            self._closed_calls[call_id] = False
+
+    def open_state(self) -> OpenState:
+        """What a client that received every event emitted so far has open."""
+        texts, reasoning = self._text_owners, self._reasoning_owners
+        return OpenState(
+            steps=tuple(self._steps),
+            texts=tuple((texts.get(m), m) for m in self._texts),
+            reasoning_messages=tuple((reasoning.get(m), m) for m in self._reasoning_messages),
+            reasoning_spans=tuple((reasoning.get(m), m) for m in self._reasoning_spans),
+            subagents=tuple(self._subagents.items()),
+            pending=tuple(c for c, answered in self._closed_calls.items() if not answered),
+        )
+
+    def prime(self, state: OpenState) -> None:
+        """Take ``state`` as what is open, as if the events that opened it were emitted
+        (RUN_STARTED included: nothing is emitted for it)."""
+        self.state = GuardState.RUNNING
+        self._steps = list(state.steps)
+        for owner, message_id in state.texts:
+            self._texts[message_id] = None
+            if owner is not None:
+                self._text_owners[message_id] = owner
+        for table, items in ((self._reasoning_messages, state.reasoning_messages),
+                             (self._reasoning_spans, state.reasoning_spans)):
+            for owner, message_id in items:
+                table[message_id] = None
+                if owner is not None:
+                    self._reasoning_owners[message_id] = owner
+        self._subagents.update(state.subagents)
+        for call_id in state.pending:
+            self._closed_calls[call_id] = False
+
+    def close_steps(self) -> list[Event]:
+        """Finish the run's own open steps, innermost first (a durable run parks with none
+        open: a step is a span of the agent's work, and the wait is the client's)."""
+        for owner, name in reversed(list(self._steps)):
+            if owner is None:
+                self._on_step_finished(ev.step_finished(name))
+        return self._drain()
 
     def feed_text_content(self, message_id: str, delta: str) -> list[Event]:
         """``feed`` of a TEXT_MESSAGE_CONTENT built by the caller (the hot path of a run).
@@ -873,6 +935,15 @@ class LifecycleGuard:
         self._close_owned(run_id)
         self._subagents.pop(run_id, None)
         self._ended_subagents.add(run_id)
+
+
+def closers(state: OpenState) -> list[Event]:
+    """The events that close what ``state`` holds open (as a failed run's end closes it:
+    innermost first, subagents with SUBAGENT_ERROR); calls waiting for a result stay so."""
+    guard = LifecycleGuard("", "")
+    guard.prime(state)
+    guard._close_all(failed=True)
+    return guard._drain()
 
 
 def _owned(event: Event, owner: str | None) -> Event:

@@ -22,9 +22,14 @@ PING = b": ping\n\n"
 QUEUED = b": queued\n\n"
 
 
-def sse_frames(entries: Iterable[tuple[int, bytes]]) -> bytes:
-    """Frame several events into one chunk (one socket write for a batch)."""
-    return b"".join([b"id: %d\ndata: %b\n\n" % entry for entry in entries])
+def sse_frames(entries: Iterable[tuple[int, bytes]], tags: list[bytes] | None = None) -> bytes:
+    """Frame several events into one chunk (one socket write for a batch); ``tags``: what
+    follows each event's number in its ``id`` (a durable run's open state,
+    ``protocol.event_ids``)."""
+    if tags is None:
+        return b"".join([b"id: %d\ndata: %b\n\n" % entry for entry in entries])
+    return b"".join([b"id: %d%b\ndata: %b\n\n" % (number, tag, data)
+                     for (number, data), tag in zip(entries, tags, strict=True)])
 
 
 class SSEError(ValueError):

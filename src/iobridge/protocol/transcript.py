@@ -96,6 +96,26 @@ class Transcript:
         if event.get("subtype") != "tool-call" and isinstance(metadata, dict):
             target["metadata"] = {**target.get("metadata", {}), **metadata}
 
+    def restore(self, messages: list[dict[str, Any]]) -> None:
+        """Start from ``messages`` (what ``messages`` gave at a durable point, where nothing
+        was open): a run continued in another process goes on from them."""
+        for stored in messages:
+            message = dict(stored)
+            message_id = message["id"]
+            content = message.get("content")
+            if message.get("role") != "tool" and isinstance(content, str):
+                del message["content"]
+                self._parts[message_id] = io.StringIO(content)
+            calls = message.get("toolCalls")
+            if calls:
+                message["toolCalls"] = []
+                for call in calls:
+                    kept = {**call, "function": {**call["function"], "arguments": ""}}
+                    message["toolCalls"].append(kept)
+                    self._calls[call["id"]] = kept
+                    self._args[call["id"]] = [call["function"].get("arguments", "")]
+            self._messages[message_id] = message
+
     def mark_error(self, tool_call_id: str, error: str | None) -> None:
         """Record the error text of a tool result (``ToolMessage.error``)."""
         if error is None:

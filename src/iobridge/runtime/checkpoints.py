@@ -1,20 +1,26 @@
-"""Durable points of one run: what is written, when, and how a run is rebuilt from it.
+"""Durable points of one run: what is written, when, and at what cost.
 
 A durable run (an agent with ``durable`` set, a SQL store, ``durable_runs`` on) is
-checkpointed where re-executing it is safe: when it starts producing, after each model step
-(a ``StepFinished`` with nothing open and every tool call answered) and when it parks on
-frontend tool calls (every unanswered call is one the client is asked for). A checkpoint is
+checkpointed where re-executing it is safe and nothing is open for clients: when it starts,
+after a model step (a ``StepFinished`` with no message, step or subagent open and every tool
+call answered), when it parks on frontend tool calls (every unanswered call is one the
+client is asked for; its open steps are finished first), and once the results it parked on
+are in. A checkpoint is
 
-- ``base``, written once: the run's input (tools, context, ``forwardedProps``, the state it
-  started from), the history the agent was given, its thread view (``RunMemory.durable_view``);
-- ``point``, at each durable point: the frontend calls it waits on, the tool results that
-  failed, usage, the takeover count;
-- the events up to the point, appended per point (what happened since the previous one).
+- ``base``, written once, **with the run's start write** (same transaction, one row more in
+  that batch's executemany): the run's input (tools, context, ``forwardedProps``, the state
+  it started from), its RUN_STARTED event and its thread view (``RunMemory.durable_view``:
+  the ids of its new messages, which the start write stores, so the history is read again
+  from the thread, not copied into every checkpoint);
+- ``point``, at each later durable point, one ``UPDATE`` that **replaces** the previous
+  point while it still waits in the write queue (only the last one matters): the messages
+  the run produced so far, the calls it waits on, its state, usage and takeovers;
+- nothing per event: what clients were told is what the messages say, and a client that
+  resumes after a takeover gets them as a ``MESSAGES_SNAPSHOT`` (``protocol.event_ids``).
 
-What clients were told is those events: a process that continues the run puts them back in
-its log (so event ids go on from the point) and folds them through a fresh guard and
-transcript, so the run's lifecycle state and the messages it will store are as they were.
-Writes are chained (one in flight per run, in order) and compare-and-set on the run's epoch.
+The row is dropped **with the run's end write**. A run that reaches no durable point
+between its start and its end costs two rows in statements it shares with the other runs of
+its batches. Writes are compare-and-set on the run's epoch.
 """
 
 from __future__ import annotations
@@ -26,20 +32,17 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from iobridge.errors import EventsNotRetained
-from iobridge.store.base import CheckpointSuperseded, PointWrite
+from iobridge.store.base import CheckpointDrop, CheckpointRow, CheckpointSuperseded, PointWrite
 
 if TYPE_CHECKING:
-    from iobridge.runtime.run_events import RunEvents
-    from iobridge.runtime.runlog import RunLog
     from iobridge.store.base import ThreadStore
 
-__all__ = ["CheckpointTooLarge", "Checkpointer", "replay"]
+__all__ = ["FORMAT", "CheckpointTooLarge", "Checkpointer"]
 
 logger = logging.getLogger("iobridge.runtime")
 
-#: Format of ``base`` and ``point`` (a process refuses checkpoints of a newer format).
-FORMAT = 1
+#: Format of ``base`` and ``point`` (a process refuses checkpoints of another format).
+FORMAT = 2
 
 
 class CheckpointTooLarge(Exception):
@@ -47,88 +50,95 @@ class CheckpointTooLarge(Exception):
 
 
 class Checkpointer:
-    """Writes one run's durable points to the store, in order.
+    """Writes one run's durable points to the store.
 
     Args:
         store: A store that keeps checkpoints.
-        log: The run's log (the events of each point are read from it).
         key: ``owner``, ``run_id``, ``thread_id``, ``resource_id``, ``agent_id`` of the run.
         epoch: The run's epoch in this process (0 for a new run).
-        base: The encoded ``base`` for a new run (``None``: the row exists).
+        holder: This replica's id (``""`` on one process).
+        base: The encoded ``base``.
         max_bytes: ``max_checkpoint_bytes``.
-        written: The last event already stored (a continued run's point).
-        nbytes: Bytes already stored.
         superseded: Called when another process took the run over (it must stop here).
     """
 
     def __init__(
         self,
         store: ThreadStore,
-        log: RunLog,
         key: dict[str, str],
         *,
         epoch: int,
-        base: bytes | None,
+        holder: str,
+        base: bytes,
         max_bytes: int,
-        written: int = 0,
-        nbytes: int = 0,
         superseded: Callable[[], object] = lambda: None,
     ) -> None:
         self.store = store
-        self._on_superseded = superseded
-        self.log = log
         self.key = key
         self.epoch = epoch
-        self._base = base
+        self.holder = holder
+        self.base = base
         self.max_bytes = max_bytes
-        self.written = written
-        self.nbytes = nbytes + (len(base) if base is not None else 0)
-        if self.nbytes > max_bytes:
-            raise CheckpointTooLarge()
-        #: The last write begun (the next one waits for it).
-        self._tail: asyncio.Future[None] | None = None
+        self._on_superseded = superseded
+        #: The last point begun: its sequence number and values (a takeover's catch-up).
+        self.last_seq = 0
+        self.last: dict[str, Any] = {}
+        #: The point write waiting in the store's queue (a newer point replaces its values).
+        self._queued: PointWrite | None = None
+        self._tail: asyncio.Future[bool] | None = None
         #: False once a write failed or was superseded: later points are not written.
         self.working = True
-        #: Another process took the run over (its epoch moved on).
         self.superseded = False
-        self.phase = "running"
 
-    def point(self, phase: str, point: dict[str, Any]) -> None:
-        """Begin writing a durable point (the events since the last one, and ``point``).
+    def _encoded(self, point: dict[str, Any]) -> bytes:
+        encoded = orjson.dumps({"v": FORMAT, **point}, default=str)
+        if len(self.base) + len(encoded) > self.max_bytes:
+            raise CheckpointTooLarge()
+        return encoded
+
+    def first(self, point: dict[str, Any], last_seq: int) -> CheckpointRow:
+        """The run's first point, for its start write.
 
         Raises:
-            CheckpointTooLarge: the checkpoint would exceed ``max_bytes`` (nothing written).
+            CheckpointTooLarge: over ``max_bytes`` (nothing is written).
+        """
+        encoded = self._encoded(point)
+        self.last_seq, self.last = last_seq, point
+        key = self.key
+        return CheckpointRow(
+            owner=key["owner"], run_id=key["run_id"], thread_id=key["thread_id"],
+            resource_id=key["resource_id"], agent_id=key["agent_id"], last_seq=last_seq,
+            base=self.base, point=encoded, holder=self.holder,
+        )
+
+    def point(self, phase: str, point: dict[str, Any], last_seq: int) -> None:
+        """Begin writing a later point (or give the one still queued its values).
+
+        Raises:
+            CheckpointTooLarge: over ``max_bytes`` (nothing is written).
         """
         if not self.working:
             return
-        try:
-            segment = [data for _, data in self.log.entries(self.written)]
-        except EventsNotRetained:
-            # The log's window dropped events of this point: the run cannot be rebuilt
-            # from here, so it stops being durable (it is lost with its process).
-            logger.warning("run %s: events dropped before its checkpoint; not durable",
-                           self.key["run_id"])
-            self.working = False
-            return
-        encoded = orjson.dumps({"v": FORMAT, **point}, default=str)
-        size = self.nbytes + sum(len(d) + 1 for d in segment) + len(encoded)
-        if size > self.max_bytes:
-            raise CheckpointTooLarge()
+        encoded = self._encoded(point)
+        self.last_seq, self.last = last_seq, point
+        key = self.key
         job = PointWrite(
-            **self.key, epoch=self.epoch, phase=phase, last_seq=self.log.last_seq, nbytes=size,
-            base=self._base, point=encoded, first_seq=self.written + 1, segment=segment,
+            owner=key["owner"], run_id=key["run_id"], epoch=self.epoch, phase=phase,
+            last_seq=last_seq, nbytes=len(self.base) + len(encoded), point=encoded,
+            holder=self.holder,
         )
-        self.nbytes = size - len(encoded)  # the point is replaced by the next one
-        self.written = self.log.last_seq
-        self._base = None
-        self.phase = phase
-        # Begun at once, in order: the store commits a run's points in the order begun.
+        queued = self._queued
+        if queued is not None and queued.replace(job):
+            return
+        self._queued = job
         self._tail = self.store.write_point(job)
         self._tail.add_done_callback(self._written)
 
-    def _written(self, write: asyncio.Future[None]) -> None:
+    def _written(self, write: asyncio.Future[bool]) -> None:
         error = None if write.cancelled() else write.exception()
-        if error is None or not self.working:
+        if error is None and (write.cancelled() or write.result()):
+            return
+        if not self.working:
             return
         self.working = False
         run_id = self.key["run_id"]
@@ -136,6 +146,8 @@ class Checkpointer:
             logger.warning("run %s was taken over by another process", run_id)
             self.superseded = True
             self._on_superseded()
+        elif error is None:
+            logger.warning("run %s: its checkpoint is gone; not durable", run_id)
         else:
             logger.error("run %s: its checkpoint could not be stored (%s: %s); not durable",
                          run_id, type(error).__name__, error)
@@ -146,30 +158,11 @@ class Checkpointer:
         if tail is not None and not tail.done():
             await asyncio.wait([tail])
 
-    def drop(self) -> None:
-        """The run concluded (its end is stored): begin forgetting its checkpoint, after its
-        points, unless another process holds it. Not waited for: a process that stops
-        before it commits leaves a checkpoint whose run is found concluded (its messages
-        are in the thread) and dropped then."""
+    def drop(self) -> CheckpointDrop | None:
+        """The run concluded: the drop for its end write (``None``: another process holds
+        it). A point still queued is withdrawn."""
+        if self._queued is not None:
+            self._queued.withdraw()
         if self.superseded:
-            return
-        drop = self.store.drop_checkpoint(self.key["owner"], self.key["run_id"], epoch=self.epoch)
-        drop.add_done_callback(self._dropped)
-
-    def _dropped(self, drop: asyncio.Future[None]) -> None:
-        error = None if drop.cancelled() else drop.exception()
-        if error is not None:
-            logger.error("run %s: its checkpoint could not be dropped (%s: %s)",
-                         self.key["run_id"], type(error).__name__, error)
-
-
-def replay(events: RunEvents, stored: list[bytes]) -> None:
-    """Put a checkpoint's events back into a fresh run: into its log as they were (so ids
-    go on from the point), and through its guard and transcript (so the lifecycle and the
-    messages to store are as they were); nothing is emitted again."""
-    guard, transcript, log = events.guard, events.transcript, events.log
-    for data in stored:
-        log.append(data)
-        event = orjson.loads(data)
-        guard.feed(event)
-        transcript.apply(event)
+            return None
+        return CheckpointDrop(self.key["owner"], self.key["run_id"], self.epoch)

@@ -42,6 +42,8 @@ class RemoteRun:
     last_seq: int
     #: True once the terminal event is mirrored (or the run was declared lost).
     ended: bool
+    #: The run's takeover epoch (``protocol.event_ids``: its events' ids).
+    epoch: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,9 +66,10 @@ class Coordinator(Protocol):
 
     async def claim(
         self, owner: str, run_id: str, resource_id: str, thread_id: str,
-        *, strategy: MultitaskStrategy = "reject",
+        *, strategy: MultitaskStrategy = "reject", epoch: int = 0,
     ) -> QueuedClaim | None:
-        """Claim the runId and the thread for a run about to start; ``None``: claimed.
+        """Claim the runId and the thread for a run about to start; ``None``: claimed
+        (``epoch``: a continued run's, in its record for followers elsewhere).
 
         A busy thread queues a run whose strategy does not reject (its place is returned;
         ``wait_claim`` waits for it), and with ``interrupt``/``rollback`` the run that holds
@@ -110,9 +113,11 @@ class Cluster(Coordinator, Protocol):
         """The record of ``owner``'s run on another replica, if there is one."""
 
     def follow(
-        self, run: RemoteRun, after: int, *, idle: float | None
+        self, run: RemoteRun, after: int, *, idle: float | None, durable: bool = False
     ) -> AsyncGenerator[list[tuple[int, bytes]]]:
-        """The mirrored log after ``after``, in batches, until its terminal event.
+        """The mirrored log after ``after``, in batches, until its terminal event. A run
+        whose replica stopped ends with RUN_ERROR ``RUN_LOST``, unless ``durable`` (durable
+        runs are on here): then the batches just end, and the caller decides.
 
         Raises:
             EventsNotRetained: the entries after ``after`` are no longer retained.
@@ -120,6 +125,10 @@ class Cluster(Coordinator, Protocol):
 
     async def lost(self, run: RemoteRun) -> bool:
         """Whether the run's replica stopped (its heartbeat expired or it left)."""
+
+    async def declare_lost(self, run: RemoteRun) -> None:
+        """End the shared log of a run whose replica stopped with RUN_ERROR ``RUN_LOST``
+        (unless it has its terminal event)."""
 
     async def tell(self, run: RemoteRun, command: RunCommand) -> None:
         """Send ``command`` to the run's owner, wanting no answer.
@@ -154,7 +163,7 @@ class LocalCluster:
 
     async def claim(
         self, owner: str, run_id: str, resource_id: str, thread_id: str,
-        *, strategy: MultitaskStrategy = "reject",
+        *, strategy: MultitaskStrategy = "reject", epoch: int = 0,
     ) -> QueuedClaim | None:
         return None
 
@@ -186,12 +195,15 @@ class LocalCluster:
         return None
 
     async def follow(
-        self, run: RemoteRun, after: int, *, idle: float | None
+        self, run: RemoteRun, after: int, *, idle: float | None, durable: bool = False
     ) -> AsyncGenerator[list[tuple[int, bytes]]]:
         raise RuntimeError("a single process has no remote runs")
         yield []  # pragma: no cover  (makes this an async generator)
 
     async def lost(self, run: RemoteRun) -> bool:
+        raise RuntimeError("a single process has no remote runs")
+
+    async def declare_lost(self, run: RemoteRun) -> None:
         raise RuntimeError("a single process has no remote runs")
 
     async def tell(self, run: RemoteRun, command: RunCommand) -> None:

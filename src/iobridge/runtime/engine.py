@@ -39,6 +39,7 @@ from iobridge.runtime.replica_messages import (
     StopRun,
     SubmitToolResult,
 )
+from iobridge.runtime.revival import Revival
 from iobridge.runtime.run import Run, RunKey
 from iobridge.runtime.tasks import cancel_and_wait
 
@@ -87,6 +88,8 @@ class Runtime:
         #: Where durable runs keep their checkpoints (set by the Backend over a SQL store
         #: with ``durable_runs``); ``None``: runs die with their process.
         self.checkpoints: ThreadStore | None = None
+        #: This process's name in the checkpoints it holds (the replica id with Redis).
+        self.holder = ""
         #: Runs being continued from a checkpoint here (concurrent callers share one).
         self._reviving: dict[RunKey, asyncio.Task[Run]] = {}
         #: Finds the catalog agents runs call as subagents; set by the Backend.
@@ -146,7 +149,7 @@ class Runtime:
             return run
         task = self._reviving.get(key)
         if task is None:
-            execution = Execution.from_checkpoint(self, checkpoint, agent, caller=caller)
+            execution = Revival(self, checkpoint, agent, caller=caller)
             task = self._reviving[key] = asyncio.ensure_future(execution.revive())
             task.add_done_callback(lambda _: self._reviving.pop(key, None))
         return await asyncio.shield(task)
@@ -262,6 +265,10 @@ class Runtime:
         if run is None:
             raise NotFoundError("unknown run", code="RUN_NOT_FOUND")
         return run
+
+    def find(self, owner: str, run_id: str) -> Run | None:
+        """``get_run``, ``None`` for a run this process does not have."""
+        return self._runs.get((owner, run_id))
 
     def submit_tool_result(self, run: Run, tool_call_id: str, result: ToolResult) -> None:
         """Deliver a frontend tool's result to its waiting run.

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import dataclasses
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -30,20 +29,19 @@ import orjson
 
 from iobridge.agents.context import Interrupted, Resume, RunContext
 from iobridge.agents.outputs import StepFinished
-from iobridge.errors import AgentError, ConflictError, IobridgeError, NotFoundError, PayloadTooLarge
+from iobridge.errors import AgentError, IobridgeError, PayloadTooLarge
 from iobridge.observability.logs import current_run
 from iobridge.protocol import events as ev
 from iobridge.protocol.events import encode_event
 from iobridge.protocol.messages import model_view
-from iobridge.protocol.options import parse_run_options
 from iobridge.protocol.run_input import RunInput
-from iobridge.protocol.tool_results import ToolResult
-from iobridge.runtime.agent_session import AgentSession, Lineage, error_result
-from iobridge.runtime.checkpoints import Checkpointer, CheckpointTooLarge, replay
+from iobridge.runtime.agent_session import AgentSession, Lineage
+from iobridge.runtime.checkpoints import FORMAT, Checkpointer, CheckpointTooLarge
 from iobridge.runtime.run import Run, RunKey
 from iobridge.runtime.run_events import RunEnded, RunEvents
+from iobridge.runtime.run_ids import RunIds
 from iobridge.runtime.runlog import RunLog
-from iobridge.store.base import Checkpoint, is_outage, outage_refusal
+from iobridge.store.base import Checkpoint, CheckpointDrop, is_outage, outage_refusal
 
 if TYPE_CHECKING:
     from iobridge.agents.base import Agent
@@ -51,6 +49,7 @@ if TYPE_CHECKING:
     from iobridge.runtime.admission import Ticket
     from iobridge.runtime.cluster import QueuedClaim
     from iobridge.runtime.engine import Runtime
+    from iobridge.runtime.pending import PendingToolCall
     from iobridge.runtime.thread_memory import RunMemory
 
 __all__ = ["Execution"]
@@ -131,6 +130,10 @@ class Execution:
         self.revival: Checkpoint | None = None
         #: Times the run was re-executed from a ``running`` point in another process.
         self.takeovers = 0
+        #: A durable run's first point written alone (it had no start write to go with).
+        self._first_write: asyncio.Future[None] | None = None
+        #: The takeover epoch the run is claimed with (a continued run's is above 0).
+        self.claim_epoch = 0
         #: Stopped at a durable point (shutdown or takeover): no terminal event here.
         self.suspended = False
 
@@ -182,8 +185,7 @@ class Execution:
         if runtime.checkpoints is None or not self.agent.durable or memory is None:
             return None
         base = orjson.dumps({
-            "v": 1, "mode": self.mode, "history": memory.history,
-            "memory": memory.durable_view(),
+            "v": FORMAT, "mode": self.mode, "memory": memory.durable_view(),
             "input": {
                 "tools": run_input.tools, "context": run_input.context,
                 "state": run_input.state, "forwardedProps": run_input.forwarded_props,
@@ -214,7 +216,7 @@ class Execution:
         """Step 2: claim the runId and the thread across replicas (or queue for it)."""
         place = await self.runtime.cluster.claim(
             self.owner, self.input.run_id, self.resource_id, self.input.thread_id,
-            strategy=self.strategy,
+            strategy=self.strategy, epoch=self.claim_epoch,
         )
         if place is None:
             self._claimed = True
@@ -274,7 +276,7 @@ class Execution:
         runtime.admission.started(ticket)
         self.run.queued = False
         self._begin_run(base)
-        self._saved = memory_start(self.memory)
+        self._start_write()
         await self.drive()
 
     def _not_started(self, exc: BaseException) -> None:
@@ -308,7 +310,7 @@ class Execution:
         self._begin_run(base)
         # Begun, not awaited: queued for the store's next commit (or done at once in memory).
         context = _run_context(run)
-        self._saved = context.run(memory_start, self.memory)
+        context.run(self._start_write)
         run.task = asyncio.get_running_loop().create_task(
             self.drive(), name=f"run-{run.run_id}", context=context
         )
@@ -323,6 +325,18 @@ class Execution:
         self.runtime.register(self.run)
         self.events.start()
         self._live()
+
+    def _start_write(self) -> None:
+        """Begin storing the new messages; a durable run's first point goes with them (or
+        alone when there are none to store)."""
+        checkpoints, memory = self.checkpoints, self.memory
+        if checkpoints is None or memory is None:
+            self._saved = memory_start(memory)
+            return
+        row = checkpoints.first(self._point_values([]), self.run.log.last_seq)
+        self._saved = memory.save_start(row)
+        if self._saved is None:
+            self._first_write = checkpoints.store.insert_checkpoint(row)
 
     def _parts(self) -> None:
         """The run's event side, its agent session and the agent's context."""
@@ -361,176 +375,20 @@ class Execution:
             run.rollback = self._ticket.stop == "rollback"
             run.stop_reason = "cancelled"
 
-    def _checkpointer(
-        self, *, base: bytes | None, epoch: int, written: int = 0, nbytes: int = 0
-    ) -> None:
+    def _checkpointer(self, *, base: bytes, epoch: int, after: int = 0) -> None:
+        """Make the run durable: its checkpoints, and event ids that survive a takeover."""
         runtime, run = self.runtime, self.run
         assert runtime.checkpoints is not None
         key = {"owner": self.owner, "run_id": run.run_id, "thread_id": run.thread_id,
                "resource_id": self.resource_id, "agent_id": self.agent.id}
         self.checkpoints = Checkpointer(
-            runtime.checkpoints, run.log, key, epoch=epoch, base=base,
-            max_bytes=runtime.settings.max_checkpoint_bytes, written=written, nbytes=nbytes,
+            runtime.checkpoints, key, epoch=epoch, holder=runtime.holder, base=base,
+            max_bytes=runtime.settings.max_checkpoint_bytes,
             superseded=lambda: runtime.cancel(run, "suspended"),
         )
         self.session.on_park = self._parked
         run.durable = True
-
-    # -- continuing a run another process checkpointed -------------------------------------
-
-    @classmethod
-    def from_checkpoint(
-        cls, runtime: Runtime, checkpoint: Checkpoint, agent: Agent, *, caller: str | None = None
-    ) -> Execution:
-        """The execution that continues ``checkpoint``'s run in this process (``caller``:
-        whom it counts against in the admission limits, as when it started)."""
-        base = checkpoint.base
-        given = base["input"]
-        run_input = RunInput(
-            thread_id=checkpoint.thread_id, run_id=checkpoint.run_id, messages=[],
-            tools=given["tools"], context=given["context"], state=given["state"],
-            forwarded_props=given["forwardedProps"], parent_run_id=given["parentRunId"],
-        )
-        execution = cls(
-            runtime, run_input, parse_run_options(run_input.forwarded_props), agent,
-            owner=checkpoint.owner, resource_id=checkpoint.resource_id, caller=caller,
-        )
-        execution.mode = base["mode"]
-        # The run had its thread: a run begun there since is not stopped for it, nor waited on.
-        execution.strategy = "reject"
-        execution.revival = checkpoint
-        return execution
-
-    async def revive(self) -> Run:
-        """Admit the run, take it over from its checkpoint's epoch, rebuild it and go on:
-        the events it had are in its log again, its frontend calls wait here.
-
-        Raises:
-            TooManyRequests: an admission limit is reached (``TOO_MANY_RUNS``).
-            ConflictError: another process took it over first, or its thread is busy.
-            NotFoundError: it concluded already (its end is stored).
-        """
-        checkpoint, runtime = self.revival, self.runtime
-        assert checkpoint is not None and runtime.checkpoints is not None
-        ticket = self.admit()
-        try:
-            await self._claim_when_free()
-            if not await runtime.checkpoints.claim_checkpoint(
-                checkpoint.owner, checkpoint.run_id, checkpoint.epoch
-            ):
-                raise ConflictError("the run was taken over elsewhere", code="RUN_ALREADY_RUNNING")
-            if await self._concluded(checkpoint):
-                await runtime.checkpoints.drop_checkpoint(checkpoint.owner, checkpoint.run_id)
-                raise NotFoundError("unknown run", code="RUN_NOT_FOUND")
-        except BaseException:
-            await self.refuse()
-            raise
-        finally:
-            runtime.admission.started(ticket)
-        return self._begin_revived(checkpoint)
-
-    async def _claim_when_free(self) -> None:
-        """``claim``, waiting out the locks of a replica that stopped without releasing
-        them (they expire ``owner_lost_seconds`` after its last heartbeat)."""
-        settings = self.runtime.settings
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + settings.owner_lost_seconds + settings.heartbeat_seconds
-        while True:
-            try:
-                place = await self.claim()
-                assert place is None  # the strategy rejects: nothing is queued
-                return
-            except ConflictError:
-                if not self.runtime.cluster.distributed or loop.time() > deadline:
-                    raise
-            await asyncio.sleep(settings.heartbeat_seconds / 2)
-
-    async def _concluded(self, checkpoint: Checkpoint) -> bool:
-        """Whether the run's end is stored already (its process stopped between storing it
-        and dropping the checkpoint): its messages or its calls' results are in the thread."""
-        store = self.runtime.checkpoints
-        assert store is not None
-        ids, calls = set(), [c["id"] for c in checkpoint.point.get("pending", [])]
-        for data in checkpoint.events:
-            event = orjson.loads(data)
-            if event.get("type") in (ev.TEXT_MESSAGE_START, ev.TOOL_CALL_RESULT):
-                ids.add(event["messageId"])
-        read = await store.read_for_run(
-            checkpoint.thread_id, message_ids=sorted(ids), tool_call_ids=calls, last_n=0
-        )
-        return bool(read.stored_ids or read.answered)
-
-    def _begin_revived(self, checkpoint: Checkpoint) -> Run:
-        """Step 4 for a continued run: its parts rebuilt from the checkpoint, no RUN_STARTED
-        (the client has it), its frontend calls registered before anyone can post."""
-        runtime = self.runtime
-        memory = runtime.memory
-        assert memory is not None
-        base, point = checkpoint.base, checkpoint.point
-        self.memory = memory.revive(
-            base["memory"], thread_id=checkpoint.thread_id, resource_id=self.resource_id,
-            agent=self.agent, history=base["history"],
-        )
-        if self.input.state is None:
-            self.input = dataclasses.replace(self.input, state=self.memory.state)
-        self.run = run = self._new_run()
-        self._parts()
-        events = self.events
-        replay(events, checkpoint.events)
-        for call_id, error in point.get("errors", {}).items():
-            events.tool_errors[call_id] = error
-            events.transcript.mark_error(call_id, error)
-        run.usage[:] = point.get("usage", [])
-        events.result = point.get("result")
-        self.takeovers = point.get("takeovers", 0) + (checkpoint.phase == "running")
-        self._checkpointer(
-            base=None, epoch=checkpoint.epoch + 1, written=checkpoint.last_seq,
-            nbytes=checkpoint.nbytes,
-        )
-        for call in point.get("pending", []):
-            if call["id"] in checkpoint.results:
-                runtime.pending.answered(self.key, call["id"])
-            else:
-                runtime.pending.register(self.key, call["id"], call["name"])
-        runtime.register(run)
-        self._live()
-        run.task = asyncio.get_running_loop().create_task(
-            self.drive(), name=f"run-{run.run_id}", context=_run_context(run)
-        )
-        logger.info("run %s continued from its %s checkpoint (epoch %d)",
-                    run.run_id, checkpoint.phase, checkpoint.epoch + 1)
-        return run
-
-    async def _answer_pending(self, checkpoint: Checkpoint) -> None:
-        """A continued run first gives each unanswered call its result: posted already
-        (stored), or awaited here; then the agent goes on from the messages so far."""
-        runtime, events = self.runtime, self.events
-        if self.takeovers > runtime.settings.max_takeovers:
-            events.fail("The run was lost too many times.", "RUN_LOST")
-            raise RunEnded()
-        waiting = {c.tool_call_id: c for c in runtime.pending.waiting(self.key)}
-        unanswered = events.transcript.unanswered_calls()
-        waits = [runtime.pending.wait(waiting[c], runtime.settings.tool_timeout)
-                 for c in unanswered if c in waiting]
-        answers = iter(await asyncio.gather(*waits, return_exceptions=True))
-        for call_id in unanswered:
-            if call_id in checkpoint.results:
-                content, is_error = checkpoint.results[call_id]
-                result = ToolResult(content=content, is_error=is_error)
-            elif call_id in waiting:
-                answer = next(answers)
-                if isinstance(answer, asyncio.CancelledError):
-                    raise answer
-                result = answer if isinstance(answer, ToolResult) else error_result(
-                    "the tool timed out waiting for the client"
-                )
-            else:
-                result = error_result("the tool's result was lost with its server")
-            events.tool_result(call_id, result)
-        assert self.memory is not None
-        messages = model_view([*checkpoint.base["history"], *events.transcript.messages])
-        self.memory.history = [dict(m) for m in messages]
-        self.context = self._agent_context(events.guard.shared_state)
+        run.ids = self.events.ids = RunIds(epoch, after)
 
     def _agent_context(self, state: Any) -> RunContext:
         """What the agent sees: the model's history, the request's tools and context."""
@@ -576,7 +434,7 @@ class Execution:
             # ``messagesSnapshot`` (thread memory reads the thread; stateless: no thread).
             if memory is not None and memory.snapshot is not None:
                 events.push(ev.messages_snapshot(memory.snapshot))
-            if self.state_from_thread:
+            if self.state_from_thread and self.revival is None:
                 # The client did not send the state the run starts from: show it first, so
                 # the agent's deltas apply on the client too.
                 events.push(ev.state_snapshot(self.context.state))
@@ -617,10 +475,7 @@ class Execution:
 
     async def _outputs(self) -> None:
         durable = self.checkpoints is not None
-        if self.revival is not None:
-            await self._answer_pending(self.revival)
-        elif durable:
-            self._point("running")
+        await self._before_agent()
         agen = self.agent.run(self.context)
         try:
             produced = 0
@@ -638,47 +493,71 @@ class Execution:
             if aclose is not None:
                 await aclose()
 
+    async def _before_agent(self) -> None:
+        """What a run does before its agent (a continued run answers its parked calls)."""
+
     # -- durable points -------------------------------------------------------------------
 
     def _stepped(self) -> None:
-        """A step finished: a durable point if nothing is open and every call is answered;
-        a run whose process shuts down stops there."""
+        """A step finished: a durable point if nothing is open (no message, step or
+        subagent) and every call is answered; a run whose process shuts down stops there."""
         events = self.events
-        if not events.quiet or events.transcript.unanswered_calls():
+        if not events.guard.nothing_open or events.transcript.unanswered_calls():
             return
         self._point("running")
         if self.run.suspend_at_point:
             raise _Suspended()
 
     def _parked(self) -> None:
-        """A frontend call waits, or a tool result came: a durable point if the run now
-        waits only on frontend calls (a server tool still running is not re-executable)."""
+        """A frontend call waits, or a tool result came. A durable point if the run now
+        waits only on frontend calls (a server tool still running is not re-executable):
+        its open steps are finished first; or if the results it waited on are all in."""
         events = self.events
+        if events.guard.ended or not events.quiet or events.guard.open_besides_steps:
+            return
         waiting = self.runtime.pending.waiting(self.key)
-        if not waiting or not events.quiet or events.guard.ended:
+        unanswered = set(events.transcript.unanswered_calls())
+        if not waiting:
+            if not unanswered and events.guard.nothing_open:
+                self._point("running")  # the results are in: not asked for again
             return
-        if not set(events.transcript.unanswered_calls()) <= {c.tool_call_id for c in waiting}:
+        if not unanswered <= {c.tool_call_id for c in waiting}:
             return
-        self._point("parked", [{"id": c.tool_call_id, "name": c.name} for c in waiting])
+        events.close_steps()
+        self._point("parked", waiting)
         if self.run.suspend_at_point:
             # Delivered at the wait that follows: nothing is emitted after the point.
             self.runtime.cancel(self.run, "suspended")
 
-    def _point(self, phase: str, pending: list[dict[str, str]] | None = None) -> None:
+    def _point_values(self, waiting: list[PendingToolCall]) -> dict[str, Any]:
+        """What a durable point stores (``Checkpointer``): enough to go on from here."""
+        events = self.events
+        ids = events.ids
+        assert ids is not None
+        return {
+            "messages": events.transcript.messages,
+            "pending": [{"id": c.tool_call_id, "name": c.name,
+                         "at": ids.announced.get(c.tool_call_id, 0)} for c in waiting],
+            "usage": events.usage, "result": events.result,
+            "state": events.guard.shared_state, "outputBytes": events.guard.output_bytes,
+            "takeovers": self.takeovers, "branches": ids.branches,
+            "parentRunId": self.input.parent_run_id,
+        }
+
+    def _point(self, phase: str, waiting: list[PendingToolCall] | None = None) -> None:
         """Write a durable point; a checkpoint over its bound ends the run."""
-        checkpoints, events = self.checkpoints, self.events
-        assert checkpoints is not None
+        checkpoints, events, log = self.checkpoints, self.events, self.run.log
+        assert checkpoints is not None and events.ids is not None
+        values = self._point_values(waiting or [])
         try:
-            checkpoints.point(phase, {
-                "pending": pending or [], "errors": events.tool_errors, "usage": events.usage,
-                "result": events.result, "takeovers": self.takeovers,
-            })
+            checkpoints.point(phase, values, log.last_seq)
         except CheckpointTooLarge:
             events.fail(
                 f"The run's checkpoint is larger than {checkpoints.max_bytes} bytes.",
                 "CHECKPOINT_TOO_LARGE",
             )
             raise RunEnded() from None
+        events.ids.point_seq, events.ids.point = log.last_seq, values
 
     def _stopped(self) -> None:
         """The run's task was cancelled: end it as the reason it was stopped says."""
@@ -712,10 +591,6 @@ class Execution:
         try:
             cancelled = await self.save()
         finally:
-            if self.checkpoints is not None:
-                # Concluded here (stored, rolled back, or told it was not): the run must not
-                # be continued anywhere.
-                self.checkpoints.drop()
             cancelled = await self.release() or cancelled
         if cancelled:
             raise asyncio.CancelledError()
@@ -730,8 +605,12 @@ class Execution:
         if self._saved is not None:
             cancelled = await _settle(self._saved)
             _log_failure(self._saved, self.run)
+        # Concluded here (stored, rolled back, or told it was not): the run must not be
+        # continued anywhere; its checkpoint goes with its end write.
+        drop = self.checkpoints.drop() if self.checkpoints is not None else None
         if self.run.rollback and events.outcome == "cancelled":
             # Rolled back by a newer run: what the start write stored goes, nothing else is.
+            self._drop_alone(drop)
             undo = memory.rollback()
             if undo is not None:
                 cancelled = await _settle(undo) or cancelled
@@ -740,15 +619,26 @@ class Execution:
         self._close_unanswered()
         write = memory.save_end(
             events.transcript.messages, finished=events.succeeded, failed=events.failed,
-            raised=events.interrupts, state=events.guard.shared_state,
+            raised=events.interrupts, state=events.guard.shared_state, checkpoint=drop,
         )
-        if write is not None:
-            cancelled = await _settle(write) or cancelled
-            stored = _log_failure(write, self.run)
-            self.runtime.store_written(stored)
-            if not stored:
-                events.not_stored()
+        if write is None:
+            self._drop_alone(drop)
+            return cancelled
+        cancelled = await _settle(write) or cancelled
+        stored = _log_failure(write, self.run)
+        self.runtime.store_written(stored)
+        if not stored:
+            events.not_stored()
+            self._drop_alone(drop)  # the run ends here all the same
         return cancelled
+
+    def _drop_alone(self, drop: CheckpointDrop | None) -> None:
+        """Forget the checkpoint without an end write to go with (not waited for: a process
+        that stops first leaves a checkpoint whose run is then continued)."""
+        if drop is not None and self.checkpoints is not None:
+            self.checkpoints.store.drop_checkpoint(
+                drop.owner, drop.run_id, drop.epoch
+            ).add_done_callback(_log_drop)
 
     async def suspend(self) -> None:
         """Instead of steps 6 and 7 for a run stopped at a durable point: nothing stored,
@@ -757,8 +647,9 @@ class Execution:
         runtime, run = self.runtime, self.run
         runtime.ending(run)
         cancelled = False
-        if self._saved is not None:
-            cancelled = await _settle(self._saved)
+        for write in (self._saved, self._first_write):
+            if write is not None:
+                cancelled = await _settle(write) or cancelled
         assert self.checkpoints is not None and self._ticket is not None
         cancelled = await _settle(asyncio.ensure_future(self.checkpoints.settle())) or cancelled
         runtime.admission.release(self._ticket)
@@ -820,6 +711,13 @@ def _run_context(run: Run) -> contextvars.Context:
     context = contextvars.copy_context()
     context.run(current_run.set, (run.thread_id, run.run_id))
     return context
+
+
+def _log_drop(drop: asyncio.Future[None]) -> None:
+    error = None if drop.cancelled() else drop.exception()
+    if error is not None:
+        logger.error("a run's checkpoint could not be dropped (%s: %s)",
+                     type(error).__name__, error)
 
 
 def _log_failure(write: asyncio.Future[Any], run: Run) -> bool:

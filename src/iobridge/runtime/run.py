@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from iobridge.protocol.options import RunOptions
+from iobridge.runtime.run_ids import RunIds
 from iobridge.runtime.runlog import RunLog
 
 #: Runs are keyed by their owner (the principal that started them) and their runId, so
@@ -48,6 +49,8 @@ class Run:
     durable: bool = False
     #: Shutting down: stop at the next durable point (suspended, continued elsewhere).
     suspend_at_point: bool = False
+    #: A durable run's event ids (``protocol.event_ids``): epoch, what clients have open.
+    ids: RunIds | None = None
 
     @property
     def key(self) -> RunKey:

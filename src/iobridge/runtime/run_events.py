@@ -15,12 +15,14 @@ from typing import Any
 
 from iobridge.agents import outputs as out
 from iobridge.protocol import events as ev
+from iobridge.protocol.event_ids import OPENS_OR_CLOSES
 from iobridge.protocol.events import Event, encode_event
 from iobridge.protocol.guard import DEFAULT_MAX_STATE_BYTES, LifecycleGuard
 from iobridge.protocol.run_limits import RunLimits
 from iobridge.protocol.text import has_nul_escape, replace_nul
 from iobridge.protocol.tool_results import ToolResult
 from iobridge.protocol.transcript import Transcript
+from iobridge.runtime.run_ids import RunIds
 from iobridge.runtime.runlog import RunLog
 
 
@@ -81,6 +83,8 @@ class RunEvents:
         self.deferred_calls: list[str] = []
         #: The error text of failed tool results, by call id (for a durable point).
         self.tool_errors: dict[str, str] = {}
+        #: A durable run's event ids (what clients have open after each event), else None.
+        self.ids: RunIds | None = None
         self._reset_translation()
         self._terminal: bytes | None = None
         #: The run ended with RUN_FINISHED, not cancelled (a generated title is worth it).
@@ -111,7 +115,7 @@ class RunEvents:
         self._append(self.guard.feed(event))
 
     def _append(self, events: list[Event]) -> None:
-        log = self.log
+        log, ids = self.log, self.ids
         if events and events[-1]["type"] == ev.RUN_ERROR:
             # What the guard closes on the way to RUN_ERROR was cut short: not persisted.
             self.transcript.seal(complete=False)
@@ -132,27 +136,32 @@ class RunEvents:
                 data = encode_event(event)
             self.transcript.apply(event)
             if event["type"] in ev.TERMINAL_TYPES:
-                # Held until the run is concluded (messages stored, thread free), so a
-                # client that sees the terminal event can read the thread or run again.
-                outcome = event.get("outcome")
-                kind = outcome.get("type") if isinstance(outcome, dict) else None
-                if self.pre_1_0 and isinstance(outcome, dict):
-                    legacy = {k: v for k, v in event.items() if k != "outcome"}
-                    shape = ev.pre_1_0_outcome(outcome)
-                    if shape is not None:
-                        legacy["outcome"] = shape
-                    data = encode_event(legacy)
-                self._terminal = data
-                self.succeeded = event["type"] == ev.RUN_FINISHED and kind != "cancelled"
-                self.failed = event["type"] == ev.RUN_ERROR
-                if kind == "interrupt" and isinstance(outcome, dict):
-                    self.interrupts = list(outcome["interrupts"])
-                if self.failed:
-                    self.outcome, self.error_code = "error", str(event.get("code"))
-                elif isinstance(kind, str):
-                    self.outcome = kind
+                self._hold_terminal(event, data)
             else:
-                log.append(data)
+                seq = log.append(data)
+                if ids is not None and event["type"] in OPENS_OR_CLOSES:
+                    ids.apply(seq, event)
+
+    def _hold_terminal(self, event: Event, data: bytes) -> None:
+        """Held until the run is concluded (messages stored, thread free), so a client that
+        sees the terminal event can read the thread or run again."""
+        outcome = event.get("outcome")
+        kind = outcome.get("type") if isinstance(outcome, dict) else None
+        if self.pre_1_0 and isinstance(outcome, dict):
+            legacy = {k: v for k, v in event.items() if k != "outcome"}
+            shape = ev.pre_1_0_outcome(outcome)
+            if shape is not None:
+                legacy["outcome"] = shape
+            data = encode_event(legacy)
+        self._terminal = data
+        self.succeeded = event["type"] == ev.RUN_FINISHED and kind != "cancelled"
+        self.failed = event["type"] == ev.RUN_ERROR
+        if kind == "interrupt" and isinstance(outcome, dict):
+            self.interrupts = list(outcome["interrupts"])
+        if self.failed:
+            self.outcome, self.error_code = "error", str(event.get("code"))
+        elif isinstance(kind, str):
+            self.outcome = kind
 
     def answer_earlier_call(self, call_id: str, result: ToolResult) -> None:
         """TOOL_CALL_RESULT for a call of an earlier run that this run resumes."""
@@ -340,6 +349,10 @@ class RunEvents:
             self.tool_errors[call_id] = result.content
             self.transcript.mark_error(call_id, result.content)
         self._assistant_id = None
+
+    def close_steps(self) -> None:
+        """Finish the run's own open steps (a durable run parks with none open)."""
+        self._append(self.guard.close_steps())
 
     @property
     def quiet(self) -> bool:

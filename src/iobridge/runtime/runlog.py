@@ -33,14 +33,16 @@ class RunLog:
     """Append-only event log with any number of followers and a byte-bounded window."""
 
     def __init__(
-        self, *, max_bytes: int = DEFAULT_MAX_BYTES, batch_bytes: int = DEFAULT_BATCH_BYTES
+        self, *, max_bytes: int = DEFAULT_MAX_BYTES, batch_bytes: int = DEFAULT_BATCH_BYTES,
+        after: int = 0,
     ) -> None:
         #: Entries from index ``_head`` on are retained; dropped ones are compacted lazily.
         self._entries: list[bytes] = []
         self._head = 0
-        #: Sequence number of the first retained entry, minus one, and of the last entry.
-        self._base = 0
-        self._last = 0
+        #: Sequence number of the first retained entry, minus one, and of the last entry
+        #: (``after``: a run continued from a durable point numbers its events from there).
+        self._base = after
+        self._last = after
         self._bytes = 0
         #: The largest entry appended: a batch that cannot exceed the limit is sliced whole.
         self._largest = 0

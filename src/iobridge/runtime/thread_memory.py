@@ -47,7 +47,13 @@ from iobridge.protocol.interrupts import check_resume, next_record
 from iobridge.protocol.messages import answered_call, merge_incoming, model_view, window
 from iobridge.protocol.run_limits import DEFAULT_MAX_INTERRUPT_BYTES
 from iobridge.protocol.text import reject_nul
-from iobridge.store.base import Carryover, RunRead, normalize_messages, replace_from_error
+from iobridge.store.base import (
+    Carryover,
+    CheckpointOp,
+    RunRead,
+    normalize_messages,
+    replace_from_error,
+)
 
 if TYPE_CHECKING:
     from iobridge.observability.metrics import Metrics
@@ -83,9 +89,10 @@ class RunMemory(Protocol):
     #: Every answer of the series of resumed runs, this run's last (empty: not resuming).
     answered: list[dict[str, Any]]
 
-    def save_start(self) -> asyncio.Future[None] | None:
-        """Begin storing the run's new incoming messages (right after RUN_STARTED); the
-        future settles once they are stored (``None``: nothing to store)."""
+    def save_start(self, checkpoint: CheckpointOp | None = None) -> asyncio.Future[None] | None:
+        """Begin storing the run's new incoming messages (right after RUN_STARTED), with
+        ``checkpoint`` (a durable run's first point); the future settles once they are
+        stored (``None``: nothing to store, the checkpoint is not written either)."""
         ...
 
     def durable_view(self) -> dict[str, Any]:
@@ -100,9 +107,11 @@ class RunMemory(Protocol):
         failed: bool = False,  # pragma: no mutate
         raised: Sequence[dict[str, Any]] = (),
         state: Any = None,
+        checkpoint: CheckpointOp | None = None,
     ) -> asyncio.Future[None] | None:
         """Begin storing what the run produced (after ``save_start`` settled), titling the
-        thread; the future settles once it is stored (``None``: nothing to store).
+        thread, with ``checkpoint`` (a durable run's drop); the future settles once it is
+        stored (``None``: nothing to store, the checkpoint is not dropped either).
 
         ``finished``: the run ended with RUN_FINISHED (only then is the agent asked for a
         title; otherwise the first message's text is used). ``failed``: it ended with
@@ -126,11 +135,12 @@ class ThreadMemory(Protocol):
         """Check ownership and read the thread (no write)."""
         ...
 
-    def revive(
+    async def revive(
         self, view: dict[str, Any], *, thread_id: str, resource_id: str, agent: Agent,
-        history: list[dict[str, Any]],
+        options: RunOptions,
     ) -> RunMemory:
-        """The view of a run continued in this process (from ``RunMemory.durable_view``)."""
+        """The view of a run continued in this process (from ``RunMemory.durable_view``):
+        the history its agent saw is read from the thread again."""
         ...
 
 
@@ -183,19 +193,20 @@ class _StoreRun:
     #: The start write, once begun.
     _started: asyncio.Future[None] | None = field(default=None, init=False)
 
-    def save_start(self) -> asyncio.Future[None] | None:
+    def save_start(self, checkpoint: CheckpointOp | None = None) -> asyncio.Future[None] | None:
         if self.read_only or not self.incoming:
             return None
-        self._started = self._write(self.incoming, None)
+        self._started = self._write(self.incoming, None, checkpoint=checkpoint)
         return self._started
 
     def durable_view(self) -> dict[str, Any]:
-        # The incoming messages go along: a run revived elsewhere stores them again unless
-        # they are stored (ids already stored are skipped).
+        # The start write stores the incoming messages with the checkpoint's first point:
+        # their ids are enough (a read-only run stores none, so it keeps them here).
         return {
-            "readOnly": self.read_only, "incoming": self.incoming, "title": self.title,
-            "context": self.context, "state": self.state, "record": self.record,
-            "resume": self.resume, "answered": self.answered,
+            "readOnly": self.read_only, "incomingIds": [m["id"] for m in self.incoming],
+            "incoming": self.incoming if self.read_only else [], "title": self.title,
+            "state": self.state, "record": self.record, "resume": self.resume,
+            "answered": self.answered,
         }
 
     def save_end(
@@ -206,6 +217,7 @@ class _StoreRun:
         failed: bool = False,  # pragma: no mutate
         raised: Sequence[dict[str, Any]] = (),
         state: Any = None,
+        checkpoint: CheckpointOp | None = None,
     ) -> asyncio.Future[None] | None:
         if self.read_only:
             return None
@@ -220,8 +232,10 @@ class _StoreRun:
         messages = list(produced) if stored else [*self.incoming, *produced]
         titler = self.titler
         if self.title is not None and finished and not self.hydrate_only and titler is not None:
-            return asyncio.ensure_future(self._titled_write(titler, messages, produced, carryover))
-        return self._write(messages, self.title, carryover)
+            return asyncio.ensure_future(
+                self._titled_write(titler, messages, produced, carryover, checkpoint)
+            )
+        return self._write(messages, self.title, carryover, checkpoint=checkpoint)
 
     def rollback(self) -> asyncio.Future[int] | None:
         started = self._started
@@ -236,9 +250,10 @@ class _StoreRun:
         messages: list[dict[str, Any]],
         produced: Sequence[dict[str, Any]],
         carryover: Carryover | None,
+        checkpoint: CheckpointOp | None,
     ) -> None:
         title = await self._generated_title(titler, produced) or self.title
-        await self._write(messages, title, carryover)
+        await self._write(messages, title, carryover, checkpoint=checkpoint)
 
     def _carryover(
         self, failed: bool, raised: Sequence[dict[str, Any]], state: Any
@@ -275,6 +290,8 @@ class _StoreRun:
         messages: Sequence[dict[str, Any]],
         title: str | None,
         carryover: Carryover | None = None,
+        *,
+        checkpoint: CheckpointOp | None = None,
     ) -> asyncio.Future[None]:
         begun = time.perf_counter()
         write = _within(self.timeout, self.store.start_write_for_run(
@@ -284,6 +301,7 @@ class _StoreRun:
             messages=messages,
             title=title,
             carryover=carryover,
+            checkpoint=checkpoint,
         ))
         metrics = self.metrics
         if metrics is not None:
@@ -346,16 +364,27 @@ class StoreMemory:
             self.metrics.store_operation("read_for_run", time.perf_counter() - begun)
         return read
 
-    def revive(
+    async def revive(
         self, view: dict[str, Any], *, thread_id: str, resource_id: str, agent: Agent,
-        history: list[dict[str, Any]],
+        options: RunOptions,
     ) -> RunMemory:
+        incoming_ids = set(view["incomingIds"])
+        last = options.memory.last_messages
+        async with asyncio.timeout(self.timeout):
+            read = await self.store.read_for_run(
+                thread_id, message_ids=[], tool_call_ids=[], last_n=last + len(incoming_ids)
+            )
+        stored = [m for m in read.window if m.get("id") not in incoming_ids]
+        incoming = list(view["incoming"]) or [
+            m for m in read.window if m.get("id") in incoming_ids
+        ]
         return _StoreRun(
             store=self.store, thread_id=thread_id, resource_id=resource_id, agent_id=agent.id,
-            read_only=bool(view["readOnly"]), incoming=list(view["incoming"]),
-            title=view["title"], history=history,
+            read_only=bool(view["readOnly"]), incoming=incoming, title=view["title"],
+            history=[dict(m) for m in model_view(window(stored, last) + incoming)],
             titler=agent.title if type(agent).title is not Agent.title else None,
-            context=list(view["context"]), metrics=self.metrics, timeout=self.timeout,
+            context=[dict(m) for m in window(stored, TITLE_CONTEXT)], metrics=self.metrics,
+            timeout=self.timeout,
             state=view["state"], record=view["record"], resume=list(view["resume"]),
             answered=list(view["answered"]),
         )

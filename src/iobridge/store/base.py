@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +31,9 @@ __all__ = [
     "MAX_ID_LENGTH",
     "Carryover",
     "Checkpoint",
-    "CheckpointGap",
+    "CheckpointDrop",
+    "CheckpointOp",
+    "CheckpointRow",
     "CheckpointSuperseded",
     "Clock",
     "PointWrite",
@@ -249,57 +252,107 @@ class RunRead:
 
 
 class CheckpointSuperseded(Exception):
-    """The run was revived by another process (its epoch moved on): stop writing."""
-
-
-class CheckpointGap(Exception):
-    """A point does not follow the stored one (an earlier write failed): the run can no
-    longer be rebuilt from its checkpoint."""
+    """The run was taken over by another process (its epoch moved on): stop writing."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Checkpoint:
-    """A durable run as stored: identity, epoch, phase, both JSON parts and its events."""
+    """A durable run as stored at its last durable point."""
 
     owner: str
     run_id: str
     thread_id: str
     resource_id: str
     agent_id: str
+    #: Takeovers so far: the process that continues the run moves it to ``epoch + 1``.
     epoch: int
     #: ``running`` (between model steps) or ``parked`` (waiting on frontend tool results).
     phase: str
-    #: Sequence number of the last event at the point (the events are ``1..last_seq``).
+    #: Sequence number of the run's last event at the point.
     last_seq: int
-    #: Bytes the checkpoint holds (base, point and events), against ``max_checkpoint_bytes``.
+    #: Bytes the checkpoint holds (base and point), against ``max_checkpoint_bytes``.
     nbytes: int
+    #: What does not change: the run's input and its thread view.
     base: dict[str, Any]
+    #: What the point changed: the messages so far, the calls it waits on, state, usage…
     point: dict[str, Any]
-    #: The encoded events up to the point, in order (from the first stored segment).
-    events: list[bytes] = field(default_factory=list)
-    #: Posted results by call id: ``(content, is_error)``.
+    #: The replica that holds the run (``""``: none; a drained process let it go).
+    holder: str = ""
+    #: Posted results by call id, in the order they were posted: ``(content, is_error)``.
     results: dict[str, tuple[str, bool]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class PointWrite:
-    """One durable point to store: the row's new values and the events since the last."""
+class CheckpointRow:
+    """A durable run's first point, written with its start write (``write_for_run``) or
+    alone (``insert_checkpoint``) when it has none."""
 
     owner: str
     run_id: str
     thread_id: str
     resource_id: str
     agent_id: str
+    last_seq: int
+    base: bytes
+    point: bytes
+    holder: str
+
+
+@dataclass(kw_only=True, slots=True)
+class PointWrite:
+    """A later point of a run: the row's new values, compare-and-set on ``epoch``. While it
+    waits in the write queue, a newer point of the run replaces its values (``replace``):
+    only the last point matters, and each costs a statement only if it reaches the store."""
+
+    owner: str
+    run_id: str
     epoch: int
     phase: str
     last_seq: int
     nbytes: int
-    #: The encoded ``base`` when the row is created or an epoch begins, else ``None``.
-    base: bytes | None
     point: bytes
-    #: Events ``first_seq..last_seq`` (empty: none since the last point).
-    first_seq: int
-    segment: Sequence[bytes]
+    holder: str
+    #: Taken by the store's writer: no longer replaceable.
+    taken: bool = False
+    #: The run concluded before the write was taken: nothing to write.
+    withdrawn: bool = False
+
+    def replace(self, newer: PointWrite) -> bool:
+        """Take ``newer``'s values if not taken yet (True), else leave it to be written."""
+        with _POINT_LOCK:
+            if self.taken:
+                return False
+            self.phase, self.last_seq = newer.phase, newer.last_seq
+            self.nbytes, self.point = newer.nbytes, newer.point
+            return True
+
+    def withdraw(self) -> None:
+        with _POINT_LOCK:
+            if not self.taken:
+                self.withdrawn = True
+
+    def take(self) -> bool:
+        """Called by the writer (another thread on SQLite): False if withdrawn."""
+        with _POINT_LOCK:
+            self.taken = True
+            return not self.withdrawn
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointDrop:
+    """Forget a concluded run's checkpoint (at ``epoch``: not a successor's), with its end
+    write."""
+
+    owner: str
+    run_id: str
+    epoch: int
+
+
+#: What a run's write may carry for its checkpoint: its first point, or its drop.
+CheckpointOp = CheckpointRow | CheckpointDrop
+
+#: Guards ``PointWrite`` values between the event loop and the store's writer thread.
+_POINT_LOCK = threading.Lock()
 
 
 class ThreadStore(ABC):
@@ -508,16 +561,20 @@ class ThreadStore(ABC):
         messages: Sequence[Mapping[str, Any]],
         title: str | None = None,
         carryover: Carryover | None = None,
+        checkpoint: CheckpointOp | None = None,
     ) -> None:
         """A run's write: create the thread if missing, append ``messages`` (ids already
         stored are skipped), set ``title`` unless the thread has one, and replace the
-        thread's state and interrupts with ``carryover`` when given. Stores make this one
-        transaction; this default is four calls.
+        thread's state and interrupts with ``carryover`` when given; with ``checkpoint``,
+        store or drop the run's checkpoint too (stores that ``keeps_checkpoints``). Stores
+        make this one transaction; this default is four calls.
 
         Raises:
             NotFoundError: the thread exists but belongs to another resource.
             InputError: a message is not storable (nothing is stored).
         """
+        if checkpoint is not None:
+            raise NotImplementedError("this store keeps no checkpoints")
         normalize_messages(messages)
         thread, _ = await self.get_or_create_thread(
             thread_id, resource_id=resource_id, agent_id=agent_id
@@ -540,13 +597,14 @@ class ThreadStore(ABC):
         messages: Sequence[Mapping[str, Any]],
         title: str | None = None,
         carryover: Carryover | None = None,
+        checkpoint: CheckpointOp | None = None,
     ) -> asyncio.Future[None]:
         """Begin :meth:`write_for_run` in a task; the future settles when it committed or
         failed. The run engine starts its writes this way and waits only where it must
         (before the terminal event)."""
         return asyncio.ensure_future(self.write_for_run(
             thread_id, resource_id=resource_id, agent_id=agent_id, messages=messages,
-            title=title, carryover=carryover,
+            title=title, carryover=carryover, checkpoint=checkpoint,
         ))
 
     async def set_carryover(self, thread_id: str, carryover: Carryover) -> None:
@@ -559,29 +617,29 @@ class ThreadStore(ABC):
     #: Whether this store keeps run checkpoints across processes (durable runs need it).
     keeps_checkpoints = False
 
-    def write_point(self, job: PointWrite) -> asyncio.Future[None]:
-        """Begin storing one durable point of a run: queued at once, so a run's points
-        commit in the order they were begun; the future settles once stored.
+    def insert_checkpoint(self, row: CheckpointRow) -> asyncio.Future[None]:
+        """Begin storing a run's first point when it has no start write to go with."""
+        raise NotImplementedError
 
-        The future fails with:
-            CheckpointSuperseded: another process revived the run meanwhile.
-            CheckpointGap: an earlier point of this run was not stored.
-        """
+    def write_point(self, job: PointWrite) -> asyncio.Future[bool]:
+        """Begin storing a later point; the future is True once stored, False if the run's
+        checkpoint is gone (dropped, or never stored), and fails with
+        ``CheckpointSuperseded`` if another process took the run over meanwhile."""
         raise NotImplementedError
 
     async def load_checkpoint(self, owner: str, run_id: str) -> Checkpoint | None:
-        """A run's checkpoint, its events and the results posted for it."""
+        """A run's checkpoint and the results posted for it."""
         raise NotImplementedError
 
-    async def claim_checkpoint(self, owner: str, run_id: str, epoch: int) -> bool:
-        """Take the run over from ``epoch`` (True for exactly one caller)."""
+    async def claim_checkpoint(self, owner: str, run_id: str, epoch: int, holder: str) -> bool:
+        """Take the run over from ``epoch`` for ``holder`` (True for exactly one caller)."""
         raise NotImplementedError
 
     def drop_checkpoint(
         self, owner: str, run_id: str, epoch: int | None = None
     ) -> asyncio.Future[None]:
-        """Begin forgetting the run's checkpoint (it concluded), after its points; with
-        ``epoch``, only at that epoch."""
+        """Begin forgetting the run's checkpoint (it concluded) when it has no end write to
+        go with; with ``epoch``, only at that epoch."""
         raise NotImplementedError
 
     async def record_tool_result(
@@ -590,8 +648,11 @@ class ThreadStore(ABC):
         """Keep a posted frontend result once; False if the call already had one."""
         raise NotImplementedError
 
-    async def list_checkpoints(self) -> list[tuple[str, str, str]]:
-        """``(owner, run_id, phase)`` of the stored checkpoints, oldest point first."""
+    async def list_checkpoints(
+        self, *, holder: str | None = None, phase: str | None = None
+    ) -> list[tuple[str, str, str]]:
+        """``(owner, run_id, phase)`` of the stored checkpoints (of ``holder``, in ``phase``
+        when given), oldest point first."""
         raise NotImplementedError
 
     @abstractmethod

@@ -1,19 +1,19 @@
 """Durable runs in SQL: checkpoint rows and posted tool results.
 
-One row per durable run (``iobridge_run_checkpoints``) holds what does not change
-(``base``: the run's input, its thread view, the agent's history), what each durable point
-changes (``point``: pending calls, error marks, usage; ``phase``, ``last_seq``) and the
-events up to the point (``events``, each ended by a newline), appended at each point with
-``events || :segment`` in the same statement: a point costs one statement and what happened
-since the last one. A result the client posts is one ``iobridge_run_tool_results`` row,
-inserted once: a second post finds it and is refused, and a revived run never asks for it
-again.
+One row per durable run (``iobridge_run_checkpoints``) holds what does not change (``base``:
+the run's input and its thread view) and what its last durable point says (``point``: the
+messages so far, the calls it waits on, its state and usage; ``phase``, ``last_seq``). The
+row is inserted with the run's start write and deleted with its end write, in the same
+transaction and the same statements as the other runs of that batch (``run_batches``): a run
+that never reaches a durable point between its start and its end costs a row in two
+executemany statements. A point between is one ``UPDATE`` of the row.
 
-Writes are compare-and-set on ``epoch`` and ``last_seq``: a process that revived the run
-(epoch + 1) makes the previous holder's later writes fail (``CheckpointSuperseded``), so
-exactly one process continues a run; a point that does not follow the stored one (an earlier
-write failed) is refused (``CheckpointGap``). The statements are built once (bound
-parameters), so a point does not pay for building and caching SQL.
+A result the client posts is one ``iobridge_run_tool_results`` row, inserted once: a second
+post finds it and is refused, and a continued run never asks for it again.
+
+Writes are compare-and-set on ``epoch``: a process that took the run over (epoch + 1) makes
+the previous holder's later points fail (``CheckpointSuperseded``), so exactly one process
+continues a run. The statements are built once (bound parameters).
 """
 
 from __future__ import annotations
@@ -26,12 +26,21 @@ from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
-from iobridge.store.base import Checkpoint, CheckpointGap, CheckpointSuperseded, PointWrite
+from iobridge.store.base import (
+    Checkpoint,
+    CheckpointDrop,
+    CheckpointRow,
+    CheckpointSuperseded,
+    PointWrite,
+)
 from iobridge.store.records import checkpoints, run_tool_results
 
 __all__ = [
+    "apply_ops",
     "claim_checkpoint",
     "drop_checkpoint",
+    "drop_checkpoints",
+    "insert_checkpoints",
     "list_checkpoints",
     "load_checkpoint",
     "record_tool_result",
@@ -43,67 +52,83 @@ LIST_LIMIT = 10_000
 
 _c = checkpoints.c
 _KEY = (_c.owner == bindparam("b_owner")) & (_c.run_id == bindparam("b_run"))
-_POINT_VALUES = {
-    "phase": bindparam("b_phase"), "last_seq": bindparam("b_last"),
-    "nbytes": bindparam("b_nbytes"), "point": bindparam("b_point"),
-    "updated_at": bindparam("b_now"), "events": _c.events + bindparam("b_segment"),
-}
-_UPDATE_POINT = update(checkpoints).where(
-    _KEY & (_c.epoch == bindparam("b_epoch")) & (_c.last_seq == bindparam("b_prev"))
-).values(**_POINT_VALUES)
+_UPDATE_POINT = update(checkpoints).where(_KEY & (_c.epoch == bindparam("b_epoch"))).values(
+    phase=bindparam("b_phase"), last_seq=bindparam("b_last"), nbytes=bindparam("b_nbytes"),
+    point=bindparam("b_point"), holder=bindparam("b_holder"), updated_at=bindparam("b_now"),
+)
 _INSERT = insert(checkpoints)
 _EPOCH = select(_c.epoch).where(_KEY)
 _ROW = select(checkpoints).where(_KEY)
 _CLAIM = update(checkpoints).where(_KEY & (_c.epoch == bindparam("b_epoch"))).values(
-    epoch=_c.epoch + 1
+    epoch=_c.epoch + 1, holder=bindparam("b_holder")
 )
 _DROP_ANY = delete(checkpoints).where(_KEY)
 _DROP_AT = delete(checkpoints).where(_KEY & (_c.epoch == bindparam("b_epoch")))
 _r = run_tool_results.c
 _RESULT_KEY = (_r.owner == bindparam("b_owner")) & (_r.run_id == bindparam("b_run"))
-_RESULTS = select(_r.tool_call_id, _r.content, _r.is_error).where(_RESULT_KEY)
+_RESULTS = select(_r.tool_call_id, _r.content, _r.is_error).where(_RESULT_KEY).order_by(
+    _r.posted_at, _r.tool_call_id
+)
 _DROP_RESULTS = delete(run_tool_results).where(_RESULT_KEY)
 _LIST = select(_c.owner, _c.run_id, _c.phase).order_by(_c.updated_at).limit(
     bindparam("b_limit")
 )
 
 
-def _segment(job: PointWrite) -> str:
-    return "".join(data.decode() + "\n" for data in job.segment)
+def insert_checkpoints(conn: Connection, rows: list[CheckpointRow], now: datetime) -> None:
+    """Store the first points of runs (one statement for all of them)."""
+    if not rows:
+        return
+    conn.execute(_INSERT, [
+        {"owner": r.owner, "run_id": r.run_id, "thread_id": r.thread_id,
+         "resource_id": r.resource_id, "agent_id": r.agent_id, "epoch": 0, "phase": "running",
+         "last_seq": r.last_seq, "nbytes": len(r.base) + len(r.point), "base": r.base.decode(),
+         "point": r.point.decode(), "holder": r.holder, "updated_at": now}
+        for r in rows
+    ])
 
 
-def write_point(conn: Connection, job: PointWrite, now: datetime) -> None:
-    """Store one durable point (compare-and-set on the epoch and the last stored event).
+def drop_checkpoints(conn: Connection, drops: list[CheckpointDrop]) -> None:
+    """Forget concluded runs' checkpoints and results (a superseded holder's drop removes
+    nothing of its successor's)."""
+    if not drops:
+        return
+    conn.execute(_DROP_AT, [
+        {"b_owner": d.owner, "b_run": d.run_id, "b_epoch": d.epoch} for d in drops
+    ])
+    conn.execute(_DROP_RESULTS, [{"b_owner": d.owner, "b_run": d.run_id} for d in drops])
+
+
+def apply_ops(conn: Connection, ops: list[CheckpointRow | CheckpointDrop], now: datetime) -> None:
+    """The checkpoint parts of a batch of run writes: inserts, then drops."""
+    insert_checkpoints(conn, [op for op in ops if isinstance(op, CheckpointRow)], now)
+    drop_checkpoints(conn, [op for op in ops if isinstance(op, CheckpointDrop)])
+
+
+def write_point(conn: Connection, job: PointWrite, now: datetime) -> bool:
+    """Store one later point (compare-and-set on the epoch); False: the row is gone.
 
     Raises:
         CheckpointSuperseded: another process holds a newer epoch of the run.
-        CheckpointGap: the stored point is not the one this point follows.
     """
+    if not job.take():
+        return True  # the run concluded first: its end write drops the row
     key = {"b_owner": job.owner, "b_run": job.run_id}
-    segment = _segment(job)
     changed = conn.execute(_UPDATE_POINT, {
-        **key, "b_epoch": job.epoch, "b_prev": job.first_seq - 1, "b_phase": job.phase,
-        "b_last": job.last_seq, "b_nbytes": job.nbytes, "b_point": job.point.decode(),
-        "b_now": now, "b_segment": segment,
+        **key, "b_epoch": job.epoch, "b_phase": job.phase, "b_last": job.last_seq,
+        "b_nbytes": job.nbytes, "b_point": job.point.decode(), "b_holder": job.holder,
+        "b_now": now,
     }).rowcount
     if changed:
-        return
+        return True
     held = conn.execute(_EPOCH, key).scalar()
-    if held == job.epoch:
-        raise CheckpointGap(job.run_id)
-    if held is not None or job.epoch != 0 or job.base is None or job.first_seq != 1:
+    if held is not None:
         raise CheckpointSuperseded(job.run_id)
-    conn.execute(_INSERT, {
-        "owner": job.owner, "run_id": job.run_id, "thread_id": job.thread_id,
-        "resource_id": job.resource_id, "agent_id": job.agent_id, "epoch": job.epoch,
-        "phase": job.phase, "last_seq": job.last_seq, "nbytes": job.nbytes,
-        "base": job.base.decode(), "point": job.point.decode(), "events": segment,
-        "updated_at": now,
-    })
+    return False
 
 
 def load_checkpoint(conn: Connection, owner: str, run_id: str) -> Checkpoint | None:
-    """The run's checkpoint with its events and posted results (``None``: none)."""
+    """The run's checkpoint and its posted results (``None``: none)."""
     key = {"b_owner": owner, "b_run": run_id}
     row = conn.execute(_ROW, key).first()
     if row is None:
@@ -115,24 +140,19 @@ def load_checkpoint(conn: Connection, owner: str, run_id: str) -> Checkpoint | N
         owner=owner, run_id=run_id, thread_id=row.thread_id, resource_id=row.resource_id,
         agent_id=row.agent_id, epoch=row.epoch, phase=row.phase, last_seq=row.last_seq,
         nbytes=row.nbytes, base=orjson.loads(row.base), point=orjson.loads(row.point),
-        events=row.events.encode().split(b"\n")[:-1], results=results,
+        holder=row.holder, results=results,
     )
 
 
-def claim_checkpoint(conn: Connection, owner: str, run_id: str, epoch: int) -> bool:
-    """Move the run to ``epoch + 1`` if it is still at ``epoch``: True for the one winner."""
-    return bool(
-        conn.execute(_CLAIM, {"b_owner": owner, "b_run": run_id, "b_epoch": epoch}).rowcount
-        == 1
-    )
+def claim_checkpoint(conn: Connection, owner: str, run_id: str, epoch: int, holder: str) -> bool:
+    """Move the run to ``epoch + 1`` for ``holder`` if it is still at ``epoch``: True for
+    the one winner."""
+    params = {"b_owner": owner, "b_run": run_id, "b_epoch": epoch, "b_holder": holder}
+    return bool(conn.execute(_CLAIM, params).rowcount == 1)
 
 
 def drop_checkpoint(conn: Connection, owner: str, run_id: str, epoch: int | None) -> None:
-    """Forget the run's checkpoint and results (the run concluded).
-
-    With ``epoch``, only while the run is still at that epoch (a superseded holder drops
-    nothing of its successor's).
-    """
+    """Forget the run's checkpoint and results (with ``epoch``: only at that epoch)."""
     key = {"b_owner": owner, "b_run": run_id}
     if epoch is None:
         conn.execute(_DROP_ANY, key)
@@ -142,20 +162,28 @@ def drop_checkpoint(conn: Connection, owner: str, run_id: str, epoch: int | None
 
 
 def record_tool_result(
-    conn: Connection, owner: str, run_id: str, tool_call_id: str, content: str, is_error: bool
+    conn: Connection, owner: str, run_id: str, tool_call_id: str, content: str, is_error: bool,
+    now: datetime,
 ) -> bool:
     """Keep a posted result once: True if this call stored it, False if one was stored."""
     values = {"owner": owner, "run_id": run_id, "tool_call_id": tool_call_id,
-              "content": content, "is_error": is_error}
-    dialect = conn.dialect.name
+              "content": content, "is_error": is_error, "posted_at": now}
     statement: Any
-    if dialect == "postgresql":
+    if conn.dialect.name == "postgresql":
         statement = postgresql.insert(run_tool_results).values(**values).on_conflict_do_nothing()
     else:
         statement = sqlite.insert(run_tool_results).values(**values).on_conflict_do_nothing()
     return bool(conn.execute(statement).rowcount == 1)
 
 
-def list_checkpoints(conn: Connection, limit: int = LIST_LIMIT) -> list[tuple[str, str, str]]:
+def list_checkpoints(
+    conn: Connection, *, holder: str | None = None, phase: str | None = None,
+    limit: int = LIST_LIMIT,
+) -> list[tuple[str, str, str]]:
     """``(owner, run_id, phase)`` of stored checkpoints, oldest point first."""
-    return [(r.owner, r.run_id, r.phase) for r in conn.execute(_LIST, {"b_limit": limit})]
+    query = _LIST
+    if holder is not None:
+        query = query.where(_c.holder == holder)
+    if phase is not None:
+        query = query.where(_c.phase == phase)
+    return [(r.owner, r.run_id, r.phase) for r in conn.execute(query, {"b_limit": limit})]

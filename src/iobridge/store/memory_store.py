@@ -19,6 +19,7 @@ from iobridge.store.base import (
     MAIN_BRANCH,
     Branch,
     Carryover,
+    CheckpointOp,
     Clock,
     StoredMessage,
     Thread,
@@ -306,9 +307,13 @@ class MemoryThreadStore(ThreadStore):
         messages: Sequence[Mapping[str, Any]],
         title: str | None = None,
         carryover: Carryover | None = None,
+        checkpoint: CheckpointOp | None = None,
     ) -> None:
         """The run's write in one pass (the default is four calls, each checking and copying
-        again); atomic like every operation here, since nothing in it awaits."""
+        again); atomic like every operation here, since nothing in it awaits. (This store
+        keeps no checkpoints: durable runs need a SQL store.)"""
+        if checkpoint is not None:
+            raise NotImplementedError("the in-memory store keeps no checkpoints")
         self._write_for_run(thread_id, resource_id, agent_id, messages, title, carryover)
 
     def _write_for_run(

@@ -115,9 +115,10 @@ branches = Table(
     PrimaryKeyConstraint("thread_id", "id", name="pk_iobridge_branches"),
 )
 
-# Revision 0005: durable runs (``store.base.Checkpoint``). ``base`` is written once,
-# ``point`` at each durable point; ``events`` holds the encoded events up to the point, each
-# ended by a newline, appended to at each point (``events || :segment``).
+# Revision 0005: durable runs (``store.base.Checkpoint``). ``base`` is written once, with the
+# run's start write; ``point`` at each later durable point (the messages so far, the calls
+# it waits on, its state); ``holder`` is the replica that holds the run. The row is deleted
+# with the run's end write.
 checkpoints = Table(
     "iobridge_run_checkpoints",
     metadata,
@@ -132,9 +133,10 @@ checkpoints = Table(
     Column("nbytes", Integer, nullable=False),
     Column("base", Text, nullable=False),
     Column("point", Text, nullable=False),
-    Column("events", Text, nullable=False),
+    Column("holder", String(ID_LENGTH), nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     PrimaryKeyConstraint("owner", "run_id", name="pk_iobridge_run_checkpoints"),
+    Index("ix_iobridge_run_checkpoints_holder", "holder", "phase"),
 )
 
 run_tool_results = Table(
@@ -145,5 +147,6 @@ run_tool_results = Table(
     Column("tool_call_id", String(ID_LENGTH), nullable=False),
     Column("content", Text, nullable=False),
     Column("is_error", Boolean, nullable=False),
+    Column("posted_at", UTCDateTime, nullable=False),
     PrimaryKeyConstraint("owner", "run_id", "tool_call_id", name="pk_iobridge_run_tool_results"),
 )

@@ -18,6 +18,8 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from iobridge.store.base import CheckpointOp
+from iobridge.store.checkpoint_rows import apply_ops
 from iobridge.store.sql_executor import ReadMany
 
 __all__ = ["RunReadJob", "RunWrite", "WriteRuns", "write_batch"]
@@ -44,9 +46,12 @@ class RunWrite:
     claim_row: dict[str, Any]
     rows: list[dict[str, Any]]
     write_runs: WriteRuns
+    #: The run's checkpoint: its first point (a start write) or its drop (an end write),
+    #: written in the same transaction, with the batch's others in one statement.
+    checkpoint: CheckpointOp | None = None
 
     def __call__(self, conn: Connection) -> None:
-        (outcome,) = self.write_runs(conn, [self])
+        (outcome,) = _flush(conn, [self])
         if not outcome[0]:
             raise outcome[1]
 
@@ -75,7 +80,14 @@ def write_batch(conn: Connection, jobs: list[Any]) -> list[tuple[bool, Any]]:
 
 
 def _flush(conn: Connection, group: list[RunWrite]) -> list[tuple[bool, Any]]:
-    return group[0].write_runs(conn, group) if group else []
+    if not group:
+        return []
+    outcomes = group[0].write_runs(conn, group)
+    ops = [w.checkpoint for w, (ok, _) in zip(group, outcomes, strict=True)
+           if ok and w.checkpoint is not None]
+    if ops:
+        apply_ops(conn, ops, group[0].claim_row["now"])
+    return outcomes
 
 
 @dataclass(frozen=True, slots=True)

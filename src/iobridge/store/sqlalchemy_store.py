@@ -58,6 +58,8 @@ from iobridge.store.base import (
     Branch,
     Carryover,
     Checkpoint,
+    CheckpointOp,
+    CheckpointRow,
     Clock,
     PointWrite,
     RunRead,
@@ -601,9 +603,11 @@ class SqlThreadStore(ThreadStore):
         messages: Sequence[Mapping[str, Any]],
         title: str | None = None,
         carryover: Carryover | None = None,
+        checkpoint: CheckpointOp | None = None,
     ) -> None:
         await self._writes.submit(
-            self._run_write(thread_id, resource_id, agent_id, messages, title, carryover)
+            self._run_write(thread_id, resource_id, agent_id, messages, title, carryover,
+                            checkpoint)
         )
 
     def _run_write(
@@ -614,6 +618,7 @@ class SqlThreadStore(ThreadStore):
         messages: Sequence[Mapping[str, Any]],
         title: str | None,
         carryover: Carryover | None,
+        checkpoint: CheckpointOp | None = None,
     ) -> RunWrite:
         """The checked write job (raises before anything is queued)."""
         batch = normalize_messages(messages)
@@ -629,7 +634,8 @@ class SqlThreadStore(ThreadStore):
             "interrupts": _interrupts(carryover),
             "now": now,
         }
-        return RunWrite(claim_row, _append_rows(thread_id, batch, now), self._write_runs)
+        return RunWrite(claim_row, _append_rows(thread_id, batch, now), self._write_runs,
+                        checkpoint)
 
     async def set_carryover(self, thread_id: str, carryover: Carryover) -> None:
         await self._writes.submit(lambda conn: _set_carryover(conn, thread_id, carryover))
@@ -652,7 +658,13 @@ class SqlThreadStore(ThreadStore):
 
     keeps_checkpoints = True
 
-    def write_point(self, job: PointWrite) -> asyncio.Future[None]:
+    def insert_checkpoint(self, row: CheckpointRow) -> asyncio.Future[None]:
+        now = self._clock()
+        return asyncio.ensure_future(self._writes.submit(
+            lambda conn: checkpoint_rows.insert_checkpoints(conn, [row], now)
+        ))
+
+    def write_point(self, job: PointWrite) -> asyncio.Future[bool]:
         now = self._clock()
         # A task each, begun in order: the writer's queue keeps that order.
         return asyncio.ensure_future(
@@ -665,9 +677,9 @@ class SqlThreadStore(ThreadStore):
         )
         return result
 
-    async def claim_checkpoint(self, owner: str, run_id: str, epoch: int) -> bool:
+    async def claim_checkpoint(self, owner: str, run_id: str, epoch: int, holder: str) -> bool:
         return await self._writes.submit(
-            lambda conn: checkpoint_rows.claim_checkpoint(conn, owner, run_id, epoch)
+            lambda conn: checkpoint_rows.claim_checkpoint(conn, owner, run_id, epoch, holder)
         )
 
     def drop_checkpoint(
@@ -680,14 +692,19 @@ class SqlThreadStore(ThreadStore):
     async def record_tool_result(
         self, owner: str, run_id: str, tool_call_id: str, content: str, is_error: bool
     ) -> bool:
+        now = self._clock()
         return await self._writes.submit(
             lambda conn: checkpoint_rows.record_tool_result(
-                conn, owner, run_id, tool_call_id, content, is_error
+                conn, owner, run_id, tool_call_id, content, is_error, now
             )
         )
 
-    async def list_checkpoints(self) -> list[tuple[str, str, str]]:
-        result: list[tuple[str, str, str]] = await self._sql.read(checkpoint_rows.list_checkpoints)
+    async def list_checkpoints(
+        self, *, holder: str | None = None, phase: str | None = None
+    ) -> list[tuple[str, str, str]]:
+        result: list[tuple[str, str, str]] = await self._sql.read(
+            lambda conn: checkpoint_rows.list_checkpoints(conn, holder=holder, phase=phase)
+        )
         return result
 
     def _locked_thread(self, conn: Connection, thread_id: str) -> str | None:

@@ -30,9 +30,12 @@ def upgrade() -> None:
         sa.Column("nbytes", sa.Integer(), nullable=False),
         sa.Column("base", sa.Text(), nullable=False),
         sa.Column("point", sa.Text(), nullable=False),
-        sa.Column("events", sa.Text(), nullable=False),
+        sa.Column("holder", sa.String(256), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("owner", "run_id", name="pk_iobridge_run_checkpoints"),
+    )
+    op.create_index(
+        "ix_iobridge_run_checkpoints_holder", "iobridge_run_checkpoints", ["holder", "phase"]
     )
     op.create_table(
         "iobridge_run_tool_results",
@@ -41,6 +44,7 @@ def upgrade() -> None:
         sa.Column("tool_call_id", sa.String(256), nullable=False),
         sa.Column("content", sa.Text(), nullable=False),
         sa.Column("is_error", sa.Boolean(), nullable=False),
+        sa.Column("posted_at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint(
             "owner", "run_id", "tool_call_id", name="pk_iobridge_run_tool_results"
         ),
