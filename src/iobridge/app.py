@@ -467,24 +467,26 @@ class Backend:
         try:
             if isinstance(run, Run) and run.queued:
                 await sink.queued()
-            while not await self._follow_leg(leg, sink, idle, detach_grace):
+            while (outcome := await self._follow_leg(leg, sink, idle, detach_grace)) == "cut":
                 if not await self._hand_over(leg):
                     break
         except EventsNotRetained as exc:
             await sink.cut_off(exc)
             return
-        await sink.end()
+        if outcome != "over":
+            await sink.end()
 
     async def _follow_leg(
         self, leg: _Leg, sink: EventSink, idle: float | None, detach_grace: float | None
-    ) -> bool:
-        """Follow ``leg.run`` from ``leg.cursor``; True once the follow is over (the terminal
-        event sent, or the sink stopped), False if the log ended without it."""
+    ) -> str:
+        """Follow ``leg.run`` from ``leg.cursor``: ``over`` once the sink's stream is done
+        (the terminal event sent in the write that ends it, or the sink stopped), ``ended``
+        when the log ended after its terminal event, ``cut`` when it ended without one."""
         run = leg.run
         plan = await self._continuation(leg)
         if plan.prologue:
             if not await sink.send(plan.prologue, last=False, tags=plan.tags):
-                return True
+                return "over"
             leg.sent(plan.prologue[-1][0], plan.tags[-1])
         tagger = self._tagger(leg)
         skip = plan.skip
@@ -502,8 +504,8 @@ class Backend:
                     events, seen = skip_results(events, skip)
                     skip = frozenset() if seen else skip
                 if events and await self._send(leg, sink, events, last, tagger):
-                    return True
-        return leg.ended
+                    return "over"
+        return "ended" if leg.ended else "cut"
 
     async def _send(
         self, leg: _Leg, sink: EventSink, events: list[tuple[int, bytes]], last: bool,
@@ -523,9 +525,9 @@ class Backend:
         run = leg.run
         if isinstance(run, Run):
             return run.ids.tags if run.ids is not None else None
-        if self.runtime.checkpoints is None:
-            return None
-        # Durable or not, a run of another replica is tagged here (its log comes without).
+        if run.epoch is None:
+            return None  # not durable
+        # A durable run of another replica: its log comes without what clients have open.
         return RemoteTags(leg.cursor.state if leg.epoch == leg.cursor.epoch else None).tags
 
     async def _continuation(self, leg: _Leg) -> Continuation:
@@ -1178,7 +1180,7 @@ def _tag(state: OpenState) -> bytes:
 def _epoch(run: FollowedRun) -> int:
     """The run's takeover epoch (its events' ids: ``protocol.event_ids``)."""
     if isinstance(run, RemoteRun):
-        return run.epoch
+        return run.epoch or 0
     return run.ids.epoch if run.ids is not None else 0
 
 

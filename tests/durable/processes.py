@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from tests.cluster.replicas import HEARTBEAT, KEYS, OWNER_LOST, WEATHER, Replica, _wait_port
+from tests.durable.streams import assert_valid_stream, sse_ids
 from tests.helpers import free_port
 
-from iobridge.conformance.check.stream import lifecycle_violations
+__all__ = ["assert_valid_stream", "run_body", "serve", "sse_ids", "write_config"]
 
 
 def write_config(workdir: Path, model_base_url: str) -> Path:
@@ -64,13 +65,3 @@ def run_body(thread_id: str, run_id: str | None = None, text: str = "Weather in 
             "messages": [{"id": f"u-{uuid.uuid4().hex[:8]}", "role": "user", "content": text}],
             "tools": [WEATHER], "context": [], "state": {},
             "forwardedProps": {"agentId": "planner"}, **extra}
-
-
-def assert_valid_stream(events: list[tuple[int, dict[str, Any]]]) -> None:
-    """The client's concatenated stream: ids strictly increasing, the seven lifecycle
-    guarantees (``iobridge check``'s rules), one RUN_STARTED, the real terminal last."""
-    ids = [seq for seq, _ in events]
-    assert ids == sorted(set(ids)), ids
-    kinds = [e for _, e in events]
-    assert lifecycle_violations(kinds) == {}
-    assert [e["type"] for e in kinds].count("RUN_STARTED") == 1

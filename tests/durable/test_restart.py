@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from tests.agents.fake_openai import FakeOpenAI, calls, text
 from tests.backends import postgres_url
-from tests.cluster.replicas import postgres_database, read_until, sse
-from tests.durable.processes import assert_valid_stream, run_body, serve
+from tests.cluster.replicas import postgres_database, read_until
+from tests.durable.processes import assert_valid_stream, run_body, serve, sse_ids
 
 from iobridge.store.migrate import upgrade
 
@@ -47,7 +47,7 @@ def test_a_run_parked_across_a_restart_finishes_on_the_new_process(
     try:
         body = run_body(thread)
         with first.client().stream("POST", "/run", json=body) as response:
-            events = sse(response)
+            events = sse_ids(response)
             head = read_until(events, "TOOL_CALL_END")
             time.sleep(0.3)  # the park point's write
             first.process.send_signal(signal.SIGTERM)
@@ -57,8 +57,9 @@ def test_a_run_parked_across_a_restart_finishes_on_the_new_process(
         took = time.monotonic() - stopped
     finally:
         first.stop(signal.SIGKILL)
-    # The stream ended at the point: no RUN_ERROR SERVER_SHUTDOWN, nothing after it.
-    assert rest == [], rest
+    # The stream ended at the point (the run parks with its model step finished): no
+    # RUN_ERROR SERVER_SHUTDOWN, nothing after it.
+    assert [e["type"] for _, e in rest] == ["STEP_FINISHED"], rest
     assert first.process.returncode == 0, output
     assert took < 10, f"exit took {took:.1f} s"  # parked runs do not wait out the drain
     second = serve("second", tmp_path, database_url=database_url,
@@ -73,14 +74,23 @@ def test_a_run_parked_across_a_restart_finishes_on_the_new_process(
         assert again.status_code == 409
         assert again.json()["error"]["code"] == "TOOL_RESULT_ALREADY_SUBMITTED"
         with second.client().stream("GET", f"/runs/{body['runId']}/events",
-                                    headers={"Last-Event-ID": str(head[-1][0])}) as resumed:
+                                    headers={"Last-Event-ID": head[-1][0]}) as resumed:
             assert resumed.status_code == 200
-            tail = read_until(sse(resumed), "RUN_FINISHED")
+            tail = read_until(sse_ids(resumed), "RUN_FINISHED")
         assert_valid_stream(head + tail)
-        assert tail[0][1]["type"] == "TOOL_CALL_RESULT"
-        # A resume from the start replays the same events under the same ids.
+        # Caught up: the step the client had open closed, the conversation at the point,
+        # then the continued run (its ids in epoch 1).
+        kinds = [e["type"] for _, e in tail]
+        assert kinds[:3] == ["STEP_FINISHED", "MESSAGES_SNAPSHOT", "STATE_SNAPSHOT"]
+        # The result reaches the client once: in the snapshot (the run's last durable point
+        # is after it) or as its event.
+        shown = [m["role"] for m in tail[1][1]["messages"]]
+        assert shown.count("tool") + kinds.count("TOOL_CALL_RESULT") == 1
+        # A resume from the start: RUN_STARTED, the conversation at the last point, the rest.
         with second.client().stream("GET", f"/runs/{body['runId']}/events") as replay:
-            assert read_until(sse(replay), "RUN_FINISHED") == head + tail
+            again = read_until(sse_ids(replay), "RUN_FINISHED")
+        assert_valid_stream(again)
+        assert again[0][1]["type"] == "RUN_STARTED" and again[-1] == tail[-1]
         stored = second.client().get(f"/threads/{thread}/messages",
                                      params={"format": "agui"}).json()["messages"]
         assert [m["role"] for m in stored] == ["user", "assistant", "tool", "assistant"]
@@ -100,11 +110,12 @@ def test_resume_and_cancel_reach_a_parked_run_after_a_restart(
     body = run_body(thread)
     try:
         with first.client().stream("POST", "/run", json=body) as response:
-            events = sse(response)
+            events = sse_ids(response)
             head = read_until(events, "TOOL_CALL_END")
             time.sleep(0.3)
             first.process.send_signal(signal.SIGTERM)
-            assert list(events) == []  # the client stays until the server ends the stream
+            # The client stays until the server ends the stream at the point.
+            assert [e["type"] for _, e in events] == ["STEP_FINISHED"]
         first.stop()
     finally:
         first.stop(signal.SIGKILL)
@@ -115,11 +126,11 @@ def test_resume_and_cancel_reach_a_parked_run_after_a_restart(
         foreign = second.client("bob").post(f"/runs/{body['runId']}/cancel", json={})
         assert foreign.status_code == 404
         with second.client().stream("GET", f"/runs/{body['runId']}/events",
-                                    headers={"Last-Event-ID": str(head[-1][0])}) as resumed:
+                                    headers={"Last-Event-ID": head[-1][0]}) as resumed:
             assert resumed.status_code == 200
             cancelled = second.client().post(f"/runs/{body['runId']}/cancel", json={})
             assert cancelled.status_code == 202, cancelled.text
-            tail = read_until(sse(resumed), "RUN_FINISHED")
+            tail = read_until(sse_ids(resumed), "RUN_FINISHED")
         assert tail[-1][1]["outcome"] == {"type": "cancelled"}
         assert_valid_stream(head + tail)
         stored = second.client().get(f"/threads/{thread}/messages",
@@ -128,6 +139,6 @@ def test_resume_and_cancel_reach_a_parked_run_after_a_restart(
         # The thread is free for the next run.
         fake_openai.push(text("Hello."))
         with second.client().stream("POST", "/run", json=run_body(thread, text="hi")) as nxt:
-            assert read_until(sse(nxt), "RUN_FINISHED")[-1][1]["type"] == "RUN_FINISHED"
+            assert read_until(sse_ids(nxt), "RUN_FINISHED")[-1][1]["type"] == "RUN_FINISHED"
     finally:
         second.stop()

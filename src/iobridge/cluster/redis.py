@@ -108,7 +108,7 @@ local function take()
   redis.call('SET', KEYS[6], ARGV[6], 'PX', ARGV[5])
   redis.call('DEL', KEYS[3], KEYS[4])
   redis.call('HSET', KEYS[3], 'replica', ARGV[3], 'thread', ARGV[4], 'token', ARGV[1],
-             'first', 1, 'last', 0, 'bytes', 0, 'resource', ARGV[10], 'epoch', ARGV[11] or '0')
+             'first', 1, 'last', 0, 'bytes', 0, 'resource', ARGV[10], 'epoch', ARGV[11] or '')
   redis.call('PEXPIRE', KEYS[3], ARGV[5])
   return true
 end
@@ -479,7 +479,7 @@ class RedisCluster:
 
     async def claim(
         self, owner: str, run_id: str, resource_id: str, thread_id: str,
-        *, strategy: MultitaskStrategy = "reject", epoch: int = 0,
+        *, strategy: MultitaskStrategy = "reject", epoch: int | None = None,
     ) -> QueuedClaim | None:
         token = b"%s:%d" % (self._replica_arg, next(self._tokens))
         keys = self._claim_keys(owner, run_id, resource_id, thread_id)
@@ -488,7 +488,8 @@ class RedisCluster:
             status = await self._batched(
                 self._claim, keys, (*self._claim_args(token, owner, run_id, thread_id), mode,
                                     self._queue_bound_arg, self._beats_arg,
-                                    resource_id.encode(), b"%d" % epoch),
+                                    resource_id.encode(),
+                                    b"" if epoch is None else b"%d" % epoch),
             )
         except (RedisError, OSError):
             logger.warning("claim: Redis does not answer", exc_info=True)
@@ -697,7 +698,7 @@ class RedisCluster:
             first_seq=int(first), last_seq=int(last), ended=end is not None,
             # A record without one (an older replica's) is seen by unrestricted callers only.
             resource_id=resource.decode() if resource is not None else "",
-            epoch=int(epoch) if epoch is not None else 0,
+            epoch=int(epoch) if epoch else None,
         )
 
     async def follow(

@@ -42,8 +42,9 @@ class RemoteRun:
     last_seq: int
     #: True once the terminal event is mirrored (or the run was declared lost).
     ended: bool
-    #: The run's takeover epoch (``protocol.event_ids``: its events' ids).
-    epoch: int = 0
+    #: A durable run's takeover epoch (``protocol.event_ids``: its events' ids); ``None``:
+    #: the run is not durable.
+    epoch: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,10 +67,11 @@ class Coordinator(Protocol):
 
     async def claim(
         self, owner: str, run_id: str, resource_id: str, thread_id: str,
-        *, strategy: MultitaskStrategy = "reject", epoch: int = 0,
+        *, strategy: MultitaskStrategy = "reject", epoch: int | None = None,
     ) -> QueuedClaim | None:
         """Claim the runId and the thread for a run about to start; ``None``: claimed
-        (``epoch``: a continued run's, in its record for followers elsewhere).
+        (``epoch``: a durable run's takeover epoch, in its record for followers elsewhere;
+        ``None``: the run is not durable).
 
         A busy thread queues a run whose strategy does not reject (its place is returned;
         ``wait_claim`` waits for it), and with ``interrupt``/``rollback`` the run that holds
@@ -163,7 +165,7 @@ class LocalCluster:
 
     async def claim(
         self, owner: str, run_id: str, resource_id: str, thread_id: str,
-        *, strategy: MultitaskStrategy = "reject", epoch: int = 0,
+        *, strategy: MultitaskStrategy = "reject", epoch: int | None = None,
     ) -> QueuedClaim | None:
         return None
 

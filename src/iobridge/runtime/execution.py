@@ -174,6 +174,14 @@ class Execution:
         self.runtime.admission.started(ticket)
         return self.begin(base)
 
+    @property
+    def _durable_agent(self) -> bool:
+        """Whether the run will be durable (``_durable_base`` may still refuse it)."""
+        runtime = self.runtime
+        return runtime.checkpoints is not None and self.agent.durable and (
+            runtime.memory is not None
+        )
+
     def _durable_base(self) -> bytes | None:
         """The checkpoint's ``base`` when the run is durable (``runtime.checkpoints``, a
         durable agent, thread memory), else ``None``.
@@ -216,7 +224,7 @@ class Execution:
         """Step 2: claim the runId and the thread across replicas (or queue for it)."""
         place = await self.runtime.cluster.claim(
             self.owner, self.input.run_id, self.resource_id, self.input.thread_id,
-            strategy=self.strategy, epoch=self.claim_epoch,
+            strategy=self.strategy, epoch=self.claim_epoch if self._durable_agent else None,
         )
         if place is None:
             self._claimed = True

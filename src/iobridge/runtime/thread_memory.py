@@ -294,6 +294,8 @@ class _StoreRun:
         checkpoint: CheckpointOp | None = None,
     ) -> asyncio.Future[None]:
         begun = time.perf_counter()
+        # Named only when given: a store written before checkpoints keeps working.
+        extra = {} if checkpoint is None else {"checkpoint": checkpoint}
         write = _within(self.timeout, self.store.start_write_for_run(
             self.thread_id,
             resource_id=self.resource_id,
@@ -301,7 +303,7 @@ class _StoreRun:
             messages=messages,
             title=title,
             carryover=carryover,
-            checkpoint=checkpoint,
+            **extra,
         ))
         metrics = self.metrics
         if metrics is not None:

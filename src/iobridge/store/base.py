@@ -602,9 +602,11 @@ class ThreadStore(ABC):
         """Begin :meth:`write_for_run` in a task; the future settles when it committed or
         failed. The run engine starts its writes this way and waits only where it must
         (before the terminal event)."""
+        # Named only when given: a store written before checkpoints keeps working.
+        extra = {} if checkpoint is None else {"checkpoint": checkpoint}
         return asyncio.ensure_future(self.write_for_run(
             thread_id, resource_id=resource_id, agent_id=agent_id, messages=messages,
-            title=title, carryover=carryover, checkpoint=checkpoint,
+            title=title, carryover=carryover, **extra,
         ))
 
     async def set_carryover(self, thread_id: str, carryover: Carryover) -> None:
