@@ -67,6 +67,7 @@ from iobridge.runtime.replica_messages import (
     AttachFollower,
     CancelRun,
     DetachFollower,
+    MirrorLog,
     RoomForFollower,
     RunCommand,
     SubmitToolResult,
@@ -555,19 +556,36 @@ class Backend:
         return catch_up(
             cursor, state, started=started, branches=point.get("branches", []),
             point_seq=point_seq, point=point,
-            messages=[*stored, *(m for m in point["messages"] if m.get("id") not in known)],
+            messages=[*stored, *(m for m in point.get("messages", ())
+                                 if m.get("id") not in known)],
         )
 
     async def _last_point(self, run: FollowedRun) -> tuple[int, dict[str, Any]]:
-        """The sequence number and values of the run's last durable point."""
+        """The sequence number and values of the run's last durable point; for a run that
+        concluded, the event before its terminal one (everything else is in its thread).
+
+        Raises:
+            EventsNotRetained: neither is known (a run of another replica between its end
+                write and its terminal event, for longer than a moment).
+        """
         if isinstance(run, Run):
+            if run.log.closed:
+                return run.log.last_seq - 1, {}
             assert run.ids is not None
             return run.ids.point_seq, {**run.ids.point, "branches": run.ids.branches}
         store = self.runtime.checkpoints
-        checkpoint = None if store is None else await store.load_checkpoint(run.owner, run.run_id)
-        if checkpoint is None:
-            raise EventsNotRetained(run.first_seq)
-        return checkpoint.last_seq, checkpoint.point
+        for attempt in range(_CONCLUDING_POLLS):
+            checkpoint = None if store is None else await store.load_checkpoint(
+                run.owner, run.run_id)
+            if checkpoint is not None:
+                return checkpoint.last_seq, checkpoint.point
+            if not attempt:  # concluded: its owner shares the log (up to its terminal event)
+                await self._tell(run, MirrorLog(owner=run.owner, run=run.run_id))
+            found = await self.cluster.find(run.owner, run.run_id)
+            if found is not None and found.ended:
+                return found.last_seq - 1, {}
+            await asyncio.sleep(_CONCLUDING_POLL_SECONDS)
+        raise EventsNotRetained(run.first_seq)
 
     async def _hand_over(self, leg: _Leg) -> bool:
         """The log ``leg`` followed ended without its terminal event: find the process that
@@ -1204,6 +1222,10 @@ def _check_position(run: FollowedRun, after: int) -> None:
         raise EventsNotRetained(first)
 
 
+#: Looks for a run of another replica that is concluding (its checkpoint dropped with its end
+#: write, its terminal event not yet in the shared log), and the pause between them.
+_CONCLUDING_POLLS = 20
+_CONCLUDING_POLL_SECONDS = 0.1
 #: How a terminal event's bytes begin (``encode_event`` writes ``type`` first).
 _TERMINAL_PREFIXES = (b'{"type":"RUN_FINISHED"', b'{"type":"RUN_ERROR"')
 

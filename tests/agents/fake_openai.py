@@ -54,6 +54,8 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     #: Seconds to wait before answering (for client timeouts).
     delay: float = 0.0
+    #: Seconds between streamed text pieces (a reply that takes a while).
+    piece_delay: float = 0.0
 
 
 def text(*deltas: str) -> Reply:
@@ -92,6 +94,8 @@ async def _stream(reply: Reply) -> AsyncIterator[bytes]:
     for piece in reply.reasoning:
         yield _chunk({"reasoning_content": piece})
     for piece in reply.text:
+        if reply.piece_delay:
+            await asyncio.sleep(reply.piece_delay)
         yield _chunk({"content": piece})
     for index, call in enumerate(reply.tool_calls):
         for n, fragment in enumerate(call.args):

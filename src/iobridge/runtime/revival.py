@@ -87,11 +87,15 @@ class Revival(Execution):
         assert memory is not None
         ticket = self.admit()
         try:
-            await self._claim_when_free()
+            # The store decides first (exactly one process moves the epoch on); only the
+            # winner claims the runId and thread across replicas. A process that came late
+            # with an old checkpoint must not take the claims (nor the shared record) of a run
+            # another one continued, or even finished, meanwhile.
             if not await runtime.checkpoints.claim_checkpoint(
                 checkpoint.owner, checkpoint.run_id, checkpoint.epoch, runtime.holder
             ):
                 raise ConflictError("the run was taken over elsewhere", code="RUN_ALREADY_RUNNING")
+            await self._claim_when_free()
             self.memory = await memory.revive(
                 checkpoint.base["memory"], thread_id=checkpoint.thread_id,
                 resource_id=self.resource_id, agent=self.agent, options=self.options,
