@@ -244,6 +244,9 @@ class Backend:
             if self.runtime.checkpoints is not None and not self.cluster.distributed:
                 # One process: the runs the last one left are this one's to continue.
                 await self._continue_stored_runs()
+            elif self.runtime.checkpoints is not None:
+                sweep = asyncio.create_task(self._sweep_lost_replicas(), name="iobridge-sweep")
+                stack.callback(sweep.cancel)
         except BaseException:
             await stack.aclose()
             raise
@@ -274,6 +277,28 @@ class Backend:
                     raise
                 logger.warning("run %s could not be continued (%s: %s)",
                                run_id, type(exc).__name__, exc)
+
+    async def _sweep_lost_replicas(self) -> None:
+        """With replicas: continue the durable runs a lost replica (killed, crashed) was
+        producing. Every replica looks; the store's epoch claim lets exactly one win each run.
+        (Runs it had parked wait for their results, wherever those arrive.)"""
+        settings = self.settings
+        while True:
+            await asyncio.sleep(max(settings.owner_lost_seconds, settings.heartbeat_seconds))
+            try:
+                await self._sweep_once()
+            except Exception as exc:
+                logger.warning("sweep of lost replicas failed (%s: %s)", type(exc).__name__, exc)
+
+    async def _sweep_once(self) -> None:
+        store = self.runtime.checkpoints
+        assert store is not None
+        for replica in await self.cluster.lost_replicas():
+            producing = await store.list_checkpoints(holder=replica, phase="running")
+            for owner, run_id, _ in producing:
+                await self.runtime.take_over(owner, run_id)
+            if not producing:
+                await self.cluster.forget_replica(replica)
 
     async def _stored_run(self, principal: Principal, run_id: str) -> Checkpoint:
         """The checkpoint of the caller's run that no process holds.

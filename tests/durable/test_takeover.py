@@ -150,3 +150,82 @@ def test_exactly_one_of_two_survivors_takes_a_killed_owner_s_run_over(
     finally:
         for replica in (a, b, c):
             replica.stop(signal.SIGKILL)
+
+
+def _answered(replica: Replica, thread: str, seconds: float = 30) -> list[dict[str, Any]]:
+    """The thread once its run's answer is stored."""
+    deadline = time.monotonic() + seconds
+    while True:
+        stored = _stored(replica, thread)
+        if [m["role"] for m in stored][-1:] == ["assistant"] or time.monotonic() > deadline:
+            return stored
+        time.sleep(0.2)
+
+
+def test_a_killed_owner_s_run_nobody_follows_is_continued_by_a_survivor(
+    tmp_path: Path, redis_url: str, database_url: str, fake_openai: FakeOpenAI
+) -> None:
+    """No follower anywhere notices: the survivors' sweep of lost replicas continues the
+    run, and a client that comes back later with the dead owner's last id is caught up."""
+    fake_openai.push(SLOW, text("Swept ", "up."))
+    a, b = _replicas(tmp_path, redis_url, database_url, fake_openai)
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    body = run_body(thread)
+    try:
+        with a.client().stream("POST", "/run", json=body) as direct:
+            on_a = sse_ids(direct)
+            seen = read_until(on_a, "TEXT_MESSAGE_CONTENT")
+            while _contents(seen) < 4:
+                seen.append(next(on_a))
+            a.process.send_signal(signal.SIGKILL)
+        a.stop(signal.SIGKILL)
+        stored = _answered(b, thread)
+        assert [(m["role"], m.get("content")) for m in stored] == [
+            ("user", "Weather in Oslo?"), ("assistant", "Swept up.")]
+        with b.client().stream("GET", f"/runs/{body['runId']}/events",
+                               headers={"Last-Event-ID": seen[-1][0]}) as resumed:
+            tail = read_until(sse_ids(resumed), "RUN_FINISHED")
+        assert_valid_stream(seen + tail, thread_id=thread, run_id=body["runId"])
+        assert len(fake_openai.requests) == 2
+    finally:
+        a.stop(signal.SIGKILL)
+        b.stop()
+
+
+def test_a_drained_replica_hands_its_streaming_run_to_a_peer(
+    tmp_path: Path, redis_url: str, database_url: str, fake_openai: FakeOpenAI
+) -> None:
+    """SIGTERM while a reply streams longer than ``drain_seconds``: the run stops (no
+    RUN_ERROR SERVER_SHUTDOWN), the replica exits at once, its peer continues the run from
+    its last durable point, and the client resumes there."""
+    fake_openai.push(SLOW, text("Handed ", "over."))
+    prefix = f"d{uuid.uuid4().hex[:8]}"
+    replicas = []
+    for name in "ab":
+        (tmp_path / name).mkdir()
+        replicas.append(serve(name.upper(), tmp_path / name, database_url=database_url,
+                              model_base_url=fake_openai.base_url, redis_url=redis_url,
+                              prefix=prefix, env={"IOBRIDGE_DRAIN_SECONDS": "1"}))
+    a, b = replicas
+    thread = f"t-{uuid.uuid4().hex[:8]}"
+    body = run_body(thread)
+    try:
+        with a.client().stream("POST", "/run", json=body) as direct:
+            on_a = sse_ids(direct)
+            seen = read_until(on_a, "TEXT_MESSAGE_CONTENT")
+            a.process.send_signal(signal.SIGTERM)
+            stopped = time.monotonic()
+            seen += list(on_a)  # the stream ends without a terminal event
+        assert a.process.wait(timeout=20) == 0
+        assert time.monotonic() - stopped < 1 + 10  # drain_seconds + a bound
+        assert all(e["type"] != "RUN_ERROR" for _, e in seen), seen[-1]
+        # B continues it by itself (A handed it over), before any client comes back.
+        assert [(m["role"], m.get("content")) for m in _answered(b, thread)] == [
+            ("user", "Weather in Oslo?"), ("assistant", "Handed over.")]
+        with b.client().stream("GET", f"/runs/{body['runId']}/events",
+                               headers={"Last-Event-ID": seen[-1][0]}) as resumed:
+            tail = read_until(sse_ids(resumed), "RUN_FINISHED")
+        assert_valid_stream(seen + tail, thread_id=thread, run_id=body["runId"])
+    finally:
+        a.stop(signal.SIGKILL)
+        b.stop()

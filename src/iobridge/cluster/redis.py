@@ -20,10 +20,13 @@ no two (owner, runId) pairs share a key):
   thread lock, ``SET NX PX owner_lost_seconds`` in one script, renewed by the owner's
   heartbeat, released by compare-and-delete once the run's messages are stored.
 * ``P:hb:<replica>``: the heartbeat. A follower that sees it expire appends ``RUN_ERROR``
-  ``RUN_LOST`` — atomically, only if the log has no terminal event yet.
+  ``RUN_LOST`` — atomically, only if the log has no terminal event yet — unless durable runs
+  are on: then it continues the run (``Backend.follow``).
+* ``P:replicas`` (set): the replicas that joined and have not left; one whose heartbeat
+  expired is lost, and its durable runs are continued by the others (``Backend``'s sweep).
 * ``P:cmd:<replica>`` and ``P:answer:<replica>`` (pub/sub): commands for a run's owner (tool
-  result, cancel, follower attach/detach, mirror) and the answers to the replica that asked,
-  as :mod:`iobridge.runtime.replica_messages` encodes them.
+  result, cancel, follower attach/detach, mirror, take over) and the answers to the replica
+  that asked, as :mod:`iobridge.runtime.replica_messages` encodes them.
 * ``P:alias:<owner>:<hex>``: a transport's own name for a run (an N-PAMP stream id) → its
   runId, so a client may resume on any replica; expires with the run record.
 
@@ -392,6 +395,11 @@ class RedisCluster:
     def _key(self, kind: str, *parts: str) -> bytes:
         return ":".join((self._prefix, kind, *map(_part, parts))).encode()
 
+    @property
+    def _replicas_key(self) -> str:
+        """The set of replicas that joined and have not left."""
+        return f"{self._prefix}:replicas"
+
     def _heartbeat_key(self, replica: str) -> str:
         return f"{self._prefix}:hb:{replica}"
 
@@ -408,6 +416,7 @@ class RedisCluster:
         self._handler = handler
         await self._load_scripts()
         await self._beat()
+        await self._redis.sadd(self._replicas_key, self.replica_id)
         self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
         await self._pubsub.subscribe(
             self._channel(self.replica_id), self._reply_channel(self.replica_id),
@@ -441,6 +450,9 @@ class RedisCluster:
                 await self._pubsub.aclose()
             await asyncio.wait_for(
                 self._redis.delete(self._heartbeat_key(self.replica_id)), REDIS_TIMEOUT
+            )
+            await asyncio.wait_for(
+                self._redis.srem(self._replicas_key, self.replica_id), REDIS_TIMEOUT
             )
         except (RedisError, OSError, TimeoutError):
             logger.warning("could not leave the cluster cleanly")
@@ -759,6 +771,34 @@ class RedisCluster:
             return not await self._redis.exists(self._heartbeat_key(run.replica))
         except (RedisError, OSError):
             raise _unavailable() from None
+
+    async def peers(self) -> list[str]:
+        return [r for r, alive in await self._replicas() if alive and r != self.replica_id]
+
+    async def lost_replicas(self) -> list[str]:
+        return [r for r, alive in await self._replicas() if not alive]
+
+    async def _replicas(self) -> list[tuple[str, bool]]:
+        """Every replica that joined and has not left, and whether it is alive."""
+        try:
+            members = sorted(m.decode() for m in await self._redis.smembers(self._replicas_key))
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for member in members:
+                    pipe.exists(self._heartbeat_key(member))
+                beats = await pipe.execute()
+        except (RedisError, OSError):
+            raise _unavailable() from None
+        return list(zip(members, (bool(b) for b in beats), strict=True))
+
+    async def forget_replica(self, replica: str) -> None:
+        try:
+            await self._redis.srem(self._replicas_key, replica)
+        except (RedisError, OSError):
+            raise _unavailable() from None
+
+    async def send(self, replica: str, command: RunCommand) -> None:
+        await self._published(self._controlled(
+            "PUBLISH", self._channel(replica), encode(Request(command=command))))
 
     async def declare_lost(self, run: RemoteRun) -> None:
         record, log = self._key("run", run.owner, run.run_id), self._key("log", run.owner,

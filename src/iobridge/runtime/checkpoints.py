@@ -89,6 +89,8 @@ class Checkpointer:
         #: False once a write failed or was superseded: later points are not written.
         self.working = True
         self.superseded = False
+        #: The phase of the last point begun.
+        self.phase = "running"
 
     def _encoded(self, point: dict[str, Any]) -> bytes:
         encoded = orjson.dumps({"v": FORMAT, **point}, default=str)
@@ -120,7 +122,7 @@ class Checkpointer:
         if not self.working:
             return
         encoded = self._encoded(point)
-        self.last_seq, self.last = last_seq, point
+        self.last_seq, self.last, self.phase = last_seq, point, phase
         key = self.key
         job = PointWrite(
             owner=key["owner"], run_id=key["run_id"], epoch=self.epoch, phase=phase,

@@ -97,6 +97,16 @@ class Coordinator(Protocol):
     def forgotten(self, run: Run) -> None:
         """The run is no longer retained here: drop its shared copy too."""
 
+    async def peers(self) -> list[str]:
+        """The other replicas that are alive (a draining one hands its runs to them)."""
+
+    async def send(self, replica: str, command: RunCommand) -> None:
+        """Send ``command`` to ``replica``, wanting no answer.
+
+        Raises:
+            ServiceUnavailable: nobody got it.
+        """
+
 
 class Cluster(Coordinator, Protocol):
     """The coordinator plus what the Backend needs for runs other replicas own."""
@@ -131,6 +141,12 @@ class Cluster(Coordinator, Protocol):
     async def declare_lost(self, run: RemoteRun) -> None:
         """End the shared log of a run whose replica stopped with RUN_ERROR ``RUN_LOST``
         (unless it has its terminal event)."""
+
+    async def lost_replicas(self) -> list[str]:
+        """Replicas that joined and stopped without leaving (their heartbeat expired)."""
+
+    async def forget_replica(self, replica: str) -> None:
+        """A lost replica's runs are seen to: stop listing it."""
 
     async def tell(self, run: RemoteRun, command: RunCommand) -> None:
         """Send ``command`` to the run's owner, wanting no answer.
@@ -207,6 +223,18 @@ class LocalCluster:
 
     async def declare_lost(self, run: RemoteRun) -> None:
         raise RuntimeError("a single process has no remote runs")
+
+    async def peers(self) -> list[str]:
+        return []
+
+    async def lost_replicas(self) -> list[str]:
+        return []
+
+    async def forget_replica(self, replica: str) -> None:
+        return None
+
+    async def send(self, replica: str, command: RunCommand) -> None:
+        raise RuntimeError("a single process has no peers")
 
     async def tell(self, run: RemoteRun, command: RunCommand) -> None:
         raise RuntimeError("a single process has no remote runs")

@@ -16,6 +16,7 @@ resume (count, age and bytes).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -38,8 +39,9 @@ from iobridge.runtime.replica_messages import (
     RunCommand,
     StopRun,
     SubmitToolResult,
+    TakeOver,
 )
-from iobridge.runtime.revival import Revival
+from iobridge.runtime.revival import Revival, UnknownFormat
 from iobridge.runtime.run import Run, RunKey
 from iobridge.runtime.tasks import cancel_and_wait
 
@@ -51,6 +53,8 @@ if TYPE_CHECKING:
     from iobridge.runtime.thread_memory import ThreadMemory
     from iobridge.store.base import Checkpoint, ThreadStore
 
+
+logger = logging.getLogger("iobridge.runtime")
 
 #: Seconds the readiness check answers 503 after a run's end write failed, unless another
 #: succeeds first; then traffic is let back in, and a failing store turns it 503 again.
@@ -90,6 +94,10 @@ class Runtime:
         self.checkpoints: ThreadStore | None = None
         #: This process's name in the checkpoints it holds (the replica id with Redis).
         self.holder = ""
+        #: Whether runs of other processes may be continued here (not once shutting down).
+        self.accepting = True
+        #: Take-overs under way (their tasks, kept until done).
+        self._taking: set[asyncio.Task[Run | None]] = set()
         #: Runs being continued from a checkpoint here (concurrent callers share one).
         self._reviving: dict[RunKey, asyncio.Task[Run]] = {}
         #: Finds the catalog agents runs call as subagents; set by the Backend.
@@ -153,6 +161,33 @@ class Runtime:
             task = self._reviving[key] = asyncio.ensure_future(execution.revive())
             task.add_done_callback(lambda _: self._reviving.pop(key, None))
         return await asyncio.shield(task)
+
+    def take_over_soon(self, owner: str, run_id: str, caller: str | None = None) -> None:
+        """Begin ``take_over`` (not waited for)."""
+        task = asyncio.get_running_loop().create_task(
+            self.take_over(owner, run_id, caller), name=f"take-over-{run_id}"
+        )
+        self._taking.add(task)
+        task.add_done_callback(self._taking.discard)
+
+    async def take_over(self, owner: str, run_id: str, caller: str | None = None) -> Run | None:
+        """Continue a run no process holds, from its checkpoint (a drained replica handed it
+        over, or its replica was lost); ``None`` if it is not to be continued here (no
+        checkpoint, another process won it, this one is shutting down). Never raises."""
+        store, find_agent = self.checkpoints, self.find_agent
+        if store is None or find_agent is None or not self.accepting:
+            return None
+        try:
+            checkpoint = await store.load_checkpoint(owner, run_id)
+            if checkpoint is None:
+                return None
+            return await self.revive(checkpoint, find_agent(checkpoint.agent_id), caller=caller)
+        except (IobridgeError, UnknownFormat) as exc:
+            logger.info("run %s not taken over here (%s)", run_id, exc)
+        except Exception as exc:
+            logger.warning("run %s could not be taken over (%s: %s)",
+                           run_id, type(exc).__name__, exc)
+        return None
 
     async def submit_durable_result(
         self, run: Run, tool_call_id: str, result: ToolResult
@@ -281,6 +316,9 @@ class Runtime:
 
     def act(self, command: RunCommand) -> Answer:
         """Act for another replica on one of this process's runs; errors become answers."""
+        if isinstance(command, TakeOver):
+            self.take_over_soon(command.owner, command.run, command.caller)
+            return Answer()
         if isinstance(command, StopRun):
             return Answer(value=self.stop_run(
                 (command.owner, command.run), "rollback" if command.rollback else "interrupt"
@@ -373,7 +411,8 @@ class Runtime:
     def suspend_durable(self) -> None:
         """Shutdown begins: durable runs parked on frontend calls stop now, the others at
         their next durable point; both go on in the next process (``aclose`` suspends what
-        is left)."""
+        is left). Runs of other processes are no longer taken over here."""
+        self.accepting = False
         for run in list(self._runs.values()):
             if not run.durable or run.done:
                 continue
@@ -395,7 +434,8 @@ class Runtime:
     async def aclose(self) -> None:
         """End every live run with RUN_ERROR ``SERVER_SHUTDOWN``, stored, and wait for them;
         durable runs are suspended at their last durable point instead."""
-        tasks = self._live_tasks()
+        self.accepting = False
+        tasks = [*self._live_tasks(), *self._taking]
         for run in list(self._runs.values()):
             self.cancel(run, "suspended" if run.durable else "shutdown")
         # Cancelled again while they go on (a cancellation can be lost, see runtime.tasks);

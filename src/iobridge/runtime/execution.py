@@ -37,6 +37,7 @@ from iobridge.protocol.messages import model_view
 from iobridge.protocol.run_input import RunInput
 from iobridge.runtime.agent_session import AgentSession, Lineage
 from iobridge.runtime.checkpoints import FORMAT, Checkpointer, CheckpointTooLarge
+from iobridge.runtime.replica_messages import TakeOver
 from iobridge.runtime.run import Run, RunKey
 from iobridge.runtime.run_events import RunEnded, RunEvents
 from iobridge.runtime.run_ids import RunIds
@@ -193,7 +194,8 @@ class Execution:
         if runtime.checkpoints is None or not self.agent.durable or memory is None:
             return None
         base = orjson.dumps({
-            "v": FORMAT, "mode": self.mode, "memory": memory.durable_view(),
+            "v": FORMAT, "mode": self.mode, "caller": self.caller,
+            "memory": memory.durable_view(),
             "input": {
                 "tools": run_input.tools, "context": run_input.context,
                 "state": run_input.state, "forwardedProps": run_input.forwarded_props,
@@ -667,8 +669,26 @@ class Execution:
         run.log.close()
         runtime.let_go(run)
         logger.info("run %s suspended at its last durable point", run.run_id)
+        if runtime.cluster.distributed and self.checkpoints.phase == "running":
+            # A run that was producing goes on now on a peer (a parked one waits for its
+            # results, whichever replica they reach).
+            handed = asyncio.ensure_future(self._hand_off())
+            cancelled = await _settle(handed) or cancelled
         if cancelled:
             raise asyncio.CancelledError()
+
+    async def _hand_off(self) -> None:
+        """Ask a live peer to continue the run (exactly one process wins it: if the
+        message is lost, a client's resume or result continues it wherever it lands)."""
+        cluster, run = self.runtime.cluster, self.run
+        try:
+            peers = await cluster.peers()
+            if peers:
+                peer = peers[hash(run.run_id) % len(peers)]
+                await cluster.send(peer, TakeOver(owner=run.owner, run=run.run_id,
+                                                  caller=self.caller))
+        except IobridgeError as exc:
+            logger.warning("run %s: no peer took it over now (%s)", run.run_id, exc)
 
     def _close_unanswered(self) -> None:
         """Give each frontend call the client never answered an error result, for storage."""

@@ -31,6 +31,7 @@ __all__ = [
     "RunCommand",
     "StopRun",
     "SubmitToolResult",
+    "TakeOver",
     "decode_reply",
     "decode_request",
     "encode",
@@ -98,9 +99,17 @@ class MirrorLog(_ForRun):
     op: Literal["mirror"] = "mirror"
 
 
+class TakeOver(_ForRun):
+    """A durable run a draining replica let go at a durable point: continue it here (from
+    its checkpoint, counted against ``caller``; exactly one replica wins it)."""
+
+    op: Literal["take"] = "take"
+    caller: str | None = None
+
+
 RunCommand = Annotated[
     CancelRun | StopRun | SubmitToolResult | AttachFollower | DetachFollower | MirrorLog
-    | RoomForFollower,
+    | RoomForFollower | TakeOver,
     Field(discriminator="op"),
 ]
 

@@ -65,7 +65,8 @@ class Revival(Execution):
         )
         super().__init__(
             runtime, run_input, parse_run_options(run_input.forwarded_props), agent,
-            owner=checkpoint.owner, resource_id=checkpoint.resource_id, caller=caller,
+            owner=checkpoint.owner, resource_id=checkpoint.resource_id,
+            caller=caller if caller is not None else base.get("caller"),
         )
         self.mode = base["mode"]
         # The run had its thread: a run begun there since is not stopped for it, nor waited on.
