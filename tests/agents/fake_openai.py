@@ -125,6 +125,9 @@ class FakeOpenAI:
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self.port = 0
+        #: Answers a request when no reply is queued (from its JSON body): replies that
+        #: depend on what is asked, not on the order requests arrive in.
+        self.responder: Callable[[dict[str, Any]], Reply] | None = None
 
     @property
     def base_url(self) -> str:
@@ -142,6 +145,7 @@ class FakeOpenAI:
             self._replies.clear()
             self.requests.clear()
             self.headers.clear()
+            self.responder = None
 
     async def _completions(self, request: Request) -> Response:
         body = await request.json()
@@ -149,6 +153,8 @@ class FakeOpenAI:
             self.requests.append(body)
             self.headers.append({k.lower(): v for k, v in request.headers.items()})
             reply = self._replies.pop(0) if self._replies else None
+        if reply is None and self.responder is not None:
+            reply = self.responder(body)
         if reply is None:
             return JSONResponse({"error": {"message": "no scripted reply"}}, status_code=500)
         if reply.delay:

@@ -20,6 +20,7 @@ A failure in ``claim`` or ``read`` undoes what the steps before took (``refuse``
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import time
@@ -657,11 +658,18 @@ class Execution:
         runtime, run = self.runtime, self.run
         runtime.ending(run)
         cancelled = False
+        checkpoints = self.checkpoints
+        assert checkpoints is not None and self._ticket is not None
+        if checkpoints.working and checkpoints.last_seq == run.log.last_seq:
+            # Stopped exactly at the point: continuing it re-executes nothing (not counted
+            # against ``max_takeovers``).
+            with contextlib.suppress(CheckpointTooLarge):
+                checkpoints.point(checkpoints.phase, {**checkpoints.last, "clean": True},
+                                  checkpoints.last_seq)
         for write in (self._saved, self._first_write):
             if write is not None:
                 cancelled = await _settle(write) or cancelled
-        assert self.checkpoints is not None and self._ticket is not None
-        cancelled = await _settle(asyncio.ensure_future(self.checkpoints.settle())) or cancelled
+        cancelled = await _settle(asyncio.ensure_future(checkpoints.settle())) or cancelled
         runtime.admission.release(self._ticket)
         if runtime.cluster.distributed:
             released = asyncio.ensure_future(runtime.cluster.release(run))
@@ -669,7 +677,7 @@ class Execution:
         run.log.close()
         runtime.let_go(run)
         logger.info("run %s suspended at its last durable point", run.run_id)
-        if runtime.cluster.distributed and self.checkpoints.phase == "running":
+        if runtime.cluster.distributed and checkpoints.phase == "running":
             # A run that was producing goes on now on a peer (a parked one waits for its
             # results, whichever replica they reach).
             handed = asyncio.ensure_future(self._hand_off())

@@ -139,7 +139,11 @@ class Revival(Execution):
         events.transcript.restore(point["messages"])
         run.usage[:] = point["usage"]
         events.result = point["result"]
-        self.takeovers = point["takeovers"] + (checkpoint.phase == "running")
+        # A run re-executed from where its holder was producing counts; one it was let go
+        # of exactly at its point (a drain, or parked) does not.
+        self.takeovers = point["takeovers"] + (
+            checkpoint.phase == "running" and not point.get("clean", False)
+        )
         self._checkpointer(base=orjson.dumps(checkpoint.base), epoch=epoch, after=after)
         ids = run.ids
         assert ids is not None
