@@ -235,8 +235,8 @@ def stepping_agent(gate: asyncio.Event) -> FunctionAgent:
             yield StepStarted(name="one")
             yield "first"
             yield StepFinished(name="one")
-            await gate.wait()  # between durable points: re-executed from "one" if stopped
         yield StepStarted(name="two")
+        await gate.wait()  # past the durable point: re-executed from "one" if stopped here
         yield "second"
         yield StepFinished(name="two")
 
@@ -252,9 +252,10 @@ async def test_a_streaming_run_stopped_between_points_re_executes_from_the_last_
     settings = Settings(database_url=url, drain_seconds=0.2, max_takeovers=takeovers)
     async with Backend(settings, agents=[stepping_agent(asyncio.Event())]) as first:
         run = await first.start_run(ANONYMOUS, {**body(), "forwardedProps": {"agentId": "steps"}})
-        head = await follow(first, "r1", until="STEP_FINISHED")
+        head = await follow(first, "r1", until="STEP_STARTED")
+        head += await follow(first, "r1", after=head[-1][0], until="STEP_STARTED")
         await asyncio.sleep(0.2)
-        await first.shutdown()  # the run waits between points: suspended at "one"
+        await first.shutdown()  # the run waits in step "two": suspended, "one" is its point
     assert [e["type"] for _, e in await until(run, "RUN_FINISHED", number(head[-1][0]))] == []
     opened = asyncio.Event()
     opened.set()
@@ -269,8 +270,10 @@ async def test_a_streaming_run_stopped_between_points_re_executes_from_the_last_
         kinds = [e["type"] for _, e in tail]
         # Caught up at the run's last durable point (the second backend continued it at
         # start: it may be past step "two" already), then the rest.
-        assert kinds[:2] == ["MESSAGES_SNAPSHOT", "STATE_SNAPSHOT"] and kinds[-1] == "RUN_FINISHED"
-        shown = [m.get("content") for m in tail[0][1]["messages"]] + [
+        # Step "two", which the client had open, is closed first.
+        assert kinds[:3] == ["STEP_FINISHED", "MESSAGES_SNAPSHOT", "STATE_SNAPSHOT"]
+        assert kinds[-1] == "RUN_FINISHED"
+        shown = [m.get("content") for m in tail[1][1]["messages"]] + [
             e["delta"] for _, e in tail if e["type"] == "TEXT_MESSAGE_CONTENT"]
         assert shown[-2:] == ["first", "second"]
         messages = await stored(second)

@@ -32,6 +32,7 @@ own agent).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
@@ -139,59 +140,69 @@ OPENS_OR_CLOSES = frozenset({
 
 class OpenTracker:
     """What a client has open, followed event by event over a valid stream (what the
-    lifecycle guard emitted: nothing is checked here)."""
+    lifecycle guard emitted: nothing is checked here). Each item is encoded once, when it
+    opens: the open state's text form is a join."""
 
     def __init__(self, state: OpenState | None = None) -> None:
         state = state or OpenState()
-        self._steps: dict[Owned, None] = dict.fromkeys(state.steps)
-        self._texts: dict[str, str | None] = {m: o for o, m in state.texts}
-        self._messages: dict[str, str | None] = {m: o for o, m in state.reasoning_messages}
-        self._spans: dict[str, str | None] = {m: o for o, m in state.reasoning_spans}
-        self._subagents: dict[str, str | None] = dict(state.subagents)
-        self._pending: dict[str, None] = dict.fromkeys(state.pending)
+        self._steps = {key: _item("s", key[0] or "", key[1]) for key in state.steps}
+        self._texts = {m: _item("t", o or "", m) for o, m in state.texts}
+        self._messages = {m: _item("r", o or "", m) for o, m in state.reasoning_messages}
+        self._spans = {m: _item("R", o or "", m) for o, m in state.reasoning_spans}
+        self._subagents = {a: _item("a", a, p or "") for a, p in state.subagents}
+        self._pending = {c: _item("p", c) for c in state.pending}
+        self._tables = {"TEXT_MESSAGE": (self._texts, "t"),
+                        "REASONING_MESSAGE": (self._messages, "r"),
+                        "REASONING": (self._spans, "R")}
 
     def apply(self, event: dict[str, object]) -> None:
         """Fold in one event whose type is in ``OPENS_OR_CLOSES``."""
         kind = str(event["type"])
-        owner = event.get("subagentRunId")
-        owner = owner if isinstance(owner, str) else None
-        key = event.get("messageId")
+        raw = event.get("subagentRunId")
+        owner = raw if isinstance(raw, str) else ""
         if kind == "STEP_STARTED":
-            self._steps[(owner, str(event["stepName"]))] = None
+            name = str(event["stepName"])
+            self._steps[(owner or None, name)] = _item("s", owner, name)
         elif kind == "STEP_FINISHED":
-            self._steps.pop((owner, str(event["stepName"])), None)
+            self._steps.pop((owner or None, str(event["stepName"])), None)
         elif kind == "TOOL_CALL_END":
-            self._pending[str(event["toolCallId"])] = None
+            call = str(event["toolCallId"])
+            self._pending[call] = _item("p", call)
         elif kind == "TOOL_CALL_RESULT":
             self._pending.pop(str(event["toolCallId"]), None)
         elif kind == "SUBAGENT_STARTED":
-            parent = event.get("parentSubagentRunId")
-            self._subagents[str(event["subagentRunId"])] = (
-                parent if isinstance(parent, str) else None
-            )
+            sub, parent = str(event["subagentRunId"]), event.get("parentSubagentRunId")
+            self._subagents[sub] = _item("a", sub, parent if isinstance(parent, str) else "")
         elif kind in ("SUBAGENT_FINISHED", "SUBAGENT_ERROR"):
             self._subagents.pop(str(event["subagentRunId"]), None)
         else:
-            table = {"TEXT_MESSAGE": self._texts, "REASONING_MESSAGE": self._messages,
-                     "REASONING": self._spans}[kind.rsplit("_", 1)[0]]
+            table, letter = self._tables[kind.rsplit("_", 1)[0]]
+            key = str(event.get("messageId"))
             if kind.endswith("_START"):
-                table[str(key)] = owner
+                table[key] = _item(letter, owner, key)
             else:
-                table.pop(str(key), None)
+                table.pop(key, None)
+
+    def encoded(self) -> bytes:
+        """The open state's text form (empty when nothing is open)."""
+        return "!".join([*self._steps.values(), *self._texts.values(),
+                         *self._messages.values(), *self._spans.values(),
+                         *self._subagents.values(), *self._pending.values()]).encode("ascii")
 
     def state(self) -> OpenState:
-        return OpenState(
-            steps=tuple(self._steps),
-            texts=tuple((o, m) for m, o in self._texts.items()),
-            reasoning_messages=tuple((o, m) for m, o in self._messages.items()),
-            reasoning_spans=tuple((o, m) for m, o in self._spans.items()),
-            subagents=tuple(self._subagents.items()),
-            pending=tuple(self._pending),
-        )
+        return OpenState.decode(self.encoded().decode("ascii"))
+
+
+#: Fields that ``quote`` leaves as they are (ids and step names usually are).
+_PLAIN = re.compile(r"[A-Za-z0-9_.~-]*")
+
+
+def _field(value: str) -> str:
+    return value if _PLAIN.fullmatch(value) else quote(value, safe="")
 
 
 def _item(kind: str, *fields: str) -> str:
-    return kind + "".join(":" + quote(f, safe="") for f in fields)
+    return kind + "".join([":" + _field(f) for f in fields])
 
 
 @dataclass(frozen=True, slots=True)

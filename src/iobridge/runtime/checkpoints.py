@@ -83,8 +83,11 @@ class Checkpointer:
         #: The last point begun: its sequence number and values (a takeover's catch-up).
         self.last_seq = 0
         self.last: dict[str, Any] = {}
+        #: A point begun, not yet handed to the store: (phase, encoded point, last_seq).
+        self._due: tuple[str, bytes, int] | None = None
         #: The point write waiting in the store's queue (a newer point replaces its values).
         self._queued: PointWrite | None = None
+        self._dropped = False
         self._tail: asyncio.Future[bool] | None = None
         #: False once a write failed or was superseded: later points are not written.
         self.working = True
@@ -114,7 +117,10 @@ class Checkpointer:
         )
 
     def point(self, phase: str, point: dict[str, Any], last_seq: int) -> None:
-        """Begin writing a later point (or give the one still queued its values).
+        """Begin writing a later point: encoded now (its bound is checked here), handed to
+        the store once the run's task yields (a run that concludes first, or reaches its
+        next point meanwhile, writes no statement for it), or given to the point still
+        queued there.
 
         Raises:
             CheckpointTooLarge: over ``max_bytes`` (nothing is written).
@@ -123,6 +129,15 @@ class Checkpointer:
             return
         encoded = self._encoded(point)
         self.last_seq, self.last, self.phase = last_seq, point, phase
+        if self._due is None:
+            asyncio.get_running_loop().call_soon(self._submit)
+        self._due = (phase, encoded, last_seq)
+
+    def _submit(self) -> None:
+        due, self._due = self._due, None
+        if due is None or self._dropped or not self.working:
+            return
+        phase, encoded, last_seq = due
         key = self.key
         job = PointWrite(
             owner=key["owner"], run_id=key["run_id"], epoch=self.epoch, phase=phase,
@@ -155,14 +170,17 @@ class Checkpointer:
                          run_id, type(error).__name__, error)
 
     async def settle(self) -> None:
-        """Wait for the writes begun (through cancellation of the waiter)."""
+        """Hand the point begun to the store, and wait for the writes begun (through
+        cancellation of the waiter)."""
+        self._submit()
         tail = self._tail
         if tail is not None and not tail.done():
             await asyncio.wait([tail])
 
     def drop(self) -> CheckpointDrop | None:
         """The run concluded: the drop for its end write (``None``: another process holds
-        it). A point still queued is withdrawn."""
+        it). A point not yet handed to the store, or still queued there, is withdrawn."""
+        self._dropped = True
         if self._queued is not None:
             self._queued.withdraw()
         if self.superseded:

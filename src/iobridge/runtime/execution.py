@@ -612,13 +612,15 @@ class Execution:
         memory, events = self.memory, self.events
         if memory is None:
             return False
+        # Concluded here (stored, rolled back, or told it was not): the run must not be
+        # continued anywhere; its checkpoint goes with its end write. Decided before the
+        # start write is waited for, so a point still queued is withdrawn (a run that ends
+        # right after its last step writes no point for it).
+        drop = self.checkpoints.drop() if self.checkpoints is not None else None
         cancelled = False
         if self._saved is not None:
             cancelled = await _settle(self._saved)
             _log_failure(self._saved, self.run)
-        # Concluded here (stored, rolled back, or told it was not): the run must not be
-        # continued anywhere; its checkpoint goes with its end write.
-        drop = self.checkpoints.drop() if self.checkpoints is not None else None
         if self.run.rollback and events.outcome == "cancelled":
             # Rolled back by a newer run: what the start write stored goes, nothing else is.
             self._drop_alone(drop)

@@ -75,7 +75,7 @@ def catch_up(
         if event["type"] in OPENS_OR_CLOSES:
             tracker.apply(event)
         out.prologue.append((cursor.number + offset, encode_event(event)))
-        encoded = tracker.state().encode()
+        encoded = tracker.encoded()
         out.tags.append(b"~" + encoded if encoded else b"")
     # The client knew a call the point waits on if it was announced before the client's
     # cursor and before the client's epoch ended; if it has no result pending for it, it
@@ -111,7 +111,7 @@ class RemoteTags:
 
     def __init__(self, state: OpenState | None) -> None:
         self.tracker = OpenTracker(state)
-        encoded = self.tracker.state().encode()
+        encoded = self.tracker.encoded()
         self.tag = b"~" + encoded if encoded else b""
 
     def tags(self, batch: list[tuple[int, bytes]]) -> list[bytes]:
@@ -121,7 +121,7 @@ class RemoteTags:
                 "ascii", "replace"
             ) in OPENS_OR_CLOSES:
                 self.tracker.apply(orjson.loads(data))
-                encoded = self.tracker.state().encode()
+                encoded = self.tracker.encoded()
                 self.tag = b"~" + encoded if encoded else b""
             out.append(self.tag)
         return out

@@ -53,7 +53,7 @@ class RunIds:
         elif kind == "TOOL_CALL_RESULT":
             self.announced.pop(event["toolCallId"], None)
         self.tracker.apply(event)
-        encoded = self.tracker.state().encode()
+        encoded = self.tracker.encoded()
         tag = b"~" + encoded if encoded else b""
         if tag != self._tags[-1]:
             self._at.append(seq)

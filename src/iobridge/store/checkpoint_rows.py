@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any
 
 import orjson
-from sqlalchemy import bindparam, delete, insert, select, update
+from sqlalchemy import bindparam, delete, insert, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
@@ -44,11 +44,13 @@ __all__ = [
     "list_checkpoints",
     "load_checkpoint",
     "record_tool_result",
-    "write_point",
+    "write_points",
 ]
 
 #: Most checkpoints ``list_checkpoints`` returns at once.
 LIST_LIMIT = 10_000
+#: Most keys in one ``IN`` (SQLite's bound on bound parameters is 32,766).
+_CHUNK = 500
 
 _c = checkpoints.c
 _KEY = (_c.owner == bindparam("b_owner")) & (_c.run_id == bindparam("b_run"))
@@ -57,7 +59,6 @@ _UPDATE_POINT = update(checkpoints).where(_KEY & (_c.epoch == bindparam("b_epoch
     point=bindparam("b_point"), holder=bindparam("b_holder"), updated_at=bindparam("b_now"),
 )
 _INSERT = insert(checkpoints)
-_EPOCH = select(_c.epoch).where(_KEY)
 _ROW = select(checkpoints).where(_KEY)
 _CLAIM = update(checkpoints).where(_KEY & (_c.epoch == bindparam("b_epoch"))).values(
     epoch=_c.epoch + 1, holder=bindparam("b_holder")
@@ -105,26 +106,51 @@ def apply_ops(conn: Connection, ops: list[CheckpointRow | CheckpointDrop], now: 
     drop_checkpoints(conn, [op for op in ops if isinstance(op, CheckpointDrop)])
 
 
-def write_point(conn: Connection, job: PointWrite, now: datetime) -> bool:
-    """Store one later point (compare-and-set on the epoch); False: the row is gone.
+class PointJob:
+    """A later point as a write job: the write batch stores all of its points together
+    (``write_points``), after its run writes."""
 
-    Raises:
-        CheckpointSuperseded: another process holds a newer epoch of the run.
-    """
-    if not job.take():
-        return True  # the run concluded first: its end write drops the row
-    key = {"b_owner": job.owner, "b_run": job.run_id}
-    changed = conn.execute(_UPDATE_POINT, {
-        **key, "b_epoch": job.epoch, "b_phase": job.phase, "b_last": job.last_seq,
-        "b_nbytes": job.nbytes, "b_point": job.point.decode(), "b_holder": job.holder,
-        "b_now": now,
-    }).rowcount
-    if changed:
-        return True
-    held = conn.execute(_EPOCH, key).scalar()
-    if held is not None:
-        raise CheckpointSuperseded(job.run_id)
-    return False
+    def __init__(self, job: PointWrite, now: datetime) -> None:
+        self.job, self.now = job, now
+
+    def __call__(self, conn: Connection) -> bool:
+        ((ok, result),) = write_points(conn, [self])
+        if not ok:
+            raise result
+        return bool(result)
+
+
+def write_points(conn: Connection, jobs: list[PointJob]) -> list[tuple[bool, Any]]:
+    """Store later points of runs, compare-and-set on their epochs, in two statements:
+    the epochs held (rows locked until the commit), then one executemany update. Each
+    job's outcome: True (stored, or withdrawn: the run concluded first), False (its row is
+    gone), or ``CheckpointSuperseded`` (another process holds a newer epoch)."""
+    taken = [(j, j.job.take()) for j in jobs]
+    keys = [(j.job.owner, j.job.run_id) for j, live in taken if live]
+    held: dict[tuple[str, str], int] = {}
+    for i in range(0, len(keys), _CHUNK):
+        query = select(_c.owner, _c.run_id, _c.epoch).where(
+            tuple_(_c.owner, _c.run_id).in_(keys[i : i + _CHUNK])
+        ).with_for_update()
+        held.update({(r.owner, r.run_id): r.epoch for r in conn.execute(query)})
+    outcomes: list[tuple[bool, Any]] = []
+    rows: list[dict[str, Any]] = []
+    for point, live in taken:
+        job = point.job
+        epoch = held.get((job.owner, job.run_id))
+        if not live or epoch is None:
+            outcomes.append((True, not live))
+        elif epoch != job.epoch:
+            outcomes.append((False, CheckpointSuperseded(job.run_id)))
+        else:
+            outcomes.append((True, True))
+            rows.append({"b_owner": job.owner, "b_run": job.run_id, "b_epoch": job.epoch,
+                         "b_phase": job.phase, "b_last": job.last_seq, "b_nbytes": job.nbytes,
+                         "b_point": job.point.decode(), "b_holder": job.holder,
+                         "b_now": point.now})
+    if rows:
+        conn.execute(_UPDATE_POINT, rows)
+    return outcomes
 
 
 def load_checkpoint(conn: Connection, owner: str, run_id: str) -> Checkpoint | None:

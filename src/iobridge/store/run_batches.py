@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from iobridge.store.base import CheckpointOp
-from iobridge.store.checkpoint_rows import apply_ops
+from iobridge.store.checkpoint_rows import PointJob, apply_ops, write_points
 from iobridge.store.sql_executor import ReadMany
 
 __all__ = ["RunReadJob", "RunWrite", "WriteRuns", "write_batch"]
@@ -62,6 +62,10 @@ def write_batch(conn: Connection, jobs: list[Any]) -> list[tuple[bool, Any]]:
     group, so each thread's writes stay in order), any other job runs alone."""
     outcomes: list[tuple[bool, Any]] = []
     group: list[RunWrite] = []
+    # Durable points go last, together: a point of a run whose end write is in this batch
+    # finds its row gone, which is what it should (the run concluded).
+    points = [(index, job) for index, job in enumerate(jobs) if isinstance(job, PointJob)]
+    jobs = [job for job in jobs if not isinstance(job, PointJob)]
     for job in jobs:
         if isinstance(job, RunWrite) and all(
             w.claim_row["id"] != job.claim_row["id"] and w.write_runs is job.write_runs
@@ -76,6 +80,9 @@ def write_batch(conn: Connection, jobs: list[Any]) -> list[tuple[bool, Any]]:
         else:
             outcomes.append((True, job(conn)))
     outcomes += _flush(conn, group)
+    for (index, _), outcome in zip(points, write_points(conn, [p for _, p in points]),
+                                   strict=True):
+        outcomes.insert(index, outcome)
     return outcomes
 
 

@@ -667,9 +667,7 @@ class SqlThreadStore(ThreadStore):
     def write_point(self, job: PointWrite) -> asyncio.Future[bool]:
         now = self._clock()
         # A task each, begun in order: the writer's queue keeps that order.
-        return asyncio.ensure_future(
-            self._writes.submit(lambda conn: checkpoint_rows.write_point(conn, job, now))
-        )
+        return asyncio.ensure_future(self._writes.submit(checkpoint_rows.PointJob(job, now)))
 
     async def load_checkpoint(self, owner: str, run_id: str) -> Checkpoint | None:
         result: Checkpoint | None = await self._sql.read(
