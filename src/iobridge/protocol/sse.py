@@ -28,6 +28,9 @@ def sse_frames(entries: Iterable[tuple[int, bytes]], tags: list[bytes] | None = 
     ``protocol.event_ids``)."""
     if tags is None:
         return b"".join([b"id: %d\ndata: %b\n\n" % entry for entry in entries])
+    if tags.count(tags[0]) == len(tags):  # one open state for the whole batch (most are)
+        frame = b"id: %d" + tags[0].replace(b"%", b"%%") + b"\ndata: %b\n\n"
+        return b"".join([frame % entry for entry in entries])
     return b"".join([b"id: %d%b\ndata: %b\n\n" % (number, tag, data)
                      for (number, data), tag in zip(entries, tags, strict=True)])
 

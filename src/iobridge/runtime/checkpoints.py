@@ -177,7 +177,7 @@ class Checkpointer:
         if tail is not None and not tail.done():
             await asyncio.wait([tail])
 
-    def drop(self) -> CheckpointDrop | None:
+    def drop(self, *, results: bool = True) -> CheckpointDrop | None:
         """The run concluded: the drop for its end write (``None``: another process holds
         it). A point not yet handed to the store, or still queued there, is withdrawn."""
         self._dropped = True
@@ -185,4 +185,4 @@ class Checkpointer:
             self._queued.withdraw()
         if self.superseded:
             return None
-        return CheckpointDrop(self.key["owner"], self.key["run_id"], self.epoch)
+        return CheckpointDrop(self.key["owner"], self.key["run_id"], self.epoch, results)

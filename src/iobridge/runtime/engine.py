@@ -202,6 +202,7 @@ class Runtime:
         self.pending.check(run.key, tool_call_id)
         store = self.checkpoints
         assert store is not None
+        run.results_posted = True
         if not await store.record_tool_result(
             run.owner, run.run_id, tool_call_id, result.content, result.is_error
         ):

@@ -616,7 +616,8 @@ class Execution:
         # continued anywhere; its checkpoint goes with its end write. Decided before the
         # start write is waited for, so a point still queued is withdrawn (a run that ends
         # right after its last step writes no point for it).
-        drop = self.checkpoints.drop() if self.checkpoints is not None else None
+        drop = (self.checkpoints.drop(results=self.run.results_posted)
+                if self.checkpoints is not None else None)
         cancelled = False
         if self._saved is not None:
             cancelled = await _settle(self._saved)

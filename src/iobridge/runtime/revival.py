@@ -151,6 +151,7 @@ class Revival(Execution):
         ids.announced = {c["id"]: c["at"] for c in pending}
         ids.branches = [*point["branches"], after]
         ids.point_seq, ids.point = after, point
+        run.results_posted = bool(checkpoint.results)
         for call in pending:
             if call["id"] in checkpoint.results:
                 runtime.pending.answered(self.key, call["id"])

@@ -51,6 +51,8 @@ class Run:
     suspend_at_point: bool = False
     #: A durable run's event ids (``protocol.event_ids``): epoch, what clients have open.
     ids: RunIds | None = None
+    #: Results were posted for this durable run (kept in the store until it concludes).
+    results_posted: bool = False
 
     @property
     def key(self) -> RunKey:

@@ -72,6 +72,8 @@ class RunIds:
         at, tags = self._at, self._tags
         index = max(0, bisect.bisect_right(at, batch[0][0]) - 1)
         following = at[index + 1] if index + 1 < len(at) else None
+        if following is None or following > batch[-1][0]:
+            return [tags[index]] * len(batch)  # no change within the batch (most batches)
         out: list[bytes] = []
         for seq, _ in batch:
             while following is not None and seq >= following:

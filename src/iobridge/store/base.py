@@ -346,6 +346,8 @@ class CheckpointDrop:
     owner: str
     run_id: str
     epoch: int
+    #: Whether results were posted for it (their rows go too; none: no statement).
+    results: bool = True
 
 
 #: What a run's write may carry for its checkpoint: its first point, or its drop.

@@ -97,7 +97,9 @@ def drop_checkpoints(conn: Connection, drops: list[CheckpointDrop]) -> None:
     conn.execute(_DROP_AT, [
         {"b_owner": d.owner, "b_run": d.run_id, "b_epoch": d.epoch} for d in drops
     ])
-    conn.execute(_DROP_RESULTS, [{"b_owner": d.owner, "b_run": d.run_id} for d in drops])
+    posted = [{"b_owner": d.owner, "b_run": d.run_id} for d in drops if d.results]
+    if posted:
+        conn.execute(_DROP_RESULTS, posted)
 
 
 def apply_ops(conn: Connection, ops: list[CheckpointRow | CheckpointDrop], now: datetime) -> None:
