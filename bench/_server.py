@@ -62,8 +62,9 @@ def bare_app(n: int) -> Starlette:
 def bench_agent(kind: str, n: int) -> Any:
     """The one agent ``bench``: ``deltas`` yields n words, ``tool`` waits on a frontend
     tool, ``echo`` yields the last user message word by word; ``steps`` yields n words in
-    one step and ``steps-tool`` waits on a frontend tool, both durable (checkpointed where
-    the core has durable runs)."""
+    one step, ``slow`` the same 20 ms apart, and ``steps-tool`` waits on a frontend tool, all
+    durable (checkpointed where the core has durable runs)."""
+    import asyncio
     import inspect
 
     from iobridge.agents.function import FunctionAgent
@@ -91,6 +92,13 @@ def bench_agent(kind: str, n: int) -> Any:
             yield word
         yield StepFinished(name="reply")
 
+    async def slow(ctx: Any) -> AsyncIterator[Any]:
+        yield StepStarted(name="reply")
+        for word in reply:
+            await asyncio.sleep(0.02)
+            yield word
+        yield StepFinished(name="reply")
+
     async def steps_tool(ctx: Any) -> AsyncIterator[Any]:
         if not any(m.get("role") == "tool" for m in ctx.messages):
             yield StepStarted(name="ask")
@@ -99,8 +107,9 @@ def bench_agent(kind: str, n: int) -> Any:
         yield "picked"
 
     funcs = {"deltas": deltas, "tool": tool, "echo": echo, "steps": steps,
-             "steps-tool": steps_tool}
-    durable = kind.startswith("steps") and "durable" in inspect.signature(FunctionAgent).parameters
+             "steps-tool": steps_tool, "slow": slow}
+    durable = kind in ("steps", "steps-tool", "slow") and (
+        "durable" in inspect.signature(FunctionAgent).parameters)
     return FunctionAgent(funcs[kind], id="bench", **({"durable": True} if durable else {}))
 
 
@@ -155,7 +164,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--app", choices=["bare", "bridge"], required=True)
-    parser.add_argument("--agent", choices=["deltas", "tool", "echo", "steps", "steps-tool"],
+    parser.add_argument("--agent",
+                        choices=["deltas", "tool", "echo", "steps", "steps-tool", "slow"],
                         default="deltas")
     parser.add_argument("--deltas", type=int, default=5)
     parser.add_argument("--settings", default="{}")

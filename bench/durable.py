@@ -9,9 +9,11 @@ server CPU per event (every thread's scheduler time, settled after the burst) an
 on / off per round and the median.
 
 **Takeover latency.** Two replicas on one SQLite file and a private ``redis-server``
-(heartbeat 0.2 s, ``owner_lost_seconds`` 1 s). A run parks on a frontend tool on A; A is
-SIGKILLed; the result is posted to B at once; latency = SIGKILL -> the first event of the
-run's resumed stream on B (its TOOL_CALL_RESULT). ``--takeovers`` trials (a new A each).
+(heartbeat 0.2 s, ``owner_lost_seconds`` 1 s), ``--takeovers`` trials (a new A each) of two
+cases: a run parked on a frontend tool on A, A SIGKILLed, the result posted to B at once
+(latency: SIGKILL -> the first event of the run's resumed stream on B); and a run streaming a
+reply on A followed on B, A SIGKILLed (latency: SIGKILL -> the catch-up B's follower gets
+from the run's new owner, which re-executes the reply).
 
     .venv/bin/python bench/durable.py [--workload short long] [--rounds R]
         [--stores sqlite postgres] [--takeovers N] [--quick]
@@ -116,58 +118,92 @@ def _redis(folder: Path) -> Any:
         process.wait(timeout=10)
 
 
-def _parked_run(port: int, run_id: str) -> tuple[httpx.Response, int, str]:
-    """POST a run that parks on the frontend tool; (the open stream, last id, call id)."""
-    client = httpx.Client(base_url=f"http://127.0.0.1:{port}/io-bridge", timeout=30)
-    body = json.loads(run_body(f"t-{run_id}", run_id, tools=[TOOL]))
-    response = client.send(client.build_request("POST", "/run", json=body), stream=True)
-    seq = 0
+def _stream_until(response: httpx.Response, kind: str) -> tuple[str, dict[str, Any]]:
+    """Read an SSE stream up to the first event of ``kind``: (its id, the event)."""
+    event_id = ""
     for line in response.iter_lines():
         if line.startswith("id: "):
-            seq = int(line[4:])
+            event_id = line[4:]
         elif line.startswith("data: "):
             event = json.loads(line[6:])
-            if event["type"] == "TOOL_CALL_END":
-                return response, seq, event["toolCallId"]
-    raise RuntimeError("the run did not park")
+            if event["type"] == kind:
+                return event_id, event
+    raise RuntimeError(f"the stream ended before {kind}")
+
+
+def _client(port: int) -> httpx.Client:
+    return httpx.Client(base_url=f"http://127.0.0.1:{port}/io-bridge", timeout=30)
+
+
+def _parked(a: ServerProcess, b: ServerProcess, run_id: str) -> float:
+    """A run parked on the frontend tool on A; A SIGKILLed, the result posted to B at once:
+    seconds from the kill to the first event of the resumed stream on B."""
+    with _client(a.port) as on_a:
+        body = json.loads(run_body(f"t-{run_id}", run_id, tools=[TOOL]))
+        stream = on_a.send(on_a.build_request("POST", "/run", json=body), stream=True)
+        last, event = _stream_until(stream, "TOOL_CALL_END")
+        time.sleep(0.3)
+        killed = _kill(a)
+        stream.close()
+    with _client(b.port) as on_b:
+        posted = on_b.post(f"/runs/{run_id}/tool-calls/{event['toolCallId']}/result",
+                           json={"result": "a"})
+        if posted.status_code != 200:
+            raise RuntimeError(f"result: {posted.status_code} {posted.text}")
+        with on_b.stream("GET", f"/runs/{run_id}/events",
+                         headers={"Last-Event-ID": last}) as resumed:
+            for line in resumed.iter_lines():
+                if line.startswith("data: "):
+                    return time.perf_counter() - killed
+    raise RuntimeError("no event on B")
+
+
+def _mid_reply(a: ServerProcess, b: ServerProcess, run_id: str) -> float:
+    """A run streaming a reply on A, followed on B; A SIGKILLed: seconds from the kill to
+    the first event B's follower gets from the run's new owner."""
+    with _client(a.port) as on_a, _client(b.port) as on_b:
+        body = json.loads(run_body(f"t-{run_id}", run_id))
+        stream = on_a.send(on_a.build_request("POST", "/run", json=body), stream=True)
+        _stream_until(stream, "TEXT_MESSAGE_CONTENT")
+        with on_b.stream("GET", f"/runs/{run_id}/events") as followed:
+            lines = followed.iter_lines()
+            for line in lines:
+                if line.startswith("data: ") and "TEXT_MESSAGE_CONTENT" in line:
+                    break
+            killed = _kill(a)
+            stream.close()
+            for line in lines:  # what A sent before it died is read as it comes
+                if line.startswith("data: ") and '"MESSAGES_SNAPSHOT"' in line:
+                    return time.perf_counter() - killed
+    raise RuntimeError("no takeover seen on B")
+
+
+def _kill(server: ServerProcess) -> float:
+    assert server.process is not None
+    server.process.send_signal(signal.SIGKILL)
+    return time.perf_counter()
 
 
 def takeover_latency(trials: int) -> None:
-    print(f"\ntakeover latency: SIGKILL of the owner of a parked run -> first event on the "
-          f"survivor (result posted at once; owner_lost_seconds 1.0, heartbeat 0.2), "
-          f"{trials} trials")
+    print(f"\ntakeover latency: SIGKILL of a run's owner -> first event from its new owner "
+          f"(owner_lost_seconds 1.0, heartbeat 0.2), {trials} trials each")
     with tempfile.TemporaryDirectory(prefix="iobridge-durable-") as folder, \
             _redis(Path(folder)) as redis_url:
         settings = {"database_url": f"sqlite+aiosqlite:///{folder}/shared.db",
                     "redis_url": redis_url, "heartbeat_seconds": 0.2,
                     "owner_lost_seconds": 1.0, "detach_grace_seconds": 30}
-        latencies = []
-        with ServerProcess("bridge", agent="steps-tool", settings=settings) as b:
-            for trial in range(trials):
-                with ServerProcess("bridge", agent="steps-tool", settings=settings) as a:
-                    run_id = f"take-{trial}"
-                    stream, seq, call = _parked_run(a.port, run_id)
-                    time.sleep(0.3)
-                    assert a.process is not None
-                    a.process.send_signal(signal.SIGKILL)
-                    killed = time.perf_counter()
-                    stream.close()
-                    with httpx.Client(base_url=f"http://127.0.0.1:{b.port}/io-bridge",
-                                      timeout=30) as client:
-                        posted = client.post(f"/runs/{run_id}/tool-calls/{call}/result",
-                                             json={"result": "a"})
-                        if posted.status_code != 200:
-                            raise RuntimeError(f"result: {posted.status_code} {posted.text}")
-                        with client.stream("GET", f"/runs/{run_id}/events",
-                                           headers={"Last-Event-ID": str(seq)}) as resumed:
-                            for line in resumed.iter_lines():
-                                if line.startswith("data: "):
-                                    latencies.append(time.perf_counter() - killed)
-                                    break
-        print("  SIGKILL -> first event on B: median "
-              f"{statistics.median(latencies):.2f} s, max {max(latencies):.2f} s, each "
-              + " ".join(f"{x:.2f}" for x in latencies)
-              + " (target <= owner_lost_seconds + 1 s = 2.0 s)")
+        cases = (("parked on a tool, result posted to B at once", "steps-tool", _parked),
+                 ("mid-reply, a follower on B", "slow", _mid_reply))
+        for label, agent, measure in cases:
+            latencies = []
+            with ServerProcess("bridge", agent=agent, deltas=400, settings=settings) as b:
+                for trial in range(trials):
+                    with ServerProcess("bridge", agent=agent, deltas=400,
+                                       settings=settings) as a:
+                        latencies.append(measure(a, b, f"take-{agent}-{trial}"))
+            print(f"  {label}: median {statistics.median(latencies):.2f} s, max "
+                  f"{max(latencies):.2f} s, each " + " ".join(f"{x:.2f}" for x in latencies)
+                  + " (target <= owner_lost_seconds + 1 s = 2.0 s)")
 
 
 def main() -> None:
