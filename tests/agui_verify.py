@@ -286,6 +286,8 @@ def parse_sse(body: bytes | str) -> list[dict[str, Any]]:
 
     LF only; frames separated by a blank line; comment frames (``: ping``) allowed; every
     event frame is exactly ``id: <n>`` then one ``data: <JSON object>`` line, ids 1, 2, 3...
+    (a durable run's id may go on with ``~`` and what the client has open: printable ASCII,
+    ``docs/http-api.md``, "Event ids of durable runs").
     """
     text = body.decode("utf-8") if isinstance(body, bytes) else body
     if "\r" in text:
@@ -298,7 +300,10 @@ def parse_sse(body: bytes | str) -> list[dict[str, Any]]:
         if all(line.startswith(":") for line in lines):
             continue
         want = f"id: {len(events) + 1}"
-        if len(lines) != 2 or lines[0] != want or not lines[1].startswith("data: "):
+        number, _, state = lines[0].partition("~")
+        if state and (not state.isascii() or not state.isprintable() or " " in state):
+            raise StreamError(f"an id's open state is not printable ASCII: {frame[:200]!r}")
+        if len(lines) != 2 or number != want or not lines[1].startswith("data: "):
             raise StreamError(f"frame is not '{want}' + one data line: {frame[:200]!r}")
         event = json.loads(lines[1][len("data: "):])
         if not isinstance(event, dict):

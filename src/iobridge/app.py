@@ -624,7 +624,7 @@ class Backend:
         while loop.time() < deadline:
             try:
                 found = await self._locate(leg.run)
-            except ConflictError:  # another process is taking it over now
+            except (ConflictError, ServiceUnavailable):  # another process is taking it over
                 await asyncio.sleep(settings.heartbeat_seconds / 2)
                 continue
             except NotFoundError:
@@ -664,6 +664,8 @@ class Backend:
         run = leg.run
         if not isinstance(run, RemoteRun) or not await self.cluster.lost(run):
             return False
+        if run.epoch is not None:
+            return False  # a durable run whose checkpoint is gone concluded: a resume finds it
         await self.cluster.declare_lost(run)
         found = await self.cluster.find(run.owner, run.run_id)
         if found is None:
@@ -693,7 +695,7 @@ class Backend:
         self, run: RemoteRun, after: int, idle: float | None, detach_grace: float | None
     ) -> AsyncGenerator[list[tuple[int, bytes]]]:
         await self._tell(run, AttachFollower(owner=run.owner, run=run.run_id))
-        durable = self.runtime.checkpoints is not None
+        durable = self.runtime.checkpoints is not None and run.epoch is not None
         try:
             async with aclosing(
                 self.cluster.follow(run, after, idle=idle, durable=durable)
@@ -859,9 +861,11 @@ class Backend:
                 owner=principal.id, run=run_id, call=tool_call_id, result=result,
                 resources=_resources(principal),
             )
+            recorded = await self._record_forwarded(principal, run_id, tool_call_id, result)
             answer = await self._ask_owner(command)
             if answer is None:
-                await self._submit_to_stored_run(principal, run_id, tool_call_id, result)
+                await self._submit_to_stored_run(principal, run_id, tool_call_id, result,
+                                                 recorded=recorded)
                 return
             answer.unwrap()
             return
@@ -870,9 +874,36 @@ class Backend:
             return
         self.runtime.submit_tool_result(run, tool_call_id, result)
 
+    async def _record_forwarded(
+        self, principal: Principal, run_id: str, tool_call_id: str, result: ToolResult
+    ) -> bool:
+        """A result for a durable run another replica holds is stored here before it is
+        forwarded: if that replica is lost before the run's next point, the process that
+        continues the run finds it (a posted result is never asked for again). False: not
+        a durable run of another replica.
+
+        Raises:
+            ConflictError: the call already has a result.
+        """
+        store = self.runtime.checkpoints
+        if store is None:
+            return False
+        remote = await self.cluster.find(principal.id, run_id)
+        if remote is None or remote.epoch is None or remote.ended:
+            return False
+        self._visible(principal, remote)
+        if not await store.record_tool_result(
+            principal.id, run_id, tool_call_id, result.content, result.is_error
+        ):
+            raise ConflictError(
+                "this tool call already has a result", code="TOOL_RESULT_ALREADY_SUBMITTED"
+            )
+        return True
+
     @_store_route
     async def _submit_to_stored_run(
-        self, principal: Principal, run_id: str, tool_call_id: str, result: ToolResult
+        self, principal: Principal, run_id: str, tool_call_id: str, result: ToolResult,
+        *, recorded: bool = False,
     ) -> None:
         """A result for a run no process holds: the run is continued here (admitted like
         any run), then the result is stored once (a second post is refused) and delivered.
@@ -884,14 +915,15 @@ class Backend:
                 sent again).
         """
         checkpoint = await self._stored_run(principal, run_id)
-        if tool_call_id in checkpoint.results:
+        if tool_call_id in checkpoint.results and not recorded:
             raise ConflictError(
                 "this tool call already has a result", code="TOOL_RESULT_ALREADY_SUBMITTED"
             )
         if tool_call_id not in {c["id"] for c in checkpoint.point.get("pending", [])}:
             raise NotFoundError("unknown tool call for this run", code="TOOL_CALL_NOT_FOUND")
         run = await self._continue(checkpoint)
-        await self.runtime.submit_durable_result(run, tool_call_id, result)
+        if not recorded:  # else the continued run found it stored
+            await self.runtime.submit_durable_result(run, tool_call_id, result)
 
     def _media_limits(self) -> MediaLimits:
         return MediaLimits(max_part_bytes=self.settings.max_media_part_bytes,

@@ -303,18 +303,20 @@ class Settings(BaseSettings):
     max_active_runs: int = Field(default=2000, ge=1)
     max_active_runs_per_principal: int = Field(default=500, ge=1)
     #: Seconds a shutdown (SIGTERM) lets live runs finish before ending them with
-    #: RUN_ERROR ``SERVER_SHUTDOWN`` (durable runs are suspended instead, see below).
+    #: RUN_ERROR ``SERVER_SHUTDOWN`` (durable runs stop at their next durable point, or when
+    #: this runs out, and go on elsewhere: handed to a peer with ``redis_url``).
     drain_seconds: float = Field(default=10.0, ge=0)
     #: Checkpoint the runs of agents that can re-execute (model and pydantic-ai agents,
     #: function agents with ``durable=True``) in a SQL store, so they outlive the process
     #: that started them (``docs/deployment.md``, "Durable runs").
     durable_runs: bool = True
-    #: Largest checkpoint of one run (its input, history and events so far), in bytes: a
-    #: start over it answers 413 ``CHECKPOINT_TOO_LARGE``, a run growing past it ends with
-    #: RUN_ERROR ``CHECKPOINT_TOO_LARGE``.
+    #: Largest checkpoint of one run (its input and the messages it produced so far), in
+    #: bytes: a start over it answers 413 ``CHECKPOINT_TOO_LARGE``, a run growing past it
+    #: ends with RUN_ERROR ``CHECKPOINT_TOO_LARGE``.
     max_checkpoint_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     #: Times a run is re-executed from its last durable point after losing its process
-    #: before it ends with RUN_ERROR ``RUN_LOST``.
+    #: mid-step (a lost replica, a drain that ran out) before it ends with RUN_ERROR
+    #: ``RUN_LOST``; a run let go exactly at its point is not counted.
     max_takeovers: int = Field(default=3, ge=0)
     #: Seconds a run survives after its last follower disconnects (0 cancels at once).
     detach_grace_seconds: float = Field(default=0.0, ge=0)

@@ -85,12 +85,12 @@ async def test_a_parked_run_goes_on_in_the_next_backend_and_stores_its_exchange_
         checkpoint = await first.store.load_checkpoint("anonymous", "r1")
         assert checkpoint is not None and checkpoint.phase == "parked"
         call = head[-1][1]["toolCallId"]  # the bridge's id (the provider's stays with it)
-        # The run parks with no step open: its model step is finished at the point.
-        assert [e["type"] for _, e in await until(run, "STEP_FINISHED", number(head[-1][0]))
-                ] == ["STEP_FINISHED"]
+        # Parked in its model step: the point says so (the step is finished first by the
+        # process that continues the run).
         assert checkpoint.point["pending"] == [
             {"id": call, "name": "get_weather", "at": number(head[-1][0])}]
-        assert checkpoint.last_seq == number(head[-1][0]) + 1
+        assert checkpoint.point["steps"] == [[None, "model-request-1"]]
+        assert checkpoint.last_seq == number(head[-1][0])
         # The id of TOOL_CALL_END says what the client has open: the step, and the call.
         assert head[-1][0].endswith(f"!p:{call}") and "~s::model-request-1" in head[-1][0]
     # The first Backend is gone: its run stopped at the point, no terminal event, nothing
@@ -110,7 +110,9 @@ async def test_a_parked_run_goes_on_in_the_next_backend_and_stores_its_exchange_
         # in epoch 1 (ids above 2^32).
         assert kinds[:3] == ["STEP_FINISHED", "MESSAGES_SNAPSHOT", "STATE_SNAPSHOT"]
         assert kinds[3] == "TOOL_CALL_RESULT" and kinds[-1] == "RUN_FINISHED"
-        assert number(tail[3][0]) == (1 << 32) + checkpoint.last_seq + 1
+        # (its first event, the step's end at the point, is not sent again to a client that
+        # the catch-up closed it for)
+        assert number(tail[3][0]) == (1 << 32) + checkpoint.last_seq + 2
         assert [m["role"] for m in tail[1][1]["messages"]] == ["user", "assistant"]
         assert "".join(e["delta"] for _, e in tail if e["type"] == "TEXT_MESSAGE_CONTENT") \
             == "Sunny in Oslo."

@@ -57,9 +57,8 @@ def test_a_run_parked_across_a_restart_finishes_on_the_new_process(
         took = time.monotonic() - stopped
     finally:
         first.stop(signal.SIGKILL)
-    # The stream ended at the point (the run parks with its model step finished): no
-    # RUN_ERROR SERVER_SHUTDOWN, nothing after it.
-    assert [e["type"] for _, e in rest] == ["STEP_FINISHED"], rest
+    # The stream ended at the point: no RUN_ERROR SERVER_SHUTDOWN, nothing after it.
+    assert rest == [], rest
     assert first.process.returncode == 0, output
     assert took < 10, f"exit took {took:.1f} s"  # parked runs do not wait out the drain
     second = serve("second", tmp_path, database_url=database_url,
@@ -114,8 +113,7 @@ def test_resume_and_cancel_reach_a_parked_run_after_a_restart(
             head = read_until(events, "TOOL_CALL_END")
             time.sleep(0.3)
             first.process.send_signal(signal.SIGTERM)
-            # The client stays until the server ends the stream at the point.
-            assert [e["type"] for _, e in events] == ["STEP_FINISHED"]
+            assert list(events) == []  # the client stays until the server ends the stream
         first.stop()
     finally:
         first.stop(signal.SIGKILL)

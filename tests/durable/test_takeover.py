@@ -87,7 +87,7 @@ def test_owner_sigkilled_mid_reply_the_survivor_re_executes_and_every_stream_sta
         assert kinds[-1] == "RUN_FINISHED"
         replayed = "".join(e["delta"] for _, e in rest_on_b
                            if e["type"] == "TEXT_MESSAGE_CONTENT")
-        assert replayed.endswith("Sunny in Oslo.")
+        assert replayed.endswith("Sunny in Oslo."), [e for _, e in rest_on_b]
         assert took < OWNER_LOST + 10, took
         # The client that streamed from A resumes on B with the last id A sent it.
         with b.client().stream("GET", f"/runs/{run}/events",

@@ -400,6 +400,12 @@ class RedisCluster:
         """The set of replicas that joined and have not left."""
         return f"{self._prefix}:replicas"
 
+    def _log_key(self, owner: str, run_id: str, epoch: int | None) -> bytes:
+        """The run's shared log; a durable run's has its takeover epoch in its name, so a
+        follower of a lost holder's log never reads its successor's events as its own."""
+        key = self._key("log", owner, run_id)
+        return key if epoch is None else b"%b:%d" % (key, epoch)
+
     def _heartbeat_key(self, replica: str) -> str:
         return f"{self._prefix}:hb:{replica}"
 
@@ -494,7 +500,7 @@ class RedisCluster:
         *, strategy: MultitaskStrategy = "reject", epoch: int | None = None,
     ) -> QueuedClaim | None:
         token = b"%s:%d" % (self._replica_arg, next(self._tokens))
-        keys = self._claim_keys(owner, run_id, resource_id, thread_id)
+        keys = self._claim_keys(owner, run_id, resource_id, thread_id, epoch)
         mode = {"reject": b"reject", "enqueue": b"enqueue"}.get(strategy, b"front")
         try:
             status = await self._batched(
@@ -520,17 +526,18 @@ class RedisCluster:
         if strategy in ("interrupt", "rollback") and holder:
             self._spawn(self._stop(bytes(holder), strategy == "rollback"), f"stop-{run_id}")
         return QueuedClaim(owner=owner, run_id=run_id, resource_id=resource_id,
-                           thread_id=thread_id, token=token)
+                           thread_id=thread_id, token=token, epoch=epoch)
 
     def _claim_keys(
-        self, owner: str, run_id: str, resource_id: str, thread_id: str
+        self, owner: str, run_id: str, resource_id: str, thread_id: str,
+        epoch: int | None = None,
     ) -> tuple[bytes, ...]:
         """live, thread, rec, log, queue, holder, the queue counter (``_CLAIM``, ``_TURN``)."""
         return (
             self._key("live", owner, run_id),
             self._key("thread", resource_id, thread_id),
             self._key("run", owner, run_id),
-            self._key("log", owner, run_id),
+            self._log_key(owner, run_id, epoch),
             self._key("queue", resource_id, thread_id),
             self._key("holder", resource_id, thread_id),
             f"{self._prefix}:queued".encode(),
@@ -556,9 +563,11 @@ class RedisCluster:
     async def wait_claim(self, place: QueuedClaim) -> None:
         """Try to take the thread whenever a replica frees one of its name (and at least
         every heartbeat, for a lock that expired or a message that was lost)."""
-        keys = self._claim_keys(place.owner, place.run_id, place.resource_id, place.thread_id)
+        keys = self._claim_keys(place.owner, place.run_id, place.resource_id, place.thread_id,
+                                place.epoch)
         args = (*self._claim_args(place.token, place.owner, place.run_id, place.thread_id),
-                b"", b"", self._beats_arg, place.resource_id.encode())
+                b"", b"", self._beats_arg, place.resource_id.encode(),
+                b"" if place.epoch is None else b"%d" % place.epoch)
         freed = asyncio.Event()
         waiting = self._queued.setdefault(keys[1], set())
         waiting.add(freed)
@@ -718,7 +727,7 @@ class RedisCluster:
     ) -> AsyncGenerator[list[tuple[int, bytes]]]:
         """Read the stream after ``after`` (blocking reads of at most one heartbeat); when
         quiet, check the owner's heartbeat and declare the run lost once it expired."""
-        log, record = self._key("log", run.owner, run.run_id), self._key(
+        log, record = self._log_key(run.owner, run.run_id, run.epoch), self._key(
             "run", run.owner, run.run_id
         )
         block = self.settings.heartbeat_seconds if idle is None else min(
@@ -743,28 +752,43 @@ class RedisCluster:
                 if ended:
                     return
                 continue
-            state = await self._redis.hmget(record, ["replica", "end"])
-            if state[0] is None:
-                return  # the record expired or was dropped: nothing more will come
-            if state[1] is None:
-                replica = state[0].decode()
-                if durable and not await self._redis.exists(self._heartbeat_key(replica)):
-                    return  # its replica stopped: the caller may continue the run
-                if not await self._lost(
-                    keys=[record, log, self._heartbeat_key(replica)], args=[RUN_LOST]
-                ) and not mirrored:  # the owner lives: ask again (in case the attach was lost)
-                    mirror = Request(command=MirrorLog(owner=run.owner, run=run.run_id))
-                    self._controlled("PUBLISH", self._channel(replica), encode(mirror),
-                                     ).add_done_callback(_log_failure)
-            elif int(state[1]) <= position:
-                # The owner died before the events this client saw on it reached the shared
-                # log (so the log ends before the cursor): the client still gets its end.
-                yield [(position + 1, RUN_LOST)]
+            ending = await self._quiet(run, record, log, position, mirrored=mirrored,
+                                       durable=durable)
+            if ending is not None:
+                if ending:
+                    yield ending
                 return
             quiet += block
             if idle is not None and quiet >= idle:
                 quiet = 0.0
                 yield []
+
+    async def _quiet(
+        self, run: RemoteRun, record: bytes, log: bytes, position: int, *, mirrored: bool,
+        durable: bool,
+    ) -> list[tuple[int, bytes]] | None:
+        """A follower read nothing: whether its following ends here (``None``: it goes on;
+        else the last batch to yield, maybe empty). A lost owner's durable run ends its
+        shared log without a terminal event (the caller continues it); another's is
+        declared lost."""
+        state = await self._redis.hmget(record, ["replica", "end"])
+        if state[0] is None or state[0].decode() != run.replica:
+            return []  # dropped or expired, or another replica holds the run now
+        if state[1] is not None:
+            # The owner died before the events this client saw on it reached the shared
+            # log (so the log ends before the cursor): the client still gets its end.
+            return [(position + 1, RUN_LOST)] if int(state[1]) <= position else None
+        beat = self._heartbeat_key(state[0].decode())
+        if durable:
+            if not await self._redis.exists(beat):
+                return []
+        elif await self._lost(keys=[record, log, beat], args=[RUN_LOST]):
+            return None  # RUN_LOST is in the log now: read next
+        if not mirrored:  # the owner lives: ask again (in case the attach was lost)
+            mirror = Request(command=MirrorLog(owner=run.owner, run=run.run_id))
+            self._controlled("PUBLISH", self._channel(state[0].decode()), encode(mirror),
+                             ).add_done_callback(_log_failure)
+        return None
 
     async def lost(self, run: RemoteRun) -> bool:
         try:
@@ -774,6 +798,12 @@ class RedisCluster:
 
     async def peers(self) -> list[str]:
         return [r for r, alive in await self._replicas() if alive and r != self.replica_id]
+
+    async def alive(self, replica: str) -> bool:
+        try:
+            return bool(await self._redis.exists(self._heartbeat_key(replica)))
+        except (RedisError, OSError):
+            raise _unavailable() from None
 
     async def lost_replicas(self) -> list[str]:
         return [r for r, alive in await self._replicas() if not alive]
@@ -801,8 +831,8 @@ class RedisCluster:
             "PUBLISH", self._channel(replica), encode(Request(command=command))))
 
     async def declare_lost(self, run: RemoteRun) -> None:
-        record, log = self._key("run", run.owner, run.run_id), self._key("log", run.owner,
-                                                                        run.run_id)
+        record = self._key("run", run.owner, run.run_id)
+        log = self._log_key(run.owner, run.run_id, run.epoch)
         try:
             await self._lost(keys=[record, log, self._heartbeat_key(run.replica)],
                              args=[RUN_LOST])

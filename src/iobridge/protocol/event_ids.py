@@ -112,9 +112,11 @@ class OpenState:
         """
         parts: dict[str, list[tuple[str, ...]]] = {k: [] for k in "strRap"}
         for item in text.split("!") if text else ():
-            kind, fields = item[:1], [unquote(f, errors="strict") for f in item[1:].split(":")]
+            kind, raw = item[:1], item[1:].split(":")
+            fields = [unquote(f, errors="strict") for f in raw]
             size = 1 if kind == "p" else 2
-            if kind not in parts or len(fields) != size + 1 or fields[0] != "":
+            if (kind not in parts or len(fields) != size + 1 or fields[0] != ""
+                    or any(_field(f) != r for f, r in zip(fields, raw, strict=True))):
                 raise ValueError(f"not an open-state item: {item!r}")
             parts[kind].append(tuple(fields[1:]))
 

@@ -246,6 +246,11 @@ class LifecycleGuard:
                     or self._steps or self._subagents)
 
     @property
+    def open_steps(self) -> list[tuple[str | None, str]]:
+        """The open steps (owner, name), outermost first."""
+        return list(self._steps)
+
+    @property
     def open_besides_steps(self) -> bool:
         """A message, reasoning or subagent is open."""
         return bool(self._texts or self._reasoning_messages or self._reasoning_spans

@@ -57,6 +57,8 @@ class QueuedClaim:
     thread_id: str
     #: The claim's token (what the thread lock will hold once the run has it).
     token: bytes
+    #: A durable run's takeover epoch (``claim``'s), ``None`` for others.
+    epoch: int | None = None
 
 
 class Coordinator(Protocol):
@@ -99,6 +101,9 @@ class Coordinator(Protocol):
 
     async def peers(self) -> list[str]:
         """The other replicas that are alive (a draining one hands its runs to them)."""
+
+    async def alive(self, replica: str) -> bool:
+        """Whether ``replica`` is alive (its heartbeat has not expired)."""
 
     async def send(self, replica: str, command: RunCommand) -> None:
         """Send ``command`` to ``replica``, wanting no answer.
@@ -226,6 +231,9 @@ class LocalCluster:
 
     async def peers(self) -> list[str]:
         return []
+
+    async def alive(self, replica: str) -> bool:
+        return False
 
     async def lost_replicas(self) -> list[str]:
         return []

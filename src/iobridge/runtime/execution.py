@@ -521,8 +521,9 @@ class Execution:
 
     def _parked(self) -> None:
         """A frontend call waits, or a tool result came. A durable point if the run now
-        waits only on frontend calls (a server tool still running is not re-executable):
-        its open steps are finished first; or if the results it waited on are all in."""
+        waits only on frontend calls (a server tool still running is not re-executable;
+        its steps may be open: the point says which, and a process that continues the run
+        finishes them first), or if the results it waited on are all in."""
         events = self.events
         if events.guard.ended or not events.quiet or events.guard.open_besides_steps:
             return
@@ -534,7 +535,6 @@ class Execution:
             return
         if not unanswered <= {c.tool_call_id for c in waiting}:
             return
-        events.close_steps()
         self._point("parked", waiting)
         if self.run.suspend_at_point:
             # Delivered at the wait that follows: nothing is emitted after the point.
@@ -552,6 +552,7 @@ class Execution:
             "usage": events.usage, "result": events.result,
             "state": events.guard.shared_state, "outputBytes": events.guard.output_bytes,
             "takeovers": self.takeovers, "branches": ids.branches,
+            "steps": [[owner, name] for owner, name in events.guard.open_steps],
             "parentRunId": self.input.parent_run_id,
         }
 
@@ -663,11 +664,14 @@ class Execution:
         cancelled = False
         checkpoints = self.checkpoints
         assert checkpoints is not None and self._ticket is not None
-        if checkpoints.working and checkpoints.last_seq == run.log.last_seq:
-            # Stopped exactly at the point: continuing it re-executes nothing (not counted
-            # against ``max_takeovers``).
+        if checkpoints.working:
+            # Let go: no replica holds it now (any may continue it). Stopped exactly at the
+            # point, continuing it re-executes nothing (not counted against
+            # ``max_takeovers``).
+            checkpoints.holder = ""
+            clean = checkpoints.last_seq == run.log.last_seq
             with contextlib.suppress(CheckpointTooLarge):
-                checkpoints.point(checkpoints.phase, {**checkpoints.last, "clean": True},
+                checkpoints.point(checkpoints.phase, {**checkpoints.last, "clean": clean},
                                   checkpoints.last_seq)
         for write in (self._saved, self._first_write):
             if write is not None:

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from iobridge.errors import ConflictError
-from iobridge.protocol.event_ids import OpenState, OpenTracker
+from iobridge.errors import ConflictError, ServiceUnavailable
+from iobridge.protocol.event_ids import OpenState
 from iobridge.protocol.messages import model_view
 from iobridge.protocol.options import parse_run_options
 from iobridge.protocol.run_input import RunInput
@@ -86,6 +86,12 @@ class Revival(Execution):
         assert checkpoint is not None and runtime.checkpoints is not None
         memory = runtime.memory
         assert memory is not None
+        holder = checkpoint.holder
+        if holder and holder != runtime.holder and await runtime.cluster.alive(holder):
+            # Taken over by a live replica that has not claimed it across replicas yet (or
+            # still holds it): it is that replica's to go on with.
+            raise ServiceUnavailable("another replica is continuing the run",
+                                     code="RUN_OWNER_UNAVAILABLE", retry_after=1.0)
         ticket = self.admit()
         try:
             # The store decides first (exactly one process moves the epoch on); only the
@@ -134,6 +140,8 @@ class Revival(Execution):
         self._parts()
         events = self.events
         pending = point["pending"]
+        steps = tuple((owner, name) for owner, name in point.get("steps", ()))
+        events.guard.prime(OpenState(steps=steps))
         events.guard.continue_from(output_bytes=point["outputBytes"],
                                    pending=[c["id"] for c in pending])
         events.transcript.restore(point["messages"])
@@ -145,9 +153,12 @@ class Revival(Execution):
             checkpoint.phase == "running" and not point.get("clean", False)
         )
         self._checkpointer(base=orjson.dumps(checkpoint.base), epoch=epoch, after=after)
+        assert self.checkpoints is not None
+        self.checkpoints.last_seq, self.checkpoints.last = after, point
+        self.checkpoints.phase = checkpoint.phase
         ids = run.ids
         assert ids is not None
-        ids.tracker = OpenTracker(OpenState(pending=tuple(c["id"] for c in pending)))
+        ids.start_from(OpenState(steps=steps, pending=tuple(c["id"] for c in pending)))
         ids.announced = {c["id"]: c["at"] for c in pending}
         ids.branches = [*point["branches"], after]
         ids.point_seq, ids.point = after, point
@@ -159,6 +170,11 @@ class Revival(Execution):
                 runtime.pending.register(self.key, call["id"], call["name"])
         runtime.register(run)
         self._live()
+        if steps:
+            # Parked with its step open: finished first, and the point taken again there, so
+            # a client caught up goes on from a point where nothing is open.
+            events.close_steps()
+            self._point(checkpoint.phase, runtime.pending.waiting(self.key))
         run.task = asyncio.get_running_loop().create_task(
             self.drive(), name=f"run-{run.run_id}", context=_run_context(run)
         )

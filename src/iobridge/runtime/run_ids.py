@@ -43,6 +43,12 @@ class RunIds:
         self._at: list[int] = [after]
         self._tags: list[bytes] = [b""]
 
+    def start_from(self, state: OpenState) -> None:
+        """What clients have open at the point this process goes on from."""
+        self.tracker = OpenTracker(state)
+        encoded = self.tracker.encoded()
+        self._at, self._tags = [self.after], [b"~" + encoded if encoded else b""]
+
     def apply(self, seq: int, event: dict[str, Any]) -> None:
         """Event ``seq`` was appended: follow what it opens or closes."""
         kind = event["type"]
