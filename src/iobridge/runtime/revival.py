@@ -86,12 +86,7 @@ class Revival(Execution):
         assert checkpoint is not None and runtime.checkpoints is not None
         memory = runtime.memory
         assert memory is not None
-        holder = checkpoint.holder
-        if holder and holder != runtime.holder and await runtime.cluster.alive(holder):
-            # Taken over by a live replica that has not claimed it across replicas yet (or
-            # still holds it): it is that replica's to go on with.
-            raise ServiceUnavailable("another replica is continuing the run",
-                                     code="RUN_OWNER_UNAVAILABLE", retry_after=1.0)
+        await self._holder_gone(checkpoint.holder)
         ticket = self.admit()
         try:
             # The store decides first (exactly one process moves the epoch on); only the
@@ -113,6 +108,26 @@ class Revival(Execution):
         finally:
             runtime.admission.started(ticket)
         return self._begin_revived(checkpoint)
+
+    async def _holder_gone(self, holder: str) -> None:
+        """Wait until the replica that holds the checkpoint is gone (a killed one's
+        heartbeat expires ``owner_lost_seconds`` after its last beat).
+
+        Raises:
+            ServiceUnavailable: it is alive (it holds the run, or took it over and has not
+                claimed it across replicas yet): the run is that replica's to go on with.
+        """
+        runtime = self.runtime
+        if not holder or holder == runtime.holder:
+            return
+        settings = runtime.settings
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + settings.owner_lost_seconds + settings.heartbeat_seconds
+        while await runtime.cluster.alive(holder):
+            if loop.time() > deadline:
+                raise ServiceUnavailable("another replica is continuing the run",
+                                         code="RUN_OWNER_UNAVAILABLE", retry_after=1.0)
+            await asyncio.sleep(settings.heartbeat_seconds / 2)
 
     async def _claim_when_free(self) -> None:
         """``claim``, waiting out the locks of a replica that stopped without releasing
