@@ -100,3 +100,13 @@ def test_a_primed_guard_goes_on_from_an_open_state() -> None:
     assert guard.feed(ev.text_content("m", "more")) == [ev.text_content("m", "more")]
     kinds = [e["type"] for e in guard.finish()]
     assert kinds == ["TEXT_MESSAGE_END", "STEP_FINISHED", "RUN_FINISHED"]
+
+
+def test_a_cursor_is_at_most_max_cursor_chars_long() -> None:
+    from iobridge.protocol.event_ids import MAX_CURSOR_CHARS
+
+    longest = "1~s::" + "a" * (MAX_CURSOR_CHARS - 5)
+    assert len(longest) == MAX_CURSOR_CHARS
+    assert parse_cursor(longest).state == OpenState(steps=((None, "a" * (MAX_CURSOR_CHARS - 5)),))
+    with pytest.raises(ValueError):
+        parse_cursor(longest + "a")
