@@ -24,7 +24,7 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass
 from typing import Any, ParamSpec, Protocol, TypeVar
@@ -373,46 +373,24 @@ class Backend:
         run waits for its thread (``queued``), ``sink.queued`` is called at once and instead
         of ``keep_alive``.
         """
-        batches = self._batches(run, after, idle, detach_grace)
-        waiting = isinstance(run, Run) and run.queued
+        if isinstance(run, RemoteRun):
+            batches = self._follow_remote(run, after, idle, detach_grace)
+        else:
+            self.runtime.attach(run)
+            batches = run.log.follow(after, idle=idle)
         try:
-            if waiting:
-                await sink.queued()
             # Closed here, not left to the loop's finalizer hook (a task per run to close it,
             # once the garbage collector finds it).
             async with aclosing(batches):
-                async for events in batches:
-                    if not events:
-                        if waiting and isinstance(run, Run) and run.queued:
-                            await sink.queued()
-                        else:
-                            await sink.keep_alive()
-                        continue
-                    last = _ends(run, events[-1][0])
-                    if not await sink.send(events, last=last) or last:
-                        return
+                ended = await _carry(run, batches, sink)
         except EventsNotRetained as exc:
+            ended = False
             await sink.cut_off(exc)
-            return
-        await sink.end()
-
-    async def _batches(
-        self, run: FollowedRun, after: int, idle: float | None, detach_grace: float | None
-    ) -> AsyncGenerator[list[tuple[int, bytes]]]:
-        """The run's log after ``after`` in batches (empty after ``idle`` quiet seconds),
-        attached as a follower while iterated."""
-        if isinstance(run, RemoteRun):
-            async with aclosing(self._follow_remote(run, after, idle, detach_grace)) as remote:
-                async for batch in remote:
-                    yield batch
-            return
-        self.runtime.attach(run)
-        try:
-            async with aclosing(run.log.follow(after, idle=idle)) as batches:
-                async for batch in batches:
-                    yield batch
         finally:
-            self.runtime.detach(run, grace=detach_grace)
+            if isinstance(run, Run):
+                self.runtime.detach(run, grace=detach_grace)
+        if ended:
+            await sink.end()
 
     async def _follow_remote(
         self, run: RemoteRun, after: int, idle: float | None, detach_grace: float | None
@@ -847,6 +825,27 @@ class RunAliases:
     async def recall(self, principal: Principal, alias: bytes) -> str | None:
         """The runId another replica shared under ``alias`` (``None``: none)."""
         return await self._backend.cluster.recall_alias(self.scope(principal), alias)
+
+
+async def _carry(
+    run: FollowedRun, batches: AsyncIterator[list[tuple[int, bytes]]], sink: EventSink
+) -> bool:
+    """``batches`` to ``sink`` until the run's last event is sent (True) or the sink stops
+    taking them (False); an empty batch is a quiet spell (or, queued, still waiting)."""
+    waiting = isinstance(run, Run) and run.queued
+    if waiting:
+        await sink.queued()
+    async for events in batches:
+        if not events:
+            if waiting and isinstance(run, Run) and run.queued:
+                await sink.queued()
+            else:
+                await sink.keep_alive()
+            continue
+        last = _ends(run, events[-1][0])
+        if not await sink.send(events, last=last) or last:
+            return False
+    return True
 
 
 def _ends(run: FollowedRun, seq: int) -> bool:
