@@ -137,16 +137,17 @@ def serving_process(app: Any) -> Any:
     if tune is None:
         return app
 
-    async def tuned(scope: Any, receive: Any, send: Any) -> None:
+    def tuned(scope: Any, receive: Any, send: Any) -> Any:
+        # A plain function returning the app's awaitable: no coroutine of its own per request.
         if scope["type"] != "lifespan":
-            return await app(scope, receive, send)
+            return app(scope, receive, send)
 
         async def send_then_tune(message: Any) -> None:
             if message["type"] == "lifespan.startup.complete":
                 tune()
             await send(message)
 
-        return await app(scope, receive, send_then_tune)
+        return app(scope, receive, send_then_tune)
 
     return tuned
 
@@ -179,7 +180,7 @@ def main() -> None:
     if args.app == "bridge":
         app = serving_process(app)
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False,
-                backlog=4096, lifespan="auto", **options)
+                backlog=4096, lifespan="auto", interface="asgi3", **options)
 
 
 if __name__ == "__main__":

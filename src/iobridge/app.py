@@ -516,21 +516,29 @@ class Backend:
             leg.sent(plan.prologue[-1][0], plan.tags[-1])
         tagger = self._tagger(leg)
         skip = plan.skip
-        batches = self._batches(run, plan.after, idle, detach_grace)
-        # Closed here, not left to the loop's finalizer hook (a task per run to close it,
-        # once the garbage collector finds it).
-        async with aclosing(batches):
-            async for events in batches:
-                if not events:
-                    await (sink.queued() if isinstance(run, Run) and run.queued
-                           else sink.keep_alive())
-                    continue
-                last = _ends(run, events[-1][0])
-                if skip:
-                    events, seen = skip_results(events, skip)
-                    skip = frozenset() if seen else skip
-                if events and await self._send(leg, sink, events, last, tagger):
-                    return "over"
+        if isinstance(run, RemoteRun):
+            batches = self._follow_remote(run, plan.after, idle, detach_grace)
+        else:
+            self.runtime.attach(run)
+            batches = run.log.follow(plan.after, idle=idle)
+        try:
+            # Closed here, not left to the loop's finalizer hook (a task per run to close it,
+            # once the garbage collector finds it).
+            async with aclosing(batches):
+                async for events in batches:
+                    if not events:
+                        await (sink.queued() if isinstance(run, Run) and run.queued
+                               else sink.keep_alive())
+                        continue
+                    last = _ends(run, events[-1][0])
+                    if skip:
+                        events, seen = skip_results(events, skip)
+                        skip = frozenset() if seen else skip
+                    if events and await self._send(leg, sink, events, last, tagger):
+                        return "over"
+        finally:
+            if isinstance(run, Run):
+                self.runtime.detach(run, grace=detach_grace)
         return "ended" if leg.ended else "cut"
 
     async def _send(
@@ -672,24 +680,6 @@ class Backend:
             return False
         leg.follow(found, keep_cursor=True)
         return True
-
-    async def _batches(
-        self, run: FollowedRun, after: int, idle: float | None, detach_grace: float | None
-    ) -> AsyncGenerator[list[tuple[int, bytes]]]:
-        """The run's log after ``after`` in batches (empty after ``idle`` quiet seconds),
-        attached as a follower while iterated."""
-        if isinstance(run, RemoteRun):
-            async with aclosing(self._follow_remote(run, after, idle, detach_grace)) as remote:
-                async for batch in remote:
-                    yield batch
-            return
-        self.runtime.attach(run)
-        try:
-            async with aclosing(run.log.follow(after, idle=idle)) as batches:
-                async for batch in batches:
-                    yield batch
-        finally:
-            self.runtime.detach(run, grace=detach_grace)
 
     async def _follow_remote(
         self, run: RemoteRun, after: int, idle: float | None, detach_grace: float | None

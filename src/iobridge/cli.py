@@ -229,11 +229,15 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-#: Collector thresholds while serving: a young generation of 20,000 objects instead of 700.
-#: A server allocates in bursts of short-lived objects (a request, a run); with the default,
-#: collections ran every few requests and, with 10,000 runs open, their teardown cost 4.2 s
-#: of CPU instead of 1.6 s (``bench/idle_runs.py``).
-SERVING_GC_THRESHOLDS = (20_000, 20, 100)
+#: Collector thresholds while serving: a young generation of 50,000 objects instead of 700.
+#: A server allocates in bursts of short-lived objects (a request, a run), which reference
+#: counting frees (a run leaves no cycles: ``tests/runtime/test_reference_cycles.py``); a
+#: young collection only walks the requests still in flight. At 700, collections ran every few
+#: requests and a teardown of 10,000 open runs cost 4.2 s of CPU instead of 1.6 s
+#: (``bench/idle_runs.py``); at 20,000, a burst of 200 chat turns still took two collections
+#: (8-9 % of the server's CPU, ``bench/load_runs.py`` 200 x 5), at 50,000 about one in ten
+#: bursts does.
+SERVING_GC_THRESHOLDS = (50_000, 20, 100)
 
 
 def tune_collector_for_serving() -> None:

@@ -227,6 +227,8 @@ def stop(app: App) -> None:
 
 def reload(app: App) -> None:
     """After a reload the page shows the same thread: texts and tool calls with results."""
+    # The last reply's text shows before its run ends; its messages are stored by then.
+    app.wait_idle()
     before = stored_messages(app.stack.bridge_url, app.thread_id)
     app.page.reload()
     app.wait_idle()

@@ -227,3 +227,31 @@ async def test_a_batch_that_times_out_fails_whole_without_waiting_again_per_job(
     assert executor.attempts == [5]  # one transaction for the batch, none per job
     await writer.close()
     await executor.close()
+
+
+async def test_a_read_past_the_timeout_fails_queued_ones_too_and_late_answers_are_dropped(
+    tmp_path: Path,
+) -> None:
+    """Each read is bounded from when it was asked, waiting for a reader included; a reader
+    that answers late changes nothing, and the executor serves the next reads."""
+    engine = create_engine(f"sqlite:///{tmp_path / 'r.db'}")
+    executor = ThreadExecutor(engine, engine, readers=1, timeout=0.3)
+    gate = threading.Event()
+
+    def stuck(conn: Connection) -> str:
+        gate.wait(10)
+        return "late"
+
+    loop = asyncio.get_running_loop()
+    begun = loop.time()
+    first = asyncio.ensure_future(executor.read(stuck))
+    await asyncio.sleep(0)
+    queued = asyncio.ensure_future(executor.read(lambda conn: "never read in time"))
+    results = await asyncio.gather(first, queued, return_exceptions=True)
+    waited = loop.time() - begun
+    assert all(isinstance(r, TimeoutError) for r in results), results
+    assert "did not answer within 0.3 s" in str(results[0])
+    assert 0.3 <= waited < 2.0
+    gate.set()
+    assert await executor.read(lambda conn: conn.execute(text("SELECT 7")).scalar()) == 7
+    await executor.close()

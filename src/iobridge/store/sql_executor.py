@@ -145,14 +145,20 @@ class _BatchedReads(SqlExecutor):
         self._queued.append((fn, future))
         if self._reading < self._readers:
             self._dispatch(loop)
+        # A timer that fails the read's own future: its answer, if it comes later, is dropped.
+        timer = None if self.timeout is None else loop.call_later(
+            self.timeout, _expire, future, self.timeout
+        )
         try:
-            async with asyncio.timeout(self.timeout):
-                return await future
+            return await future
         except Exception as exc:
             outage = _unavailable(exc)
             if outage is None:
                 raise
             raise outage from exc
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     @abstractmethod
     def _read_batch(
@@ -188,6 +194,10 @@ class _BatchedReads(SqlExecutor):
         self._reading -= 1
         if self._queued:
             self._dispatch(loop)
+
+
+def _expire(future: asyncio.Future[Any], timeout: float) -> None:
+    _settle(future, error=TimeoutError(f"the store did not answer within {timeout} s"))
 
 
 def _deliver(
