@@ -923,7 +923,7 @@ class Backend:
 
     def list_agents(self) -> list[dict[str, Any]]:
         """Discovery data: available agents in registration order, then unavailable ones."""
-        return self.catalog.describe_all()
+        return [self._as_served(data) for data in self.catalog.describe_all()]
 
     def describe_agent(self, agent_id: object) -> dict[str, Any]:
         """One agent's discovery data, by id or alias, available or not.
@@ -932,7 +932,19 @@ class Backend:
             InputError: not a valid id.
             NotFoundError: no such agent (``AGENT_NOT_FOUND``).
         """
-        return self.catalog.describe(validate_id(agent_id, "agentId"))
+        return self._as_served(self.catalog.describe(validate_id(agent_id, "agentId")))
+
+    def _as_served(self, data: dict[str, Any]) -> dict[str, Any]:
+        """An agent's discovery data as this deployment runs it: without checkpoints (the
+        memory store, ``durable_runs = false``) no run survives its process."""
+        capabilities = data.get("capabilities") or {}
+        custom = capabilities.get("custom")
+        if self.runtime.checkpoints is not None or not isinstance(custom, dict) or not custom.get(
+            "durableExecution"
+        ):
+            return data
+        custom = {**custom, "durableExecution": False}
+        return {**data, "capabilities": {**capabilities, "custom": custom}}
 
     # -- threads ------------------------------------------------------------------------
 

@@ -103,7 +103,9 @@ def test_every_agent_kind_declares_valid_capabilities(kind: str) -> None:
     assert parsed.identity.type == agent.agent_type
     assert parsed.transport is not None and parsed.transport.streaming is True
     assert parsed.state is not None and parsed.state.persistent_state is True
-    assert declared["custom"] == {"durableExecution": False}
+    # Durable: model and pydantic-ai agents, upstreams; function agents when they opt in.
+    assert declared["custom"] == {"durableExecution": agent.durable}
+    assert agent.durable is (kind not in ("function", "demo"))
 
 
 def test_a_model_agent_declares_its_tools_and_the_media_its_model_takes() -> None:

@@ -78,7 +78,7 @@ class Agent(ABC):
         itself (``own_capabilities``) with the operator's overrides laid over it."""
         declared = merge_capabilities(
             bridge_capabilities(name=self.name, description=self.description,
-                                kind=self.agent_type),
+                                kind=self.agent_type, durable=self.durable),
             self.own_capabilities(),
         )
         declared = merge_capabilities(declared, multi_agent_capabilities(self.tools))

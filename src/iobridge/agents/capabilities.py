@@ -14,7 +14,8 @@ closes every capability object, so an unknown key (a typo) is refused.
 Bridge-wide facts go into every declaration: runs stream over SSE and can be resumed by event
 id (``transport``), the thread keeps the shared state between runs (``state.persistentState``),
 and ``custom.durableExecution`` says whether a run survives the loss of the process that
-drives it (``false`` until runs checkpoint).
+drives it (the agent can re-execute from a checkpoint; the Backend says ``false`` when the
+deployment keeps no checkpoints).
 """
 
 from __future__ import annotations
@@ -112,8 +113,11 @@ def merge_capabilities(base: Mapping[str, Any], override: Mapping[str, Any]) -> 
     return merged
 
 
-def bridge_capabilities(*, name: str, description: str, kind: str) -> dict[str, Any]:
-    """What is true of every agent iobridge serves, whatever the agent."""
+def bridge_capabilities(
+    *, name: str, description: str, kind: str, durable: bool = False
+) -> dict[str, Any]:
+    """What is true of every agent iobridge serves, whatever the agent (``durable``: its
+    runs can be continued from a checkpoint)."""
     identity: dict[str, Any] = {"name": name, "type": kind}
     if description:
         identity["description"] = description
@@ -123,7 +127,7 @@ def bridge_capabilities(*, name: str, description: str, kind: str) -> dict[str, 
         "transport": {"streaming": True, "resumable": True},
         # The thread keeps the state a run ends with for the next one.
         "state": {"persistentState": True},
-        "custom": {"durableExecution": False},
+        "custom": {"durableExecution": durable},
     }
 
 

@@ -104,6 +104,10 @@ class AgUiUpstreamAgent(Agent):
 
     agent_type = "ag-ui"
 
+    #: Its runs go on from the transcript: a continued run asks the upstream again with the
+    #: messages so far (the results its calls got included), as a follow-up round does.
+    durable = True
+
     def __init__(
         self,
         url: str,
