@@ -134,9 +134,11 @@ TIMEOUT_cluster := 5
 DESELECT_cluster := tests/cluster/test_backend.py::test_without_redis_url_nothing_of_redis_is_imported_or_run \
 	tests/cluster/test_backend.py::test_a_follower_whose_attach_was_lost_asks_for_the_mirror
 MUTATE_http := src/iobridge/http/*.py
+# test_multitask.py: the ": queued" comment of an enqueued run's stream.
 TESTS_http := tests/http tests/observability/test_metrics.py tests/observability/test_readiness.py \
 	tests/hostile/test_server_limits.py tests/hostile/test_cross_site.py \
-	tests/hostile/test_encoded_slash.py tests/hostile/test_unusable_principals.py
+	tests/hostile/test_encoded_slash.py tests/hostile/test_unusable_principals.py \
+	tests/branches/test_multitask.py
 # A server subprocess, and node's syntax check of the playground's scripts: neither runs http/.
 DESELECT_http := tests/http/test_demo_hostile.py \
 	tests/http/test_playground.py::test_scripts_parse_as_modules
