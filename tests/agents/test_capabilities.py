@@ -304,7 +304,7 @@ def test_a_refused_declaration_names_every_offending_field(data: Any, message: s
     with pytest.raises(CapabilityError) as refused:
         validate_capabilities(data, where="agents.x.capabilities")
     assert str(refused.value) == message
-    with pytest.raises(CapabilityError, match="^capabilities"):
+    with pytest.raises(CapabilityError, match=r"^capabilities"):
         validate_capabilities(data)
 
 
