@@ -9,6 +9,7 @@ one group's test selection never decides another group's results.
     python scripts/mutants.py run GROUP --mutate 'src/x/*.py' --tests tests/x [--deselect ID ...]
         [--mutants NAME ...]   (only these mutants: mutmut names or fnmatch patterns)
         [--postgres]           (keep IOBRIDGE_TEST_POSTGRES_URL: the PostgreSQL variants run)
+        [--skip 'src/x/y/*' ...] (files the --mutate globs match but mutmut cannot judge)
     python scripts/mutants.py report GROUP [GROUP ...]
 
 The Makefile (``make mutants``) holds the group list; this script only runs and reads.
@@ -49,11 +50,13 @@ def toml_value(value: object) -> str:
     raise TypeError(f"unsupported value in [tool.mutmut]: {value!r}")
 
 
-def group_pyproject(mutate: list[str], tests: list[str]) -> str:
+def group_pyproject(mutate: list[str], tests: list[str], skip: list[str] | None = None) -> str:
     """The project's pyproject.toml with its [tool.mutmut] table narrowed to one group."""
     text = (ROOT / "pyproject.toml").read_text()
     settings = dict(tomllib.loads(text).get("tool", {}).get("mutmut", {}))
     settings["only_mutate"] = mutate
+    if skip:
+        settings["do_not_mutate"] = [*settings.get("do_not_mutate", []), *skip]
     settings["pytest_add_cli_args_test_selection"] = tests
     # The selection plugin (scripts/mutant_tests.py) sits at the root of mutmut's copy.
     settings["also_copy"] = [*settings.get("also_copy", []), "conftest.py"]
@@ -69,8 +72,9 @@ def group_pyproject(mutate: list[str], tests: list[str]) -> str:
 
 
 def run(group: str, mutate: list[str], tests: list[str], deselect: list[str],
-        max_children: int, mutants: list[str], postgres: bool = False) -> int:
-    for pattern in mutate:
+        max_children: int, mutants: list[str], postgres: bool = False,
+        skip: list[str] | None = None) -> int:
+    for pattern in [*mutate, *(skip or [])]:
         if not any(fnmatch.fnmatch(str(p.relative_to(ROOT)), pattern)
                    for p in (ROOT / "src").rglob("*.py")):
             sys.exit(f"mutants: {group}: {pattern!r} matches no file (moved? update the Makefile)")
@@ -84,7 +88,7 @@ def run(group: str, mutate: list[str], tests: list[str], deselect: list[str],
     for name in COPIED:
         shutil.copytree(ROOT / name, work / name, ignore=ignore)
     selection = tests + [arg for node in deselect for arg in ("--deselect", node)]
-    (work / "pyproject.toml").write_text(group_pyproject(mutate, selection))
+    (work / "pyproject.toml").write_text(group_pyproject(mutate, selection, skip))
     # The sqlite variants only: mutants are judged by the in-process suite, not by CI's matrix;
     # a group whose code runs only on PostgreSQL (the store's) keeps the URL with --postgres.
     dropped = ("CI",) if postgres else ("CI", "IOBRIDGE_TEST_POSTGRES_URL")
@@ -173,12 +177,15 @@ def main() -> int:
                             help="only these mutants (names or fnmatch patterns; a sample)")
     run_parser.add_argument("--postgres", action="store_true",
                             help="keep IOBRIDGE_TEST_POSTGRES_URL (PostgreSQL variants run)")
+    run_parser.add_argument("--skip", nargs="*", default=[],
+                            help="globs under src/ that --mutate matches but are not mutated "
+                                 "(code mutmut cannot judge; say why in the Makefile)")
     report_parser = sub.add_parser("report", help="print the per-module score table")
     report_parser.add_argument("groups", nargs="+")
     args = parser.parse_args()
     if args.command == "run":
         return run(args.group, args.mutate, args.tests, args.deselect, args.max_children,
-                   args.mutants, args.postgres)
+                   args.mutants, args.postgres, args.skip)
     return report(args.groups)
 
 

@@ -240,3 +240,87 @@ def test_toml_capabilities_override_and_a_bad_table_makes_the_agent_unavailable(
     unavailable = catalog.describe("typo")
     assert unavailable["status"] == "unavailable" and unavailable["capabilities"] == {}
     assert_valid(unavailable["capabilities"])
+
+
+GROUPS = ("identity, transport, tools, output, state, multiAgent, reasoning, multimodal, "
+          "execution, humanInTheLoop, custom")
+
+
+def test_the_demo_agent_declares_exactly_what_it_does() -> None:
+    """The whole declaration a client reads at ``GET /agents/demo``: the bridge-wide facts
+    (streamed, resumable, state kept, not durable) and the demo's own."""
+    agent = DemoAgent()
+    assert agent.capabilities() == {
+        "identity": {"name": "Demo agent", "type": "demo", "description": agent.description},
+        "transport": {"streaming": True, "resumable": True},
+        "state": {"persistentState": True},
+        "custom": {"durableExecution": False},
+        "tools": {"supported": True, "items": [t.as_declaration() for t in agent.tools],
+                  "parallelCalls": True, "clientProvided": True},
+        "output": {"structuredOutput": False},
+        "reasoning": {"supported": False},
+        "multimodal": {"input": dict.fromkeys(("image", "audio", "video", "pdf", "file"), False),
+                       "output": {"image": False, "audio": False}},
+        "humanInTheLoop": {"supported": True, "interrupts": True, "approvals": True},
+    }
+    assert [t["name"] for t in agent.capabilities()["tools"]["items"]] == [
+        "current_time", "calculate"]
+    assert agent.capabilities()["tools"]["items"][1] == {
+        "name": "calculate", "description": calculate_description(),
+        "parameters": {"type": "object", "properties": {"expression": {"type": "string"}},
+                       "required": ["expression"]}}
+
+
+def calculate_description() -> str:
+    from iobridge.agents.demo import calculate
+
+    return calculate.description
+
+
+def test_an_agent_with_server_tools_and_nothing_else_declares_only_them() -> None:
+    async def echo(ctx: Any) -> AsyncIterator[str]:
+        yield "x"
+
+    plain = FunctionAgent(echo, id="plain", tools=[lookup])
+    own = plain.own_capabilities()
+    assert own == {"tools": {"supported": True, "items": [lookup.as_declaration()]}}
+    assert FunctionAgent(echo, id="bare").own_capabilities() == {}
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ([1], "agents.x.capabilities must be a table of AG-UI capability groups"),
+        ({"zzz": 1, "tools": {"itmes": []}},
+         f"agents.x.capabilities: unknown or malformed key(s) tools.itmes, zzz "
+         f"(AG-UI AgentCapabilities groups: {GROUPS})"),
+        ({"custom": 3, "identity": {"nmae": "x"}},
+         f"agents.x.capabilities: unknown or malformed key(s) custom, identity.nmae "
+         f"(AG-UI AgentCapabilities groups: {GROUPS})"),
+        ({"tools": {"supported": "yes"}, "reasoning": {"supported": 1}},
+         "agents.x.capabilities: tools.supported: Input should be a valid boolean; "
+         "reasoning.supported: Input should be a valid boolean"),
+    ],
+)
+def test_a_refused_declaration_names_every_offending_field(data: Any, message: str) -> None:
+    with pytest.raises(CapabilityError) as refused:
+        validate_capabilities(data, where="agents.x.capabilities")
+    assert str(refused.value) == message
+    with pytest.raises(CapabilityError, match=r"^capabilities"):
+        validate_capabilities(data)
+
+
+def test_a_valid_declaration_comes_back_as_written_with_open_objects_kept() -> None:
+    declared = {"identity": {"name": "x", "metadata": {"free": {"form": 1}}},
+                "custom": {"anything": [1, None]},
+                "tools": {"supported": True, "items": [{"name": "f", "description": "d",
+                                                         "parameters": {"type": "object"}}]}}
+    assert validate_capabilities(declared) == declared
+
+
+def test_accepted_media_reads_only_the_modalities_it_knows() -> None:
+    declared = {"multimodal": {"input": {"image": True, "audio": "yes", "hologram": True,
+                                         "pdf": False}}}
+    assert accepted_media(declared) == {"image": True, "pdf": False}
+    assert accepted_media({"multimodal": {"input": [1]}}) == {}
+    assert accepted_media({"multimodal": 3}) == {}

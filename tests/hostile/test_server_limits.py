@@ -286,3 +286,90 @@ def test_the_serve_command_passes_the_options(monkeypatch: pytest.MonkeyPatch) -
     assert config.http.max_head_bytes == 3000  # type: ignore[union-attr]
     assert issubclass(config.http, LimitedHttpProtocol)  # type: ignore[arg-type]
     assert config.http.header_timeout == 7  # type: ignore[union-attr]
+
+
+def _read_until_closed(sock: socket.socket, within: float) -> bytes:
+    """Everything the server sends until it closes ``sock`` (fails after ``within``)."""
+    received = b""
+    sock.settimeout(within)
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            return received
+        if not chunk:
+            return received
+        received += chunk
+    raise AssertionError(f"still open after {within} s: {received!r}")
+
+
+def test_a_refused_head_is_answered_once_then_closed(
+    limited: Callable[..., LimitedServer],
+) -> None:
+    """The 431 is one complete ``Connection: close`` response with the error envelope; what
+    the client sends after it is dropped (no second answer), and the connection is closed
+    once the linger is over."""
+    server = limited(max_header_bytes=2048)
+    with server.connect() as sock:
+        sock.sendall(get(f"X-Pad: {'a' * 3000}\r\n"))
+        for _ in range(5):  # the client keeps talking: nothing of it is parsed
+            time.sleep(0.02)
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                sock.sendall(get(f"X-More: {'b' * 3000}\r\n"))
+        started = time.monotonic()
+        received = _read_until_closed(sock, within=8)
+        assert time.monotonic() - started < 5  # the linger (2 s) ended it
+    head, _, body = received.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    assert lines[0] == b"HTTP/1.1 431 Request Header Fields Too Large"
+    assert {line.lower() for line in lines[1:]} >= {
+        b"content-type: application/json", b"connection: close",
+        b"content-length: %d" % len(body)}
+    assert json.loads(body) == {"error": {
+        "code": "HEADERS_TOO_LARGE", "message": "the request headers are too large"}}
+    assert received.count(b"HTTP/1.1") == 1
+
+
+def test_a_stalled_body_is_answered_with_its_reason(
+    limited: Callable[..., LimitedServer],
+) -> None:
+    server = limited(body_timeout=0.3)
+    with server.connect() as sock:
+        sock.sendall(b"POST /io-bridge/threads HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+        received = _read_until_closed(sock, within=5)
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.split(b"\r\n")[0] == b"HTTP/1.1 408 Request Timeout"
+    assert json.loads(body) == {"error": {
+        "code": "REQUEST_TIMEOUT", "message": "the request body stalled"}}
+
+
+def test_each_request_of_a_kept_alive_connection_gets_the_whole_head_limit(
+    limited: Callable[..., LimitedServer],
+) -> None:
+    """After a response the head count starts again: a second request exactly at the limit
+    is served, and one over it is refused, on the same connection."""
+    server = limited(max_header_bytes=4096)
+    base = len(get("X-Pad: \r\n"))
+    at_limit = get(f"X-Pad: {'a' * (4096 - base)}\r\n")
+    over = get(f"X-Pad: {'a' * (4097 - base)}\r\n")
+    with server.connect() as sock:
+        responses = ResponseReader(sock)
+        for _ in range(2):
+            sock.sendall(at_limit)
+            assert responses.read()[0] == 200
+        sock.sendall(over)
+        assert responses.read()[0] == 431
+
+
+def test_an_idle_kept_alive_connection_is_closed_at_the_header_timeout(
+    limited: Callable[..., LimitedServer],
+) -> None:
+    """After a response, the next request's head is due within ``header_timeout`` (not
+    uvicorn's longer keep-alive timeout)."""
+    server = limited(header_timeout=0.5, keep_alive_timeout=30)
+    with server.connect() as sock:
+        sock.sendall(get())
+        assert read_response(sock)[0] == 200
+        assert closed_by_peer(sock, within=5) < 3

@@ -27,7 +27,13 @@ async def test_cors_preflight_and_simple_requests_with_cors_origins(serve: Any) 
         preflight = await client.options("/io-bridge/run", headers=PREFLIGHT)
         assert preflight.status_code == 200
         assert preflight.headers["access-control-allow-origin"] == APP_ORIGIN
-        assert "POST" in preflight.headers["access-control-allow-methods"]
+        methods = preflight.headers["access-control-allow-methods"]
+        assert {m.strip() for m in methods.split(",")} == {
+            "GET", "POST", "PATCH", "DELETE", "OPTIONS"}
+        for method in ("GET", "PATCH", "DELETE"):  # what the thread routes take
+            other_method = await client.options("/io-bridge/threads/t", headers={
+                **PREFLIGHT, "Access-Control-Request-Method": method})
+            assert other_method.status_code == 200, method
         allowed = preflight.headers["access-control-allow-headers"].lower()
         assert "content-type" in allowed and "authorization" in allowed
 

@@ -69,8 +69,18 @@ async def test_the_prefix_answers_a_small_index() -> None:
     with LiveServer(create_app(Backend(Settings(database_url="memory://")))) as server:
         async with httpx.AsyncClient(base_url=server.url) as client:
             index = (await client.get("/io-bridge")).json()
-    assert index["name"] == "iobridge" and index["levels"] == [1, 2, 3, 4]
-    assert "POST /run" in index["routes"] and index["prefix"] == "/io-bridge"
+    from iobridge import __version__
+    from iobridge.http.health import ROUTES
+
+    assert index == {"name": "iobridge", "version": __version__,
+                     "protocol": "io.Intelligence Agent Protocol", "levels": [1, 2, 3, 4],
+                     "prefix": "/io-bridge", "routes": ROUTES}
+    assert "POST /run" in index["routes"]
+    # Without a prefix the index is the root.
+    bare = Settings(database_url="memory://", prefix="", playground=False)
+    with LiveServer(create_app(Backend(bare))) as server:
+        root = httpx.get(f"{server.url}/", timeout=10)
+    assert root.status_code == 200 and root.json()["prefix"] == ""
 
 
 async def test_an_unopened_backend_lives_with_the_app_an_open_one_with_its_caller() -> None:

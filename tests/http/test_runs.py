@@ -268,6 +268,60 @@ async def test_body_over_the_limit_is_413(serve: Any) -> None:
     assert server.runtime.active_runs == 0
 
 
+def _padded(body: dict[str, Any], size: int) -> bytes:
+    """``body`` as JSON padded with trailing whitespace to exactly ``size`` bytes."""
+    raw = json.dumps(body).encode()
+    assert len(raw) <= size
+    return raw + b" " * (size - len(raw))
+
+
+async def test_a_body_of_exactly_the_limit_is_read_and_one_byte_more_is_413(
+    serve: Any,
+) -> None:
+    """The limit holds at the byte, for a declared length and for a chunked upload alike,
+    and the refusal names it."""
+    server = serve(max_body_bytes=2048)
+
+    def chunked(raw: bytes) -> Any:
+        async def chunks() -> AsyncIterator[bytes]:
+            for start in range(0, len(raw), 500):
+                yield raw[start:start + 500]
+
+        return chunks()
+
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        for size in (2048, 2049):
+            def raw(run: str) -> bytes:
+                return _padded(run_body("hello", run_id=run, thread_id=run), size)  # noqa: B023
+
+            declared = await client.post("/io-bridge/run", content=raw(f"d{size}"), headers=JSON)
+            streamed = await client.post("/io-bridge/run", content=chunked(raw(f"s{size}")),
+                                         headers=JSON)
+            for response in (declared, streamed):
+                if size == 2048:
+                    assert response.status_code == 200, response.text
+                    assert parse_sse(response.text)[-1]["type"] == "RUN_FINISHED"
+                else:
+                    assert response.status_code == 413
+                    assert response.json()["error"] == {
+                        "code": "PAYLOAD_TOO_LARGE", "message": "request body exceeds 2048 bytes"}
+
+
+async def test_a_declared_length_over_the_limit_is_refused_before_the_body(serve: Any) -> None:
+    """The refusal does not wait for a body it will not read (here: none ever comes)."""
+    server = serve(max_body_bytes=2048)
+    host, port = server.url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(b"POST /io-bridge/run HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: 5000\r\n\r\n")
+        await writer.drain()
+        status = await asyncio.wait_for(reader.readline(), 5)
+    finally:
+        writer.close()
+    assert status.split()[1] == b"413"
+
+
 async def test_same_run_id_while_running_is_409(serve: Any) -> None:
     server = serve()
     body = run_body("get_weather", tools=[WEATHER], thread_id="ta")

@@ -249,3 +249,19 @@ async def test_resource_scoping_in_mode_none(client: httpx.AsyncClient) -> None:
     assert_error(wrong, 404, "THREAD_NOT_FOUND")
     right = await client.get(f"{BASE}/threads/t1", params={"resourceId": "alice"})
     assert right.status_code == 200
+
+
+@pytest.mark.parametrize("store", ["sqlite"], indirect=True)
+async def test_page_sizes_at_their_upper_bound_are_accepted(
+    client: httpx.AsyncClient, store: ThreadStore
+) -> None:
+    await client.post(f"{BASE}/threads", json={"id": "t"})
+    listed = await client.get(f"{BASE}/threads", params={"limit": "100"})
+    assert listed.status_code == 200 and [t["id"] for t in listed.json()["threads"]] == ["t"]
+    messages = await client.get(f"{BASE}/threads/t/messages",
+                                params={"limit": "1000", "format": "agui"})
+    assert messages.status_code == 200 and messages.json()["messages"] == []
+    refused = await client.get(f"{BASE}/threads", params={"limit": "101"})
+    assert refused.json()["error"]["message"] == "limit must be between 1 and 100"
+    word = await client.get(f"{BASE}/threads", params={"limit": "ten"})
+    assert word.json()["error"]["message"] == "limit must be an integer"

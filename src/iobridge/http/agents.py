@@ -13,7 +13,7 @@ from iobridge.protocol.versions import SUPPORTED_VERSIONS
 
 __all__ = ["router"]
 
-router = APIRouter(tags=["agents"])
+router = APIRouter()  # tagged where it is included (http/app.py)
 
 
 @router.get(

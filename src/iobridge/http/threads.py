@@ -29,7 +29,7 @@ MAX_BODY_BYTES = 256 * 1024
 DEFAULT_PAGE = 20
 MAX_PAGE = 100
 
-router = APIRouter(tags=["threads"])
+router = APIRouter()  # tagged where it is included (http/app.py)
 
 _NO_THREAD = "No such thread, or another resource's (THREAD_NOT_FOUND)"
 

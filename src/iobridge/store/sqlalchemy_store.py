@@ -623,6 +623,8 @@ class SqlThreadStore(ThreadStore):
         """The checked write job (raises before anything is queued)."""
         batch = normalize_messages(messages)
         check_thread_ids(thread_id, resource_id, agent_id)
+        if title:
+            check_thread_text(title)  # as every store does (PostgreSQL cannot hold U+0000)
         now = self._clock()
         claim_row = {
             "id": thread_id,
