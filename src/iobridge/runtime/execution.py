@@ -454,7 +454,10 @@ class Execution:
             else:
                 await self.produce()
         finally:
-            await self.conclude()
+            try:
+                await self.conclude()
+            finally:
+                self.session.on_park = None  # the session's way back here: no cycle left
 
     async def produce(self) -> None:
         """The agent's outputs into the log, and how the run ends: finished, interrupted,
