@@ -156,7 +156,12 @@ POSTGRES_store := 1
 SKIP_store := src/iobridge/store/migrations/*
 DESELECT_store := tests/runtime/test_memory.py::test_history_survives_a_killed_server_process
 MUTATE_app := src/iobridge/app.py
-TESTS_app := $(TESTS_runtime) tests/http/test_threads.py tests/cluster/test_backend.py
+# The Backend is the door to branches, discovery, durable runs and the cluster: their
+# in-process tests judge it too (a first run without them left 548 of 1,293 untested).
+TESTS_app := $(TESTS_runtime) tests/http/test_threads.py tests/http/test_agents.py \
+	tests/cluster/test_backend.py tests/cluster/test_backend_threads.py \
+	tests/branches/test_branches_http.py tests/durable/test_durable_backend.py \
+	tests/durable/test_foreign_dormant.py tests/durable/test_upstream_durable.py
 DESELECT_app := $(DESELECT_runtime) $(DESELECT_cluster)
 MUTATE_agents := src/iobridge/agents/*.py
 TESTS_agents := tests/agents tests/http/test_agents.py tests/http/test_agent_ids.py
