@@ -255,3 +255,35 @@ async def test_a_read_past_the_timeout_fails_queued_ones_too_and_late_answers_ar
     gate.set()
     assert await executor.read(lambda conn: conn.execute(text("SELECT 7")).scalar()) == 7
     await executor.close()
+
+
+def test_a_write_batch_groups_run_writes_of_distinct_threads_in_order() -> None:
+    """``write_batch`` hands consecutive run writes of distinct threads, of one writer, to it
+    together; a thread's second write, another writer's write or any other job closes the
+    group, so each thread's writes keep their order."""
+    from iobridge.store.run_batches import RunWrite, write_batch
+
+    calls: list[tuple[str, list[str]]] = []
+
+    def writer(name: str) -> Callable[[Connection, list[RunWrite]], list[tuple[bool, Any]]]:
+        def write_runs(conn: Connection, group: list[RunWrite]) -> list[tuple[bool, Any]]:
+            calls.append((name, [w.claim_row["id"] for w in group]))
+            return [(True, None) for _ in group]
+
+        return write_runs
+
+    a, b = writer("a"), writer("b")
+
+    def run_write(thread: str, write_runs: Any = a) -> RunWrite:
+        return RunWrite(claim_row={"id": thread, "now": None}, rows=[], write_runs=write_runs)
+
+    def other(conn: Connection) -> str:
+        calls.append(("other", []))
+        return "done"
+
+    jobs: list[Any] = [run_write("t1"), run_write("t2"), run_write("t1"), run_write("t3"),
+                       run_write("t4", b), other, run_write("t5"), run_write("t6")]
+    outcomes = write_batch(None, jobs)  # type: ignore[arg-type]  # the writers take no SQL
+    assert calls == [("a", ["t1", "t2"]), ("a", ["t1", "t3"]), ("b", ["t4"]), ("other", []),
+                     ("a", ["t5", "t6"])]
+    assert outcomes == [(True, None)] * 5 + [(True, "done")] + [(True, None)] * 2

@@ -62,21 +62,23 @@ def write_batch(conn: Connection, jobs: list[Any]) -> list[tuple[bool, Any]]:
     group, so each thread's writes stay in order), any other job runs alone."""
     outcomes: list[tuple[bool, Any]] = []
     group: list[RunWrite] = []
+    in_group: set[str] = set()  # the group's threads
     # Durable points go last, together: a point of a run whose end write is in this batch
     # finds its row gone, which is what it should (the run concluded).
     points = [(index, job) for index, job in enumerate(jobs) if isinstance(job, PointJob)]
     jobs = [job for job in jobs if not isinstance(job, PointJob)]
     for job in jobs:
-        if isinstance(job, RunWrite) and all(
-            w.claim_row["id"] != job.claim_row["id"] and w.write_runs is job.write_runs
-            for w in group
+        if isinstance(job, RunWrite) and job.claim_row["id"] not in in_group and (
+            not group or group[0].write_runs is job.write_runs
         ):
             group.append(job)
+            in_group.add(job.claim_row["id"])
             continue
         outcomes += _flush(conn, group)
-        group = []
+        group, in_group = [], set()
         if isinstance(job, RunWrite):
             group.append(job)
+            in_group.add(job.claim_row["id"])
         else:
             outcomes.append((True, job(conn)))
     outcomes += _flush(conn, group)
