@@ -643,3 +643,55 @@ async def test_the_migrated_schema_is_the_one_the_store_declares(kind: str, tmp_
     async with empty_engine(kind, tmp_path) as engine:
         await upgrade_engine(engine)
         assert await in_transaction(engine, differences) == []
+
+
+async def test_run_writes_store_the_text_sqlalchemy_binds_on_sqlite(tmp_path: Path) -> None:
+    """The run writes hand SQLite's driver their values directly (``_SQLITE_ROWS``): the
+    times, JSON and NULLs they store are the text SQLAlchemy's binding of the same values
+    stores, so reads, listings and keyset cursors see one format."""
+    from datetime import UTC, datetime, timedelta, timezone
+
+    path = tmp_path / "rows.db"
+    moments = iter([
+        datetime(2026, 3, 1, 9, 0, 0, tzinfo=UTC),  # microsecond 0: still six digits
+        datetime(2026, 3, 1, 10, 30, 0, 123456, tzinfo=timezone(timedelta(hours=2))),
+    ] * 4)
+    store = await open_store(f"sqlite:///{path}", clock=lambda: next(moments))
+    async with store:
+        message = {"id": "m1", "role": "user", "content": "héllo", "n": 2**63 - 1}
+        await store.write_for_run("driver", resource_id="r", agent_id="a", messages=[message])
+        await store.write_for_run(  # an existing thread: a touch and a second message
+            "driver", resource_id="r", agent_id="a",
+            messages=[{"id": "m2", "role": "assistant", "content": "ok"}],
+        )
+        await store.create_thread("bound", resource_id="r", agent_id="a")
+        await store.append_messages("bound", [message, {"id": "m2", "role": "assistant",
+                                                        "content": "ok"}])
+        listed, _ = await store.list_threads(["r"])
+        assert {t.id: t.updated_at for t in listed} == {
+            "driver": datetime(2026, 3, 1, 8, 30, 0, 123456, tzinfo=UTC),
+            "bound": datetime(2026, 3, 1, 8, 30, 0, 123456, tzinfo=UTC),
+        }
+        for thread_id in ("driver", "bound"):
+            stored = await store.list_messages(thread_id)
+            assert [m["id"] for m in stored] == ["m1", "m2"] and stored[0] == message
+    with sqlite3.connect(path) as db:
+        threads_rows = db.execute(
+            "SELECT id, typeof(created_at), created_at, updated_at, metadata, state,"
+            " interrupts FROM iobridge_threads ORDER BY id").fetchall()
+        message_rows = db.execute(
+            "SELECT thread_id, position, role, tool_call_id, data, created_at"
+            " FROM iobridge_messages ORDER BY thread_id, position").fetchall()
+    bound, driver = threads_rows
+    assert driver == ("driver", "text", "2026-03-01 09:00:00.000000",
+                      "2026-03-01 08:30:00.123456", "{}", None, None)
+    assert bound == ("bound", "text", "2026-03-01 09:00:00.000000",
+                     "2026-03-01 08:30:00.123456", "{}", None, None)
+    first = '{"id":"m1","role":"user","content":"héllo","n":9223372036854775807}'
+    second = '{"id":"m2","role":"assistant","content":"ok"}'
+    assert message_rows == [
+        ("bound", 0, "user", None, first, "2026-03-01 08:30:00.123456"),
+        ("bound", 1, "assistant", None, second, "2026-03-01 08:30:00.123456"),
+        ("driver", 0, "user", None, first, "2026-03-01 09:00:00.000000"),
+        ("driver", 1, "assistant", None, second, "2026-03-01 08:30:00.123456"),
+    ]

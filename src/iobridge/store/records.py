@@ -28,7 +28,7 @@ from sqlalchemy import (
 
 __all__ = [
     "ID_LENGTH", "UTCDateTime", "branches", "checkpoints", "messages", "metadata",
-    "run_tool_results", "threads",
+    "run_tool_results", "sqlite_insert", "sqlite_time", "threads",
 ]
 
 ID_LENGTH = 256
@@ -54,6 +54,19 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def sqlite_time(value: datetime) -> str:
+    """``value`` as ``UTCDateTime`` stores it on SQLite (SQLAlchemy's DATETIME text of the naive
+    UTC time), for values given to the driver directly."""
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
+
+
+def sqlite_insert(table: Table, *columns: str) -> str:
+    """An INSERT of ``columns`` (named as in ``table``) into ``table``, as SQLite's driver
+    takes it: values in column order, ``?`` placeholders."""
+    names = ", ".join(table.c[column].name for column in columns)
+    return f"INSERT INTO {table.name} ({names}) VALUES ({', '.join('?' * len(columns))})"
 
 
 metadata = MetaData()
