@@ -13,6 +13,7 @@ from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
+from iobridge.store.run_batches import RunWrite, write_batch
 from iobridge.store.sql_executor import MAX_READ_BATCH, GroupWriter, ThreadExecutor
 
 
@@ -261,8 +262,6 @@ def test_a_write_batch_groups_run_writes_of_distinct_threads_in_order() -> None:
     """``write_batch`` hands consecutive run writes of distinct threads, of one writer, to it
     together; a thread's second write, another writer's write or any other job closes the
     group, so each thread's writes keep their order."""
-    from iobridge.store.run_batches import RunWrite, write_batch
-
     calls: list[tuple[str, list[str]]] = []
 
     def writer(name: str) -> Callable[[Connection, list[RunWrite]], list[tuple[bool, Any]]]:

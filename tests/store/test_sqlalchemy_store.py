@@ -8,6 +8,7 @@ import sqlite3
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -649,8 +650,6 @@ async def test_run_writes_store_the_text_sqlalchemy_binds_on_sqlite(tmp_path: Pa
     """The run writes hand SQLite's driver their values directly (``_SQLITE_ROWS``): the
     times, JSON and NULLs they store are the text SQLAlchemy's binding of the same values
     stores, so reads, listings and keyset cursors see one format."""
-    from datetime import UTC, datetime, timedelta, timezone
-
     path = tmp_path / "rows.db"
     moments = iter([
         datetime(2026, 3, 1, 9, 0, 0, tzinfo=UTC),  # microsecond 0: still six digits
