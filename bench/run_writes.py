@@ -27,14 +27,14 @@ from pathlib import Path
 from _harness import THIS_TREE, Tree, add_baseline_option, baseline_tree
 
 
-async def _bursts(url: str, writes: int, bursts: int, tag: str) -> float:
+async def _bursts(url: str, writes: int, bursts: int) -> float:
     """CPU seconds of this process per write over ``bursts`` bursts (after one warm-up)."""
     from iobridge.store.migrate import open_store
 
     store = await open_store(url)
     async with store:
         async def burst(name: str) -> None:
-            threads = [f"{tag}-{name}-{i}" for i in range(writes)]
+            threads = [f"t-{name}-{i}" for i in range(writes)]
             await asyncio.gather(*(
                 store.write_for_run(t, resource_id="r", agent_id="bench",
                                     messages=[{"id": f"u-{t}", "role": "user", "content": "hello"}])
@@ -57,13 +57,13 @@ def _child(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as folder:
         # The spelling every core reads (af03d35 knows no other).
         url = f"sqlite+aiosqlite:///{folder}/writes.db"
-        per_write = asyncio.run(_bursts(url, args.writes, args.bursts, args.tag))
+        per_write = asyncio.run(_bursts(url, args.writes, args.bursts))
     print(json.dumps({"cpu_per_write": per_write}))
 
 
-def _measure(tree: Tree, args: argparse.Namespace, tag: str) -> float:
+def _measure(tree: Tree, args: argparse.Namespace) -> float:
     command = [tree.python, str(Path(__file__).resolve()), "--child", "--writes",
-               str(args.writes), "--bursts", str(args.bursts), "--tag", tag]
+               str(args.writes), "--bursts", str(args.bursts)]
     done = subprocess.run(command, env={**os.environ, **tree.env}, capture_output=True, text=True,
                           timeout=600, check=False)
     if done.returncode != 0:
@@ -78,7 +78,6 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9, help="rounds, trees taking turns")
     parser.add_argument("--quick", action="store_true", help="50 writes, 3 bursts, 2 rounds")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--tag", default="w", help=argparse.SUPPRESS)
     add_baseline_option(parser)
     args = parser.parse_args()
     if args.child:
@@ -92,7 +91,7 @@ def main() -> None:
     for n in range(args.rounds):
         order = trees if n % 2 == 0 else trees[::-1]  # neither tree always goes first
         for tree in order:
-            figures[tree.name].append(_measure(tree, args, f"r{n}"))
+            figures[tree.name].append(_measure(tree, args))
     print(f"{args.writes} concurrent run writes x 2 (start, end) per burst, {args.bursts} bursts, "
           f"median of {args.rounds} rounds: store process CPU per write")
     for tree in trees:

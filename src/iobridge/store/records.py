@@ -47,8 +47,7 @@ class UTCDateTime(TypeDecorator[datetime]):
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+        return _naive_utc(value) if dialect.name == "sqlite" else value.astimezone(UTC)
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
@@ -56,10 +55,15 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+def _naive_utc(value: datetime) -> datetime:
+    """What SQLite keeps of ``value``: its UTC time without a time zone."""
+    return value.astimezone(UTC).replace(tzinfo=None)
+
+
 def sqlite_time(value: datetime) -> str:
     """``value`` as ``UTCDateTime`` stores it on SQLite (SQLAlchemy's DATETIME text of the naive
     UTC time), for values given to the driver directly."""
-    return value.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
+    return _naive_utc(value).isoformat(" ", "microseconds")
 
 
 def sqlite_insert(table: Table, *columns: str) -> str:

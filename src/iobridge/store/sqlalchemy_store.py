@@ -246,14 +246,16 @@ _TITLE = (
 )
 #: The run writes' statements on SQLite as the driver takes them (``?`` placeholders, values
 #: in column order): new threads, their messages, the touch of an existing thread.
-_SQLITE_ROWS = {
-    "thread": sqlite_insert(threads, "id", "resource_id", "agent_id", "title", "metadata",
-                            "created_at", "updated_at", "state", "interrupts"),
-    "message": sqlite_insert(messages, "thread_id", "position", "message_id", "role",
-                             "tool_call_id", "data", "created_at"),
-    "touch": f"UPDATE {threads.name} SET {threads.c.updated_at.name} = ? "
-             f"WHERE {threads.c.id.name} = ?",
-}
+_SQLITE_NEW_THREADS = sqlite_insert(
+    threads, "id", "resource_id", "agent_id", "title", "metadata", "created_at", "updated_at",
+    "state", "interrupts",
+)
+_SQLITE_NEW_MESSAGES = sqlite_insert(
+    messages, "thread_id", "position", "message_id", "role", "tool_call_id", "data", "created_at"
+)
+_SQLITE_TOUCH = (
+    f"UPDATE {threads.name} SET {threads.c.updated_at.name} = ? WHERE {threads.c.id.name} = ?"
+)
 
 
 def _thread(row: Row[Any]) -> Thread:
@@ -903,7 +905,8 @@ def _sqlite_write_runs(conn: Connection, group: list[RunWrite]) -> list[tuple[bo
     (``BEGIN IMMEDIATE``), so what is read here still holds when the rows are written.
 
     New threads, messages and touches (every run writes them) go to the driver as rows of
-    values (``_SQLITE_ROWS``): SQLAlchemy's per-value processing doubled this function's CPU.
+    values (``_SQLITE_NEW_THREADS``, ``_SQLITE_NEW_MESSAGES``, ``_SQLITE_TOUCH``):
+    SQLAlchemy's per-value processing doubled this function's CPU.
     """
     ids = [w.claim_row["id"] for w in group]
     known: dict[str, tuple[str, int | None]] = {}
@@ -951,8 +954,8 @@ def _sqlite_write_runs(conn: Connection, group: list[RunWrite]) -> list[tuple[bo
             when = sqlite_time(w.claim_row["now"])
             rows += _positioned(fresh, start, when)
             touches.append((when, w.claim_row["id"]))
-    for sql, values in ((_SQLITE_ROWS["thread"], created), (_SQLITE_ROWS["message"], rows),
-                        (_SQLITE_ROWS["touch"], touches)):
+    for sql, values in ((_SQLITE_NEW_THREADS, created), (_SQLITE_NEW_MESSAGES, rows),
+                        (_SQLITE_TOUCH, touches)):
         if values:
             conn.exec_driver_sql(sql, values)
     for statement, params in ((_TITLE, titles), (_CARRYOVER, carries)):
@@ -967,7 +970,7 @@ def _json_or_null(value: Any) -> str | None:
 
 
 def _positioned(rows: list[dict[str, Any]], start: int, when: str) -> list[tuple[Any, ...]]:
-    """Message rows of a ``RunWrite`` as values of ``_SQLITE_ROWS["message"]``, from
+    """Message rows of a ``RunWrite`` as values of ``_SQLITE_NEW_MESSAGES``, from
     position ``start`` on, created at ``when`` (``sqlite_time``)."""
     return [
         (r["thread_id"], start + offset, r["message_id"], r["role"], r["tool_call_id"],
