@@ -85,7 +85,9 @@ async def slowloris(url: str, client: httpx.AsyncClient) -> int:
                     break
         try:
             closed = await asyncio.wait_for(reader.read(), 10) == b""
-        except ConnectionResetError:  # closed with our bytes unread: a reset is a close
+        except (ConnectionResetError, BrokenPipeError):
+            # Closed with our bytes unread: the reset (seen by a read, or by a write that
+            # the transport then hands to the reader) is the close.
             closed = True
         writer.close()
         return closed
