@@ -1010,6 +1010,7 @@ class Backend:
         validate_id(thread_id, "threadId")
         if resource is not None:
             validate_id(resource, "resourceId")
+        await self._start_written(principal, thread_id, resource)
         thread = await self.store.get_thread(thread_id)
         if (
             thread is None
@@ -1018,6 +1019,25 @@ class Backend:
         ):
             raise _thread_not_found(thread_id)
         return thread
+
+    async def _start_written(
+        self, principal: Principal, thread_id: str, resource: str | None
+    ) -> None:
+        """Wait for the start writes of this process's live runs on ``thread_id`` that the
+        caller may see (of ``resource`` when given).
+
+        A run's start write (a new thread, the run's input messages) is begun before
+        RUN_STARTED and not awaited: a client that saw RUN_STARTED and reads the thread at
+        once finds it and its messages. Another resource's run is not waited for.
+        """
+        writes = [
+            write for owner, write in self.runtime.start_writes(thread_id).items()
+            if self.authenticator.can_access(principal, owner)
+            and (resource is None or owner == resource)
+        ]
+        if writes:
+            # Waited, never cancelled (the run settles it); bounded like every store call.
+            await asyncio.wait(writes, timeout=self.settings.store_timeout_seconds)
 
     @_store_route
     async def update_thread(

@@ -3,6 +3,8 @@ file and PostgreSQL, auth mode none."""
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -10,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 from tests.backends import SQL_BACKENDS, open_backend
-from tests.helpers import app_client, parse_sse, run_body
+from tests.helpers import LiveServer, app_client, parse_sse, run_body
 
 from iobridge.agents.function import FunctionAgent
 from iobridge.app import Backend
@@ -265,3 +267,42 @@ async def test_page_sizes_at_their_upper_bound_are_accepted(
     assert refused.json()["error"]["message"] == "limit must be between 1 and 100"
     word = await client.get(f"{BASE}/threads", params={"limit": "ten"})
     assert word.json()["error"]["message"] == "limit must be an integer"
+
+
+async def test_a_thread_read_after_run_started_waits_for_the_runs_start_write(
+    tmp_path: Path,
+) -> None:
+    """The start write (the new thread, the run's input) is begun before RUN_STARTED and not
+    awaited: a client reading the thread at once gets it, not 404, however slow the write.
+    Another resource's read does not wait for it and answers as for a missing thread."""
+    database = tmp_path / "t.db"
+    settings = Settings(database_url=f"sqlite+aiosqlite:///{database}")
+    with LiveServer(create_app(Backend(settings, agents=[FunctionAgent(_reply, id="a")]))) as live:
+        # Another connection holds SQLite's write lock: the run's writes wait for it (reads,
+        # under WAL, do not).
+        lock = sqlite3.connect(database, isolation_level=None)
+        lock.execute("BEGIN IMMEDIATE")
+        try:
+            async with httpx.AsyncClient(base_url=live.url + BASE, timeout=30) as http:
+                body = run_body("hello", thread_id="fresh", resourceId="alice")
+                async with http.stream("POST", "/run", json=body) as response:
+                    lines = response.aiter_lines()
+                    while "RUN_STARTED" not in await anext(lines):
+                        pass
+                    own = asyncio.create_task(
+                        http.get("/threads/fresh", params={"resourceId": "alice"}))
+                    foreign = await http.get("/threads/fresh", params={"resourceId": "bob"})
+                    assert_error(foreign, 404, "THREAD_NOT_FOUND")
+                    await asyncio.sleep(0.2)
+                    assert not own.done(), own.result().text
+                    lock.execute("ROLLBACK")
+                    thread = await own
+                    assert thread.status_code == 200, thread.text
+                    assert thread.json()["resourceId"] == "alice"
+                    messages = await http.get("/threads/fresh/messages",
+                                              params={"resourceId": "alice", "format": "agui"})
+                    assert [m["content"] for m in messages.json()["messages"]][:1] == ["hello"]
+                # Settled writes are not kept.
+                assert live.runtime.start_writes("fresh") == {}
+        finally:
+            lock.close()

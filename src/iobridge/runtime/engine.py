@@ -113,6 +113,8 @@ class Runtime:
         self._events: dict[str, int] = {}
         #: When a run's end write last failed (monotonic), until one succeeds again.
         self._write_failed_at: float | None = None
+        #: Start writes begun and not settled, by thread id, then resource (one per live run).
+        self._start_writes: dict[str, dict[str, asyncio.Future[None]]] = {}
         self.metrics.watch(self._sample)
 
     # -- starting ----------------------------------------------------------------------
@@ -223,6 +225,24 @@ class Runtime:
         if run.key in self._runs:
             self._forget(run.key)
         self._runs[run.key] = run
+
+    def writing_start(self, run: Run, write: asyncio.Future[None]) -> None:
+        """The run's start write (its thread, when new, and its messages) is begun, not
+        awaited, before its events flow: thread reads wait for it (``start_writes``)."""
+        writes = self._start_writes.setdefault(run.thread_id, {})
+        writes[run.resource_id] = write
+
+        def settled(_: object) -> None:
+            if writes.get(run.resource_id) is write:
+                del writes[run.resource_id]
+                if not writes and self._start_writes.get(run.thread_id) is writes:
+                    del self._start_writes[run.thread_id]
+
+        write.add_done_callback(settled)
+
+    def start_writes(self, thread_id: str) -> dict[str, asyncio.Future[None]]:
+        """The unsettled start writes of live runs on ``thread_id``, by resource."""
+        return self._start_writes.get(thread_id, {})
 
     def ending(self, run: Run) -> None:
         """The run's agent is done: no pending call or detach timer outlives it."""

@@ -343,11 +343,13 @@ class Execution:
         checkpoints, memory = self.checkpoints, self.memory
         if checkpoints is None or memory is None:
             self._saved = memory_start(memory)
-            return
-        row = checkpoints.first(self._point_values([]), self.run.log.last_seq)
-        self._saved = memory.save_start(row)
-        if self._saved is None:
-            self._first_write = checkpoints.store.insert_checkpoint(row)
+        else:
+            row = checkpoints.first(self._point_values([]), self.run.log.last_seq)
+            self._saved = memory.save_start(row)
+            if self._saved is None:
+                self._first_write = checkpoints.store.insert_checkpoint(row)
+        if self._saved is not None:
+            self.runtime.writing_start(self.run, self._saved)
 
     def _parts(self) -> None:
         """The run's event side, its agent session and the agent's context."""
