@@ -996,6 +996,7 @@ class Backend:
         scope = self.authenticator.list_scope(principal, resource)
         if agent_id is not None:
             agent_id = self.catalog.canonical(agent_id) or agent_id
+        await _settled(self.runtime.start_writes_of(scope), self.settings.store_timeout_seconds)
         return await self.store.list_threads(scope, agent_id=agent_id, limit=limit, cursor=cursor)
 
     @_store_route
@@ -1028,16 +1029,15 @@ class Backend:
 
         A run's start write (a new thread, the run's input messages) is begun before
         RUN_STARTED and not awaited: a client that saw RUN_STARTED and reads the thread at
-        once finds it and its messages. Another resource's run is not waited for.
+        once finds it and its messages (and ``list_threads`` lists it). Another resource's
+        run is not waited for.
         """
         writes = [
             write for owner, write in self.runtime.start_writes(thread_id).items()
             if self.authenticator.can_access(principal, owner)
             and (resource is None or owner == resource)
         ]
-        if writes:
-            # Waited, never cancelled (the run settles it); bounded like every store call.
-            await asyncio.wait(writes, timeout=self.settings.store_timeout_seconds)
+        await _settled(writes, self.settings.store_timeout_seconds)
 
     @_store_route
     async def update_thread(
@@ -1317,6 +1317,13 @@ def _ends(run: FollowedRun, seq: int) -> bool:
         return False
     log = run.log
     return log.closed and seq == log.last_seq
+
+
+async def _settled(writes: list[asyncio.Future[None]], timeout: float) -> None:
+    """Wait for runs' start writes, never cancelling them (their runs settle them), at most
+    ``timeout`` seconds like every store call; a thread read then sees what they stored."""
+    if writes:
+        await asyncio.wait(writes, timeout=timeout)
 
 
 def _resources(principal: Principal) -> list[str] | None:

@@ -273,8 +273,8 @@ async def test_a_thread_read_after_run_started_waits_for_the_runs_start_write(
     tmp_path: Path,
 ) -> None:
     """The start write (the new thread, the run's input) is begun before RUN_STARTED and not
-    awaited: a client reading the thread at once gets it, not 404, however slow the write.
-    Another resource's read does not wait for it and answers as for a missing thread."""
+    awaited: a client reading the thread (or listing its threads) at once gets it, not 404,
+    however slow the write. Another resource's reads do not wait for it and see nothing."""
     database = tmp_path / "t.db"
     settings = Settings(database_url=f"sqlite+aiosqlite:///{database}")
     with LiveServer(create_app(Backend(settings, agents=[FunctionAgent(_reply, id="a")]))) as live:
@@ -289,16 +289,21 @@ async def test_a_thread_read_after_run_started_waits_for_the_runs_start_write(
                     lines = response.aiter_lines()
                     while "RUN_STARTED" not in await anext(lines):
                         pass
-                    own = asyncio.create_task(
-                        http.get("/threads/fresh", params={"resourceId": "alice"}))
+                    alice = {"resourceId": "alice"}
+                    own = asyncio.create_task(http.get("/threads/fresh", params=alice))
+                    listed = asyncio.create_task(http.get("/threads", params=alice))
                     foreign = await http.get("/threads/fresh", params={"resourceId": "bob"})
                     assert_error(foreign, 404, "THREAD_NOT_FOUND")
+                    others = await http.get("/threads", params={"resourceId": "bob"})
+                    assert others.json() == {"threads": []}
                     await asyncio.sleep(0.2)
                     assert not own.done(), own.result().text
+                    assert not listed.done(), listed.result().text
                     lock.execute("ROLLBACK")
                     thread = await own
                     assert thread.status_code == 200, thread.text
                     assert thread.json()["resourceId"] == "alice"
+                    assert [t["id"] for t in (await listed).json()["threads"]] == ["fresh"]
                     messages = await http.get("/threads/fresh/messages",
                                               params={"resourceId": "alice", "format": "agui"})
                     assert [m["content"] for m in messages.json()["messages"]][:1] == ["hello"]

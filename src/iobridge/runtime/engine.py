@@ -244,6 +244,12 @@ class Runtime:
         """The unsettled start writes of live runs on ``thread_id``, by resource."""
         return self._start_writes.get(thread_id, {})
 
+    def start_writes_of(self, resources: frozenset[str]) -> list[asyncio.Future[None]]:
+        """The unsettled start writes of live runs on threads of ``resources`` (a walk over
+        the live runs' writes: at most ``max_active_runs``)."""
+        return [write for writes in self._start_writes.values()
+                for resource, write in writes.items() if resource in resources]
+
     def ending(self, run: Run) -> None:
         """The run's agent is done: no pending call or detach timer outlives it."""
         self.pending.cancel_run(run.key)
