@@ -5,6 +5,7 @@ request, and a run request under another method or path, still reaches the route
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 import httpx
@@ -17,9 +18,13 @@ WEATHER = {
 }
 
 
+#: mutmut's copy of a method (``make mutants``): ``Class.xǁClassǁmethod__mutmut_orig``.
+_MUTMUT_COPY = re.compile(r"\.xǁ\w+ǁ(\w+?)__mutmut_\w+$")
+
+
 def _request_chains(server: LiveServer) -> list[list[str]]:
     """For each task of the server's loop, the coroutines it is suspended in, outermost
-    first, as ``file:qualified name``."""
+    first, as ``file:qualified name`` (a mutmut copy named as the method it copies)."""
     loop = server.server.servers[0].get_loop()
 
     async def collect() -> list[list[str]]:
@@ -28,7 +33,8 @@ def _request_chains(server: LiveServer) -> list[list[str]]:
             chain: list[str] = []
             coro: Any = task.get_coro()
             while coro is not None and hasattr(coro, "cr_code"):
-                chain.append(f"{coro.cr_code.co_filename}:{coro.cr_code.co_qualname}")
+                name = _MUTMUT_COPY.sub(r".\1", coro.cr_code.co_qualname)
+                chain.append(f"{coro.cr_code.co_filename}:{name}")
                 coro = coro.cr_await
             chains.append(chain)
         return chains
