@@ -20,11 +20,14 @@ WEATHER = {
 
 #: mutmut's copy of a method (``make mutants``): ``Class.xǁClassǁmethod__mutmut_orig``.
 _MUTMUT_COPY = re.compile(r"\.xǁ\w+ǁ(\w+?)__mutmut_\w+$")
+#: The coroutine mutmut wraps each copied coroutine function in.
+_MUTMUT_WRAPPER = "._trampoline_wrapper"
 
 
 def _request_chains(server: LiveServer) -> list[list[str]]:
     """For each task of the server's loop, the coroutines it is suspended in, outermost
-    first, as ``file:qualified name`` (a mutmut copy named as the method it copies)."""
+    first, as ``file:qualified name`` (under mutmut: its wrappers left out, its copies named
+    as the methods they copy)."""
     loop = server.server.servers[0].get_loop()
 
     async def collect() -> list[list[str]]:
@@ -34,7 +37,8 @@ def _request_chains(server: LiveServer) -> list[list[str]]:
             coro: Any = task.get_coro()
             while coro is not None and hasattr(coro, "cr_code"):
                 name = _MUTMUT_COPY.sub(r".\1", coro.cr_code.co_qualname)
-                chain.append(f"{coro.cr_code.co_filename}:{name}")
+                if not name.endswith(_MUTMUT_WRAPPER):
+                    chain.append(f"{coro.cr_code.co_filename}:{name}")
                 coro = coro.cr_await
             chains.append(chain)
         return chains
