@@ -7,6 +7,7 @@ writes; a recorder around the real app (served over loopback) sees them.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -33,6 +34,8 @@ class Recorder:
         #: The ``receive`` calls of each path: the type of message each returned, or
         #: ``"waiting"`` (still waiting, or cancelled while it waited).
         self.received: dict[str, list[str]] = {}
+        #: How each request's app call ended: ``"returned"`` or what it raised.
+        self.ended: dict[str, list[str]] = {}
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -53,7 +56,13 @@ class Recorder:
             received[index] = message["type"]
             return message
 
-        await self.app(scope, counted, record)
+        ended = self.ended.setdefault(scope["path"], [])
+        try:
+            await self.app(scope, counted, record)
+        except BaseException as exc:
+            ended.append(type(exc).__name__)
+            raise
+        ended.append("returned")
 
 
 async def five(ctx: Any) -> AsyncIterator[AgentOutput]:
@@ -79,7 +88,8 @@ def recorded(tmp_path: Path) -> Iterator[tuple[LiveServer, Recorder]]:
         create_app(Backend(
             settings,
             agents=[FunctionAgent(five, id="five"), FunctionAgent(broken, id="broken"),
-                    FunctionAgent(slow, id="slow")],
+                    FunctionAgent(slow, id="slow"),
+                    FunctionAgent(five, id="durable", durable=True)],
         ))
     )
     server = LiveServer(app)  # type: ignore[arg-type]
@@ -158,10 +168,14 @@ async def test_a_stream_is_watched_for_a_disconnect_only_once_it_lasts(
                 if "TEXT_MESSAGE_CONTENT" in line:
                     break  # the first delta is out: leave mid-run
     for _ in range(200):
-        if app.received.get("/io-bridge/run", [])[-1:] == ["http.disconnect"]:
+        if app.received.get("/io-bridge/run", [])[-1:] == ["http.disconnect"] and len(
+            app.ended["/io-bridge/run"]) == 2:
             break
         await asyncio.sleep(0.02)
     assert app.received["/io-bridge/run"] == ["http.request", "http.disconnect"]
+    # The stream a client left ends its request quietly (no cancellation for the server to
+    # log as an ASGI error).
+    assert app.ended["/io-bridge/run"] == ["returned", "returned"]
 
 
 async def test_a_short_run_in_memory_is_three_writes() -> None:
@@ -188,3 +202,22 @@ async def test_a_short_run_in_memory_is_three_writes() -> None:
     assert_ends_with_terminal(bodies, "RUN_FINISHED")
     # Stored before the terminal event left: the thread holds the turn.
     assert [m["role"] for m in thread.json()["messages"]] == ["user", "assistant"]
+
+
+async def test_a_durable_runs_event_ids_carry_what_is_open(
+    recorded: tuple[LiveServer, Recorder],
+) -> None:
+    """A durable run's SSE ids say what the client has open after each event (its text
+    message while it streams), the cursor a resume from another process needs."""
+    server, _ = recorded
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        response = await client.post("/io-bridge/run", json=run_body("hi", agentId="durable"))
+    lines = response.text.splitlines()
+    ids = {json.loads(data[6:])["type"]: line[4:] for line, data in itertools.pairwise(lines)
+           if line.startswith("id: ") and data.startswith("data: ")}
+    message_id = next(json.loads(line[6:])["messageId"] for line in lines
+                      if '"TEXT_MESSAGE_START"' in line)
+    assert ids["RUN_STARTED"] == "1"
+    assert ids["TEXT_MESSAGE_START"].endswith(f"~t::{message_id}")
+    assert ids["TEXT_MESSAGE_CONTENT"].endswith(f"~t::{message_id}")
+    assert "~" not in ids["TEXT_MESSAGE_END"] and "~" not in ids["RUN_FINISHED"]
