@@ -221,3 +221,20 @@ async def test_a_durable_runs_event_ids_carry_what_is_open(
     assert ids["TEXT_MESSAGE_START"].endswith(f"~t::{message_id}")
     assert ids["TEXT_MESSAGE_CONTENT"].endswith(f"~t::{message_id}")
     assert "~" not in ids["TEXT_MESSAGE_END"] and "~" not in ids["RUN_FINISHED"]
+
+
+async def test_a_resume_after_the_terminal_event_is_an_empty_ended_body(
+    recorded: tuple[LiveServer, Recorder],
+) -> None:
+    """Nothing is left after the cursor of an ended run's last event: the stream ends at once,
+    its body closed by one empty write (not held open, no event sent again)."""
+    server, app = recorded
+    async with httpx.AsyncClient(base_url=server.url) as client:
+        first = await client.post("/io-bridge/run", json=run_body("hi", agentId="five"))
+        total = sum(line.startswith("id: ") for line in first.text.splitlines())
+        resumed = await client.get("/io-bridge/runs/r1/events",
+                                   headers={"Last-Event-ID": str(total)})
+    assert resumed.status_code == 200
+    assert resumed.headers["content-type"].startswith("text/event-stream")
+    assert resumed.text == ""
+    assert app.bodies["/io-bridge/runs/r1/events"] == [(b"", False)]
