@@ -22,8 +22,10 @@ the mutated *statement*, likeliest killers first:
   exactly as it does unmutated, so it cannot kill the mutant: dropping it changes no
   verdict, only the time.
   With no such test left the run collects nothing, which mutmut records as "no tests" (not
-  killed). A change in the signature (a default value), a copy that does not line up, or a
-  file the measurement does not know keeps all of mutmut's tests.
+  killed). A change in the signature (a default value), a copy that does not line up, a
+  file the measurement does not know, or a statement only run outside any test (at import,
+  as a route decorator's arguments: each mutant's test process imports the module afresh)
+  keeps all of mutmut's tests.
 
 ``scripts/mutants.py`` installs this file as the scratch project's root ``conftest.py``.
 """
@@ -50,6 +52,8 @@ KILLS_FILE = "mutant-kills.jsonl"  # which test killed a mutant of which functio
 TIMEOUT_FACTOR = float(os.environ.get("IOBRIDGE_MUTANT_TIMEOUT_FACTOR", "10"))
 MIN_TIMEOUT = 5.0
 _MARK = "__mutmut_"
+#: The context of what runs outside any test (coverage's default, empty).
+OUTSIDE = ""
 
 
 # -- measuring ----------------------------------------------------------------------------
@@ -78,7 +82,10 @@ class _Measure:
         lines: dict[str, dict[str, list[str]]] = {}
         for path in data.measured_files():
             by_line = data.contexts_by_lineno(path)
-            tests = {str(n): sorted(c for c in ctx if c) for n, ctx in by_line.items()}
+            # A line only run outside every test (at import: a decorator's arguments) keeps
+            # the empty context, OUTSIDE: every test process runs it when it imports.
+            tests = {str(n): sorted(c for c in ctx if c) or sorted(set(ctx) & {OUTSIDE})
+                     for n, ctx in by_line.items()}
             lines[str(Path(path).resolve().relative_to(root))] = {
                 n: t for n, t in tests.items() if t}
         self.out.write_text(json.dumps(lines))
@@ -214,7 +221,8 @@ def reaching_tests(mutant: str, root: Path, mutated_root: Path) -> set[str] | No
     by_line = json.loads(measured.read_text()).get(str(split[0]))
     if lines is None or by_line is None:
         return None
-    return {test for n in lines for test in by_line.get(str(n), ())}
+    reached = {test for n in lines for test in by_line.get(str(n), ())}
+    return None if OUTSIDE in reached else reached
 
 
 def _kills(root: Path, function: str, source: Path) -> tuple[Counter[str], Counter[str]]:

@@ -79,6 +79,16 @@ def test_only_tests_reaching_the_statement_are_kept(tmp_path: Path) -> None:
     assert reaching_tests("pkg.mod.xǁBoxǁput__mutmut_3", root, mutated) is None
 
 
+def test_a_statement_run_only_outside_tests_keeps_every_test(tmp_path: Path) -> None:
+    """Run at import (a decorator's arguments), it is run by every test process: the
+    selection cannot narrow it, and dropping every test would call it untested."""
+    root, mutated = layout(tmp_path)
+    (root / LINES_FILE).write_text(json.dumps({"src/pkg/mod.py": {
+        "3": [""], "4": ["t.py::a"], "8": ["t.py::b"]}}))
+    assert reaching_tests("pkg.mod.xǁBoxǁput__mutmut_1", root, mutated) is None
+    assert reaching_tests("pkg.mod.xǁBoxǁput__mutmut_2", root, mutated) == {"t.py::a"}
+
+
 def test_without_a_measurement_or_a_known_function_all_tests_are_kept(tmp_path: Path) -> None:
     root, mutated = layout(tmp_path)
     assert reaching_tests("pkg.mod.xǁBoxǁput__mutmut_1", root, mutated) is None  # no file yet
@@ -93,7 +103,8 @@ def test_the_measurement_credits_a_line_run_on_another_thread_to_its_test(
     (tmp_path / "src" / "pkg").mkdir(parents=True)
     (tmp_path / "src" / "pkg" / "__init__.py").write_text("")
     (tmp_path / "src" / "pkg" / "mod.py").write_text(
-        "def direct():\n    return 1\n\n\ndef threaded():\n    return 2\n")
+        "def direct():\n    return 1\n\n\ndef threaded():\n    return 2\n\n\n"
+        "def at_import():\n    return 3\n\n\nCONSTANT = at_import()\n")
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_pkg.py").write_text(
         "import threading\nfrom pkg import mod\n\n\n"
@@ -112,3 +123,4 @@ def test_the_measurement_credits_a_line_run_on_another_thread_to_its_test(
     lines = json.loads(out.read_text())["src/pkg/mod.py"]
     assert lines["2"] == ["tests/test_pkg.py::test_direct"]
     assert lines["6"] == ["tests/test_pkg.py::test_threaded"]
+    assert lines["10"] == [""]  # only run at import, outside every test
