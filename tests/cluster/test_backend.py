@@ -421,3 +421,64 @@ async def test_a_replica_whose_claim_expired_does_not_release_its_successor_s(
                 assert await redis.get(lock) is None  # B released its own
         finally:
             await redis.aclose()
+
+
+async def test_a_follower_goes_on_where_a_stopped_replica_s_durable_run_is_continued(
+    tmp_path: Path,
+) -> None:
+    """A durable run parked on A, followed from B: A stops (the run is let go at its point,
+    no terminal event), and B's follower finds the run no process holds, continues it here
+    from its checkpoint and goes on, caught up from what it had; the result posted to B then
+    finishes it, and the follower's stream ends with RUN_FINISHED."""
+
+    async def asks(ctx: Any) -> AsyncIterator[str]:
+        # Durable: called again, once continued, with the call's result in its messages.
+        answered = [m["content"] for m in ctx.messages if m["role"] == "tool"]
+        yield f"got {answered[-1] if answered else (await ctx.call_tool('pick', {})).content}"
+
+    tool = {"name": "pick", "description": "Pick", "parameters": {"type": "object"}}
+    with redis_server(tmp_path) as url:
+        settings = Settings(database_url=f"sqlite:///{tmp_path}/runs.db", redis_url=url,
+                            redis_prefix="handover", drain_seconds=0)
+        agent = FunctionAgent(asks, id="asks", durable=True)
+        async with Backend(settings, agents=[agent]) as b:
+            a = Backend(settings, agents=[agent])
+            await a.__aenter__()
+            try:
+                body = {"threadId": "t", "runId": "r", "tools": [tool],
+                        "forwardedProps": {"agentId": "asks"},
+                        "messages": [{"id": "u", "role": "user", "content": "go"}]}
+                run = await a.start_run(ANONYMOUS, body)
+                async with asyncio.timeout(10):  # a hang guard, not a timing check
+                    while b"TOOL_CALL_END" not in b"".join(d for _, d in run.log.entries()):
+                        await asyncio.sleep(0.01)
+                    while (point := await a.store.load_checkpoint("anonymous", "r")) is None \
+                            or point.phase != "parked":
+                        await asyncio.sleep(0.01)
+                call = next(json.loads(d)["toolCallId"] for _, d in run.log.entries()
+                            if b"TOOL_CALL_END" in d)
+                remote = await b.find_run(ANONYMOUS, "r")
+                assert isinstance(remote, RemoteRun)
+                sink = CollectingSink()
+                follower = asyncio.create_task(b.follow(remote, sink))
+                async with asyncio.timeout(10):
+                    while not any(b"TOOL_CALL_END" in d for _, d in sink.events):
+                        await asyncio.sleep(0.01)
+            finally:
+                await a.__aexit__(None, None, None)  # A stops: the run is let go at its point
+            assert run.log.closed and b"RUN_FINISHED" not in run.log.entries()[-1][1]
+            async with asyncio.timeout(20):
+                while b.runtime.find("anonymous", "r") is None:
+                    await asyncio.sleep(0.02)
+            continued = b.get_run(ANONYMOUS, "r")
+            assert continued.ids is not None and continued.ids.epoch == 1
+            await b.submit_tool_result(ANONYMOUS, "r", call, {"content": "blue"})
+            async with asyncio.timeout(20):
+                await follower
+            kinds = [json.loads(d)["type"] for _, d in sink.events]
+            assert kinds[0] == "RUN_STARTED" and kinds[-1] == "RUN_FINISHED"
+            assert kinds.count("RUN_STARTED") == 1 and kinds.count("TOOL_CALL_END") == 1
+            assert "TOOL_CALL_RESULT" in kinds
+            text = "".join(json.loads(d).get("delta", "") for _, d in sink.events
+                           if b"TEXT_MESSAGE_CONTENT" in d)
+            assert text == "got blue"
