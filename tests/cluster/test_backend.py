@@ -15,6 +15,7 @@ import pytest
 import redis.asyncio as aioredis
 from tests.cluster.replicas import redis_server
 from tests.helpers import CollectingSink
+from tests.relay import Relay
 
 from iobridge.agents.function import FunctionAgent
 from iobridge.app import Backend
@@ -482,3 +483,53 @@ async def test_a_follower_goes_on_where_a_stopped_replica_s_durable_run_is_conti
             text = "".join(json.loads(d).get("delta", "") for _, d in sink.events
                            if b"TEXT_MESSAGE_CONTENT" in d)
             assert text == "got blue"
+
+
+async def test_a_follower_of_a_lost_replica_s_run_gets_run_lost(tmp_path: Path) -> None:
+    """A's Redis stops answering mid-run (its heartbeats stop, as a frozen process's do): the
+    run is not durable, so B's follower, once A's heartbeat is past ``owner_lost_seconds``,
+    puts RUN_ERROR RUN_LOST in the shared log and its stream ends with it, after what A had
+    shared (in process: ``tests/cluster/test_replicas.py`` does it with a SIGKILL)."""
+    gate = asyncio.Event()
+
+    async def waits(ctx: Any) -> AsyncIterator[str]:
+        yield "started"
+        await gate.wait()
+        yield "never shared"
+
+    with redis_server(tmp_path) as url:
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        relay = Relay(("127.0.0.1", port))
+        relay.restore()
+        common = {"database_url": f"sqlite:///{tmp_path}/runs.db", "redis_prefix": "lost",
+                  "heartbeat_seconds": 0.1, "owner_lost_seconds": 0.3}
+        agent = FunctionAgent(waits, id="waits")
+        via_relay = Settings(redis_url=f"redis://127.0.0.1:{relay.port}/0", **common)
+        a = Backend(via_relay, agents=[agent])
+        try:
+            async with Backend(Settings(redis_url=url, **common), agents=[agent]) as b:
+                await a.__aenter__()
+                body = {"threadId": "t", "runId": "r", "forwardedProps": {"agentId": "waits"},
+                        "messages": [{"id": "u", "role": "user", "content": "go"}]}
+                run = await a.start_run(ANONYMOUS, body)
+                remote = await b.find_run(ANONYMOUS, "r")
+                assert isinstance(remote, RemoteRun)
+                sink = CollectingSink()
+                follower = asyncio.create_task(b.follow(remote, sink))
+                async with asyncio.timeout(10):  # a hang guard, not a timing check
+                    while not any(b"TEXT_MESSAGE_CONTENT" in d for _, d in sink.events):
+                        await asyncio.sleep(0.01)
+                relay.freeze()  # A is cut off from Redis: no heartbeat, nothing shared
+                async with asyncio.timeout(20):
+                    await follower
+                last = json.loads(sink.events[-1][1])
+                assert (last["type"], last["code"]) == ("RUN_ERROR", "RUN_LOST")
+                kinds = [json.loads(d)["type"] for _, d in sink.events]
+                assert kinds.count("RUN_STARTED") == 1 and "never shared" not in str(sink.events)
+                assert not run.log.closed  # A itself never knew
+                gate.set()
+        finally:
+            relay.frozen = False  # A may close now
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(a.__aexit__(None, None, None), 10)
+            relay.close()
