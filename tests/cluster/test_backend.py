@@ -18,12 +18,14 @@ from tests.helpers import CollectingSink
 from tests.relay import Relay
 
 from iobridge.agents.function import FunctionAgent
+from iobridge.agents.outputs import AgentOutput, StepFinished, StepStarted
 from iobridge.app import Backend
 from iobridge.auth import ANONYMOUS
 from iobridge.cluster.redis import MIRROR_DELAY
 from iobridge.config import Settings
 from iobridge.errors import ConflictError, EventsNotRetained, NotFoundError, TooManyRequests
 from iobridge.runtime.cluster import LocalCluster, RemoteRun
+from iobridge.runtime.run import Run
 from iobridge.runtime.runlog import DEFAULT_BATCH_BYTES
 
 ONE_NODE = """
@@ -533,3 +535,71 @@ async def test_a_follower_of_a_lost_replica_s_run_gets_run_lost(tmp_path: Path) 
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(a.__aexit__(None, None, None), 10)
             relay.close()
+
+
+async def _swept(tmp_path: Path) -> tuple[Run, list[dict[str, Any]]]:
+    """A durable run producing on A (past its first step's point) when A is cut off from
+    Redis, its store still reachable: the run B's sweep continued, and the thread's messages
+    once both copies ended (A's is let go only when A closes)."""
+    gate = asyncio.Event()
+
+    async def steps(ctx: Any) -> AsyncIterator[AgentOutput]:
+        if not any(m["role"] == "assistant" for m in ctx.messages):
+            yield StepStarted(name="one")
+            yield "first"
+            yield StepFinished(name="one")
+        yield StepStarted(name="two")
+        await gate.wait()
+        yield " second"
+        yield StepFinished(name="two")
+
+    with redis_server(tmp_path) as url:
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        relay = Relay(("127.0.0.1", port))
+        relay.restore()
+        common = {"database_url": f"sqlite:///{tmp_path}/runs.db", "redis_prefix": "sweep",
+                  "heartbeat_seconds": 0.1, "owner_lost_seconds": 0.3}
+        agent = FunctionAgent(steps, id="steps", durable=True)
+        a = Backend(Settings(redis_url=f"redis://127.0.0.1:{relay.port}/0", **common),
+                    agents=[agent])
+        try:
+            async with Backend(Settings(redis_url=url, **common), agents=[agent]) as b:
+                await a.__aenter__()
+                body = {"threadId": "t", "runId": "r", "forwardedProps": {"agentId": "steps"},
+                        "messages": [{"id": "u", "role": "user", "content": "go"}]}
+                await a.start_run(ANONYMOUS, body)
+                async with asyncio.timeout(10):  # a hang guard, not a timing check
+                    while (point := await b.store.load_checkpoint("anonymous", "r")) is None \
+                            or point.phase != "running" or not point.point.get("messages"):
+                        await asyncio.sleep(0.01)
+                relay.freeze()  # A goes silent: its heartbeat stops
+                async with asyncio.timeout(20):
+                    while (taken := b.runtime.find("anonymous", "r")) is None:
+                        await asyncio.sleep(0.02)
+                assert isinstance(taken, Run)
+                gate.set()  # both copies go on
+                assert taken.task is not None
+                await asyncio.wait_for(asyncio.shield(taken.task), 10)
+                relay.frozen = False
+                await asyncio.wait_for(a.__aexit__(None, None, None), 20)
+                return taken, await b.store.list_messages("t")
+        finally:
+            relay.frozen = False
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(a.__aexit__(None, None, None), 10)
+            relay.close()
+
+
+async def test_a_lost_replica_s_producing_durable_run_is_taken_over_by_a_peer_s_sweep(
+    tmp_path: Path,
+) -> None:
+    """B's sweep finds A lost and continues the run from its last point (epoch 1), without
+    the step done before it, to RUN_FINISHED; the thread holds both steps' replies."""
+    taken, stored = await _swept(tmp_path)
+    assert taken.ids is not None and taken.ids.epoch == 1
+    kinds = [json.loads(d)["type"] for _, d in taken.log.entries(taken.log.first_seq - 1)]
+    assert kinds[-1] == "RUN_FINISHED"
+    # (Once each, were A cut off from its store too: a replica that can still reach the store
+    # stores its own copy's reply as well; docs/deployment.md, "Durable runs".)
+    assert [m["content"] for m in stored if m["role"] == "assistant"][:2] == [
+        "first", " second"]
