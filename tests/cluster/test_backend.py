@@ -540,7 +540,7 @@ async def test_a_follower_of_a_lost_replica_s_run_gets_run_lost(tmp_path: Path) 
 async def _swept(tmp_path: Path) -> tuple[Run, list[dict[str, Any]]]:
     """A durable run producing on A (past its first step's point) when A is cut off from
     Redis, its store still reachable: the run B's sweep continued, and the thread's messages
-    once both copies ended (A's is let go only when A closes)."""
+    once both copies ended (A's copy ends without a terminal event: it was taken over)."""
     gate = asyncio.Event()
 
     async def steps(ctx: Any) -> AsyncIterator[AgentOutput]:
@@ -567,7 +567,7 @@ async def _swept(tmp_path: Path) -> tuple[Run, list[dict[str, Any]]]:
                 await a.__aenter__()
                 body = {"threadId": "t", "runId": "r", "forwardedProps": {"agentId": "steps"},
                         "messages": [{"id": "u", "role": "user", "content": "go"}]}
-                await a.start_run(ANONYMOUS, body)
+                first = await a.start_run(ANONYMOUS, body)
                 async with asyncio.timeout(10):  # a hang guard, not a timing check
                     while (point := await b.store.load_checkpoint("anonymous", "r")) is None \
                             or point.phase != "running" or not point.point.get("messages"):
@@ -582,6 +582,8 @@ async def _swept(tmp_path: Path) -> tuple[Run, list[dict[str, Any]]]:
                 await asyncio.wait_for(asyncio.shield(taken.task), 10)
                 relay.frozen = False
                 await asyncio.wait_for(a.__aexit__(None, None, None), 20)
+                copy = first.log.entries(first.log.first_seq - 1)
+                assert first.log.closed and b"RUN_FINISHED" not in copy[-1][1]
                 return taken, await b.store.list_messages("t")
         finally:
             relay.frozen = False
@@ -594,12 +596,10 @@ async def test_a_lost_replica_s_producing_durable_run_is_taken_over_by_a_peer_s_
     tmp_path: Path,
 ) -> None:
     """B's sweep finds A lost and continues the run from its last point (epoch 1), without
-    the step done before it, to RUN_FINISHED; the thread holds both steps' replies."""
+    the step done before it, to RUN_FINISHED; the thread holds both steps' replies once."""
     taken, stored = await _swept(tmp_path)
     assert taken.ids is not None and taken.ids.epoch == 1
     kinds = [json.loads(d)["type"] for _, d in taken.log.entries(taken.log.first_seq - 1)]
     assert kinds[-1] == "RUN_FINISHED"
-    # (Once each, were A cut off from its store too: a replica that can still reach the store
-    # stores its own copy's reply as well; docs/deployment.md, "Durable runs".)
-    assert [m["content"] for m in stored if m["role"] == "assistant"][:2] == [
-        "first", " second"]
+    # A's copy, which went on too, stored nothing: its end write was fenced by the epoch.
+    assert [m["content"] for m in stored] == ["go", "first", " second"]

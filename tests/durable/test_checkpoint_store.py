@@ -51,11 +51,15 @@ async def test_a_checkpoint_lives_from_the_start_write_to_the_end_write(
         # Exactly one claimant moves the run to epoch 1, held by B from then on.
         assert await store.claim_checkpoint("alice", "r1", 0, "B")
         assert not await store.claim_checkpoint("alice", "r1", 0, "C")
-        # The old holder can no longer write, nor drop its successor's checkpoint.
+        # The old holder can no longer write, nor drop its successor's checkpoint, nor store
+        # its copy's messages with its end write (fenced by the epoch).
         with pytest.raises(CheckpointSuperseded):
             await store.write_point(_point(0, 6))
-        await store.write_for_run("t1", resource_id="res", agent_id="a", messages=[],
-                                  checkpoint=CheckpointDrop("alice", "r1", 0))
+        stale = {"id": "stale", "role": "assistant", "content": "old copy"}
+        with pytest.raises(CheckpointSuperseded):
+            await store.write_for_run("t1", resource_id="res", agent_id="a", messages=[stale],
+                                      checkpoint=CheckpointDrop("alice", "r1", 0, stored=True))
+        assert [m["id"] for m in await store.list_messages("t1")] == ["u1"]
         cp = await store.load_checkpoint("alice", "r1")
         assert cp is not None and cp.epoch == 1 and cp.holder == "B"
         assert await store.write_point(_point(1, 7, holder="B"))
@@ -67,6 +71,15 @@ async def test_a_checkpoint_lives_from_the_start_write_to_the_end_write(
         assert await store.list_checkpoints() == []
         # A point of a run whose checkpoint is gone answers False (nothing written).
         assert not await store.write_point(_point(1, 8))
+        # An end write whose row was stored and is gone now: another process concluded the
+        # run, nothing is stored; one whose row never was (its start write failed) stores.
+        with pytest.raises(CheckpointSuperseded):
+            await store.write_for_run("t1", resource_id="res", agent_id="a", messages=[stale],
+                                      checkpoint=CheckpointDrop("alice", "r1", 0, stored=True))
+        late = {"id": "late", "role": "assistant", "content": "unfenced"}
+        await store.write_for_run("t1", resource_id="res", agent_id="a", messages=[late],
+                                  checkpoint=CheckpointDrop("alice", "r1", 0))
+        assert [m["id"] for m in await store.list_messages("t1")] == ["u1", "a1", "late"]
 
 
 @pytest.mark.parametrize("kind", SQL_BACKENDS)
@@ -110,3 +123,31 @@ async def test_a_posted_result_is_kept_once_in_order_and_dropped_with_its_run(
         await store.drop_checkpoint("alice", "r1")
         assert await store.load_checkpoint("alice", "r1") is None
         assert await store.record_tool_result("alice", "r1", "c1", "again", False)
+
+
+@pytest.mark.parametrize("kind", SQL_BACKENDS)
+async def test_a_fenced_end_write_leaves_the_others_of_its_batch_whole(
+    kind: str, tmp_path: Path
+) -> None:
+    """End writes batched together: the one of a run taken over stores nothing, the others
+    store their messages and drop their checkpoints."""
+    async with open_backend(kind, tmp_path) as store:
+        threads = [f"t{n}" for n in range(4)]
+        for n, thread in enumerate(threads):
+            row = CheckpointRow(owner="alice", run_id=f"r{n}", thread_id=thread,
+                                resource_id="res", agent_id="a", last_seq=1,
+                                base=orjson.dumps({}), point=orjson.dumps({}), holder="A")
+            await store.write_for_run(thread, resource_id="res", agent_id="a",
+                                      messages=[{**USER, "id": f"u{n}"}], checkpoint=row)
+        assert await store.claim_checkpoint("alice", "r1", 0, "B")
+        ends = await asyncio.gather(*(
+            store.write_for_run(thread, resource_id="res", agent_id="a", messages=[
+                {"id": f"a{n}", "role": "assistant", "content": "done"}],
+                checkpoint=CheckpointDrop("alice", f"r{n}", 0, stored=True))
+            for n, thread in enumerate(threads)), return_exceptions=True)
+        assert [type(e).__name__ for e in ends] == [
+            "NoneType", "CheckpointSuperseded", "NoneType", "NoneType"]
+        for n, thread in enumerate(threads):
+            stored = [m["id"] for m in await store.list_messages(thread)]
+            assert stored == ([f"u{n}"] if n == 1 else [f"u{n}", f"a{n}"])
+        assert await store.list_checkpoints() == [("alice", "r1", "running")]

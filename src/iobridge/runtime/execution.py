@@ -24,6 +24,7 @@ import contextlib
 import contextvars
 import logging
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -43,7 +44,13 @@ from iobridge.runtime.run import Run, RunKey
 from iobridge.runtime.run_events import RunEnded, RunEvents
 from iobridge.runtime.run_ids import RunIds
 from iobridge.runtime.runlog import RunLog
-from iobridge.store.base import Checkpoint, CheckpointDrop, is_outage, outage_refusal
+from iobridge.store.base import (
+    Checkpoint,
+    CheckpointDrop,
+    CheckpointSuperseded,
+    is_outage,
+    outage_refusal,
+)
 
 if TYPE_CHECKING:
     from iobridge.agents.base import Agent
@@ -138,6 +145,9 @@ class Execution:
         self.claim_epoch = 0
         #: Stopped at a durable point (shutdown or takeover): no terminal event here.
         self.suspended = False
+        #: Its end write found the run taken over by another process: nothing stored here,
+        #: no terminal event (its followers go on with the process that holds it).
+        self.taken_over = False
 
     # -- starting (steps 1-4) -----------------------------------------------------------
 
@@ -628,6 +638,8 @@ class Execution:
         if self._saved is not None:
             cancelled = await _settle(self._saved)
             _log_failure(self._saved, self.run)
+        if drop is not None and self._row_stored():
+            drop = replace(drop, stored=True)
         if self.run.rollback and events.outcome == "cancelled":
             # Rolled back by a newer run: what the start write stored goes, nothing else is.
             self._drop_alone(drop)
@@ -645,12 +657,26 @@ class Execution:
             self._drop_alone(drop)
             return cancelled
         cancelled = await _settle(write) or cancelled
+        if not write.cancelled() and isinstance(write.exception(), CheckpointSuperseded):
+            logger.warning("run %s was taken over by another process: this copy of it is "
+                           "not stored", self.run.run_id)
+            self.taken_over = True
+            return cancelled
         stored = _log_failure(write, self.run)
         self.runtime.store_written(stored)
         if not stored:
             events.not_stored()
             self._drop_alone(drop)  # the run ends here all the same
         return cancelled
+
+    def _row_stored(self) -> bool:
+        """Whether the run's checkpoint row is in the store: it was continued here (claimed),
+        or its first point went with a start write that succeeded."""
+        if self.revival is not None:
+            return True
+        first = self._saved if self._saved is not None else self._first_write
+        return first is not None and first.done() and not first.cancelled() and (
+            first.exception() is None)
 
     def _drop_alone(self, drop: CheckpointDrop | None) -> None:
         """Forget the checkpoint without an end write to go with (not waited for: a process
@@ -731,6 +757,10 @@ class Execution:
         cancelled = False
         if runtime.cluster.distributed:  # the shared busy mark goes before the terminal
             cancelled = await _settle(asyncio.ensure_future(runtime.cluster.release(run)))
+        if self.taken_over:  # let go as a suspended run is: it goes on elsewhere
+            run.log.close()
+            runtime.let_go(run)
+            return cancelled
         self.events.release_terminal()
         runtime.retire(run)
         runtime.metrics.run_finished(

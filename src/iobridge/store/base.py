@@ -341,13 +341,17 @@ class PointWrite:
 @dataclass(frozen=True, slots=True)
 class CheckpointDrop:
     """Forget a concluded run's checkpoint (at ``epoch``: not a successor's), with its end
-    write."""
+    write, which it fences: a run another process took over (its row at a later epoch, or
+    gone after being ``stored``) stores nothing (``CheckpointSuperseded``)."""
 
     owner: str
     run_id: str
     epoch: int
     #: Whether results were posted for it (their rows go too; none: no statement).
     results: bool = True
+    #: Its row was stored (with the start write, or claimed to continue it): gone at the end
+    #: write, another process concluded the run.
+    stored: bool = False
 
 
 #: What a run's write may carry for its checkpoint: its first point, or its drop.

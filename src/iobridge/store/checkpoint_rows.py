@@ -12,8 +12,8 @@ A result the client posts is one ``iobridge_run_tool_results`` row, inserted onc
 post finds it and is refused, and a continued run never asks for it again.
 
 Writes are compare-and-set on ``epoch``: a process that took the run over (epoch + 1) makes
-the previous holder's later points fail (``CheckpointSuperseded``), so exactly one process
-continues a run. The statements are built once (bound parameters).
+the previous holder's later points and its end write fail (``CheckpointSuperseded``), so
+exactly one process continues a run and stores its reply. The statements are built once (bound parameters).
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ __all__ = [
     "list_checkpoints",
     "load_checkpoint",
     "record_tool_result",
+    "superseded",
     "write_points",
 ]
 
@@ -122,19 +123,36 @@ class PointJob:
         return bool(result)
 
 
-def write_points(conn: Connection, jobs: list[PointJob]) -> list[tuple[bool, Any]]:
-    """Store later points of runs, compare-and-set on their epochs, in two statements:
-    the epochs held (rows locked until the commit), then one executemany update. Each
-    job's outcome: True (stored, or withdrawn: the run concluded first), False (its row is
-    gone), or ``CheckpointSuperseded`` (another process holds a newer epoch)."""
-    taken = [(j, j.job.take()) for j in jobs]
-    keys = [(j.job.owner, j.job.run_id) for j, live in taken if live]
+def _held_epochs(conn: Connection, keys: list[tuple[str, str]]) -> dict[tuple[str, str], int]:
+    """The epochs of these runs' rows, locked until the commit (a claim waits for it)."""
     held: dict[tuple[str, str], int] = {}
     for i in range(0, len(keys), _CHUNK):
         query = select(_c.owner, _c.run_id, _c.epoch).where(
             tuple_(_c.owner, _c.run_id).in_(keys[i : i + _CHUNK])
         ).with_for_update()
         held.update({(r.owner, r.run_id): r.epoch for r in conn.execute(query)})
+    return held
+
+
+def superseded(conn: Connection, drops: list[CheckpointDrop]) -> set[tuple[str, str]]:
+    """The runs of ``drops`` another process took over: their end writes store nothing (a
+    process cut off from its peers, not from the store, would store its copy's reply)."""
+    held = _held_epochs(conn, [(d.owner, d.run_id) for d in drops])
+    taken = set()
+    for drop in drops:
+        epoch = held.get((drop.owner, drop.run_id))
+        if (epoch is None and drop.stored) or (epoch is not None and epoch != drop.epoch):
+            taken.add((drop.owner, drop.run_id))
+    return taken
+
+
+def write_points(conn: Connection, jobs: list[PointJob]) -> list[tuple[bool, Any]]:
+    """Store later points of runs, compare-and-set on their epochs, in two statements:
+    the epochs held (rows locked until the commit), then one executemany update. Each
+    job's outcome: True (stored, or withdrawn: the run concluded first), False (its row is
+    gone), or ``CheckpointSuperseded`` (another process holds a newer epoch)."""
+    taken = [(j, j.job.take()) for j in jobs]
+    held = _held_epochs(conn, [(j.job.owner, j.job.run_id) for j, live in taken if live])
     outcomes: list[tuple[bool, Any]] = []
     rows: list[dict[str, Any]] = []
     for point, live in taken:

@@ -18,8 +18,8 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from iobridge.store.base import CheckpointOp
-from iobridge.store.checkpoint_rows import PointJob, apply_ops, write_points
+from iobridge.store.base import CheckpointDrop, CheckpointOp, CheckpointSuperseded
+from iobridge.store.checkpoint_rows import PointJob, apply_ops, superseded, write_points
 from iobridge.store.sql_executor import ReadMany
 
 __all__ = ["RunReadJob", "RunWrite", "WriteRuns", "write_batch"]
@@ -91,7 +91,17 @@ def write_batch(conn: Connection, jobs: list[Any]) -> list[tuple[bool, Any]]:
 def _flush(conn: Connection, group: list[RunWrite]) -> list[tuple[bool, Any]]:
     if not group:
         return []
-    outcomes = group[0].write_runs(conn, group)
+    # End writes of runs another process took over store nothing (their drops are fenced).
+    drops = {i: w.checkpoint for i, w in enumerate(group)
+             if isinstance(w.checkpoint, CheckpointDrop)}
+    taken = superseded(conn, list(drops.values())) if drops else set()
+    fenced = {i: d.run_id for i, d in drops.items() if (d.owner, d.run_id) in taken}
+    writes = [w for i, w in enumerate(group) if i not in fenced]
+    written = iter(writes[0].write_runs(conn, writes) if writes else [])
+    outcomes: list[tuple[bool, Any]] = [
+        (False, CheckpointSuperseded(fenced[i])) if i in fenced else next(written)
+        for i in range(len(group))
+    ]
     ops = [w.checkpoint for w, (ok, _) in zip(group, outcomes, strict=True)
            if ok and w.checkpoint is not None]
     if ops:
