@@ -1,0 +1,178 @@
+"""What ``Backend.start_run`` and ``Backend.submit_tool_result`` check against the settings
+before a run starts or a result is delivered (in process, memory store): the message count
+and JSON depth of a body (small, and over the size parsed off the loop), the state and media
+bounds, the structured-output schema bounds, the transport's frontend-tool mode, and whom
+``max_active_runs_per_principal`` counts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from tests.helpers import run_body
+
+from iobridge.agents.context import RunContext
+from iobridge.agents.function import FunctionAgent
+from iobridge.agents.outputs import AgentOutput
+from iobridge.app import Backend
+from iobridge.auth import ANONYMOUS, ApiKeyEntry, AuthSettings, Principal
+from iobridge.config import Settings
+from iobridge.errors import InputError, PayloadTooLarge, TooManyRequests
+from iobridge.protocol.run_input import OFF_LOOP_BYTES
+from iobridge.runtime.run import Run
+
+WEATHER = {"name": "get_weather", "description": "Weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}}}
+
+
+async def _asks_weather(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+    result = await ctx.call_tool("get_weather", {"city": "Oslo"})
+    yield f"it is {result.content}"
+
+
+def _backend(**settings: Any) -> Backend:
+    settings.setdefault("database_url", "memory://")
+    agents = [
+        FunctionAgent(_asks_weather, id="asks"),
+        FunctionAgent(_asks_weather, id="blind",
+                      capabilities={"multimodal": {"input": {"image": False}}}),
+    ]
+    return Backend(Settings(**settings), agents=agents)
+
+
+def _events(run: Run) -> list[dict[str, Any]]:
+    return [json.loads(data) for _, data in run.log.entries()]
+
+
+async def _call_of(run: Run) -> str:
+    """The id of the run's frontend call, once the client has it (TOOL_CALL_END)."""
+    async with asyncio.timeout(10):  # a hang guard, not a timing check
+        while not any(e["type"] == "TOOL_CALL_END" for e in _events(run)):
+            await asyncio.sleep(0.01)
+    return str(next(e["toolCallId"] for e in _events(run) if e["type"] == "TOOL_CALL_END"))
+
+
+def _messages(count: int, padding: int = 0) -> list[dict[str, Any]]:
+    return [{"id": f"u{i}", "role": "user", "content": "x" * padding} for i in range(count)]
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("large", [False, True], ids=["small", "over-off-loop-size"])
+async def test_a_body_is_held_to_max_messages_and_max_json_depth(large: bool) -> None:
+    padding = OFF_LOOP_BYTES // 2 if large else 0
+    async with _backend(max_messages=2, max_json_depth=8) as backend:
+        body = {**run_body("x", agentId="asks", tools=[WEATHER]),
+                "messages": _messages(3, padding)}
+        raw = json.dumps(body).encode()
+        assert (len(raw) > OFF_LOOP_BYTES) is large
+        with pytest.raises(PayloadTooLarge) as too_many:
+            await backend.start_run(ANONYMOUS, raw)
+        assert too_many.value.message == "a run request carries at most 2 messages"
+        deep = {**body, "messages": _messages(2, padding), "state": {"v": _nested(10)}}
+        with pytest.raises(InputError) as too_deep:
+            await backend.start_run(ANONYMOUS, json.dumps(deep).encode())
+        assert too_deep.value.code == "JSON_TOO_DEEP"
+        fits = {**body, "messages": _messages(2, padding), "state": {"v": _nested(5)}}
+        run = await backend.start_run(ANONYMOUS, json.dumps(fits).encode())
+        assert run.run_id == "r1" and run.thread_id == "t1"
+        await backend.submit_tool_result(ANONYMOUS, "r1", await _call_of(run), {"content": "ok"})
+        await asyncio.wait_for(run.task, 10)
+        assert _events(run)[-1]["type"] == "RUN_FINISHED"
+
+
+async def test_state_and_media_over_their_bounds_are_refused_before_the_run() -> None:
+    async with _backend(max_state_bytes=64, max_media_part_bytes=16) as backend:
+        big_state = {**run_body("x", agentId="asks"), "state": {"k": "v" * 100}}
+        with pytest.raises(PayloadTooLarge) as state:
+            await backend.start_run(ANONYMOUS, big_state)
+        assert state.value.code == "STATE_TOO_LARGE"
+        assert state.value.message == "state is larger than 64 bytes"
+        image = {"type": "image", "source": {"type": "url", "value": "https://cdn.test/c.png"}}
+        pictured = run_body("x", agentId="asks")
+        pictured["messages"][0]["content"] = [{"type": "text", "text": "see"}, image]
+        with pytest.raises(PayloadTooLarge) as media:
+            await backend.start_run(ANONYMOUS, pictured)
+        assert media.value.code == "MEDIA_TOO_LARGE"
+        assert media.value.details["limit"] == 16
+        assert backend.runtime.active_runs == 0
+    async with _backend() as backend:
+        pictured["forwardedProps"] = {"agentId": "blind"}
+        with pytest.raises(InputError) as unsupported:
+            await backend.start_run(ANONYMOUS, pictured)
+        assert unsupported.value.code == "UNSUPPORTED_MEDIA"
+        assert "'blind'" in unsupported.value.message
+        pictured["forwardedProps"] = {"agentId": "asks"}  # declares nothing: let through
+        run = await backend.start_run(ANONYMOUS, pictured)
+        assert run.agent_id == "asks"
+
+
+async def test_a_tool_result_is_held_to_max_json_depth_and_the_media_part_bound() -> None:
+    async with _backend(max_json_depth=8, max_media_part_bytes=16) as backend:
+        run = await backend.start_run(ANONYMOUS, run_body("x", agentId="asks", tools=[WEATHER]))
+        call = await _call_of(run)
+        with pytest.raises(InputError) as too_deep:
+            await backend.submit_tool_result(ANONYMOUS, "r1", call, {"result": _nested(10)})
+        assert too_deep.value.code == "JSON_TOO_DEEP"
+        image = {"type": "image", "source": {"type": "url", "value": "https://cdn.test/c.png"}}
+        with pytest.raises(PayloadTooLarge) as media:
+            await backend.submit_tool_result(ANONYMOUS, "r1", call, {"content": [image]})
+        assert media.value.code == "MEDIA_TOO_LARGE"
+        # Neither was delivered: the call still takes a result.
+        await backend.submit_tool_result(ANONYMOUS, "r1", call, {"result": _nested(5)})
+        await asyncio.wait_for(run.task, 10)
+        results = [e for e in _events(run) if e["type"] == "TOOL_CALL_RESULT"]
+        assert [e["toolCallId"] for e in results] == [call]
+
+
+async def test_a_structured_output_schema_is_held_to_its_bounds() -> None:
+    schema = {"type": "object", "properties": {
+        f"field{i}": {"type": "string", "description": "d" * 40} for i in range(8)}}
+    async with _backend(max_output_schema_bytes=256) as backend:
+        body = run_body("x", agentId="asks", structuredOutput={"schema": schema})
+        with pytest.raises(PayloadTooLarge) as too_large:
+            await backend.start_run(ANONYMOUS, body)
+        assert too_large.value.code == "STRUCTURED_OUTPUT_TOO_LARGE"
+    async with _backend(max_output_schema_objects=3) as backend:
+        with pytest.raises(PayloadTooLarge) as too_many:
+            await backend.start_run(ANONYMOUS, body)
+        assert too_many.value.code == "STRUCTURED_OUTPUT_TOO_LARGE"
+    async with _backend() as backend:
+        run = await backend.start_run(ANONYMOUS, body)
+        assert run.run_id == "r1"
+
+
+async def test_the_transports_tool_mode_applies_when_neither_the_request_nor_the_agent_names_one(
+) -> None:
+    async with _backend() as backend:
+        run = await backend.start_run(
+            ANONYMOUS, run_body("x", agentId="asks", tools=[WEATHER]), tool_result_mode="next-run"
+        )
+        await asyncio.wait_for(run.task, 10)  # it does not wait for the result
+        (call,) = [e["toolCallId"] for e in _events(run) if e["type"] == "TOOL_CALL_END"]
+        assert _events(run)[-1]["outcome"] == {"type": "success", "pendingToolCallIds": [call]}
+
+
+async def test_with_auth_the_per_principal_limit_counts_each_principal() -> None:
+    keys = [ApiKeyEntry(sha256="0" * 64, principal=name) for name in ("p1", "p2")]
+    async with _backend(auth=AuthSettings(mode="api-key", api_keys=keys),
+                        max_active_runs_per_principal=1) as backend:
+        first, second = (Principal(id=n, resource_ids=None, default_resource="default")
+                         for n in ("p1", "p2"))
+        for n, principal in enumerate((first, second, first)):
+            body = run_body("x", thread_id=f"t{n}", run_id=f"r{n}", agentId="asks",
+                            tools=[WEATHER])
+            if n < 2:
+                await backend.start_run(principal, body)
+                continue
+            with pytest.raises(TooManyRequests):
+                await backend.start_run(principal, body)
+        assert backend.runtime.active_runs == 2
