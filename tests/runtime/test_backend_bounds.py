@@ -55,6 +55,11 @@ async def _call_of(run: Run) -> str:
     return str(next(e["toolCallId"] for e in _events(run) if e["type"] == "TOOL_CALL_END"))
 
 
+async def _ended(run: Run) -> None:
+    assert run.task is not None
+    await asyncio.wait_for(asyncio.shield(run.task), 10)  # a hang guard
+
+
 def _messages(count: int, padding: int = 0) -> list[dict[str, Any]]:
     return [{"id": f"u{i}", "role": "user", "content": "x" * padding} for i in range(count)]
 
@@ -85,7 +90,7 @@ async def test_a_body_is_held_to_max_messages_and_max_json_depth(large: bool) ->
         run = await backend.start_run(ANONYMOUS, json.dumps(fits).encode())
         assert run.run_id == "r1" and run.thread_id == "t1"
         await backend.submit_tool_result(ANONYMOUS, "r1", await _call_of(run), {"content": "ok"})
-        await asyncio.wait_for(run.task, 10)
+        await _ended(run)
         assert _events(run)[-1]["type"] == "RUN_FINISHED"
 
 
@@ -128,7 +133,7 @@ async def test_a_tool_result_is_held_to_max_json_depth_and_the_media_part_bound(
         assert media.value.code == "MEDIA_TOO_LARGE"
         # Neither was delivered: the call still takes a result.
         await backend.submit_tool_result(ANONYMOUS, "r1", call, {"result": _nested(5)})
-        await asyncio.wait_for(run.task, 10)
+        await _ended(run)
         results = [e for e in _events(run) if e["type"] == "TOOL_CALL_RESULT"]
         assert [e["toolCallId"] for e in results] == [call]
 
@@ -156,7 +161,7 @@ async def test_the_transports_tool_mode_applies_when_neither_the_request_nor_the
         run = await backend.start_run(
             ANONYMOUS, run_body("x", agentId="asks", tools=[WEATHER]), tool_result_mode="next-run"
         )
-        await asyncio.wait_for(run.task, 10)  # it does not wait for the result
+        await _ended(run)  # it does not wait for the result
         (call,) = [e["toolCallId"] for e in _events(run) if e["type"] == "TOOL_CALL_END"]
         assert _events(run)[-1]["outcome"] == {"type": "success", "pendingToolCallIds": [call]}
 
