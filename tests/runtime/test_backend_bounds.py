@@ -1,8 +1,8 @@
 """What ``Backend.start_run`` and ``Backend.submit_tool_result`` check against the settings
 before a run starts or a result is delivered (in process, memory store): the message count
 and JSON depth of a body (small, and over the size parsed off the loop), the state and media
-bounds, the structured-output schema bounds, the transport's frontend-tool mode, and whom
-``max_active_runs_per_principal`` counts."""
+bounds, the structured-output schema bounds, the transport's frontend-tool mode, whom
+``max_active_runs_per_principal`` counts, and ``diverging_history``."""
 
 from __future__ import annotations
 
@@ -181,3 +181,24 @@ async def test_with_auth_the_per_principal_limit_counts_each_principal() -> None
             with pytest.raises(TooManyRequests):
                 await backend.start_run(principal, body)
         assert backend.runtime.active_runs == 2
+
+
+@pytest.mark.parametrize(("diverging", "branches"), [("merge", 1), ("branch", 2)])
+async def test_a_history_that_leaves_out_the_reply_regenerates_it_only_when_set_to_branch(
+    diverging: str, branches: int
+) -> None:
+    async def reply(ctx: RunContext) -> str:
+        return "answer"
+
+    settings = Settings.model_validate({"database_url": "memory://",
+                                        "diverging_history": diverging})
+    backend = Backend(settings, agents=[FunctionAgent(reply, id="reply")])
+    async with backend:
+        for run_id in ("r1", "r2"):  # the same one user message, twice
+            body = run_body("question", run_id=run_id, agentId="reply")
+            body["messages"][0]["id"] = "u1"
+            await _ended(await backend.start_run(ANONYMOUS, body))
+        assert len(await backend.list_branches(ANONYMOUS, "t1")) == branches
+        stored = (await backend.list_messages(ANONYMOUS, "t1", format="agui")).messages
+        assert [m["role"] for m in stored] == (
+            ["user", "assistant", "assistant"] if branches == 1 else ["user", "assistant"])
