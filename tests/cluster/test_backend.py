@@ -18,12 +18,13 @@ from tests.helpers import CollectingSink
 
 from iobridge.agents.function import FunctionAgent
 from iobridge.app import Backend
-from iobridge.auth import ANONYMOUS
+from iobridge.auth import ANONYMOUS, Principal
 from iobridge.cluster.redis import MIRROR_DELAY
 from iobridge.config import Settings
 from iobridge.errors import ConflictError, EventsNotRetained, NotFoundError, TooManyRequests
 from iobridge.runtime.cluster import LocalCluster, RemoteRun
 from iobridge.runtime.runlog import DEFAULT_BATCH_BYTES
+from iobridge.store.migrate import upgrade
 
 ONE_NODE = """
 import asyncio, sys
@@ -421,3 +422,86 @@ async def test_a_replica_whose_claim_expired_does_not_release_its_successor_s(
                 assert await redis.get(lock) is None  # B released its own
         finally:
             await redis.aclose()
+
+
+async def test_a_result_for_a_durable_run_of_another_replica_is_stored_before_it_is_sent(
+    tmp_path: Path,
+) -> None:
+    """B stores a posted result of A's durable run before forwarding it (the process that
+    continues the run if A is lost finds it): a second post is refused from the store, and a
+    caller acting for another resource is told the run is missing, as on A."""
+    gate = asyncio.Event()
+    seen: list[tuple[str, bool]] = []
+
+    async def asks(ctx: Any) -> AsyncIterator[str]:
+        result = await ctx.call_tool("pick", {})
+        seen.append((result.content, result.is_error))
+        await gate.wait()
+        yield "got it"
+
+    tool = {"name": "pick", "description": "Pick", "parameters": {"type": "object"}}
+    alice = Principal(id="acme", resource_ids=frozenset({"alice"}), default_resource="alice")
+    bob = Principal(id="acme", resource_ids=frozenset({"bob"}), default_resource="bob")
+    database = f"sqlite+aiosqlite:///{tmp_path / 'runs.db'}"
+    await upgrade(database)
+    with redis_server(tmp_path) as url:
+        settings = Settings(database_url=database, redis_url=url, redis_prefix="stored")
+        agents = [FunctionAgent(asks, id="asks", durable=True)]
+        async with Backend(settings, agents=agents) as a, Backend(settings) as b:
+            body = {"threadId": "t", "runId": "r", "tools": [tool], "forwardedProps": {
+                "agentId": "asks"}, "messages": [{"id": "u", "role": "user", "content": "go"}]}
+            run = await a.start_run(alice, body)
+            assert run.durable
+            while b"TOOL_CALL_END" not in b"".join(d for _, d in run.log.entries()):
+                await asyncio.sleep(0.01)
+            call = next(json.loads(d)["toolCallId"] for _, d in run.log.entries()
+                        if b"TOOL_CALL_END" in d)
+            with pytest.raises(NotFoundError) as foreign:
+                await b.submit_tool_result(bob, "r", call, {"content": "bob's"})
+            assert foreign.value.code == "RUN_NOT_FOUND"
+            await b.submit_tool_result(alice, "r", call, {"content": "blue", "isError": True})
+            while not seen:
+                await asyncio.sleep(0.01)
+            assert seen == [("blue", True)]
+            checkpoint = await b.store.load_checkpoint("acme", "r")
+            assert checkpoint is not None and checkpoint.results == {call: ("blue", True)}
+            with pytest.raises(ConflictError) as twice:
+                await b.submit_tool_result(alice, "r", call, {"content": "red"})
+            assert twice.value.code == "TOOL_RESULT_ALREADY_SUBMITTED"
+            assert twice.value.message == "this tool call already has a result"
+            gate.set()
+            await asyncio.wait_for(asyncio.shield(run.task), 10)
+            assert json.loads(run.log.entries()[-1][1])["type"] == "RUN_FINISHED"
+            assert seen == [("blue", True)]
+
+
+async def test_a_result_for_another_resource_s_run_on_another_replica_is_refused_as_missing(
+    tmp_path: Path,
+) -> None:
+    seen: list[str] = []
+
+    async def asks(ctx: Any) -> AsyncIterator[str]:
+        seen.append((await ctx.call_tool("pick", {})).content)
+        yield "got it"
+
+    tool = {"name": "pick", "description": "Pick", "parameters": {"type": "object"}}
+    alice = Principal(id="acme", resource_ids=frozenset({"alice"}), default_resource="alice")
+    bob = Principal(id="acme", resource_ids=frozenset({"bob"}), default_resource="bob")
+    with redis_server(tmp_path) as url:
+        settings = Settings(database_url="memory://", redis_url=url, redis_prefix="foreign")
+        agents = [FunctionAgent(asks, id="asks")]
+        async with Backend(settings, agents=agents) as a, Backend(settings) as b:
+            body = {"threadId": "t", "runId": "r", "tools": [tool], "forwardedProps": {
+                "agentId": "asks"}, "messages": [{"id": "u", "role": "user", "content": "go"}]}
+            run = await a.start_run(alice, body)
+            assert not run.durable
+            while b"TOOL_CALL_END" not in b"".join(d for _, d in run.log.entries()):
+                await asyncio.sleep(0.01)
+            call = next(json.loads(d)["toolCallId"] for _, d in run.log.entries()
+                        if b"TOOL_CALL_END" in d)
+            with pytest.raises(NotFoundError) as foreign:
+                await b.submit_tool_result(bob, "r", call, {"content": "bob's"})
+            assert foreign.value.code == "RUN_NOT_FOUND"
+            await b.submit_tool_result(alice, "r", call, {"content": "alice's"})
+            await asyncio.wait_for(asyncio.shield(run.task), 10)
+            assert seen == ["alice's"]
