@@ -294,3 +294,32 @@ async def test_a_function_agent_without_durable_keeps_server_shutdown(tmp_path: 
         await dropped(b, "r1")
         await b.shutdown()
         assert (await until(run, "RUN_ERROR"))[-1][1]["code"] == "SERVER_SHUTDOWN"
+
+
+async def test_a_result_posted_to_a_live_durable_run_is_stored_once_before_it_is_used(
+    database_url: str,
+) -> None:
+    gate = asyncio.Event()
+    seen: list[str] = []
+
+    async def asks(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        seen.append((await ctx.call_tool("get_weather", {"city": "Oslo"})).content)
+        await gate.wait()
+        yield "noted"
+
+    agent = FunctionAgent(asks, id="asks", durable=True)
+    async with Backend(Settings(database_url=database_url), agents=[agent]) as b:
+        run = await b.start_run(ANONYMOUS, {**body(), "forwardedProps": {"agentId": "asks"}})
+        assert run.durable
+        call = (await until(run, "TOOL_CALL_END"))[-1][1]["toolCallId"]
+        await b.submit_tool_result(ANONYMOUS, "r1", call, {"content": "sunny"})
+        async with asyncio.timeout(10):
+            while not seen:
+                await asyncio.sleep(0.01)
+        checkpoint = await b.store.load_checkpoint("anonymous", "r1")
+        assert checkpoint is not None and checkpoint.results == {call: ("sunny", False)}
+        with pytest.raises(ConflictError):
+            await b.submit_tool_result(ANONYMOUS, "r1", call, {"content": "rain"})
+        gate.set()
+        assert (await until(run, "RUN_FINISHED"))[-1][1]["type"] == "RUN_FINISHED"
+    assert seen == ["sunny"]
