@@ -13,6 +13,7 @@ import orjson
 import pytest
 from tests.agents.fake_openai import FakeOpenAI, calls, text
 from tests.durable.streams import assert_valid_stream, follow, number
+from tests.helpers import CollectingSink
 
 from iobridge.agents.context import RunContext
 from iobridge.agents.function import FunctionAgent
@@ -22,7 +23,14 @@ from iobridge.agents.providers import build_model
 from iobridge.app import Backend
 from iobridge.auth import ANONYMOUS
 from iobridge.config import Settings
-from iobridge.errors import ConflictError, NotFoundError, PayloadTooLarge, TooManyRequests
+from iobridge.errors import (
+    ConflictError,
+    EventsNotRetained,
+    InputError,
+    NotFoundError,
+    PayloadTooLarge,
+    TooManyRequests,
+)
 from iobridge.runtime.run import Run
 from iobridge.store.migrate import upgrade
 
@@ -323,3 +331,78 @@ async def test_a_result_posted_to_a_live_durable_run_is_stored_once_before_it_is
         gate.set()
         assert (await until(run, "RUN_FINISHED"))[-1][1]["type"] == "RUN_FINISHED"
     assert seen == ["sunny"]
+
+
+class _TaggedSink(CollectingSink):
+    """A ``CollectingSink`` that keeps each event's open-state tag as well."""
+
+    def __init__(self, stop_after: int | None = None) -> None:
+        super().__init__(stop_after)
+        self.tags: list[bytes | None] = []
+
+    async def send(
+        self, events: list[tuple[int, bytes]], *, last: bool, tags: list[bytes] | None = None
+    ) -> bool:
+        self.tags += tags if tags is not None else [None] * len(events)
+        return await super().send(events, last=last, tags=tags)
+
+
+async def test_a_continued_run_followed_from_an_earlier_epoch_is_caught_up_or_refused(
+    database_url: str, fake_openai: FakeOpenAI
+) -> None:
+    """A follower of the run's first holder comes to the process that continued it: from
+    the start (nothing, or nothing open) it gets the run's start and the conversation at the
+    point; with an N-PAMP cursor (the number alone) it is told the events are gone; with a
+    cursor of a later epoch than the run's it is refused."""
+    fake_openai.push(calls(("c1", "get_weather", '{"city":"Oslo"}'), say="Let me check."),
+                     text("Sunny."))
+    async with backend(database_url, fake_openai) as first:
+        await first.start_run(ANONYMOUS, {**body(), "parentRunId": "p0",
+                                          "state": {"city": "Oslo"}})
+        head = await follow(first, "r1", until="TOOL_CALL_END")
+        async with asyncio.timeout(10):
+            while (c := await first.store.load_checkpoint("anonymous", "r1")) is None or (
+                c.phase != "parked"
+            ):
+                await asyncio.sleep(0.02)
+    call = head[-1][1]["toolCallId"]
+    async with backend(database_url, fake_openai) as second:
+        again = second.get_run(ANONYMOUS, "r1")
+        assert again.ids is not None and again.ids.epoch == 1
+        for start in (None, "0"):
+            caught = await follow(second, "r1", after=start, until="STATE_SNAPSHOT")
+            kinds = [e for _, e in caught]
+            assert [e["type"] for e in kinds] == ["RUN_STARTED", "MESSAGES_SNAPSHOT",
+                                                  "STATE_SNAPSHOT"]
+            assert (kinds[0]["threadId"], kinds[0]["runId"], kinds[0]["parentRunId"]) == (
+                "t1", "r1", "p0")
+            snapshot = kinds[1]["messages"]
+            assert [m["role"] for m in snapshot] == ["user", "assistant"]
+            assert snapshot[0]["id"] == "u-r1" and snapshot[1]["toolCalls"][0]["id"] == call
+            assert kinds[2]["snapshot"] == {"city": "Oslo"}
+        # Backend.follow with no cursor at all: the same catch-up, in one batch not the last.
+        fresh = _TaggedSink(stop_after=1)
+        await second.follow(again, fresh, detach_grace=3600)
+        assert [orjson.loads(d)["type"] for _, d in fresh.events] == [
+            "RUN_STARTED", "MESSAGES_SNAPSHOT", "STATE_SNAPSHOT"]
+        assert fresh.lasts == [False]
+        # From the client's TOOL_CALL_END: its step is closed, its call stays open.
+        tagged = _TaggedSink(stop_after=1)
+        resumed, cursor = await second.resume(ANONYMOUS, "r1", head[-1][0])
+        await second.follow(resumed, tagged, after=cursor, detach_grace=3600)
+        assert tagged.events[0][0] == number(head[-1][0]) + 1
+        assert [orjson.loads(d)["type"] for _, d in tagged.events] == [
+            "STEP_FINISHED", "MESSAGES_SNAPSHOT", "STATE_SNAPSHOT"]
+        assert tagged.tags == [f"~p:{call}".encode()] * 3
+        # An N-PAMP cursor says nothing of what is open: nothing to catch up from.
+        resumed, cursor = await second.resume(ANONYMOUS, "r1", number(head[-1][0]))
+        cut = CollectingSink()
+        await second.follow(resumed, cut, after=cursor, detach_grace=3600)
+        assert cut.ending == "cut_off" and cut.events == []
+        assert isinstance(cut.error, EventsNotRetained)
+        assert cut.error.first_retained == again.log.first_seq
+        with pytest.raises(InputError) as later:
+            await second.follow(again, CollectingSink(), after=(2 << 32) + 1)
+        assert later.value.code == "INVALID_CURSOR"
+        await second.submit_tool_result(ANONYMOUS, "r1", call, {"content": '{"t":21}'})
+        assert (await until(again, "RUN_FINISHED"))[-1][1]["type"] == "RUN_FINISHED"
