@@ -2,7 +2,8 @@
 before a run starts or a result is delivered (in process, memory store): the message count
 and JSON depth of a body (small, and over the size parsed off the loop), the state and media
 bounds, the structured-output schema bounds, the transport's frontend-tool mode, whom
-``max_active_runs_per_principal`` counts, and ``diverging_history``."""
+``max_active_runs_per_principal`` counts, and ``diverging_history``; what refusals say, and
+readiness."""
 
 from __future__ import annotations
 
@@ -20,9 +21,11 @@ from iobridge.agents.outputs import AgentOutput
 from iobridge.app import Backend
 from iobridge.auth import ANONYMOUS, ApiKeyEntry, AuthSettings, Principal
 from iobridge.config import Settings
-from iobridge.errors import InputError, PayloadTooLarge, TooManyRequests
+from iobridge.errors import InputError, PayloadTooLarge, ServiceUnavailable, TooManyRequests
 from iobridge.protocol.run_input import OFF_LOOP_BYTES
 from iobridge.runtime.run import Run
+from iobridge.store import MemoryThreadStore
+from iobridge.store.base import Thread
 
 WEATHER = {"name": "get_weather", "description": "Weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}}}
@@ -202,3 +205,54 @@ async def test_a_history_that_leaves_out_the_reply_regenerates_it_only_when_set_
         stored = (await backend.list_messages(ANONYMOUS, "t1", format="agui")).messages
         assert [m["role"] for m in stored] == (
             ["user", "assistant", "assistant"] if branches == 1 else ["user", "assistant"])
+
+
+async def test_a_message_s_media_are_held_to_max_media_message_bytes_together() -> None:
+    def image(n: int) -> dict[str, Any]:
+        return {"type": "image", "source": {"type": "url", "value": f"https://cdn.test/{n}.png"}}
+
+    async with _backend(max_media_part_bytes=64, max_media_message_bytes=40) as backend:
+        one = run_body("x", agentId="asks")
+        one["messages"][0]["content"] = [image(1)]
+        run = await backend.start_run(ANONYMOUS, one)
+        two = run_body("x", thread_id="t2", run_id="r2", agentId="asks")
+        two["messages"][0]["content"] = [image(1), image(2)]
+        with pytest.raises(PayloadTooLarge) as together:
+            await backend.start_run(ANONYMOUS, two)
+        assert together.value.code == "MEDIA_TOO_LARGE"
+        with pytest.raises(PayloadTooLarge) as result:
+            await backend.submit_tool_result(ANONYMOUS, "r1", await _call_of(run),
+                                             {"content": [image(1), image(2)]})
+        assert result.value.code == "MEDIA_TOO_LARGE"
+
+
+async def test_refusals_say_what_was_refused() -> None:
+    async with _backend(drain_seconds=0) as backend:
+        run = await backend.start_run(ANONYMOUS, run_body("x", agentId="asks", tools=[WEATHER]))
+        with pytest.raises(InputError) as cursor:
+            await backend.resume(ANONYMOUS, run.run_id, "not-an-id")
+        assert (cursor.value.code, cursor.value.message) == (
+            "INVALID_CURSOR", "Last-Event-ID must be an event id of this run")
+        with pytest.raises(InputError) as agent:
+            backend.describe_agent("")
+        assert agent.value.message == "agentId must be a non-empty string"
+        await backend.shutdown()
+        assert await backend.readiness_problem() == "shutting down"
+        with pytest.raises(ServiceUnavailable) as closing:
+            await backend.start_run(ANONYMOUS, run_body("x", run_id="r2", agentId="asks"))
+        assert (closing.value.code, closing.value.message) == (
+            "SERVER_SHUTTING_DOWN", "the server is shutting down")
+
+
+class _SilentStore(MemoryThreadStore):
+    """A store that stopped answering reads of threads."""
+
+    async def get_thread(self, thread_id: str) -> Thread | None:
+        raise OSError("connection refused")
+
+
+async def test_readiness_says_when_the_store_does_not_answer() -> None:
+    async with Backend(Settings(database_url="memory://")) as backend:
+        assert await backend.readiness_problem() is None
+    async with Backend(Settings(database_url="memory://"), store=_SilentStore()) as backend:
+        assert await backend.readiness_problem() == "the store does not answer"
