@@ -505,3 +505,50 @@ async def test_a_result_for_another_resource_s_run_on_another_replica_is_refused
             await b.submit_tool_result(alice, "r", call, {"content": "alice's"})
             await asyncio.wait_for(asyncio.shield(run.task), 10)
             assert seen == ["alice's"]
+
+
+class _QuietSink(CollectingSink):
+    """A ``CollectingSink`` whose connection breaks when it is first kept alive."""
+
+    async def keep_alive(self) -> None:
+        await super().keep_alive()
+        raise ConnectionResetError("the client went away")
+
+
+async def test_a_follower_on_another_replica_is_kept_alive_and_leaves_with_its_own_grace(
+    tmp_path: Path,
+) -> None:
+    """B's follower of A's waiting run gets keep-alives while nothing happens; when it
+    leaves (its connection broke), the run waits out the grace that follower asked for (an
+    hour), not the server's (none): the result posted after it left still reaches the run."""
+    seen: list[str] = []
+
+    async def asks(ctx: Any) -> AsyncIterator[str]:
+        seen.append((await ctx.call_tool("pick", {})).content)
+        yield "got it"
+
+    tool = {"name": "pick", "description": "Pick", "parameters": {"type": "object"}}
+    with redis_server(tmp_path) as url:
+        settings = Settings(database_url="memory://", redis_url=url, redis_prefix="grace",
+                            detach_grace_seconds=0)
+        async with Backend(settings, agents=[FunctionAgent(asks, id="asks")]) as a, \
+                Backend(settings) as b:
+            body = {"threadId": "t", "runId": "r", "tools": [tool], "forwardedProps": {
+                "agentId": "asks"}, "messages": [{"id": "u", "role": "user", "content": "go"}]}
+            run = await a.start_run(ANONYMOUS, body)
+            while b"TOOL_CALL_END" not in b"".join(d for _, d in run.log.entries()):
+                await asyncio.sleep(0.01)
+            call = next(json.loads(d)["toolCallId"] for _, d in run.log.entries()
+                        if b"TOOL_CALL_END" in d)
+            remote = await b.find_run(ANONYMOUS, "r")
+            assert isinstance(remote, RemoteRun)
+            sink = _QuietSink()
+            with pytest.raises(ConnectionResetError):
+                async with asyncio.timeout(10):  # a hang guard
+                    await b.follow(remote, sink, idle=0.05, detach_grace=3600)
+            assert sink.keep_alives == 1
+            assert [n for n, _ in sink.events] == [n for n, _ in run.log.entries()]
+            await b.submit_tool_result(ANONYMOUS, "r", call, {"content": "blue"})
+            await asyncio.wait_for(asyncio.shield(run.task), 10)
+            assert seen == ["blue"]
+            assert json.loads(run.log.entries()[-1][1])["type"] == "RUN_FINISHED"
