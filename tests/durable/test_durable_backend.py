@@ -385,7 +385,7 @@ async def test_a_continued_run_followed_from_an_earlier_epoch_is_caught_up_or_re
         await second.follow(again, fresh, detach_grace=3600)
         assert [orjson.loads(d)["type"] for _, d in fresh.events] == [
             "RUN_STARTED", "MESSAGES_SNAPSHOT", "STATE_SNAPSHOT"]
-        assert fresh.lasts == [False]
+        assert fresh.lasts == [False] and fresh.ending is None  # it stopped taking them
         # From the client's TOOL_CALL_END: its step is closed, its call stays open.
         tagged = _TaggedSink(stop_after=1)
         resumed, cursor = await second.resume(ANONYMOUS, "r1", head[-1][0])
@@ -406,3 +406,10 @@ async def test_a_continued_run_followed_from_an_earlier_epoch_is_caught_up_or_re
         assert later.value.code == "INVALID_CURSOR"
         await second.submit_tool_result(ANONYMOUS, "r1", call, {"content": '{"t":21}'})
         assert (await until(again, "RUN_FINISHED"))[-1][1]["type"] == "RUN_FINISHED"
+        # Once the run concluded, the conversation is the thread's: caught up from it.
+        ended = await follow(second, "r1")
+        assert [e["type"] for _, e in ended] == ["RUN_STARTED", "MESSAGES_SNAPSHOT",
+                                                 "RUN_FINISHED"]
+        assert ended[1][1]["messages"] == await stored(second)
+        assert [m["role"] for m in ended[1][1]["messages"]] == [
+            "user", "assistant", "tool", "assistant"]

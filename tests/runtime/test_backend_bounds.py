@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -251,8 +252,13 @@ class _SilentStore(MemoryThreadStore):
         raise OSError("connection refused")
 
 
-async def test_readiness_says_when_the_store_does_not_answer() -> None:
+async def test_readiness_says_when_the_store_does_not_answer(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     async with Backend(Settings(database_url="memory://")) as backend:
         assert await backend.readiness_problem() is None
     async with Backend(Settings(database_url="memory://"), store=_SilentStore()) as backend:
-        assert await backend.readiness_problem() == "the store does not answer"
+        with caplog.at_level(logging.WARNING, logger="iobridge"):
+            assert await backend.readiness_problem() == "the store does not answer"
+    assert [r.getMessage() for r in caplog.records if r.name == "iobridge"] == [
+        "readiness: the store does not answer (OSError)"]
