@@ -21,7 +21,13 @@ from iobridge.app import Backend
 from iobridge.auth import ANONYMOUS, Principal
 from iobridge.cluster.redis import MIRROR_DELAY
 from iobridge.config import Settings
-from iobridge.errors import ConflictError, EventsNotRetained, NotFoundError, TooManyRequests
+from iobridge.errors import (
+    ConflictError,
+    EventsNotRetained,
+    InputError,
+    NotFoundError,
+    TooManyRequests,
+)
 from iobridge.runtime.cluster import LocalCluster, RemoteRun
 from iobridge.runtime.runlog import DEFAULT_BATCH_BYTES
 from iobridge.store.migrate import upgrade
@@ -502,9 +508,24 @@ async def test_a_result_for_another_resource_s_run_on_another_replica_is_refused
             with pytest.raises(NotFoundError) as foreign:
                 await b.submit_tool_result(bob, "r", call, {"content": "bob's"})
             assert foreign.value.code == "RUN_NOT_FOUND"
+            with pytest.raises(NotFoundError) as foreign:
+                await b.cancel_run(bob, "r")
+            assert foreign.value.code == "RUN_NOT_FOUND"
+            followed = await b.find_run(alice, "r")
+            assert isinstance(followed, RemoteRun)
             await b.submit_tool_result(alice, "r", call, {"content": "alice's"})
-            await asyncio.wait_for(asyncio.shield(run.task), 10)
+            sink = CollectingSink()
+            async with asyncio.timeout(10):  # a hang guard
+                await b.follow(followed, sink)
+            assert sink.ending == "end" and sink.events == run.log.entries()
             assert seen == ["alice's"]
+            # The ended run's last event is a cursor to resume from; one beyond it is not.
+            last = run.log.last_seq
+            ended, cursor = await b.resume(alice, "r", str(last))
+            assert isinstance(ended, RemoteRun) and ended.ended and cursor.seq == last
+            with pytest.raises(InputError) as beyond:
+                await b.resume(alice, "r", str(last + 1))
+            assert beyond.value.code == "INVALID_CURSOR"
 
 
 class _QuietSink(CollectingSink):
