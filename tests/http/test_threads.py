@@ -441,3 +441,9 @@ async def test_an_earlier_branch_refuses_unknown_branches_and_cursors(
             assert_error(refused, 400, "INVALID_CURSOR")
             assert repr(before) in refused.json()["error"]["message"]
     assert await _message_page(client, "then", branch="b1", before="n1") == ([], None)
+    switch = await client.patch(f"{BASE}/threads/then", json={"currentBranch": "nope"})
+    assert_error(switch, 404, "BRANCH_NOT_FOUND")
+    assert "'nope'" in switch.json()["error"]["message"]
+    switched = await client.patch(f"{BASE}/threads/then", json={"currentBranch": "main"})
+    assert switched.status_code == 200, switched.text
+    assert await _message_page(client, "then", limit=1) == (["a3", "t4"], "a3")

@@ -262,3 +262,14 @@ async def test_readiness_says_when_the_store_does_not_answer(
             assert await backend.readiness_problem() == "the store does not answer"
     assert [r.getMessage() for r in caplog.records if r.name == "iobridge"] == [
         "readiness: the store does not answer (OSError)"]
+
+
+async def test_a_given_store_stays_the_backend_s_after_it_closes() -> None:
+    store = MemoryThreadStore()
+    backend = Backend(Settings(database_url="memory://"), store=store)
+    assert backend.store is store
+    async with backend:
+        assert backend.store is store
+    assert backend.store is store
+    with pytest.raises(RuntimeError):
+        _ = Backend(Settings(database_url="memory://")).store  # opened on entry only
