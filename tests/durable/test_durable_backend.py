@@ -413,3 +413,36 @@ async def test_a_continued_run_followed_from_an_earlier_epoch_is_caught_up_or_re
         assert ended[1][1]["messages"] == await stored(second)
         assert [m["role"] for m in ended[1][1]["messages"]] == [
             "user", "assistant", "tool", "assistant"]
+
+
+async def test_a_continued_run_has_its_own_agent_and_counts_against_its_caller(
+    database_url: str, fake_openai: FakeOpenAI
+) -> None:
+    """The process that continues a parked run runs the run's agent (not the default one),
+    and counts the run against the limits of the caller it started for."""
+
+    async def default(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        yield "the default agent"
+
+    fake_openai.push(calls(("c1", "get_weather", '{"city":"Oslo"}')), text("Sunny."))
+    agents = [FunctionAgent(default, id="default"), model_agent(fake_openai.base_url)]
+    async with Backend(Settings(database_url=database_url), agents=agents) as first:
+        run = await first.start_run(ANONYMOUS, body())
+        call = (await until(run, "TOOL_CALL_END"))[-1][1]["toolCallId"]
+        async with asyncio.timeout(10):
+            while (c := await first.store.load_checkpoint("anonymous", "r1")) is None or (
+                c.phase != "parked"
+            ):
+                await asyncio.sleep(0.02)
+    settings = Settings(database_url=database_url, max_active_runs_per_principal=1)
+    async with Backend(settings, agents=agents) as second:
+        again = second.get_run(ANONYMOUS, "r1")
+        assert again.agent_id == "planner"
+        other = {**body(thread="t2", run="r2"), "forwardedProps": {"agentId": "default"}}
+        with pytest.raises(TooManyRequests):
+            await second.start_run(ANONYMOUS, other)
+        await second.submit_tool_result(ANONYMOUS, "r1", call, {"content": '{"t":21}'})
+        tail = await until(again, "RUN_FINISHED")
+        assert tail[-1][1]["type"] == "RUN_FINISHED"
+        assert "".join(e["delta"] for _, e in tail if e["type"] == "TEXT_MESSAGE_CONTENT") \
+            == "Sunny."
