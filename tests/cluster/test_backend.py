@@ -536,12 +536,14 @@ class _QuietSink(CollectingSink):
         raise ConnectionResetError("the client went away")
 
 
+@pytest.mark.parametrize(("server_grace", "follower_grace"), [(0, 3600), (3600, 0)])
 async def test_a_follower_on_another_replica_is_kept_alive_and_leaves_with_its_own_grace(
-    tmp_path: Path,
+    tmp_path: Path, server_grace: float, follower_grace: float
 ) -> None:
     """B's follower of A's waiting run gets keep-alives while nothing happens; when it
-    leaves (its connection broke), the run waits out the grace that follower asked for (an
-    hour), not the server's (none): the result posted after it left still reaches the run."""
+    leaves (its connection broke), the run waits out the grace that follower asked for,
+    not the server's: with an hour the result posted after it left still reaches the run,
+    with none the run is cancelled."""
     seen: list[str] = []
 
     async def asks(ctx: Any) -> AsyncIterator[str]:
@@ -551,7 +553,7 @@ async def test_a_follower_on_another_replica_is_kept_alive_and_leaves_with_its_o
     tool = {"name": "pick", "description": "Pick", "parameters": {"type": "object"}}
     with redis_server(tmp_path) as url:
         settings = Settings(database_url="memory://", redis_url=url, redis_prefix="grace",
-                            detach_grace_seconds=0)
+                            detach_grace_seconds=server_grace)
         async with Backend(settings, agents=[FunctionAgent(asks, id="asks")]) as a, \
                 Backend(settings) as b:
             body = {"threadId": "t", "runId": "r", "tools": [tool], "forwardedProps": {
@@ -566,10 +568,14 @@ async def test_a_follower_on_another_replica_is_kept_alive_and_leaves_with_its_o
             sink = _QuietSink()
             with pytest.raises(ConnectionResetError):
                 async with asyncio.timeout(10):  # a hang guard
-                    await b.follow(remote, sink, idle=0.05, detach_grace=3600)
+                    await b.follow(remote, sink, idle=0.05, detach_grace=follower_grace)
             assert sink.keep_alives == 1
             assert [n for n, _ in sink.events] == [n for n, _ in run.log.entries()]
-            await b.submit_tool_result(ANONYMOUS, "r", call, {"content": "blue"})
+            if follower_grace:
+                await b.submit_tool_result(ANONYMOUS, "r", call, {"content": "blue"})
             await asyncio.wait_for(asyncio.shield(run.task), 10)
-            assert seen == ["blue"]
-            assert json.loads(run.log.entries()[-1][1])["type"] == "RUN_FINISHED"
+            end = json.loads(run.log.entries()[-1][1])
+            if follower_grace:
+                assert seen == ["blue"] and end["type"] == "RUN_FINISHED"
+            else:
+                assert seen == [] and end["outcome"] == {"type": "cancelled"}
