@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from tests.helpers import run_body
+from tests.helpers import CollectingSink, run_body
 
 from iobridge.agents.context import RunContext
 from iobridge.agents.function import FunctionAgent
@@ -273,3 +273,40 @@ async def test_a_given_store_stays_the_backend_s_after_it_closes() -> None:
     assert backend.store is store
     with pytest.raises(RuntimeError):
         _ = Backend(Settings(database_url="memory://")).store  # opened on entry only
+
+
+class _WaitingSink(CollectingSink):
+    """A ``CollectingSink`` that tells a wait for the thread from a quiet run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits = 0
+        self.waited = asyncio.Event()
+
+    async def queued(self) -> None:
+        self.waits += 1
+        if self.waits == 2:
+            self.waited.set()
+
+
+
+async def test_a_follower_of_a_queued_run_is_told_it_waits_for_its_thread() -> None:
+    async with _backend() as backend:
+        first = await backend.start_run(
+            ANONYMOUS, run_body("x", agentId="asks", tools=[WEATHER]))
+        call = await _call_of(first)
+        second = await backend.start_run(ANONYMOUS, run_body(
+            "y", run_id="r2", tools=[WEATHER], agentId="asks", multitaskStrategy="enqueue"))
+        assert second.queued
+        sink = _WaitingSink()
+        follower = asyncio.create_task(backend.follow(second, sink, idle=0.05))
+        async with asyncio.timeout(10):  # a hang guard
+            await sink.waited.wait()  # once at once, then instead of a keep-alive
+        assert sink.keep_alives == 0 and sink.events == []
+        await backend.submit_tool_result(ANONYMOUS, "r1", call, {"content": "sunny"})
+        second_call = await _call_of(second)
+        await backend.submit_tool_result(ANONYMOUS, "r2", second_call, {"content": "rain"})
+        async with asyncio.timeout(10):
+            await follower
+        assert sink.lasts[-1] is True  # the terminal event ends the stream
+        assert json.loads(sink.events[-1][1])["type"] == "RUN_FINISHED"
