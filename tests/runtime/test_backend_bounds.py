@@ -310,3 +310,25 @@ async def test_a_follower_of_a_queued_run_is_told_it_waits_for_its_thread() -> N
             await follower
         assert sink.lasts[-1] is True  # the terminal event ends the stream
         assert json.loads(sink.events[-1][1])["type"] == "RUN_FINISHED"
+
+
+async def test_answers_to_interrupts_are_held_to_max_interrupt_bytes() -> None:
+    async def ask(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        yield f"got {await ctx.interrupt('input', message='name?')}"
+
+    settings = Settings(database_url="memory://", max_interrupt_bytes=1024)
+    async with Backend(settings, agents=[FunctionAgent(ask, id="ask")]) as backend:
+        asked = await backend.start_run(ANONYMOUS, run_body("go", agentId="ask"))
+        await _ended(asked)
+        (interrupt,) = _events(asked)[-1]["outcome"]["interrupts"]
+
+        def answer(payload: str, run_id: str) -> dict[str, Any]:
+            return {**run_body("", run_id=run_id, agentId="ask"), "messages": [], "resume": [
+                {"interruptId": interrupt["id"], "status": "resolved", "payload": payload}]}
+
+        with pytest.raises(PayloadTooLarge) as too_large:
+            await backend.start_run(ANONYMOUS, answer("x" * 1024, "r2"))
+        assert too_large.value.code == "INTERRUPTS_TOO_LARGE"
+        answered = await backend.start_run(ANONYMOUS, answer("Ada", "r3"))
+        await _ended(answered)
+        assert _events(answered)[-1]["type"] == "RUN_FINISHED"
