@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 import pytest
 from tests.agents.fake_openai import FakeOpenAI, calls, text
+from tests.cluster.replicas import redis_server
 from tests.durable.streams import assert_valid_stream, follow, number
 from tests.helpers import CollectingSink
 
@@ -31,6 +32,7 @@ from iobridge.errors import (
     PayloadTooLarge,
     TooManyRequests,
 )
+from iobridge.runtime.cluster import RemoteRun
 from iobridge.runtime.run import Run
 from iobridge.store.migrate import upgrade
 
@@ -446,3 +448,51 @@ async def test_a_continued_run_has_its_own_agent_and_counts_against_its_caller(
         assert tail[-1][1]["type"] == "RUN_FINISHED"
         assert "".join(e["delta"] for _, e in tail if e["type"] == "TEXT_MESSAGE_CONTENT") \
             == "Sunny."
+
+
+async def test_a_follower_on_another_replica_is_caught_up_from_the_continued_run_s_point(
+    tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    """A run parked by a replica that stopped is continued by another (epoch 1); a client
+    that had it up to its TOOL_CALL_END on the first comes back through a third replica: it
+    is caught up from the point in the store (its step closed, its call still open), then
+    follows the continued run to its end through the shared log."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'replicas.db'}"
+    await upgrade(url)
+    fake_openai.push(calls(("c1", "get_weather", '{"city":"Oslo"}'), say="Let me check."),
+                     text("Sunny."))
+    with redis_server(tmp_path) as redis_url:
+        settings = Settings(database_url=url, redis_url=redis_url, redis_prefix="epochs")
+        agents = [model_agent(fake_openai.base_url)]
+        async with Backend(settings, agents=agents) as first:
+            await first.start_run(ANONYMOUS, body())
+            head = await follow(first, "r1", until="TOOL_CALL_END")
+            async with asyncio.timeout(10):
+                while (c := await first.store.load_checkpoint("anonymous", "r1")) is None or (
+                    c.phase != "parked"
+                ):
+                    await asyncio.sleep(0.02)
+        call = head[-1][1]["toolCallId"]
+        async with Backend(settings, agents=agents) as second, Backend(settings) as third:
+            continued, _ = await second.resume(ANONYMOUS, "r1", None)
+            assert isinstance(continued, Run) and continued.ids is not None
+            assert continued.ids.epoch == 1
+            remote, cursor = await third.resume(ANONYMOUS, "r1", head[-1][0])
+            assert isinstance(remote, RemoteRun) and remote.epoch == 1
+            caught = _TaggedSink(stop_after=1)
+            await third.follow(remote, caught, after=cursor, detach_grace=3600)
+            assert [orjson.loads(d)["type"] for _, d in caught.events] == [
+                "STEP_FINISHED", "MESSAGES_SNAPSHOT", "STATE_SNAPSHOT"]
+            assert caught.tags == [f"~p:{call}".encode()] * 3
+            snapshot = orjson.loads(caught.events[1][1])["messages"]
+            assert [m["role"] for m in snapshot] == ["user", "assistant"]
+            await third.submit_tool_result(ANONYMOUS, "r1", call, {"content": '{"t":21}'})
+            tail = await follow(third, "r1", after=head[-1][0], until="RUN_FINISHED")
+            assert_valid_stream(head + tail, thread_id="t1", run_id="r1")
+            kinds = [e["type"] for _, e in tail]
+            assert kinds[:2] == ["STEP_FINISHED", "MESSAGES_SNAPSHOT"]
+            # The result reaches the client as an event, or in the snapshot of a later point.
+            roles = [m["role"] for m in tail[1][1]["messages"]]
+            assert ("TOOL_CALL_RESULT" in kinds) != ("tool" in roles)
+            assert "".join(e["delta"] for _, e in tail if e["type"] == "TEXT_MESSAGE_CONTENT") \
+                == "Sunny."
