@@ -257,6 +257,9 @@ async def test_readiness_says_when_the_store_does_not_answer(
 ) -> None:
     async with Backend(Settings(database_url="memory://")) as backend:
         assert await backend.readiness_problem() is None
+        probes = backend.metrics.registry.get_sample_value(
+            "iobridge_store_operation_seconds_count", {"operation": "readiness"})
+        assert probes == 1
     async with Backend(Settings(database_url="memory://"), store=_SilentStore()) as backend:
         with caplog.at_level(logging.WARNING, logger="iobridge"):
             assert await backend.readiness_problem() == "the store does not answer"
