@@ -20,13 +20,20 @@ from tests.relay import Relay
 from iobridge.agents.function import FunctionAgent
 from iobridge.agents.outputs import AgentOutput, StepFinished, StepStarted
 from iobridge.app import Backend
-from iobridge.auth import ANONYMOUS
+from iobridge.auth import ANONYMOUS, Principal
 from iobridge.cluster.redis import MIRROR_DELAY
 from iobridge.config import Settings
-from iobridge.errors import ConflictError, EventsNotRetained, NotFoundError, TooManyRequests
+from iobridge.errors import (
+    ConflictError,
+    EventsNotRetained,
+    InputError,
+    NotFoundError,
+    TooManyRequests,
+)
 from iobridge.runtime.cluster import LocalCluster, RemoteRun
 from iobridge.runtime.run import Run
 from iobridge.runtime.runlog import DEFAULT_BATCH_BYTES
+from iobridge.store.migrate import upgrade
 
 ONE_NODE = """
 import asyncio, sys
@@ -603,3 +610,154 @@ async def test_a_lost_replica_s_producing_durable_run_is_taken_over_by_a_peer_s_
     assert kinds[-1] == "RUN_FINISHED"
     # A's copy, which went on too, stored nothing: its end write was fenced by the epoch.
     assert [m["content"] for m in stored] == ["go", "first", " second"]
+
+
+async def test_a_result_for_a_durable_run_of_another_replica_is_stored_before_it_is_sent(
+    tmp_path: Path,
+) -> None:
+    """B stores a posted result of A's durable run before forwarding it (the process that
+    continues the run if A is lost finds it): a second post is refused from the store, and a
+    caller acting for another resource is told the run is missing, as on A."""
+    gate = asyncio.Event()
+    seen: list[tuple[str, bool]] = []
+
+    async def asks(ctx: Any) -> AsyncIterator[str]:
+        result = await ctx.call_tool("pick", {})
+        seen.append((result.content, result.is_error))
+        await gate.wait()
+        yield "got it"
+
+    tool = {"name": "pick", "description": "Pick", "parameters": {"type": "object"}}
+    alice = Principal(id="acme", resource_ids=frozenset({"alice"}), default_resource="alice")
+    bob = Principal(id="acme", resource_ids=frozenset({"bob"}), default_resource="bob")
+    database = f"sqlite+aiosqlite:///{tmp_path / 'runs.db'}"
+    await upgrade(database)
+    with redis_server(tmp_path) as url:
+        settings = Settings(database_url=database, redis_url=url, redis_prefix="stored")
+        agents = [FunctionAgent(asks, id="asks", durable=True)]
+        async with Backend(settings, agents=agents) as a, Backend(settings) as b:
+            body = {"threadId": "t", "runId": "r", "tools": [tool], "forwardedProps": {
+                "agentId": "asks"}, "messages": [{"id": "u", "role": "user", "content": "go"}]}
+            run = await a.start_run(alice, body)
+            assert run.durable
+            while b"TOOL_CALL_END" not in b"".join(d for _, d in run.log.entries()):
+                await asyncio.sleep(0.01)
+            call = next(json.loads(d)["toolCallId"] for _, d in run.log.entries()
+                        if b"TOOL_CALL_END" in d)
+            with pytest.raises(NotFoundError) as foreign:
+                await b.submit_tool_result(bob, "r", call, {"content": "bob's"})
+            assert foreign.value.code == "RUN_NOT_FOUND"
+            await b.submit_tool_result(alice, "r", call, {"content": "blue", "isError": True})
+            while not seen:
+                await asyncio.sleep(0.01)
+            assert seen == [("blue", True)]
+            checkpoint = await b.store.load_checkpoint("acme", "r")
+            assert checkpoint is not None and checkpoint.results == {call: ("blue", True)}
+            with pytest.raises(ConflictError) as twice:
+                await b.submit_tool_result(alice, "r", call, {"content": "red"})
+            assert twice.value.code == "TOOL_RESULT_ALREADY_SUBMITTED"
+            assert twice.value.message == "this tool call already has a result"
+            gate.set()
+            await asyncio.wait_for(asyncio.shield(run.task), 10)
+            assert json.loads(run.log.entries()[-1][1])["type"] == "RUN_FINISHED"
+            assert seen == [("blue", True)]
+
+
+async def test_a_result_for_another_resource_s_run_on_another_replica_is_refused_as_missing(
+    tmp_path: Path,
+) -> None:
+    seen: list[str] = []
+
+    async def asks(ctx: Any) -> AsyncIterator[str]:
+        seen.append((await ctx.call_tool("pick", {})).content)
+        yield "got it"
+
+    tool = {"name": "pick", "description": "Pick", "parameters": {"type": "object"}}
+    alice = Principal(id="acme", resource_ids=frozenset({"alice"}), default_resource="alice")
+    bob = Principal(id="acme", resource_ids=frozenset({"bob"}), default_resource="bob")
+    with redis_server(tmp_path) as url:
+        settings = Settings(database_url="memory://", redis_url=url, redis_prefix="foreign")
+        agents = [FunctionAgent(asks, id="asks")]
+        async with Backend(settings, agents=agents) as a, Backend(settings) as b:
+            body = {"threadId": "t", "runId": "r", "tools": [tool], "forwardedProps": {
+                "agentId": "asks"}, "messages": [{"id": "u", "role": "user", "content": "go"}]}
+            run = await a.start_run(alice, body)
+            assert not run.durable
+            while b"TOOL_CALL_END" not in b"".join(d for _, d in run.log.entries()):
+                await asyncio.sleep(0.01)
+            call = next(json.loads(d)["toolCallId"] for _, d in run.log.entries()
+                        if b"TOOL_CALL_END" in d)
+            with pytest.raises(NotFoundError) as foreign:
+                await b.submit_tool_result(bob, "r", call, {"content": "bob's"})
+            assert foreign.value.code == "RUN_NOT_FOUND"
+            with pytest.raises(NotFoundError) as foreign:
+                await b.cancel_run(bob, "r")
+            assert foreign.value.code == "RUN_NOT_FOUND"
+            followed = await b.find_run(alice, "r")
+            assert isinstance(followed, RemoteRun)
+            await b.submit_tool_result(alice, "r", call, {"content": "alice's"})
+            sink = CollectingSink()
+            async with asyncio.timeout(10):  # a hang guard
+                await b.follow(followed, sink)
+            assert sink.ending == "end" and sink.events == run.log.entries()
+            assert seen == ["alice's"]
+            # The ended run's last event is a cursor to resume from; one beyond it is not.
+            last = run.log.last_seq
+            ended, cursor = await b.resume(alice, "r", str(last))
+            assert isinstance(ended, RemoteRun) and ended.ended and cursor.seq == last
+            with pytest.raises(InputError) as beyond:
+                await b.resume(alice, "r", str(last + 1))
+            assert beyond.value.code == "INVALID_CURSOR"
+
+
+class _QuietSink(CollectingSink):
+    """A ``CollectingSink`` whose connection breaks when it is first kept alive."""
+
+    async def keep_alive(self) -> None:
+        await super().keep_alive()
+        raise ConnectionResetError("the client went away")
+
+
+@pytest.mark.parametrize(("server_grace", "follower_grace"), [(0, 3600), (3600, 0)])
+async def test_a_follower_on_another_replica_is_kept_alive_and_leaves_with_its_own_grace(
+    tmp_path: Path, server_grace: float, follower_grace: float
+) -> None:
+    """B's follower of A's waiting run gets keep-alives while nothing happens; when it
+    leaves (its connection broke), the run waits out the grace that follower asked for,
+    not the server's: with an hour the result posted after it left still reaches the run,
+    with none the run is cancelled."""
+    seen: list[str] = []
+
+    async def asks(ctx: Any) -> AsyncIterator[str]:
+        seen.append((await ctx.call_tool("pick", {})).content)
+        yield "got it"
+
+    tool = {"name": "pick", "description": "Pick", "parameters": {"type": "object"}}
+    with redis_server(tmp_path) as url:
+        settings = Settings(database_url="memory://", redis_url=url, redis_prefix="grace",
+                            detach_grace_seconds=server_grace)
+        async with Backend(settings, agents=[FunctionAgent(asks, id="asks")]) as a, \
+                Backend(settings) as b:
+            body = {"threadId": "t", "runId": "r", "tools": [tool], "forwardedProps": {
+                "agentId": "asks"}, "messages": [{"id": "u", "role": "user", "content": "go"}]}
+            run = await a.start_run(ANONYMOUS, body)
+            while b"TOOL_CALL_END" not in b"".join(d for _, d in run.log.entries()):
+                await asyncio.sleep(0.01)
+            call = next(json.loads(d)["toolCallId"] for _, d in run.log.entries()
+                        if b"TOOL_CALL_END" in d)
+            remote = await b.find_run(ANONYMOUS, "r")
+            assert isinstance(remote, RemoteRun)
+            sink = _QuietSink()
+            with pytest.raises(ConnectionResetError):
+                async with asyncio.timeout(10):  # a hang guard
+                    await b.follow(remote, sink, idle=0.05, detach_grace=follower_grace)
+            assert sink.keep_alives == 1
+            assert [n for n, _ in sink.events] == [n for n, _ in run.log.entries()]
+            if follower_grace:
+                await b.submit_tool_result(ANONYMOUS, "r", call, {"content": "blue"})
+            await asyncio.wait_for(asyncio.shield(run.task), 10)
+            end = json.loads(run.log.entries()[-1][1])
+            if follower_grace:
+                assert seen == ["blue"] and end["type"] == "RUN_FINISHED"
+            else:
+                assert seen == [] and end["outcome"] == {"type": "cancelled"}

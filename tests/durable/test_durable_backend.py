@@ -12,7 +12,9 @@ from typing import Any
 import orjson
 import pytest
 from tests.agents.fake_openai import FakeOpenAI, calls, text
+from tests.cluster.replicas import redis_server
 from tests.durable.streams import assert_valid_stream, follow, number
+from tests.helpers import CollectingSink
 
 from iobridge.agents.context import RunContext
 from iobridge.agents.function import FunctionAgent
@@ -22,7 +24,15 @@ from iobridge.agents.providers import build_model
 from iobridge.app import Backend
 from iobridge.auth import ANONYMOUS
 from iobridge.config import Settings
-from iobridge.errors import ConflictError, NotFoundError, PayloadTooLarge, TooManyRequests
+from iobridge.errors import (
+    ConflictError,
+    EventsNotRetained,
+    InputError,
+    NotFoundError,
+    PayloadTooLarge,
+    TooManyRequests,
+)
+from iobridge.runtime.cluster import RemoteRun
 from iobridge.runtime.run import Run
 from iobridge.store.migrate import upgrade
 
@@ -294,3 +304,195 @@ async def test_a_function_agent_without_durable_keeps_server_shutdown(tmp_path: 
         await dropped(b, "r1")
         await b.shutdown()
         assert (await until(run, "RUN_ERROR"))[-1][1]["code"] == "SERVER_SHUTDOWN"
+
+
+async def test_a_result_posted_to_a_live_durable_run_is_stored_once_before_it_is_used(
+    database_url: str,
+) -> None:
+    gate = asyncio.Event()
+    seen: list[str] = []
+
+    async def asks(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        seen.append((await ctx.call_tool("get_weather", {"city": "Oslo"})).content)
+        await gate.wait()
+        yield "noted"
+
+    agent = FunctionAgent(asks, id="asks", durable=True)
+    async with Backend(Settings(database_url=database_url), agents=[agent]) as b:
+        run = await b.start_run(ANONYMOUS, {**body(), "forwardedProps": {"agentId": "asks"}})
+        assert run.durable
+        call = (await until(run, "TOOL_CALL_END"))[-1][1]["toolCallId"]
+        await b.submit_tool_result(ANONYMOUS, "r1", call, {"content": "sunny"})
+        async with asyncio.timeout(10):
+            while not seen:
+                await asyncio.sleep(0.01)
+        checkpoint = await b.store.load_checkpoint("anonymous", "r1")
+        assert checkpoint is not None and checkpoint.results == {call: ("sunny", False)}
+        with pytest.raises(ConflictError):
+            await b.submit_tool_result(ANONYMOUS, "r1", call, {"content": "rain"})
+        gate.set()
+        assert (await until(run, "RUN_FINISHED"))[-1][1]["type"] == "RUN_FINISHED"
+    assert seen == ["sunny"]
+
+
+class _TaggedSink(CollectingSink):
+    """A ``CollectingSink`` that keeps each event's open-state tag as well."""
+
+    def __init__(self, stop_after: int | None = None) -> None:
+        super().__init__(stop_after)
+        self.tags: list[bytes | None] = []
+
+    async def send(
+        self, events: list[tuple[int, bytes]], *, last: bool, tags: list[bytes] | None = None
+    ) -> bool:
+        self.tags += tags if tags is not None else [None] * len(events)
+        return await super().send(events, last=last, tags=tags)
+
+
+async def test_a_continued_run_followed_from_an_earlier_epoch_is_caught_up_or_refused(
+    database_url: str, fake_openai: FakeOpenAI
+) -> None:
+    """A follower of the run's first holder comes to the process that continued it: from
+    the start (nothing, or nothing open) it gets the run's start and the conversation at the
+    point; with an N-PAMP cursor (the number alone) it is told the events are gone; with a
+    cursor of a later epoch than the run's it is refused."""
+    fake_openai.push(calls(("c1", "get_weather", '{"city":"Oslo"}'), say="Let me check."),
+                     text("Sunny."))
+    async with backend(database_url, fake_openai) as first:
+        await first.start_run(ANONYMOUS, {**body(), "parentRunId": "p0",
+                                          "state": {"city": "Oslo"}})
+        head = await follow(first, "r1", until="TOOL_CALL_END")
+        async with asyncio.timeout(10):
+            while (c := await first.store.load_checkpoint("anonymous", "r1")) is None or (
+                c.phase != "parked"
+            ):
+                await asyncio.sleep(0.02)
+    call = head[-1][1]["toolCallId"]
+    async with backend(database_url, fake_openai) as second:
+        again = second.get_run(ANONYMOUS, "r1")
+        assert again.ids is not None and again.ids.epoch == 1
+        for start in (None, "0"):
+            caught = await follow(second, "r1", after=start, until="STATE_SNAPSHOT")
+            kinds = [e for _, e in caught]
+            assert [e["type"] for e in kinds] == ["RUN_STARTED", "MESSAGES_SNAPSHOT",
+                                                  "STATE_SNAPSHOT"]
+            assert (kinds[0]["threadId"], kinds[0]["runId"], kinds[0]["parentRunId"]) == (
+                "t1", "r1", "p0")
+            snapshot = kinds[1]["messages"]
+            assert [m["role"] for m in snapshot] == ["user", "assistant"]
+            assert snapshot[0]["id"] == "u-r1" and snapshot[1]["toolCalls"][0]["id"] == call
+            assert kinds[2]["snapshot"] == {"city": "Oslo"}
+        # Backend.follow with no cursor at all: the same catch-up, in one batch not the last.
+        fresh = _TaggedSink(stop_after=1)
+        await second.follow(again, fresh, detach_grace=3600)
+        assert [orjson.loads(d)["type"] for _, d in fresh.events] == [
+            "RUN_STARTED", "MESSAGES_SNAPSHOT", "STATE_SNAPSHOT"]
+        assert fresh.lasts == [False] and fresh.ending is None  # it stopped taking them
+        # From the client's TOOL_CALL_END: its step is closed, its call stays open.
+        tagged = _TaggedSink(stop_after=1)
+        resumed, cursor = await second.resume(ANONYMOUS, "r1", head[-1][0])
+        await second.follow(resumed, tagged, after=cursor, detach_grace=3600)
+        assert tagged.events[0][0] == number(head[-1][0]) + 1
+        assert [orjson.loads(d)["type"] for _, d in tagged.events] == [
+            "STEP_FINISHED", "MESSAGES_SNAPSHOT", "STATE_SNAPSHOT"]
+        assert tagged.tags == [f"~p:{call}".encode()] * 3
+        # An N-PAMP cursor says nothing of what is open: nothing to catch up from.
+        resumed, cursor = await second.resume(ANONYMOUS, "r1", number(head[-1][0]))
+        cut = CollectingSink()
+        await second.follow(resumed, cut, after=cursor, detach_grace=3600)
+        assert cut.ending == "cut_off" and cut.events == []
+        assert isinstance(cut.error, EventsNotRetained)
+        assert cut.error.first_retained == again.log.first_seq
+        with pytest.raises(InputError) as later:
+            await second.follow(again, CollectingSink(), after=(2 << 32) + 1)
+        assert later.value.code == "INVALID_CURSOR"
+        await second.submit_tool_result(ANONYMOUS, "r1", call, {"content": '{"t":21}'})
+        assert (await until(again, "RUN_FINISHED"))[-1][1]["type"] == "RUN_FINISHED"
+        # Once the run concluded, the conversation is the thread's: caught up from it.
+        ended = await follow(second, "r1")
+        assert [e["type"] for _, e in ended] == ["RUN_STARTED", "MESSAGES_SNAPSHOT",
+                                                 "RUN_FINISHED"]
+        assert ended[1][1]["messages"] == await stored(second)
+        assert [m["role"] for m in ended[1][1]["messages"]] == [
+            "user", "assistant", "tool", "assistant"]
+
+
+async def test_a_continued_run_has_its_own_agent_and_counts_against_its_caller(
+    database_url: str, fake_openai: FakeOpenAI
+) -> None:
+    """The process that continues a parked run runs the run's agent (not the default one),
+    and counts the run against the limits of the caller it started for."""
+
+    async def default(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        yield "the default agent"
+
+    fake_openai.push(calls(("c1", "get_weather", '{"city":"Oslo"}')), text("Sunny."))
+    agents = [FunctionAgent(default, id="default"), model_agent(fake_openai.base_url)]
+    async with Backend(Settings(database_url=database_url), agents=agents) as first:
+        run = await first.start_run(ANONYMOUS, body())
+        call = (await until(run, "TOOL_CALL_END"))[-1][1]["toolCallId"]
+        async with asyncio.timeout(10):
+            while (c := await first.store.load_checkpoint("anonymous", "r1")) is None or (
+                c.phase != "parked"
+            ):
+                await asyncio.sleep(0.02)
+    settings = Settings(database_url=database_url, max_active_runs_per_principal=1)
+    async with Backend(settings, agents=agents) as second:
+        again = second.get_run(ANONYMOUS, "r1")
+        assert again.agent_id == "planner"
+        other = {**body(thread="t2", run="r2"), "forwardedProps": {"agentId": "default"}}
+        with pytest.raises(TooManyRequests):
+            await second.start_run(ANONYMOUS, other)
+        await second.submit_tool_result(ANONYMOUS, "r1", call, {"content": '{"t":21}'})
+        tail = await until(again, "RUN_FINISHED")
+        assert tail[-1][1]["type"] == "RUN_FINISHED"
+        assert "".join(e["delta"] for _, e in tail if e["type"] == "TEXT_MESSAGE_CONTENT") \
+            == "Sunny."
+
+
+async def test_a_follower_on_another_replica_is_caught_up_from_the_continued_run_s_point(
+    tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    """A run parked by a replica that stopped is continued by another (epoch 1); a client
+    that had it up to its TOOL_CALL_END on the first comes back through a third replica: it
+    is caught up from the point in the store (its step closed, its call still open), then
+    follows the continued run to its end through the shared log."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'replicas.db'}"
+    await upgrade(url)
+    fake_openai.push(calls(("c1", "get_weather", '{"city":"Oslo"}'), say="Let me check."),
+                     text("Sunny."))
+    with redis_server(tmp_path) as redis_url:
+        settings = Settings(database_url=url, redis_url=redis_url, redis_prefix="epochs")
+        agents = [model_agent(fake_openai.base_url)]
+        async with Backend(settings, agents=agents) as first:
+            await first.start_run(ANONYMOUS, body())
+            head = await follow(first, "r1", until="TOOL_CALL_END")
+            async with asyncio.timeout(10):
+                while (c := await first.store.load_checkpoint("anonymous", "r1")) is None or (
+                    c.phase != "parked"
+                ):
+                    await asyncio.sleep(0.02)
+        call = head[-1][1]["toolCallId"]
+        async with Backend(settings, agents=agents) as second, Backend(settings) as third:
+            continued, _ = await second.resume(ANONYMOUS, "r1", None)
+            assert isinstance(continued, Run) and continued.ids is not None
+            assert continued.ids.epoch == 1
+            remote, cursor = await third.resume(ANONYMOUS, "r1", head[-1][0])
+            assert isinstance(remote, RemoteRun) and remote.epoch == 1
+            caught = _TaggedSink(stop_after=1)
+            await third.follow(remote, caught, after=cursor, detach_grace=3600)
+            assert [orjson.loads(d)["type"] for _, d in caught.events] == [
+                "STEP_FINISHED", "MESSAGES_SNAPSHOT", "STATE_SNAPSHOT"]
+            assert caught.tags == [f"~p:{call}".encode()] * 3
+            snapshot = orjson.loads(caught.events[1][1])["messages"]
+            assert [m["role"] for m in snapshot] == ["user", "assistant"]
+            await third.submit_tool_result(ANONYMOUS, "r1", call, {"content": '{"t":21}'})
+            tail = await follow(third, "r1", after=head[-1][0], until="RUN_FINISHED")
+            assert_valid_stream(head + tail, thread_id="t1", run_id="r1")
+            kinds = [e["type"] for _, e in tail]
+            assert kinds[:2] == ["STEP_FINISHED", "MESSAGES_SNAPSHOT"]
+            # The result reaches the client as an event, or in the snapshot of a later point.
+            roles = [m["role"] for m in tail[1][1]["messages"]]
+            assert ("TOOL_CALL_RESULT" in kinds) != ("tool" in roles)
+            assert "".join(e["delta"] for _, e in tail if e["type"] == "TEXT_MESSAGE_CONTENT") \
+                == "Sunny."

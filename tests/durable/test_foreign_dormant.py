@@ -16,7 +16,7 @@ import jwt
 import pytest
 from tests.agents.fake_openai import FakeOpenAI, calls, text
 from tests.durable.test_durable_backend import body, model_agent, stored, until
-from tests.helpers import app_client
+from tests.helpers import CollectingSink, app_client
 from tests.npamp_server import conftest as npamp
 
 from iobridge.app import Backend
@@ -28,6 +28,7 @@ from iobridge.npamp.handshake import IdentityKey
 from iobridge.npamp_server import client as agui_client
 from iobridge.npamp_server.client import RunRefused
 from iobridge.npamp_server.server import AgUiServer
+from iobridge.runtime.run import Run
 
 SECRET = "test-secret-that-is-long-enough-for-hs256!"
 ALICE = Principal(id="acme", resource_ids=frozenset({"alice"}), default_resource="alice")
@@ -169,3 +170,36 @@ async def test_over_npamp_another_resource_s_dormant_run_answers_like_a_missing_
         assert answer == {"status": "accepted"}
         await _finishes_with(backend, "alice's pick")
 
+
+
+def _jwt_settings(database_url: str) -> Settings:
+    return Settings(database_url=database_url, auth=AuthSettings(mode="jwt", jwt=JwtSettings(
+        key=SECRET, principal_claim="org", resource_claim="sub")))
+
+
+async def test_the_owner_resuming_her_dormant_run_continues_it_here_and_is_caught_up(
+    database_url: str, fake_openai: FakeOpenAI
+) -> None:
+    async with Backend(_jwt_settings(database_url),
+                       agents=[model_agent(fake_openai.base_url)]) as backend:
+        call = await _dormant(backend, fake_openai)
+        run, cursor = await backend.resume(ALICE, "r1", None)
+        assert isinstance(run, Run) and run.ids is not None and run.ids.epoch == 1
+        sink = CollectingSink(stop_after=1)
+        await backend.follow(run, sink, after=cursor, detach_grace=3600)
+        assert [json.loads(d)["type"] for _, d in sink.events] == [
+            "RUN_STARTED", "MESSAGES_SNAPSHOT", "STATE_SNAPSHOT"]
+        await backend.submit_tool_result(ALICE, "r1", call, {"content": "alice's pick"})
+        await _finishes_with(backend, "alice's pick")
+
+
+async def test_the_owner_cancelling_her_dormant_run_ends_it(
+    database_url: str, fake_openai: FakeOpenAI
+) -> None:
+    async with Backend(_jwt_settings(database_url),
+                       agents=[model_agent(fake_openai.base_url)]) as backend:
+        await _dormant(backend, fake_openai)
+        assert await backend.cancel_run(ALICE, "r1") is True
+        again = backend.get_run(ALICE, "r1")
+        ended = await until(again, "RUN_FINISHED")
+        assert ended[-1][1]["outcome"] == {"type": "cancelled"}

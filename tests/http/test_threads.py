@@ -311,3 +311,139 @@ async def test_a_thread_read_after_run_started_waits_for_the_runs_start_write(
                 assert live.runtime.start_writes("fresh") == {}
         finally:
             lock.close()
+
+
+def _call(call_id: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+
+
+def _tool(message_id: str, call_id: str) -> dict[str, Any]:
+    return {"id": message_id, "role": "tool", "toolCallId": call_id, "content": "done"}
+
+
+#: A conversation with tool calls: a1's three results and a3's one.
+CALLS: list[dict[str, Any]] = [
+    {"id": "u1", "role": "user", "content": "hi"},
+    {"id": "u2", "role": "user", "content": "do three things"},
+    {"id": "a1", "role": "assistant", "toolCalls": [_call("c1"), _call("c2"), _call("c3")]},
+    _tool("t1", "c1"), _tool("t2", "c2"), _tool("t3", "c3"),
+    {"id": "a2", "role": "assistant", "content": "done"},
+    {"id": "u3", "role": "user", "content": "one more"},
+    {"id": "a3", "role": "assistant", "toolCalls": [_call("c4")]},
+    _tool("t4", "c4"),
+]
+#: A history that starts with tool results (their call was never stored).
+ORPHANS: list[dict[str, Any]] = [
+    _tool("t0", "c0"), _tool("t1", "c1"),
+    {"id": "u1", "role": "user", "content": "and then?"},
+    {"id": "a1", "role": "assistant", "content": "nothing"},
+]
+HISTORIES = {"calls": CALLS, "orphans": ORPHANS}
+# (history, query, the page's message ids, its nextCursor). A page never starts inside a
+# run of tool results whose call is older: it grows back to the assistant message.
+PAGES: list[tuple[str, dict[str, Any], list[str], str | None]] = [
+    ("calls", {"limit": 1}, ["a3", "t4"], "a3"),
+    ("calls", {"limit": 2, "before": "a2"}, ["a1", "t1", "t2", "t3"], "a1"),
+    ("calls", {"limit": 2, "before": "t3"}, ["a1", "t1", "t2"], "a1"),
+    ("calls", {"limit": 3, "before": "u3"}, ["a1", "t1", "t2", "t3", "a2"], "a1"),
+    ("calls", {"limit": 1, "before": "t2"}, ["a1", "t1"], "a1"),
+    ("calls", {"limit": 9}, [m["id"] for m in CALLS[1:]], "u2"),
+    ("calls", {"limit": 10}, [m["id"] for m in CALLS], None),
+    ("calls", {"limit": 50}, [m["id"] for m in CALLS], None),
+    ("calls", {"limit": 2, "before": "u2"}, ["u1"], None),
+    ("calls", {"limit": 2, "before": "u1"}, [], None),
+    ("calls", {"before": "a2"}, ["u1", "u2", "a1", "t1", "t2", "t3"], None),
+    ("calls", {"before": "u1"}, [], None),
+    ("orphans", {"limit": 1, "before": "u1"}, ["t0", "t1"], None),
+    ("orphans", {"limit": 2, "before": "a1"}, ["t0", "t1", "u1"], None),
+]
+
+
+async def _message_page(
+    client: httpx.AsyncClient, thread_id: str, **params: Any
+) -> tuple[list[str], str | None]:
+    response = await client.get(
+        f"{BASE}/threads/{thread_id}/messages", params={"format": "agui", **params}
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    return [m["id"] for m in body["messages"]], body.get("nextCursor")
+
+
+async def _current_and_earlier(
+    client: httpx.AsyncClient, store: ThreadStore, history: list[dict[str, Any]]
+) -> None:
+    """Thread ``now`` holds ``history`` on its current branch; thread ``then`` on its
+    earlier branch ``main`` (a regenerate from the first message started branch ``b1``)."""
+    for thread_id in ("now", "then"):
+        await client.post(f"{BASE}/threads", json={"id": thread_id})
+        await store.append_messages(thread_id, history)
+    await store.fork_branch("then", history[0]["id"], "b1", max_branches=4)
+    await store.append_messages("then", [{"id": "n1", "role": "user", "content": "new"}])
+
+
+@pytest.mark.parametrize(("history", "query", "ids", "cursor"), PAGES)
+async def test_message_pages_of_the_current_and_an_earlier_branch(
+    client: httpx.AsyncClient,
+    store: ThreadStore,
+    history: str,
+    query: dict[str, Any],
+    ids: list[str],
+    cursor: str | None,
+) -> None:
+    await _current_and_earlier(client, store, HISTORIES[history])
+    assert await _message_page(client, "now", **query) == (ids, cursor)
+    assert await _message_page(client, "then", branch="main", **query) == (ids, cursor)
+    # Naming the current branch reads it like naming none.
+    assert await _message_page(client, "now", branch="main", **query) == (ids, cursor)
+
+
+@pytest.mark.parametrize("store", ["sqlite"], indirect=True)
+async def test_a_page_grows_back_over_tool_results_only_up_to_the_page_bound(
+    client: httpx.AsyncClient, store: ThreadStore
+) -> None:
+    results = [_tool(f"t{i}", f"c{i}") for i in range(1001)]
+    history: list[dict[str, Any]] = [
+        {"id": "u0", "role": "user", "content": "call f 1001 times"},
+        {"id": "a0", "role": "assistant", "toolCalls": [_call(f"c{i}") for i in range(1001)]},
+        *results,
+    ]
+    await _current_and_earlier(client, store, history)
+    newest = [m["id"] for m in results[1:]]
+    for query in ({"limit": 999}, {"limit": 1000}):
+        assert await _message_page(client, "now", **query) == (newest, "t1")
+        assert await _message_page(client, "then", branch="main", **query) == (newest, "t1")
+    rest = ["u0", "a0", "t0"]
+    assert await _message_page(client, "now", limit=10, before="t1") == (rest, None)
+    earlier = await _message_page(client, "then", branch="main", limit=10, before="t1")
+    assert earlier == (rest, None)
+
+
+@pytest.mark.parametrize("store", ["sqlite"], indirect=True)
+async def test_an_earlier_branch_refuses_unknown_branches_and_cursors(
+    client: httpx.AsyncClient, store: ThreadStore
+) -> None:
+    await _current_and_earlier(client, store, CALLS)
+    url = f"{BASE}/threads/then/messages"
+    unknown = await client.get(url, params={"branch": "nope"})
+    assert_error(unknown, 404, "BRANCH_NOT_FOUND")
+    assert "'nope'" in unknown.json()["error"]["message"]
+    too_long = await client.get(url, params={"branch": "x" * 257})
+    assert_error(too_long, 400, "INVALID_ID")
+    assert too_long.json()["error"]["message"].startswith("branch ")
+    empty = await client.get(url, params={"branch": ""})
+    assert_error(empty, 400, "INVALID_ID")
+    assert empty.json()["error"]["message"].startswith("branch ")
+    # n1 is a message of the current branch only; "zz" of none.
+    for before in ("n1", "zz"):
+        for limit in ({}, {"limit": 2}):
+            refused = await client.get(url, params={"branch": "main", "before": before, **limit})
+            assert_error(refused, 400, "INVALID_CURSOR")
+            assert repr(before) in refused.json()["error"]["message"]
+    assert await _message_page(client, "then", branch="b1", before="n1") == ([], None)
+    switch = await client.patch(f"{BASE}/threads/then", json={"currentBranch": "nope"})
+    assert_error(switch, 404, "BRANCH_NOT_FOUND")
+    assert "'nope'" in switch.json()["error"]["message"]
+    switched = await client.patch(f"{BASE}/threads/then", json={"currentBranch": "main"})
+    assert switched.status_code == 200, switched.text
+    assert await _message_page(client, "then", limit=1) == (["a3", "t4"], "a3")
