@@ -69,7 +69,16 @@ class Relay:
 
     def close(self) -> None:
         self.cut()
+        self._call(self._finish())
         self._loop.call_soon_threadsafe(self._loop.stop)
+
+    async def _finish(self) -> None:
+        """Let the relayed connections' tasks end before the loop stops (no task is left
+        pending for the garbage collector to complain about)."""
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class SilentServer:
