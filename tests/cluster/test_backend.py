@@ -494,6 +494,32 @@ async def test_a_follower_goes_on_where_a_stopped_replica_s_durable_run_is_conti
             assert text == "got blue"
 
 
+@contextlib.asynccontextmanager
+async def _a_behind_a_relay(
+    tmp_path: Path, prefix: str, agent: FunctionAgent
+) -> AsyncIterator[tuple[Backend, Backend, Relay]]:
+    """Replicas A and B on one SQLite file and one Redis, A's Redis connection through a relay
+    the test may freeze (A then lives on, its store reachable, its heartbeats gone)."""
+    with redis_server(tmp_path) as url:
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        relay = Relay(("127.0.0.1", port))
+        relay.restore()
+        common = {"database_url": f"sqlite:///{tmp_path}/runs.db", "redis_prefix": prefix,
+                  "heartbeat_seconds": 0.1, "owner_lost_seconds": 0.3}
+        a = Backend(Settings(redis_url=f"redis://127.0.0.1:{relay.port}/0", **common),
+                    agents=[agent])
+        try:
+            async with Backend(Settings(redis_url=url, **common), agents=[agent]) as b:
+                await a.__aenter__()
+                yield a, b, relay
+        finally:
+            relay.frozen = False
+            if a.is_open:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(a.__aexit__(None, None, None), 10)
+            relay.close()
+
+
 async def test_a_follower_of_a_lost_replica_s_run_gets_run_lost(tmp_path: Path) -> None:
     """A's Redis stops answering mid-run (its heartbeats stop, as a frozen process's do): the
     run is not durable, so B's follower, once A's heartbeat is past ``owner_lost_seconds``,
@@ -506,48 +532,37 @@ async def test_a_follower_of_a_lost_replica_s_run_gets_run_lost(tmp_path: Path) 
         await gate.wait()
         yield "never shared"
 
-    with redis_server(tmp_path) as url:
-        port = int(url.rsplit(":", 1)[1].split("/")[0])
-        relay = Relay(("127.0.0.1", port))
-        relay.restore()
-        common = {"database_url": f"sqlite:///{tmp_path}/runs.db", "redis_prefix": "lost",
-                  "heartbeat_seconds": 0.1, "owner_lost_seconds": 0.3}
-        agent = FunctionAgent(waits, id="waits")
-        via_relay = Settings(redis_url=f"redis://127.0.0.1:{relay.port}/0", **common)
-        a = Backend(via_relay, agents=[agent])
-        try:
-            async with Backend(Settings(redis_url=url, **common), agents=[agent]) as b:
-                await a.__aenter__()
-                body = {"threadId": "t", "runId": "r", "forwardedProps": {"agentId": "waits"},
-                        "messages": [{"id": "u", "role": "user", "content": "go"}]}
-                run = await a.start_run(ANONYMOUS, body)
-                remote = await b.find_run(ANONYMOUS, "r")
-                assert isinstance(remote, RemoteRun)
-                sink = CollectingSink()
-                follower = asyncio.create_task(b.follow(remote, sink))
-                async with asyncio.timeout(10):  # a hang guard, not a timing check
-                    while not any(b"TEXT_MESSAGE_CONTENT" in d for _, d in sink.events):
-                        await asyncio.sleep(0.01)
-                relay.freeze()  # A is cut off from Redis: no heartbeat, nothing shared
-                async with asyncio.timeout(20):
-                    await follower
-                last = json.loads(sink.events[-1][1])
-                assert (last["type"], last["code"]) == ("RUN_ERROR", "RUN_LOST")
-                kinds = [json.loads(d)["type"] for _, d in sink.events]
-                assert kinds.count("RUN_STARTED") == 1 and "never shared" not in str(sink.events)
-                assert not run.log.closed  # A itself never knew
-                gate.set()
-        finally:
-            relay.frozen = False  # A may close now
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(a.__aexit__(None, None, None), 10)
-            relay.close()
+    async with _a_behind_a_relay(tmp_path, "lost", FunctionAgent(waits, id="waits")) as (
+            a, b, relay):
+        body = {"threadId": "t", "runId": "r", "forwardedProps": {"agentId": "waits"},
+                "messages": [{"id": "u", "role": "user", "content": "go"}]}
+        run = await a.start_run(ANONYMOUS, body)
+        remote = await b.find_run(ANONYMOUS, "r")
+        assert isinstance(remote, RemoteRun)
+        sink = CollectingSink()
+        follower = asyncio.create_task(b.follow(remote, sink))
+        async with asyncio.timeout(10):  # a hang guard, not a timing check
+            while not any(b"TEXT_MESSAGE_CONTENT" in d for _, d in sink.events):
+                await asyncio.sleep(0.01)
+        relay.freeze()  # A is cut off from Redis: no heartbeat, nothing shared
+        async with asyncio.timeout(20):
+            await follower
+        last = json.loads(sink.events[-1][1])
+        assert (last["type"], last["code"]) == ("RUN_ERROR", "RUN_LOST")
+        kinds = [json.loads(d)["type"] for _, d in sink.events]
+        assert kinds.count("RUN_STARTED") == 1 and "never shared" not in str(sink.events)
+        assert not run.log.closed  # A itself never knew
+        gate.set()
 
 
-async def _swept(tmp_path: Path) -> tuple[Run, list[dict[str, Any]]]:
+async def test_a_lost_replica_s_producing_durable_run_is_taken_over_by_a_peer_s_sweep(
+    tmp_path: Path,
+) -> None:
     """A durable run producing on A (past its first step's point) when A is cut off from
-    Redis, its store still reachable: the run B's sweep continued, and the thread's messages
-    once both copies ended (A's copy ends without a terminal event: it was taken over)."""
+    Redis, its store still reachable: B's sweep finds A lost and continues the run from that
+    point (epoch 1), without the step done before it, to RUN_FINISHED. A's copy goes on too,
+    but its end write is fenced by the epoch: it stores nothing and ends without a terminal
+    event, and the thread holds both steps' replies once."""
     gate = asyncio.Event()
 
     async def steps(ctx: Any) -> AsyncIterator[AgentOutput]:
@@ -560,56 +575,32 @@ async def _swept(tmp_path: Path) -> tuple[Run, list[dict[str, Any]]]:
         yield " second"
         yield StepFinished(name="two")
 
-    with redis_server(tmp_path) as url:
-        port = int(url.rsplit(":", 1)[1].split("/")[0])
-        relay = Relay(("127.0.0.1", port))
-        relay.restore()
-        common = {"database_url": f"sqlite:///{tmp_path}/runs.db", "redis_prefix": "sweep",
-                  "heartbeat_seconds": 0.1, "owner_lost_seconds": 0.3}
-        agent = FunctionAgent(steps, id="steps", durable=True)
-        a = Backend(Settings(redis_url=f"redis://127.0.0.1:{relay.port}/0", **common),
-                    agents=[agent])
-        try:
-            async with Backend(Settings(redis_url=url, **common), agents=[agent]) as b:
-                await a.__aenter__()
-                body = {"threadId": "t", "runId": "r", "forwardedProps": {"agentId": "steps"},
-                        "messages": [{"id": "u", "role": "user", "content": "go"}]}
-                first = await a.start_run(ANONYMOUS, body)
-                async with asyncio.timeout(10):  # a hang guard, not a timing check
-                    while (point := await b.store.load_checkpoint("anonymous", "r")) is None \
-                            or point.phase != "running" or not point.point.get("messages"):
-                        await asyncio.sleep(0.01)
-                relay.freeze()  # A goes silent: its heartbeat stops
-                async with asyncio.timeout(20):
-                    while (taken := b.runtime.find("anonymous", "r")) is None:
-                        await asyncio.sleep(0.02)
-                assert isinstance(taken, Run)
-                gate.set()  # both copies go on
-                assert taken.task is not None
-                await asyncio.wait_for(asyncio.shield(taken.task), 10)
-                relay.frozen = False
-                await asyncio.wait_for(a.__aexit__(None, None, None), 20)
-                copy = first.log.entries(first.log.first_seq - 1)
-                assert first.log.closed and b"RUN_FINISHED" not in copy[-1][1]
-                return taken, await b.store.list_messages("t")
-        finally:
-            relay.frozen = False
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(a.__aexit__(None, None, None), 10)
-            relay.close()
-
-
-async def test_a_lost_replica_s_producing_durable_run_is_taken_over_by_a_peer_s_sweep(
-    tmp_path: Path,
-) -> None:
-    """B's sweep finds A lost and continues the run from its last point (epoch 1), without
-    the step done before it, to RUN_FINISHED; the thread holds both steps' replies once."""
-    taken, stored = await _swept(tmp_path)
-    assert taken.ids is not None and taken.ids.epoch == 1
-    kinds = [json.loads(d)["type"] for _, d in taken.log.entries(taken.log.first_seq - 1)]
-    assert kinds[-1] == "RUN_FINISHED"
-    # A's copy, which went on too, stored nothing: its end write was fenced by the epoch.
-    assert [m["content"] for m in stored] == ["go", "first", " second"]
+    agent = FunctionAgent(steps, id="steps", durable=True)
+    async with _a_behind_a_relay(tmp_path, "sweep", agent) as (a, b, relay):
+        body = {"threadId": "t", "runId": "r", "forwardedProps": {"agentId": "steps"},
+                "messages": [{"id": "u", "role": "user", "content": "go"}]}
+        first = await a.start_run(ANONYMOUS, body)
+        async with asyncio.timeout(10):  # a hang guard, not a timing check
+            while (point := await b.store.load_checkpoint("anonymous", "r")) is None \
+                    or point.phase != "running" or not point.point.get("messages"):
+                await asyncio.sleep(0.01)
+        relay.freeze()  # A goes silent: its heartbeat stops
+        async with asyncio.timeout(20):
+            while (taken := b.runtime.find("anonymous", "r")) is None:
+                await asyncio.sleep(0.02)
+        assert isinstance(taken, Run)
+        gate.set()  # both copies go on
+        assert taken.task is not None
+        await asyncio.wait_for(asyncio.shield(taken.task), 10)
+        relay.frozen = False
+        await asyncio.wait_for(a.__aexit__(None, None, None), 20)
+        copy = first.log.entries(first.log.first_seq - 1)
+        assert first.log.closed and b"RUN_FINISHED" not in copy[-1][1]
+        assert taken.ids is not None and taken.ids.epoch == 1
+        kinds = [json.loads(d)["type"] for _, d in taken.log.entries(taken.log.first_seq - 1)]
+        assert kinds[-1] == "RUN_FINISHED"
+        stored = await b.store.list_messages("t")
+        assert [m["content"] for m in stored] == ["go", "first", " second"]
 
 
 async def test_a_result_for_a_durable_run_of_another_replica_is_stored_before_it_is_sent(
