@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 from tests.cluster.replicas import redis_server
+from tests.durable.streams import parked
+from tests.durable.test_durable_backend import stepping_agent
 from tests.helpers import CollectingSink
 from tests.relay import Relay
 
 from iobridge.agents.function import FunctionAgent
-from iobridge.agents.outputs import AgentOutput, StepFinished, StepStarted
 from iobridge.app import Backend
 from iobridge.auth import ANONYMOUS, Principal
 from iobridge.cluster.redis import MIRROR_DELAY
@@ -78,6 +79,15 @@ async def test_readiness_reports_redis_going_away(tmp_path: Path) -> None:
     finally:
         stack.close()
     assert isinstance(backend.cluster, LocalCluster)  # closed: back to one process
+
+
+async def _frontend_call(run: Run) -> str:
+    """The id of the run's frontend tool call, once its TOOL_CALL_END is in the log."""
+    async with asyncio.timeout(10):  # a hang guard, not a timing check
+        while b"TOOL_CALL_END" not in b"".join(d for _, d in run.log.entries()):
+            await asyncio.sleep(0.01)
+    return str(next(json.loads(d)["toolCallId"] for _, d in run.log.entries()
+                    if b"TOOL_CALL_END" in d))
 
 
 async def _followed_on(b: Backend, run_id: str) -> list[tuple[int, bytes]]:
@@ -325,10 +335,7 @@ async def test_a_result_and_a_cancel_cross_replicas_typed_and_whole(tmp_path: Pa
             body = {"threadId": "t", "runId": "r", "tools": [tool], "forwardedProps": {
                 "agentId": "asks"}, "messages": [{"id": "u", "role": "user", "content": "go"}]}
             run = await a.start_run(ANONYMOUS, body)
-            while b"TOOL_CALL_END" not in b"".join(d for _, d in run.log.entries()):
-                await asyncio.sleep(0.01)
-            call = next(json.loads(d)["toolCallId"] for _, d in run.log.entries()
-                        if b"TOOL_CALL_END" in d)
+            call = await _frontend_call(run)
             with pytest.raises(NotFoundError) as unknown:
                 await b.submit_tool_result(ANONYMOUS, "r", "no-such-call", {"result": 1})
             assert unknown.value.code == "TOOL_CALL_NOT_FOUND"
@@ -459,14 +466,8 @@ async def test_a_follower_goes_on_where_a_stopped_replica_s_durable_run_is_conti
                         "forwardedProps": {"agentId": "asks"},
                         "messages": [{"id": "u", "role": "user", "content": "go"}]}
                 run = await a.start_run(ANONYMOUS, body)
-                async with asyncio.timeout(10):  # a hang guard, not a timing check
-                    while b"TOOL_CALL_END" not in b"".join(d for _, d in run.log.entries()):
-                        await asyncio.sleep(0.01)
-                    while (point := await a.store.load_checkpoint("anonymous", "r")) is None \
-                            or point.phase != "parked":
-                        await asyncio.sleep(0.01)
-                call = next(json.loads(d)["toolCallId"] for _, d in run.log.entries()
-                            if b"TOOL_CALL_END" in d)
+                call = await _frontend_call(run)
+                await parked(a, "anonymous", "r")
                 remote = await b.find_run(ANONYMOUS, "r")
                 assert isinstance(remote, RemoteRun)
                 sink = CollectingSink()
@@ -564,19 +565,7 @@ async def test_a_lost_replica_s_producing_durable_run_is_taken_over_by_a_peer_s_
     but its end write is fenced by the epoch: it stores nothing and ends without a terminal
     event, and the thread holds both steps' replies once."""
     gate = asyncio.Event()
-
-    async def steps(ctx: Any) -> AsyncIterator[AgentOutput]:
-        if not any(m["role"] == "assistant" for m in ctx.messages):
-            yield StepStarted(name="one")
-            yield "first"
-            yield StepFinished(name="one")
-        yield StepStarted(name="two")
-        await gate.wait()
-        yield " second"
-        yield StepFinished(name="two")
-
-    agent = FunctionAgent(steps, id="steps", durable=True)
-    async with _a_behind_a_relay(tmp_path, "sweep", agent) as (a, b, relay):
+    async with _a_behind_a_relay(tmp_path, "sweep", stepping_agent(gate)) as (a, b, relay):
         body = {"threadId": "t", "runId": "r", "forwardedProps": {"agentId": "steps"},
                 "messages": [{"id": "u", "role": "user", "content": "go"}]}
         first = await a.start_run(ANONYMOUS, body)
@@ -600,7 +589,7 @@ async def test_a_lost_replica_s_producing_durable_run_is_taken_over_by_a_peer_s_
         kinds = [json.loads(d)["type"] for _, d in taken.log.entries(taken.log.first_seq - 1)]
         assert kinds[-1] == "RUN_FINISHED"
         stored = await b.store.list_messages("t")
-        assert [m["content"] for m in stored] == ["go", "first", " second"]
+        assert [m["content"] for m in stored] == ["go", "first", "second"]
 
 
 async def test_a_result_for_a_durable_run_of_another_replica_is_stored_before_it_is_sent(
@@ -631,10 +620,7 @@ async def test_a_result_for_a_durable_run_of_another_replica_is_stored_before_it
                 "agentId": "asks"}, "messages": [{"id": "u", "role": "user", "content": "go"}]}
             run = await a.start_run(alice, body)
             assert run.durable
-            while b"TOOL_CALL_END" not in b"".join(d for _, d in run.log.entries()):
-                await asyncio.sleep(0.01)
-            call = next(json.loads(d)["toolCallId"] for _, d in run.log.entries()
-                        if b"TOOL_CALL_END" in d)
+            call = await _frontend_call(run)
             with pytest.raises(NotFoundError) as foreign:
                 await b.submit_tool_result(bob, "r", call, {"content": "bob's"})
             assert foreign.value.code == "RUN_NOT_FOUND"
@@ -674,10 +660,7 @@ async def test_a_result_for_another_resource_s_run_on_another_replica_is_refused
                 "agentId": "asks"}, "messages": [{"id": "u", "role": "user", "content": "go"}]}
             run = await a.start_run(alice, body)
             assert not run.durable
-            while b"TOOL_CALL_END" not in b"".join(d for _, d in run.log.entries()):
-                await asyncio.sleep(0.01)
-            call = next(json.loads(d)["toolCallId"] for _, d in run.log.entries()
-                        if b"TOOL_CALL_END" in d)
+            call = await _frontend_call(run)
             with pytest.raises(NotFoundError) as foreign:
                 await b.submit_tool_result(bob, "r", call, {"content": "bob's"})
             assert foreign.value.code == "RUN_NOT_FOUND"
@@ -732,10 +715,7 @@ async def test_a_follower_on_another_replica_is_kept_alive_and_leaves_with_its_o
             body = {"threadId": "t", "runId": "r", "tools": [tool], "forwardedProps": {
                 "agentId": "asks"}, "messages": [{"id": "u", "role": "user", "content": "go"}]}
             run = await a.start_run(ANONYMOUS, body)
-            while b"TOOL_CALL_END" not in b"".join(d for _, d in run.log.entries()):
-                await asyncio.sleep(0.01)
-            call = next(json.loads(d)["toolCallId"] for _, d in run.log.entries()
-                        if b"TOOL_CALL_END" in d)
+            call = await _frontend_call(run)
             remote = await b.find_run(ANONYMOUS, "r")
             assert isinstance(remote, RemoteRun)
             sink = _QuietSink()

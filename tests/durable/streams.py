@@ -19,6 +19,16 @@ from iobridge.conformance.check.stream import lifecycle_violations
 Stream = list[tuple[str, dict[str, Any]]]
 
 
+async def parked(backend: Backend, owner: str, run_id: str) -> None:
+    """Until the run's checkpoint says it is parked (its park point is written after the
+    client has the call: not waited for by the run)."""
+    async with asyncio.timeout(10):  # a hang guard, not a timing check
+        while (point := await backend.store.load_checkpoint(owner, run_id)) is None or (
+            point.phase != "parked"
+        ):
+            await asyncio.sleep(0.02)
+
+
 def number(event_id: str) -> int:
     return int(event_id.partition("~")[0])
 

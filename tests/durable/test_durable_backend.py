@@ -13,7 +13,7 @@ import orjson
 import pytest
 from tests.agents.fake_openai import FakeOpenAI, calls, text
 from tests.cluster.replicas import redis_server
-from tests.durable.streams import assert_valid_stream, follow, number
+from tests.durable.streams import assert_valid_stream, follow, number, parked
 from tests.helpers import CollectingSink
 
 from iobridge.agents.context import RunContext
@@ -362,11 +362,7 @@ async def test_a_continued_run_followed_from_an_earlier_epoch_is_caught_up_or_re
         await first.start_run(ANONYMOUS, {**body(), "parentRunId": "p0",
                                           "state": {"city": "Oslo"}})
         head = await follow(first, "r1", until="TOOL_CALL_END")
-        async with asyncio.timeout(10):
-            while (c := await first.store.load_checkpoint("anonymous", "r1")) is None or (
-                c.phase != "parked"
-            ):
-                await asyncio.sleep(0.02)
+        await parked(first, "anonymous", "r1")
     call = head[-1][1]["toolCallId"]
     async with backend(database_url, fake_openai) as second:
         again = second.get_run(ANONYMOUS, "r1")
@@ -431,11 +427,7 @@ async def test_a_continued_run_has_its_own_agent_and_counts_against_its_caller(
     async with Backend(Settings(database_url=database_url), agents=agents) as first:
         run = await first.start_run(ANONYMOUS, body())
         call = (await until(run, "TOOL_CALL_END"))[-1][1]["toolCallId"]
-        async with asyncio.timeout(10):
-            while (c := await first.store.load_checkpoint("anonymous", "r1")) is None or (
-                c.phase != "parked"
-            ):
-                await asyncio.sleep(0.02)
+        await parked(first, "anonymous", "r1")
     settings = Settings(database_url=database_url, max_active_runs_per_principal=1)
     async with Backend(settings, agents=agents) as second:
         again = second.get_run(ANONYMOUS, "r1")
@@ -467,11 +459,7 @@ async def test_a_follower_on_another_replica_is_caught_up_from_the_continued_run
         async with Backend(settings, agents=agents) as first:
             await first.start_run(ANONYMOUS, body())
             head = await follow(first, "r1", until="TOOL_CALL_END")
-            async with asyncio.timeout(10):
-                while (c := await first.store.load_checkpoint("anonymous", "r1")) is None or (
-                    c.phase != "parked"
-                ):
-                    await asyncio.sleep(0.02)
+            await parked(first, "anonymous", "r1")
         call = head[-1][1]["toolCallId"]
         async with Backend(settings, agents=agents) as second, Backend(settings) as third:
             continued, _ = await second.resume(ANONYMOUS, "r1", None)

@@ -15,6 +15,7 @@ from typing import Any
 import jwt
 import pytest
 from tests.agents.fake_openai import FakeOpenAI, calls, text
+from tests.durable.streams import parked
 from tests.durable.test_durable_backend import body, model_agent, stored, until
 from tests.helpers import CollectingSink, app_client
 from tests.npamp_server import conftest as npamp
@@ -48,11 +49,7 @@ async def _dormant(backend: Backend, fake: FakeOpenAI) -> str:
     fake.push(calls(("c1", "get_weather", '{"city":"Oslo"}')), text("Sunny."))
     run = await backend.start_run(ALICE, body())
     call = (await until(run, "TOOL_CALL_END"))[-1][1]["toolCallId"]
-    async with asyncio.timeout(10):
-        while (c := await backend.store.load_checkpoint("acme", "r1")) is None or (
-            c.phase != "parked"
-        ):
-            await asyncio.sleep(0.02)
+    await parked(backend, "acme", "r1")
     backend.runtime.suspend_durable()
     async with asyncio.timeout(10):
         while not run.done:

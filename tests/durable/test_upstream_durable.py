@@ -4,14 +4,13 @@ far. And what discovery says of durability is what the deployment does."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from tests.agents.upstream_apps import WEATHER, Upstream, pydantic_upstream
-from tests.durable.streams import assert_valid_stream, follow
+from tests.durable.streams import assert_valid_stream, follow, parked
 
 from iobridge.agents.upstream import AgUiUpstreamAgent
 from iobridge.app import Backend
@@ -42,11 +41,7 @@ async def test_a_parked_upstream_run_goes_on_in_the_next_backend(
         await first.start_run(ANONYMOUS, body())
         head = await follow(first, "r1", until="TOOL_CALL_END")
         call = head[-1][1]["toolCallId"]
-        async with asyncio.timeout(5):
-            while (point := await first.store.load_checkpoint("anonymous", "r1")) is None or (
-                point.phase != "parked"
-            ):
-                await asyncio.sleep(0.02)
+        await parked(first, "anonymous", "r1")
     # The first process is gone with the run parked on the client's tool.
     async with Backend(settings, agents=[AgUiUpstreamAgent(upstream.url, id="up")]) as second:
         await second.submit_tool_result(ANONYMOUS, "r1", call, {"content": '{"tempC":21}'})
