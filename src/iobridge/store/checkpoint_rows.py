@@ -13,7 +13,8 @@ post finds it and is refused, and a continued run never asks for it again.
 
 Writes are compare-and-set on ``epoch``: a process that took the run over (epoch + 1) makes
 the previous holder's later points and its end write fail (``CheckpointSuperseded``), so
-exactly one process continues a run and stores its reply. The statements are built once (bound parameters).
+exactly one process continues a run and stores its reply. The statements are built once
+(bound parameters).
 """
 
 from __future__ import annotations
