@@ -85,6 +85,7 @@ fuzz: $(STAMP)
 
 # Mutation testing (slow, not in CI; docs/testing.md). One group at a time, MUTANT_CHILDREN
 # mutmut workers, each group with its own tests only. Repoint a group here when its modules move.
+# MUTANT_RESUME=1 goes on with a group's run that was stopped (same commit, clean tree only).
 MUTANT_CHILDREN ?= 4
 MUTANT_ALL := protocol auth npamp runtime observability cluster http store app agents
 MUTANT_GROUPS ?= $(MUTANT_ALL)
@@ -176,7 +177,7 @@ $(MUTANT_TARGETS): mutants-%: $(STAMP)
 	$(if $(TIMEOUT_$*),IOBRIDGE_MUTANT_TIMEOUT_FACTOR=$(TIMEOUT_$*)) $(BIN)/python scripts/mutants.py run $* --max-children $(MUTANT_CHILDREN) \
 	  --mutate $(foreach p,$(MUTATE_$*),'$(p)') --tests $(TESTS_$*) \
 	  $(if $(DESELECT_$*),--deselect $(DESELECT_$*)) $(if $(POSTGRES_$*),--postgres) \
-	  $(if $(SKIP_$*),--skip $(foreach p,$(SKIP_$*),'$(p)'))
+	  $(if $(SKIP_$*),--skip $(foreach p,$(SKIP_$*),'$(p)')) $(if $(MUTANT_RESUME),--resume)
 
 mutants-report:
 	$(BIN)/python scripts/mutants.py report $(MUTANT_GROUPS)

@@ -10,6 +10,7 @@ one group's test selection never decides another group's results.
         [--mutants NAME ...]   (only these mutants: mutmut names or fnmatch patterns)
         [--postgres]           (keep IOBRIDGE_TEST_POSTGRES_URL: the PostgreSQL variants run)
         [--skip 'src/x/y/*' ...] (files the --mutate globs match but mutmut cannot judge)
+        [--resume]             (go on with the group's unfinished run, same commit only)
     python scripts/mutants.py report GROUP [GROUP ...]
 
 The Makefile (``make mutants``) holds the group list; this script only runs and reads.
@@ -73,7 +74,7 @@ def group_pyproject(mutate: list[str], tests: list[str], skip: list[str] | None 
 
 def run(group: str, mutate: list[str], tests: list[str], deselect: list[str],
         max_children: int, mutants: list[str], postgres: bool = False,
-        skip: list[str] | None = None) -> int:
+        skip: list[str] | None = None, resume: bool = False) -> int:
     for pattern in [*mutate, *(skip or [])]:
         if not any(fnmatch.fnmatch(str(p.relative_to(ROOT)), pattern)
                    for p in (ROOT / "src").rglob("*.py")):
@@ -82,30 +83,60 @@ def run(group: str, mutate: list[str], tests: list[str], deselect: list[str],
         if not (ROOT / path.split("::")[0]).exists():
             sys.exit(f"mutants: {group}: test path {path!r} does not exist")
     work = WORK / group
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    ignore = shutil.ignore_patterns("__pycache__", "node_modules", ".hypothesis", "*.pyc")
-    for name in COPIED:
-        shutil.copytree(ROOT / name, work / name, ignore=ignore)
-    selection = tests + [arg for node in deselect for arg in ("--deselect", node)]
-    (work / "pyproject.toml").write_text(group_pyproject(mutate, selection, skip))
     # The sqlite variants only: mutants are judged by the in-process suite, not by CI's matrix;
     # a group whose code runs only on PostgreSQL (the store's) keeps the URL with --postgres.
     dropped = ("CI",) if postgres else ("CI", "IOBRIDGE_TEST_POSTGRES_URL")
     env = {k: v for k, v in os.environ.items() if k not in dropped}
     started = time.monotonic()
-    shutil.copy(ROOT / "scripts" / "mutant_tests.py", work / "conftest.py")
-    code = measure(work, mutate, selection, env)
-    if code != 0:
-        print(f"mutants: {group}: the unmutated tests failed (pytest exited {code})")
-        return code
-    print(f"mutants: {group}: statement coverage per test measured in "
-          f"{time.monotonic() - started:.0f} s")
+    if resume:
+        # mutmut keeps every verdict it reached and judges only the mutants still open.
+        problem = resumable(work)
+        if problem:
+            sys.exit(f"mutants: {group}: cannot resume: {problem}")
+        print(f"mutants: {group}: resuming the run at {(work / 'commit').read_text().strip()}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        ignore = shutil.ignore_patterns("__pycache__", "node_modules", ".hypothesis", "*.pyc")
+        for name in COPIED:
+            shutil.copytree(ROOT / name, work / name, ignore=ignore)
+        selection = tests + [arg for node in deselect for arg in ("--deselect", node)]
+        (work / "pyproject.toml").write_text(group_pyproject(mutate, selection, skip))
+        shutil.copy(ROOT / "scripts" / "mutant_tests.py", work / "conftest.py")
+        code = measure(work, mutate, selection, env)
+        if code != 0:
+            print(f"mutants: {group}: the unmutated tests failed (pytest exited {code})")
+            return code
+        print(f"mutants: {group}: statement coverage per test measured in "
+              f"{time.monotonic() - started:.0f} s")
+        (work / "commit").write_text(commit() + "\n")
     mutmut = Path(sys.executable).with_name("mutmut")
     code = subprocess.call([str(mutmut), "run", "--max-children", str(max_children), *mutants],
                            cwd=work, env=env)
     print(f"mutants: {group}: mutmut exited {code} after {time.monotonic() - started:.0f} s")
     return code
+
+
+def commit() -> str:
+    """The commit the run judges: HEAD, with ``+changes`` when the tree differs from it."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                          capture_output=True, check=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", *COPIED], cwd=ROOT,
+                           text=True, capture_output=True, check=True).stdout.strip()
+    return head + ("+changes" if dirty else "")
+
+
+def resumable(work: Path) -> str | None:
+    """Why the run in ``work`` cannot go on (``None``: it can): it must have been measured
+    and started, at the commit checked out now with no changes."""
+    if not (work / "commit").exists() or not (work / "mutants").is_dir():
+        return "no run was started (run it without --resume)"
+    started_at, now = (work / "commit").read_text().strip(), commit()
+    if now.endswith("+changes"):
+        return "the tree has changes not committed (a verdict must name its commit)"
+    if started_at != now:
+        return f"it was started at {started_at}, the tree is at {now}"
+    return None
 
 
 def measure(work: Path, mutate: list[str], selection: list[str], env: dict[str, str]) -> int:
@@ -131,6 +162,13 @@ def results(group: str) -> dict[str, Counter[str]]:
     return counts
 
 
+def judging_seconds(group: str) -> float:
+    """The time mutmut's workers spent running tests against this group's mutants, over
+    every part of a resumed run (wall time is about this over the worker count)."""
+    return sum(sum(json.loads(meta.read_text()).get("durations_by_key", {}).values())
+               for meta in (WORK / group / "mutants").rglob("*.py.meta"))
+
+
 def report(groups: list[str]) -> int:
     columns = ("killed", "survived", "timeout", "no tests", "other")
     header = f"{'module':<44}" + "".join(f"{c:>9}" for c in columns) + f"{'total':>7}{'killed':>9}"
@@ -148,6 +186,9 @@ def report(groups: list[str]) -> int:
             group_total.update(counts)
             print(row(module.removeprefix("src/iobridge/"), counts, columns))
         print(row(f"= {group}", group_total, columns))
+        started_at = WORK / group / "commit"
+        print(f"  at {started_at.read_text().strip() if started_at.exists() else '?'}; "
+              f"the mutants' tests ran for {judging_seconds(group):.0f} s in all")
         print()
     return 1 if missing else 0
 
@@ -177,6 +218,8 @@ def main() -> int:
                             help="only these mutants (names or fnmatch patterns; a sample)")
     run_parser.add_argument("--postgres", action="store_true",
                             help="keep IOBRIDGE_TEST_POSTGRES_URL (PostgreSQL variants run)")
+    run_parser.add_argument("--resume", action="store_true",
+                            help="go on with this group's unfinished run (same commit only)")
     run_parser.add_argument("--skip", nargs="*", default=[],
                             help="globs under src/ that --mutate matches but are not mutated "
                                  "(code mutmut cannot judge; say why in the Makefile)")
@@ -185,7 +228,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.command == "run":
         return run(args.group, args.mutate, args.tests, args.deselect, args.max_children,
-                   args.mutants, args.postgres, args.skip)
+                   args.mutants, args.postgres, args.skip, args.resume)
     return report(args.groups)
 
 
