@@ -636,7 +636,9 @@ class Backend:
                 await asyncio.sleep(settings.heartbeat_seconds / 2)
                 continue
             except NotFoundError:
-                return await self._declare_lost(leg)
+                # No checkpoint: it concluded (its thread has it), or it is not durable (then
+                # its follow ended because its record went: nothing is left to follow).
+                return False
             if found is not None:
                 leg.follow(found)
                 return True
@@ -665,21 +667,6 @@ class Backend:
         if checkpoint is None:
             raise NotFoundError("unknown run", code="RUN_NOT_FOUND")
         return await self._continue(checkpoint)
-
-    async def _declare_lost(self, leg: _Leg) -> bool:
-        """A run that cannot be continued: a lost replica's run ends ``RUN_LOST`` for every
-        follower (then this one reads it); a run let go with no checkpoint just ends."""
-        run = leg.run
-        if not isinstance(run, RemoteRun) or not await self.cluster.lost(run):
-            return False
-        if run.epoch is not None:
-            return False  # a durable run whose checkpoint is gone concluded: a resume finds it
-        await self.cluster.declare_lost(run)
-        found = await self.cluster.find(run.owner, run.run_id)
-        if found is None:
-            return False
-        leg.follow(found, keep_cursor=True)
-        return True
 
     async def _follow_remote(
         self, run: RemoteRun, after: int, idle: float | None, detach_grace: float | None

@@ -830,15 +830,6 @@ class RedisCluster:
         await self._published(self._controlled(
             "PUBLISH", self._channel(replica), encode(Request(command=command))))
 
-    async def declare_lost(self, run: RemoteRun) -> None:
-        record = self._key("run", run.owner, run.run_id)
-        log = self._log_key(run.owner, run.run_id, run.epoch)
-        try:
-            await self._lost(keys=[record, log, self._heartbeat_key(run.replica)],
-                             args=[RUN_LOST])
-        except (RedisError, OSError):
-            raise _unavailable() from None
-
     async def tell(self, run: RemoteRun, command: RunCommand) -> None:
         await self._published(self._controlled(
             "PUBLISH", self._channel(run.replica), encode(Request(command=command))))

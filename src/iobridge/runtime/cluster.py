@@ -143,10 +143,6 @@ class Cluster(Coordinator, Protocol):
     async def lost(self, run: RemoteRun) -> bool:
         """Whether the run's replica stopped (its heartbeat expired or it left)."""
 
-    async def declare_lost(self, run: RemoteRun) -> None:
-        """End the shared log of a run whose replica stopped with RUN_ERROR ``RUN_LOST``
-        (unless it has its terminal event)."""
-
     async def lost_replicas(self) -> list[str]:
         """Replicas that joined and stopped without leaving (their heartbeat expired)."""
 
@@ -224,9 +220,6 @@ class LocalCluster:
         yield []  # pragma: no cover  (makes this an async generator)
 
     async def lost(self, run: RemoteRun) -> bool:
-        raise RuntimeError("a single process has no remote runs")
-
-    async def declare_lost(self, run: RemoteRun) -> None:
         raise RuntimeError("a single process has no remote runs")
 
     async def peers(self) -> list[str]:
