@@ -145,10 +145,12 @@ DESELECT_http := tests/http/test_demo_hostile.py \
 	tests/http/test_playground.py::test_scripts_parse_as_modules
 # The store runs its contract on PostgreSQL too (pg_run_sql.py and the dialect branches of
 # sqlalchemy_store.py run nowhere else); IOBRIDGE_TEST_POSTGRES_URL is kept for this group.
-# test_branch_store.py: fork, list, read and switch branches (nothing else in the group does).
+# test_branch_store.py: fork, list, read and switch branches (nothing else in the group does);
+# the durable ones: the checkpoint rows (checkpoint_rows.py and the store's checkpoint calls).
 MUTATE_store := src/iobridge/store/*.py
 TESTS_store := tests/store tests/branches/test_branch_store.py tests/runtime/test_memory.py \
-	tests/runtime/test_store_timeouts.py
+	tests/runtime/test_store_timeouts.py tests/durable/test_checkpoint_store.py \
+	tests/durable/test_durable_backend.py
 POSTGRES_store := 1
 # Alembic loads env.py and the revisions by path under names of its own, so mutmut's
 # trampoline never sees them as iobridge.store.migrations.*: their mutants can neither be
