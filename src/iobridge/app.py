@@ -196,7 +196,7 @@ class Backend:
         #: Runs of other replicas and shared busy marks (``redis_url``); else one process.
         self.cluster: Cluster = LocalCluster()
         self._tracer_provider = tracer_provider
-        #: False once shutdown began: new runs answer 503.
+        #: False once shutdown began (or the backend is left): new runs answer 503.
         self.admitting = True
         self._given_store = store
         self._store: ThreadStore | None = store
@@ -208,6 +208,7 @@ class Backend:
 
     async def __aenter__(self) -> Backend:
         """Open the store (migrating it) and turn thread memory on."""
+        self.admitting = True  # again, for a backend entered once more after it was left
         stack = AsyncExitStack()
         try:
             if self._given_store is None:
@@ -358,7 +359,10 @@ class Backend:
         return self._stack is not None
 
     async def __aexit__(self, *exc: object) -> None:
-        """Stop live runs, then close the store if this backend opened it."""
+        """Stop live runs, then close the store if this backend opened it. Nothing is
+        admitted from here on: no new run, and none continued here (its followers' streams
+        end where its runs are let go)."""
+        self.admitting = False
         stack, self._stack = self._stack, None
         if stack is not None:
             await stack.aclose()
