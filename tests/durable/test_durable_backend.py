@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from sqlalchemy import Executable, update
+from sqlalchemy.ext.asyncio import AsyncEngine
 from tests.agents.fake_openai import FakeOpenAI, calls, text
 from tests.cluster.replicas import redis_server
 from tests.durable.streams import assert_valid_stream, follow, number, parked
@@ -32,9 +35,12 @@ from iobridge.errors import (
     PayloadTooLarge,
     TooManyRequests,
 )
+from iobridge.runtime.checkpoints import FORMAT
 from iobridge.runtime.cluster import RemoteRun
 from iobridge.runtime.run import Run
+from iobridge.store import records
 from iobridge.store.migrate import upgrade
+from iobridge.store.sqlalchemy_store import make_engine
 
 WEATHER = {"name": "get_weather", "description": "Weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}}}
@@ -137,6 +143,86 @@ async def test_a_parked_run_goes_on_in_the_next_backend_and_stores_its_exchange_
     # The model was asked twice: the call, then the answer with the tool's result.
     assert fake_openai.requests[1]["messages"][-1]["role"] == "tool"
     assert len(fake_openai.requests) == 2
+
+
+async def test_stored_runs_a_new_backend_cannot_continue_are_left_and_the_others_go_on(
+    database_url: str, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    """At start a single process continues every stored run it can. One whose checkpoint
+    another iobridge version wrote, or whose agent is gone, is left as it is (logged, and
+    answered as a missing run), and the runs after it are still continued."""
+
+    async def asks(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        yield f"got {(await ctx.call_tool('get_weather', {})).content}"
+
+    fake_openai.push(calls(("c1", "get_weather", '{"city":"Oslo"}')),
+                     calls(("c2", "get_weather", '{"city":"Rome"}')))
+    gone = FunctionAgent(asks, id="gone", durable=True)
+    agents = [model_agent(fake_openai.base_url), gone]
+    async with Backend(Settings(database_url=database_url), agents=agents) as first:
+        for run_id, agent in (("r1", "planner"), ("r2", "gone"), ("r3", "planner")):
+            await first.start_run(ANONYMOUS, {**body(thread=f"t-{run_id}", run=run_id),
+                                              "forwardedProps": {"agentId": agent}})
+            await parked(first, "anonymous", run_id)
+    older = orjson.dumps({"v": FORMAT - 1}).decode()
+    # r1's checkpoint as an older version wrote it.
+    await _execute(database_url, update(records.checkpoints).where(
+        records.checkpoints.c.run_id == "r1").values(base=older))
+    with caplog.at_level(logging.WARNING, logger="iobridge"):
+        async with backend(database_url, fake_openai) as second:
+            continued = second.get_run(ANONYMOUS, "r3")
+            assert continued.ids is not None and continued.ids.epoch == 1
+            for run_id in ("r1", "r2"):
+                with pytest.raises(NotFoundError):
+                    second.get_run(ANONYMOUS, run_id)
+                # Left as they were: a later version, or the agent back, can continue them.
+                assert await second.store.load_checkpoint("anonymous", run_id) is not None
+            with pytest.raises(NotFoundError) as missing:
+                await second.find_run(ANONYMOUS, "r1")
+            assert (missing.value.code, missing.value.message) == ("RUN_NOT_FOUND",
+                                                                   "unknown run")
+    said = sorted((r.getMessage(), r.levelname) for r in caplog.records
+                  if r.getMessage().startswith("run r"))
+    version = ("run r1: its checkpoint is of another iobridge version; not continued", "ERROR")
+    assert said == sorted([
+        version, version,  # at start, and when it was asked for
+        ("run r1 could not be continued (NotFoundError: unknown run)", "WARNING"),
+        ("run r2 could not be continued (NotFoundError: unknown agent 'gone')", "WARNING"),
+    ])
+
+
+async def _execute(database_url: str, statement: Executable) -> None:
+    """One statement on the database, with the engine iobridge makes for its URL."""
+    engine = make_engine(database_url)
+    if isinstance(engine, AsyncEngine):
+        async with engine.begin() as connection:
+            await connection.execute(statement)
+        await engine.dispose()
+    else:
+        with engine.begin() as sync_connection:
+            sync_connection.execute(statement)
+        engine.dispose()
+
+
+async def test_a_follower_here_of_a_run_let_go_at_stop_ends_without_a_terminal_event(
+    database_url: str, fake_openai: FakeOpenAI
+) -> None:
+    """A process that stops lets its durable runs go at their points and continues none of
+    them itself: its own followers' streams end there, with no terminal event (their
+    clients resume where the run goes on)."""
+    fake_openai.push(calls(("c1", "get_weather", '{"city":"Oslo"}')))
+    sink = CollectingSink()
+    async with backend(database_url, fake_openai) as first:
+        run = await first.start_run(ANONYMOUS, body())
+        follower = asyncio.create_task(first.follow(run, sink, detach_grace=3600))
+        await parked(first, "anonymous", "r1")
+    async with asyncio.timeout(10):  # a hang guard, not a timing check
+        await follower
+    kinds = [orjson.loads(d)["type"] for _, d in sink.events]
+    assert sink.ending == "end" and kinds[0] == "RUN_STARTED"
+    assert kinds[-1] == "TOOL_CALL_END" and run.log.closed
+    async with backend(database_url, fake_openai) as second:  # where the run goes on
+        assert second.get_run(ANONYMOUS, "r1").ids is not None
 
 
 async def test_a_result_posted_to_a_stored_run_continues_it_and_is_never_asked_again(
@@ -448,7 +534,8 @@ async def test_a_follower_on_another_replica_is_caught_up_from_the_continued_run
     """A run parked by a replica that stopped is continued by another (epoch 1); a client
     that had it up to its TOOL_CALL_END on the first comes back through a third replica: it
     is caught up from the point in the store (its step closed, its call still open), then
-    follows the continued run to its end through the shared log."""
+    follows the continued run to its end through the shared log; and once it concluded,
+    from the thread."""
     url = f"sqlite+aiosqlite:///{tmp_path / 'replicas.db'}"
     await upgrade(url)
     fake_openai.push(calls(("c1", "get_weather", '{"city":"Oslo"}'), say="Let me check."),
@@ -484,3 +571,13 @@ async def test_a_follower_on_another_replica_is_caught_up_from_the_continued_run
             assert ("TOOL_CALL_RESULT" in kinds) != ("tool" in roles)
             assert "".join(e["delta"] for _, e in tail if e["type"] == "TEXT_MESSAGE_CONTENT") \
                 == "Sunny."
+            # Once it concluded (its checkpoint dropped), the same client coming back through
+            # the third replica is caught up from the thread, up to the run's end that the
+            # second shares on request.
+            await dropped(second, "r1")
+            late = await follow(third, "r1", after=head[-1][0])
+            assert [e["type"] for _, e in late] == [
+                "STEP_FINISHED", "MESSAGES_SNAPSHOT", "RUN_FINISHED"]
+            assert number(late[0][0]) == number(head[-1][0]) + 1
+            assert late[-1][0] == tail[-1][0]  # the run's own end, as numbered there
+            assert late[1][1]["messages"] == await stored(third)
