@@ -592,6 +592,57 @@ async def test_a_lost_replica_s_producing_durable_run_is_taken_over_by_a_peer_s_
         assert [m["content"] for m in stored] == ["go", "first", "second"]
 
 
+async def test_a_peer_s_sweep_leaves_a_lost_replica_s_parked_runs_and_forgets_the_replica(
+    tmp_path: Path,
+) -> None:
+    """A is cut off from Redis with a durable run parked on a frontend tool, while B
+    produces a durable run of its own. B's sweep continues only a lost replica's producing
+    runs: the parked one waits for its result wherever that arrives, B's own run stays as it
+    is, and A, with nothing left to take over, is forgotten (no longer looked at)."""
+    gate = asyncio.Event()
+
+    async def parks_or_streams(ctx: Any) -> AsyncIterator[str]:
+        if ctx.messages[0]["content"] == "park":
+            yield f"got {(await ctx.call_tool('pick', {})).content}"
+            return
+        yield "first"
+        await gate.wait()
+        yield "second"
+
+    def body(run_id: str, text: str) -> dict[str, Any]:
+        return {"threadId": f"t-{run_id}", "runId": run_id, "forwardedProps": {
+            "agentId": "ps"}, "messages": [{"id": f"u-{run_id}", "role": "user",
+                                            "content": text}],
+                "tools": [{"name": "pick", "description": "Pick",
+                           "parameters": {"type": "object"}}]}
+
+    agent = FunctionAgent(parks_or_streams, id="ps", durable=True)
+    async with _a_behind_a_relay(tmp_path, "forget", agent) as (a, b, relay):
+        await _frontend_call(await a.start_run(ANONYMOUS, body("r1", "park")))
+        await parked(a, "anonymous", "r1")
+        own = await b.start_run(ANONYMOUS, body("r2", "stream"))
+        async with asyncio.timeout(10):  # a hang guard, not a timing check
+            while b"first" not in b"".join(d for _, d in own.log.entries()):
+                await asyncio.sleep(0.01)
+        replica = a.cluster.replica_id
+        assert replica in await b.cluster.peers()
+        relay.freeze()  # A goes silent: its heartbeat stops
+        async with asyncio.timeout(20):
+            while replica in await b.cluster.peers() or replica in (
+                    await b.cluster.lost_replicas()):
+                await asyncio.sleep(0.02)
+        assert b.runtime.find("anonymous", "r1") is None
+        kept = await b.store.load_checkpoint("anonymous", "r1")
+        assert kept is not None and (kept.phase, kept.epoch, kept.holder) == (
+            "parked", 0, replica)
+        assert b.runtime.find("anonymous", "r2") is own and not own.log.closed
+        mine = await b.store.load_checkpoint("anonymous", "r2")
+        assert mine is not None and mine.epoch == 0
+        gate.set()
+        assert own.task is not None
+        await asyncio.wait_for(asyncio.shield(own.task), 10)
+
+
 async def test_a_result_for_a_durable_run_of_another_replica_is_stored_before_it_is_sent(
     tmp_path: Path,
 ) -> None:
