@@ -643,6 +643,51 @@ async def test_a_peer_s_sweep_leaves_a_lost_replica_s_parked_runs_and_forgets_th
         await asyncio.wait_for(asyncio.shield(own.task), 10)
 
 
+@pytest.mark.parametrize("how", ["silent", "drained", "found"])
+async def test_a_result_for_a_durable_run_its_replica_no_longer_holds_is_taken_by_a_peer(
+    tmp_path: Path, how: str
+) -> None:
+    """A durable run parked on A waits for its frontend result when A is cut off from Redis
+    (its store still reachable), or drains and lets it go. The result posted to B is not
+    lost with A: B finds the owner does not answer, or no longer holds the run, while the
+    store holds it; B continues it here with the result (or already did, when a client
+    looked for the run on B once A was lost), and the run finishes on B. A cancel of the
+    run, ended there, is answered False."""
+
+    async def asks(ctx: Any) -> AsyncIterator[str]:
+        answered = [m["content"] for m in ctx.messages if m["role"] == "tool"]
+        yield f"got {answered[-1] if answered else (await ctx.call_tool('pick', {})).content}"
+
+    tool = {"name": "pick", "description": "Pick", "parameters": {"type": "object"}}
+    agent = FunctionAgent(asks, id="asks", durable=True)
+    async with _a_behind_a_relay(tmp_path, "silent", agent) as (a, b, relay):
+        body = {"threadId": "t", "runId": "r", "tools": [tool],
+                "forwardedProps": {"agentId": "asks"},
+                "messages": [{"id": "u", "role": "user", "content": "go"}]}
+        call = await _frontend_call(await a.start_run(ANONYMOUS, body))
+        await parked(a, "anonymous", "r")
+        remote = await b.find_run(ANONYMOUS, "r")
+        assert isinstance(remote, RemoteRun)
+        if how == "drained":
+            await a.shutdown()  # A lets the run go at its point, and answers: not here
+        else:
+            relay.freeze()  # A goes silent: it can neither answer nor be told
+        async with asyncio.timeout(20):
+            if how == "found":  # a client looks for the run (to resume it) on B first
+                while not await b.cluster.lost(remote):
+                    await asyncio.sleep(0.02)
+                assert isinstance(await b.find_run(ANONYMOUS, "r"), Run)
+            await b.submit_tool_result(ANONYMOUS, "r", call, {"content": "blue"})
+        continued = b.get_run(ANONYMOUS, "r")
+        assert continued.ids is not None and continued.ids.epoch == 1
+        assert continued.task is not None
+        await asyncio.wait_for(asyncio.shield(continued.task), 10)
+        stored = await b.store.list_messages("t")
+        assert [m["role"] for m in stored] == ["user", "assistant", "tool", "assistant"]
+        assert stored[-1]["content"] == "got blue"
+        assert await b.cancel_run(ANONYMOUS, "r") is False
+
+
 async def test_a_result_for_a_durable_run_of_another_replica_is_stored_before_it_is_sent(
     tmp_path: Path,
 ) -> None:
