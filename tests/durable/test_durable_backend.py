@@ -581,3 +581,34 @@ async def test_a_follower_on_another_replica_is_caught_up_from_the_continued_run
             assert number(late[0][0]) == number(head[-1][0]) + 1
             assert late[-1][0] == tail[-1][0]  # the run's own end, as numbered there
             assert late[1][1]["messages"] == await stored(third)
+
+
+async def test_a_client_resuming_on_another_replica_gets_the_ids_the_run_s_own_gives(
+    tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    """A client that had a durable run up to its TOOL_CALL_END on A comes back through B,
+    while A still holds the run: B reads the log through Redis, which carries no open
+    state, and numbers each event with what the client has open from its cursor on; the
+    ids are the ones a client resuming on A gets."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'replicas.db'}"
+    await upgrade(url)
+    fake_openai.push(calls(("c1", "get_weather", '{"city":"Oslo"}'), say="Let me check."),
+                     text("Sunny."))
+    with redis_server(tmp_path) as redis_url:
+        settings = Settings(database_url=url, redis_url=redis_url, redis_prefix="tags")
+        agents = [model_agent(fake_openai.base_url)]
+        async with Backend(settings, agents=agents) as a, Backend(settings, agents=agents) as b:
+            await a.start_run(ANONYMOUS, body())
+            head = await follow(a, "r1", until="TOOL_CALL_END")
+            await parked(a, "anonymous", "r1")
+            remote, _ = await b.resume(ANONYMOUS, "r1", head[-1][0])
+            assert isinstance(remote, RemoteRun) and remote.epoch == 0
+            await b.submit_tool_result(ANONYMOUS, "r1", head[-1][1]["toolCallId"],
+                                       {"content": '{"t":21}'})
+            there = await follow(b, "r1", after=head[-1][0])
+            here = await follow(a, "r1", after=head[-1][0])
+    assert there == here
+    assert [e["type"] for _, e in there][-1] == "RUN_FINISHED"
+    # From the cursor the call is answered, and the model step stays open until its end.
+    assert "~s::model-request-" in there[0][0] and "!p:" not in there[0][0]
+    assert_valid_stream(head + there, thread_id="t1", run_id="r1")
