@@ -556,6 +556,43 @@ async def test_a_follower_of_a_lost_replica_s_run_gets_run_lost(tmp_path: Path) 
         gate.set()
 
 
+async def test_a_follower_of_a_silent_replica_s_durable_run_goes_on_where_it_is_continued(
+    tmp_path: Path,
+) -> None:
+    """A durable run parked on A, followed from B, when A is cut off from Redis: B's
+    follower does not end the run RUN_LOST (its checkpoint outlives A); it continues the run
+    here and goes on, and the result posted to B finishes it."""
+
+    async def asks(ctx: Any) -> AsyncIterator[str]:
+        answered = [m["content"] for m in ctx.messages if m["role"] == "tool"]
+        yield f"got {answered[-1] if answered else (await ctx.call_tool('pick', {})).content}"
+
+    tool = {"name": "pick", "description": "Pick", "parameters": {"type": "object"}}
+    agent = FunctionAgent(asks, id="asks", durable=True)
+    async with _a_behind_a_relay(tmp_path, "follow", agent) as (a, b, relay):
+        body = {"threadId": "t", "runId": "r", "tools": [tool],
+                "forwardedProps": {"agentId": "asks"},
+                "messages": [{"id": "u", "role": "user", "content": "go"}]}
+        call = await _frontend_call(await a.start_run(ANONYMOUS, body))
+        await parked(a, "anonymous", "r")
+        remote = await b.find_run(ANONYMOUS, "r")
+        assert isinstance(remote, RemoteRun)
+        sink = CollectingSink()
+        follower = asyncio.create_task(b.follow(remote, sink))
+        async with asyncio.timeout(10):  # a hang guard, not a timing check
+            while not any(b"TOOL_CALL_END" in d for _, d in sink.events):
+                await asyncio.sleep(0.01)
+        relay.freeze()  # A goes silent: its heartbeat stops
+        async with asyncio.timeout(20):
+            while b.runtime.find("anonymous", "r") is None:
+                await asyncio.sleep(0.02)
+            await b.submit_tool_result(ANONYMOUS, "r", call, {"content": "blue"})
+            await follower
+        kinds = [json.loads(d)["type"] for _, d in sink.events]
+        assert kinds[0] == "RUN_STARTED" and kinds[-1] == "RUN_FINISHED"
+        assert "RUN_ERROR" not in kinds and kinds.count("TOOL_CALL_END") == 1
+
+
 async def test_a_lost_replica_s_producing_durable_run_is_taken_over_by_a_peer_s_sweep(
     tmp_path: Path,
 ) -> None:
