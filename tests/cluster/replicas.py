@@ -1,8 +1,10 @@
-"""Real parts for the cluster tests: a ``redis-server``, a PostgreSQL database, and
-``iobridge serve`` replicas as separate processes on loopback ports."""
+"""Real parts for the cluster tests: a ``redis-server``, a PostgreSQL database,
+``iobridge serve`` replicas as separate processes on loopback ports, and two in-process
+replicas, one of them behind a relay that can freeze."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -13,7 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,11 @@ import httpx
 import pytest
 from tests.backends import postgres_url
 from tests.helpers import free_port
+from tests.relay import Relay
+
+from iobridge.agents.base import Agent
+from iobridge.app import Backend
+from iobridge.config import Settings
 
 #: The two principals of the cluster tests (auth mode api-key).
 KEYS = {"alice": "alice-key-0123456789", "bob": "bob-key-0123456789"}
@@ -197,3 +204,30 @@ def read_until(
         if event["type"] == kind:
             return seen
     raise AssertionError(f"the stream ended before {kind}: {[e['type'] for _, e in seen]}")
+
+
+@contextlib.asynccontextmanager
+async def a_behind_a_relay(
+    tmp_path: Path, prefix: str, *agents: Agent
+) -> AsyncIterator[tuple[Backend, Backend, Relay]]:
+    """Replicas A and B on one SQLite file and one Redis, A's Redis connection through a relay
+    the test may freeze (A then lives on, its store reachable, its heartbeats gone)."""
+    with redis_server(tmp_path) as url:
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        relay = Relay(("127.0.0.1", port))
+        relay.restore()
+        # The heartbeats of the replica processes: a loaded machine must not lose A early.
+        common = {"database_url": f"sqlite:///{tmp_path}/runs.db", "redis_prefix": prefix,
+                  "heartbeat_seconds": HEARTBEAT, "owner_lost_seconds": OWNER_LOST}
+        a = Backend(Settings(redis_url=f"redis://127.0.0.1:{relay.port}/0", **common),
+                    agents=list(agents))
+        try:
+            async with Backend(Settings(redis_url=url, **common), agents=list(agents)) as b:
+                await a.__aenter__()
+                yield a, b, relay
+        finally:
+            relay.frozen = False
+            if a.is_open:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(a.__aexit__(None, None, None), 10)
+            relay.close()

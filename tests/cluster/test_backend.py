@@ -13,11 +13,10 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
-from tests.cluster.replicas import redis_server
+from tests.cluster.replicas import a_behind_a_relay, redis_server
 from tests.durable.streams import parked
 from tests.durable.test_durable_backend import stepping_agent
 from tests.helpers import CollectingSink
-from tests.relay import Relay
 
 from iobridge.agents.function import FunctionAgent
 from iobridge.app import Backend
@@ -495,32 +494,6 @@ async def test_a_follower_goes_on_where_a_stopped_replica_s_durable_run_is_conti
             assert text == "got blue"
 
 
-@contextlib.asynccontextmanager
-async def _a_behind_a_relay(
-    tmp_path: Path, prefix: str, agent: FunctionAgent
-) -> AsyncIterator[tuple[Backend, Backend, Relay]]:
-    """Replicas A and B on one SQLite file and one Redis, A's Redis connection through a relay
-    the test may freeze (A then lives on, its store reachable, its heartbeats gone)."""
-    with redis_server(tmp_path) as url:
-        port = int(url.rsplit(":", 1)[1].split("/")[0])
-        relay = Relay(("127.0.0.1", port))
-        relay.restore()
-        common = {"database_url": f"sqlite:///{tmp_path}/runs.db", "redis_prefix": prefix,
-                  "heartbeat_seconds": 0.1, "owner_lost_seconds": 0.3}
-        a = Backend(Settings(redis_url=f"redis://127.0.0.1:{relay.port}/0", **common),
-                    agents=[agent])
-        try:
-            async with Backend(Settings(redis_url=url, **common), agents=[agent]) as b:
-                await a.__aenter__()
-                yield a, b, relay
-        finally:
-            relay.frozen = False
-            if a.is_open:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(a.__aexit__(None, None, None), 10)
-            relay.close()
-
-
 async def test_a_follower_of_a_lost_replica_s_run_gets_run_lost(tmp_path: Path) -> None:
     """A's Redis stops answering mid-run (its heartbeats stop, as a frozen process's do): the
     run is not durable, so B's follower, once A's heartbeat is past ``owner_lost_seconds``,
@@ -533,7 +506,7 @@ async def test_a_follower_of_a_lost_replica_s_run_gets_run_lost(tmp_path: Path) 
         await gate.wait()
         yield "never shared"
 
-    async with _a_behind_a_relay(tmp_path, "lost", FunctionAgent(waits, id="waits")) as (
+    async with a_behind_a_relay(tmp_path, "lost", FunctionAgent(waits, id="waits")) as (
             a, b, relay):
         body = {"threadId": "t", "runId": "r", "forwardedProps": {"agentId": "waits"},
                 "messages": [{"id": "u", "role": "user", "content": "go"}]}
@@ -569,7 +542,7 @@ async def test_a_follower_of_a_silent_replica_s_durable_run_goes_on_where_it_is_
 
     tool = {"name": "pick", "description": "Pick", "parameters": {"type": "object"}}
     agent = FunctionAgent(asks, id="asks", durable=True)
-    async with _a_behind_a_relay(tmp_path, "follow", agent) as (a, b, relay):
+    async with a_behind_a_relay(tmp_path, "follow", agent) as (a, b, relay):
         body = {"threadId": "t", "runId": "r", "tools": [tool],
                 "forwardedProps": {"agentId": "asks"},
                 "messages": [{"id": "u", "role": "user", "content": "go"}]}
@@ -602,7 +575,7 @@ async def test_a_lost_replica_s_producing_durable_run_is_taken_over_by_a_peer_s_
     but its end write is fenced by the epoch: it stores nothing and ends without a terminal
     event, and the thread holds both steps' replies once."""
     gate = asyncio.Event()
-    async with _a_behind_a_relay(tmp_path, "sweep", stepping_agent(gate)) as (a, b, relay):
+    async with a_behind_a_relay(tmp_path, "sweep", stepping_agent(gate)) as (a, b, relay):
         body = {"threadId": "t", "runId": "r", "forwardedProps": {"agentId": "steps"},
                 "messages": [{"id": "u", "role": "user", "content": "go"}]}
         first = await a.start_run(ANONYMOUS, body)
@@ -654,7 +627,7 @@ async def test_a_peer_s_sweep_leaves_a_lost_replica_s_parked_runs_and_forgets_th
                            "parameters": {"type": "object"}}]}
 
     agent = FunctionAgent(parks_or_streams, id="ps", durable=True)
-    async with _a_behind_a_relay(tmp_path, "forget", agent) as (a, b, relay):
+    async with a_behind_a_relay(tmp_path, "forget", agent) as (a, b, relay):
         await _frontend_call(await a.start_run(ANONYMOUS, body("r1", "park")))
         await parked(a, "anonymous", "r1")
         own = await b.start_run(ANONYMOUS, body("r2", "stream"))
@@ -697,7 +670,7 @@ async def test_a_result_for_a_durable_run_its_replica_no_longer_holds_is_taken_b
 
     tool = {"name": "pick", "description": "Pick", "parameters": {"type": "object"}}
     agent = FunctionAgent(asks, id="asks", durable=True)
-    async with _a_behind_a_relay(tmp_path, "silent", agent) as (a, b, relay):
+    async with a_behind_a_relay(tmp_path, "silent", agent) as (a, b, relay):
         body = {"threadId": "t", "runId": "r", "tools": [tool],
                 "forwardedProps": {"agentId": "asks"},
                 "messages": [{"id": "u", "role": "user", "content": "go"}]}

@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import Executable, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 from tests.agents.fake_openai import FakeOpenAI, calls, text
-from tests.cluster.replicas import redis_server
+from tests.cluster.replicas import a_behind_a_relay, redis_server
 from tests.durable.streams import assert_valid_stream, follow, number, parked
 from tests.helpers import CollectingSink
 
@@ -612,3 +612,34 @@ async def test_a_client_resuming_on_another_replica_gets_the_ids_the_run_s_own_g
     # From the cursor the call is answered, and the model step stays open until its end.
     assert "~s::model-request-" in there[0][0] and "!p:" not in there[0][0]
     assert_valid_stream(head + there, thread_id="t1", run_id="r1")
+
+
+async def test_a_client_resumed_on_a_peer_is_caught_up_from_its_cursor_when_the_owner_goes_silent(
+    tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    """A client that had a durable run up to its TOOL_CALL_END on A resumes through B and
+    waits there, nothing new sent yet, when A is cut off from Redis: B continues the run
+    (epoch 1) and the client is caught up from its own cursor (its step closed, its call
+    still open), then gets the run to its end."""
+    fake_openai.push(calls(("c1", "get_weather", '{"city":"Oslo"}'), say="Let me check."),
+                     text("Sunny."))
+    async with a_behind_a_relay(tmp_path, "silent", model_agent(fake_openai.base_url)) as (
+            a, b, relay):
+        await a.start_run(ANONYMOUS, body())
+        head = await follow(a, "r1", until="TOOL_CALL_END")
+        await parked(a, "anonymous", "r1")
+        waiting = asyncio.create_task(follow(b, "r1", after=head[-1][0]))
+        await asyncio.sleep(0.2)  # attached on B, nothing sent (not waited for otherwise)
+        relay.freeze()  # A goes silent: its heartbeat stops
+        async with asyncio.timeout(20):
+            while b.runtime.find("anonymous", "r1") is None:
+                await asyncio.sleep(0.02)
+        await b.submit_tool_result(ANONYMOUS, "r1", head[-1][1]["toolCallId"],
+                                   {"content": '{"t":21}'})
+        tail = await waiting
+    assert_valid_stream(head + tail, thread_id="t1", run_id="r1")
+    kinds = [e["type"] for _, e in tail]
+    assert kinds[:3] == ["STEP_FINISHED", "MESSAGES_SNAPSHOT", "STATE_SNAPSHOT"]
+    assert number(tail[0][0]) == number(head[-1][0]) + 1
+    assert tail[0][0].endswith(f"~p:{head[-1][1]['toolCallId']}")
+    assert kinds[-1] == "RUN_FINISHED" and number(tail[-1][0]) > 1 << 32
