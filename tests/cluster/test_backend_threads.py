@@ -19,7 +19,7 @@ from tests.cluster.replicas import redis_server
 
 from iobridge.agents.function import FunctionAgent
 from iobridge.app import Backend
-from iobridge.auth import ANONYMOUS
+from iobridge.auth import ANONYMOUS, Principal
 from iobridge.config import Settings
 from iobridge.errors import NotFoundError, ServiceUnavailable
 
@@ -222,6 +222,9 @@ async def test_a_run_its_replica_forgets_is_gone_from_redis_too(redis_url: str) 
 
 
 async def test_transport_aliases_are_shared_per_principal_scope(redis_url: str) -> None:
+    """An alias is found on every replica by the principal that made it, for the same
+    resources: a member of a shared principal for other resources neither finds it nor
+    replaces it."""
     settings = Settings(database_url="memory://", redis_url=redis_url, redis_prefix="al")
     redis = aioredis.from_url(redis_url)
     try:
@@ -235,6 +238,21 @@ async def test_transport_aliases_are_shared_per_principal_scope(redis_url: str) 
             ttl = await redis.pttl(key)
             expected = (settings.retention_seconds + settings.owner_lost_seconds) * 1000
             assert expected - 5000 < ttl <= expected
+            alice, bob = (Principal(id="acme", resource_ids=frozenset({name}),
+                                    default_resource=name) for name in ("alice", "bob"))
+            both = Principal(id="acme", resource_ids=frozenset({"bob", "alice"}),
+                             default_resource="alice")
+            await a.aliases.remember(alice, b"\x00corr-1", "run-a")
+            await a.aliases.remember(bob, b"\x00corr-1", "run-b")
+            assert await b.aliases.recall(alice, b"\x00corr-1") == "run-a"
+            assert await b.aliases.recall(bob, b"\x00corr-1") == "run-b"
+            assert await b.aliases.recall(both, b"\x00corr-1") is None
+            await a.aliases.remember(both, b"\x00corr-1", "run-ab")
+            # The same resources in another order (and another default) are the same scope.
+            same = Principal(id="acme", resource_ids=frozenset({"alice", "bob"}),
+                             default_resource="bob")
+            assert await b.aliases.recall(same, b"\x00corr-1") == "run-ab"
+            assert await b.aliases.recall(ANONYMOUS, b"\x00corr-1") == "run-1"
     finally:
         await redis.aclose()
 
