@@ -109,10 +109,12 @@ async def test_across_replicas_another_resource_s_run_is_missing(tmp_path: Path)
                 b.find_run(BOB, "r1"),
                 b.cancel_run(BOB, "r1"),
                 b.submit_tool_result(BOB, "r1", call, {"result": "bob's pick"}),
+                b.find_run(BOB, "no-such-run"),  # what a missing run answers: the same
             ):
                 with pytest.raises(NotFoundError) as missing:
                     await attempt
-                assert missing.value.code == "RUN_NOT_FOUND"
+                assert (missing.value.code, missing.value.message) == (
+                    "RUN_NOT_FOUND", "unknown run")
             # Alice, through B, still reaches her run on A.
             remote, _ = await b.resume(ALICE, "r1", None)
             assert remote.resource_id == "alice"
