@@ -148,3 +148,21 @@ async def test_a_message_of_text_parts_is_read_as_their_words() -> None:
         events = [json.loads(data) for _, data in run.log.entries(0)]
     said = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
     assert said.startswith("You said: hello there. I am the offline demo agent")
+
+
+async def test_discovery_says_what_the_demo_can_and_cannot_do() -> None:
+    """Its two server tools and any frontend tool, several at once; approvals through
+    interrupts; text only, no structured output, no reasoning."""
+    async with Backend(Settings(database_url="memory://")) as backend:
+        capabilities = backend.describe_agent("demo")["capabilities"]
+    tools = capabilities["tools"]
+    assert [t["name"] for t in tools.pop("items")] == ["current_time", "calculate"]
+    assert tools == {"supported": True, "parallelCalls": True, "clientProvided": True}
+    assert capabilities["output"] == {"structuredOutput": False}
+    assert capabilities["reasoning"] == {"supported": False}
+    assert capabilities["multimodal"] == {
+        "input": {"image": False, "audio": False, "video": False, "pdf": False, "file": False},
+        "output": {"image": False, "audio": False},
+    }
+    assert capabilities["humanInTheLoop"] == {"supported": True, "interrupts": True,
+                                              "approvals": True}
