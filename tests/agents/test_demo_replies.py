@@ -1,0 +1,53 @@
+"""The demo agent's replies through a Backend: several tool calls in one message, frontend
+calls that end the run in next-run mode, and the echo of a message that asks for nothing."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from iobridge.app import Backend
+from iobridge.auth import ANONYMOUS
+from iobridge.config import Settings
+
+WEATHER = {"name": "get_weather", "description": "Weather.",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
+
+
+async def _run(text: str, tools: tuple[dict[str, Any], ...] = ()) -> list[dict[str, Any]]:
+    async with Backend(Settings(database_url="memory://")) as backend:
+        run = await backend.start_run(ANONYMOUS, {
+            "threadId": "t", "runId": "r", "tools": list(tools),
+            "forwardedProps": {"toolResultMode": "next-run"},
+            "messages": [{"id": "m", "role": "user", "content": text}]})
+        assert run.task is not None
+        await run.task
+        return [json.loads(data) for _, data in run.log.entries(0)]
+
+
+def _text(events: list[dict[str, Any]]) -> str:
+    return "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+
+
+async def test_several_server_tools_are_called_together_and_reported_in_order() -> None:
+    text = _text(await _run("what time is it, and 6 * 7?"))
+    assert text.startswith("Calling current_time, calculate.The current time is 20")
+    assert text.endswith("(UTC). 6 * 7 = 42.")
+
+
+async def test_a_frontend_call_in_next_run_mode_ends_the_run_before_any_report() -> None:
+    """The server tool's result is in the run, but the demo says nothing of it until the
+    client's next run brings the frontend result."""
+    events = await _run("get_weather city=Oslo and the time", (WEATHER,))
+    assert _text(events) == "Calling get_weather, current_time."
+    starts = [e["toolCallName"] for e in events if e["type"] == "TOOL_CALL_START"]
+    assert starts == ["get_weather", "current_time"]
+    args = [e["delta"] for e in events if e["type"] == "TOOL_CALL_ARGS"]
+    assert args == ['{"city":"Oslo"}', "{}"]
+    assert events[-1]["type"] == "RUN_FINISHED"
+
+
+async def test_a_message_that_asks_for_nothing_is_echoed_with_what_the_demo_can_do() -> None:
+    assert _text(await _run("   ")) == (
+        "You said: (nothing). I am the offline demo agent: ask me for the current_time, "
+        "to calculate 2 + 3 * 4, or name one of your frontend tools.")
