@@ -256,3 +256,40 @@ async def test_a_subagent_given_a_string_gets_it_as_one_user_message(
     async with serve(("lead", lead), ("helper", helper)) as backend:
         events = await _run(backend, "lead", "r1")
     assert _text(events).endswith("helper said user:find it:True")
+
+
+async def test_emitted_outputs_carry_the_metadata_the_agent_gives_until_it_stops(
+    serve: Callable[..., Any],
+) -> None:
+    async def tags(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        ctx.annotate({"source": "kb"})
+        ctx.emit(f"from {ctx.forwarded_props['origin']}")
+        ctx.annotate(None)
+        yield " untagged"
+
+    async with serve(("tags", tags)) as backend:
+        events = await _run(backend, "tags", "r1", forwardedProps={"origin": "web"})
+    assert _text(events) == "from web untagged"
+    content = [e for e in events if e["type"] == "TEXT_MESSAGE_CONTENT"]
+    assert content[0]["metadata"] == {"source": "kb"}
+    assert "metadata" not in content[-1]
+
+
+async def test_a_resumed_run_answers_the_call_its_interrupt_asked_about(
+    serve: Callable[..., Any],
+) -> None:
+    async def approves(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        if not ctx.resuming:
+            handle = ctx.start_tool_call("deploy", tool_call_id="deploy-1", local=True)
+            handle.end()
+        answer = await ctx.interrupt("approval", tool_call_id="deploy-1")
+        ctx.answer_earlier_call("deploy-1", ToolResult(content=f"approved={answer.payload}"))
+        yield "deployed"
+
+    async with serve(("approves", approves)) as backend:
+        [asked] = _interrupts(await _run(backend, "approves", "r1"))
+        events = await _run(backend, "approves", "r2", resume=[
+            {"interruptId": asked["id"], "status": "resolved", "payload": True}])
+    [result] = [e for e in events if e["type"] == "TOOL_CALL_RESULT"]
+    assert (result["toolCallId"], result["content"]) == ("deploy-1", "approved=True")
+    assert not any(e["type"] == "TOOL_CALL_START" for e in events)
