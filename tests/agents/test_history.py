@@ -272,3 +272,12 @@ def test_reasoning_reaches_only_the_model_that_produced_it() -> None:
     ]
     for message, provider, model in others:
         assert to_model_messages([message], provider=provider, model_name=model) == []
+
+
+def test_a_blank_or_non_string_mime_type_is_no_mime_type() -> None:
+    assert _user_content([
+        {"type": "image", "source": {"type": "url", "value": "https://x/a", "mimeType": ""}},
+        {"type": "audio", "source": {"type": "url", "value": "https://x/b", "mimeType": 5}},
+        {"type": "video", "source": {"type": "data", "value": B64, "mimeType": ""}},
+    ]) == [ImageUrl(url="https://x/a"), AudioUrl(url="https://x/b"),
+           "[video attachment not available to the model]"]
