@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from iobridge.agents.context import MAX_INTERRUPT_SERIES, RunContext, ToolResult
+from iobridge.agents.context import MAX_INTERRUPT_SERIES, Interrupted, RunContext, ToolResult
 from iobridge.agents.function import FunctionAgent
 from iobridge.agents.outputs import AgentOutput
 from iobridge.app import Backend
@@ -293,3 +293,19 @@ async def test_a_resumed_run_answers_the_call_its_interrupt_asked_about(
     [result] = [e for e in events if e["type"] == "TOOL_CALL_RESULT"]
     assert (result["toolCallId"], result["content"]) == ("deploy-1", "approved=True")
     assert not any(e["type"] == "TOOL_CALL_START" for e in events)
+
+
+async def test_an_agent_fronting_another_ends_its_run_with_all_its_interrupts(
+    serve: Callable[..., Any],
+) -> None:
+    first = {"id": "up-1", "reason": "approval"}
+    second = {"id": "up-2", "reason": "input", "message": "Which one?"}
+    raised = Interrupted(first, second)
+    assert (raised.interrupt, raised.interrupts, str(raised)) == (first, [first, second], "up-1")
+
+    async def fronts(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        yield "asking upstream"
+        raise Interrupted(first, second)
+
+    async with serve(("fronts", fronts)) as backend:
+        assert _interrupts(await _run(backend, "fronts", "r1")) == [first, second]
