@@ -119,8 +119,10 @@ async def test_successive_interrupts_are_answered_in_order_on_each_resumed_run(
     async def asks(ctx: RunContext) -> AsyncIterator[AgentOutput]:
         first = await ctx.interrupt("first")
         second = await ctx.interrupt("second")
+        third = await ctx.interrupt("third")
         yield (f"{first.interrupt_id == ctx.answered[0].interrupt_id} "
-               f"{first.payload} {first.metadata} {second.status} {second.cancelled}")
+               f"{first.payload} {first.metadata} {second.status} {second.cancelled} "
+               f"{third.payload}")
 
     async with serve(("asks", asks)) as backend:
         [one] = _interrupts(await _run(backend, "asks", "r1"))
@@ -129,9 +131,12 @@ async def test_successive_interrupts_are_answered_in_order_on_each_resumed_run(
             "interruptId": one["id"], "status": "resolved", "payload": 1,
             "metadata": {"by": "ann"}}]))
         assert two["reason"] == "second"
-        events = await _run(backend, "asks", "r3",
-                            resume=[{"interruptId": two["id"], "status": "cancelled"}])
-    assert _text(events) == "True 1 {'by': 'ann'} cancelled True"
+        [three] = _interrupts(await _run(backend, "asks", "r3", resume=[
+            {"interruptId": two["id"], "status": "cancelled"}]))
+        assert three["reason"] == "third"
+        events = await _run(backend, "asks", "r4", resume=[
+            {"interruptId": three["id"], "status": "resolved", "payload": 3}])
+    assert _text(events) == "True 1 {'by': 'ann'} cancelled True 3"
 
 
 async def test_an_interrupt_with_an_id_gets_its_own_answer_whatever_the_order(
@@ -193,6 +198,7 @@ async def test_token_usage_is_summed_per_provider_and_model_on_the_terminal_even
         ctx.add_usage(None, "", {"totalTokens": 7})
         ctx.add_usage("anthropic", None, {"inputTokens": 2**60})
         ctx.add_usage("anthropic", None, {"inputTokens": 2**60})
+        ctx.add_usage("local", "tiny", {"outputTokens": 0})
         return "done"
 
     async with serve(("counts", counts)) as backend:
@@ -201,6 +207,7 @@ async def test_token_usage_is_summed_per_provider_and_model_on_the_terminal_even
         {"provider": "openai", "model": "gpt", "inputTokens": 15, "outputTokens": 3},
         {"totalTokens": 7},
         {"provider": "anthropic", "inputTokens": 2**53 - 1},
+        {"provider": "local", "model": "tiny", "outputTokens": 0},
     ]
 
 
