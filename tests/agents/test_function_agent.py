@@ -126,3 +126,16 @@ async def test_a_generator_streams_its_outputs_and_calls_tools_through_the_conte
     assert _text(events) == "looking found OSLO"
     [result] = [e for e in events if e["type"] == "TOOL_CALL_RESULT"]
     assert result["content"] == '"OSLO"'
+
+
+async def test_the_decorator_s_defaults_are_those_of_a_function_agent() -> None:
+    @function_agent(id="plain")
+    async def plain(ctx: RunContext) -> str:
+        """Says ok."""
+        return "ok"
+
+    assert plain.durable is False
+    described = await _described(plain)
+    assert (described["name"], described["description"]) == ("plain", "Says ok.")
+    assert "aliases" not in described and described["tools"] == []
+    assert _text(await _run(plain)) == "ok"
