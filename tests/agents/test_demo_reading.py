@@ -113,10 +113,12 @@ def test_an_expression_is_cut_to_where_its_operators_make_sense(
     ("SET_ALARM label=caps", {"label": "caps"}),
     ('set_alarm [1, 2] label=x', {"label": "x"}),
     ('set_alarm: {"label": "json"} note=ignored', {"label": "json"}),
+    ("set_alarm noteX=1 label=", {}),
 ], ids=["sign-inside-a-value", "two-quoted", "empty-quoted", "quoted-ending-in-a-sign",
         "comma-separated", "odd-and-underscored-names", "number-and-bad-integer", "bad-number",
         "boolean-yes", "boolean-1", "boolean-true", "boolean-other", "name-in-capitals",
-        "json-array-is-not-arguments", "json-after-a-colon"])
+        "json-array-is-not-arguments", "json-after-a-colon",
+        "unknown-name-and-a-sign-at-the-end"])
 def test_a_frontend_tool_s_arguments_are_read_by_its_parameters_types(
     text: str, args: dict[str, Any]
 ) -> None:

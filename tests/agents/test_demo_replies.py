@@ -3,8 +3,11 @@ calls that end the run in next-run mode, and the echo of a message that asks for
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
+
+import pytest
 
 from iobridge.app import Backend
 from iobridge.auth import ANONYMOUS
@@ -51,3 +54,38 @@ async def test_a_message_that_asks_for_nothing_is_echoed_with_what_the_demo_can_
     assert _text(await _run("   ")) == (
         "You said: (nothing). I am the offline demo agent: ask me for the current_time, "
         "to calculate 2 + 3 * 4, or name one of your frontend tools.")
+
+
+async def _answered_in_run(result: dict[str, Any]) -> str:
+    """The demo's reply once the client posts ``result`` for its get_weather call in-run."""
+    async with Backend(Settings(database_url="memory://")) as backend:
+        run = await backend.start_run(ANONYMOUS, {
+            "threadId": "t", "runId": "r", "tools": [WEATHER],
+            "forwardedProps": {"toolResultMode": "in-run"},
+            "messages": [{"id": "m", "role": "user", "content": "get_weather city=Oslo"}]})
+        assert run.task is not None
+        events: list[dict[str, Any]] = []
+        async with asyncio.timeout(10):
+            async for batch in run.log.follow():
+                events += [json.loads(data) for _, data in batch]
+                ends = [e for e in events if e["type"] == "TOOL_CALL_END"]
+                if ends and not any(e["type"] == "TOOL_CALL_RESULT" for e in events):
+                    await backend.submit_tool_result(ANONYMOUS, "r", ends[0]["toolCallId"],
+                                                     json.dumps(result).encode())
+            await run.task
+    return _text(events)
+
+
+@pytest.mark.parametrize(("result", "said"), [
+    ({"result": {"value": 21, "unit": "C"}},
+     'The tool get_weather returned {"value":21,"unit":"C"}.'),
+    ({"content": "sensor offline", "isError": True},
+     "The tool get_weather reported an error: sensor offline."),
+    ({"result": {"code": 3}, "isError": True},
+     'The tool get_weather reported an error: {"code":3}.'),
+    ({"error": "no such city"}, "The tool get_weather reported an error: no such city."),
+], ids=["json-value", "error-text", "error-without-reason", "error"])
+async def test_a_frontend_result_posted_in_run_is_reported_as_the_client_sent_it(
+    result: dict[str, Any], said: str
+) -> None:
+    assert await _answered_in_run(result) == f"Calling get_weather.{said}"
