@@ -64,6 +64,8 @@ async def test_calculate_takes_each_bound_exactly() -> None:
     (f"2 ** -{MAX_EXPONENT + 1}", "exponent larger than 100"),
     ("(2**83)**20*2*(2**83)**20*2", "the numbers are too large (about 1,000 digits at most)"),
     ("(10 ** 90) ** 30", "the numbers are too large (about 1,000 digits at most)"),
+    ("(2**83)**20*2*(2**83)**20 + (2**83)**20*2*(2**83)**20",
+     "the numbers are too large (about 1,000 digits at most)"),  # a sum one bit too long
     ("1e308 * 10", "the result is not a finite number"),
     ("1e300 ** 2", "the result is too large"),
     ("1 % 0", "division by zero"),
