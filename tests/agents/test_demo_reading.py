@@ -170,3 +170,19 @@ async def test_discovery_says_what_the_demo_can_and_cannot_do() -> None:
     }
     assert capabilities["humanInTheLoop"] == {"supported": True, "interrupts": True,
                                               "approvals": True}
+
+
+def test_the_next_tool_s_name_ends_a_tool_s_arguments() -> None:
+    notice = _tool("show_notice", {"text": {"type": "string"}, "note": {"type": "string"}})
+    weather = _tool("get_weather", {"city": {"type": "string"}})
+    text = "show_notice text=hi set_alarm label=a get_weather city=Oslo note=x"
+    assert plan(text, [notice, ALARM, weather]) == [
+        ("show_notice", {"text": "hi"}),
+        ("set_alarm", {"label": "a"}),
+        ("get_weather", {"city": "Oslo"}),
+    ]
+
+
+def test_an_expression_given_to_calculate_wins_over_one_found_in_the_text() -> None:
+    assert plan("what is 1 + 1? calculate expression=2*3", []) == [
+        ("calculate", {"expression": "2*3"})]

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from iobridge.agents.demo import ECHO_LENGTH
 from iobridge.app import Backend
 from iobridge.auth import ANONYMOUS
 from iobridge.config import Settings
@@ -17,12 +18,13 @@ WEATHER = {"name": "get_weather", "description": "Weather.",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
 
 
-async def _run(text: str, tools: tuple[dict[str, Any], ...] = ()) -> list[dict[str, Any]]:
+async def _run(text: str | None, tools: tuple[dict[str, Any], ...] = ()) -> list[dict[str, Any]]:
+    """A run of the demo on one user message (``None``: no message at all)."""
+    messages = [] if text is None else [{"id": "m", "role": "user", "content": text}]
     async with Backend(Settings(database_url="memory://")) as backend:
         run = await backend.start_run(ANONYMOUS, {
             "threadId": "t", "runId": "r", "tools": list(tools),
-            "forwardedProps": {"toolResultMode": "next-run"},
-            "messages": [{"id": "m", "role": "user", "content": text}]})
+            "forwardedProps": {"toolResultMode": "next-run"}, "messages": messages})
         assert run.task is not None
         await run.task
         return [json.loads(data) for _, data in run.log.entries(0)]
@@ -50,10 +52,19 @@ async def test_a_frontend_call_in_next_run_mode_ends_the_run_before_any_report()
     assert events[-1]["type"] == "RUN_FINISHED"
 
 
+ECHO_TAIL = (" I am the offline demo agent: ask me for the current_time, to calculate "
+             "2 + 3 * 4, or name one of your frontend tools.")
+
+
 async def test_a_message_that_asks_for_nothing_is_echoed_with_what_the_demo_can_do() -> None:
-    assert _text(await _run("   ")) == (
-        "You said: (nothing). I am the offline demo agent: ask me for the current_time, "
-        "to calculate 2 + 3 * 4, or name one of your frontend tools.")
+    assert _text(await _run("   ")) == "You said: (nothing)." + ECHO_TAIL
+    assert _text(await _run(None)) == "You said: (nothing)." + ECHO_TAIL
+
+
+async def test_the_echo_quotes_a_message_of_exactly_echo_length_whole() -> None:
+    word = "a" * ECHO_LENGTH
+    assert _text(await _run(word)) == f"You said: {word}." + ECHO_TAIL
+    assert _text(await _run(word + "b")) == f"You said: {word}…." + ECHO_TAIL
 
 
 async def _answered_in_run(result: dict[str, Any]) -> str:
