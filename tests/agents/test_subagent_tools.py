@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from tests.agents.fake_openai import FakeOpenAI, calls, text
 
-from iobridge.agents.subagents import MAX_TASK_CHARS, subagent_tool
+from iobridge.agents.subagents import MAX_TASK_CHARS, subagent_tool, task_messages
 from iobridge.app import Backend
 from iobridge.auth import ANONYMOUS
 from iobridge.config import Settings
@@ -82,18 +82,36 @@ async def test_a_task_of_exactly_the_limit_reaches_the_subagent_as_its_user_mess
     assert helper_request["messages"][1:] == [{"role": "user", "content": task}]
 
 
-@pytest.mark.parametrize("args", [
-    {"task": "x" * (MAX_TASK_CHARS + 1)}, {"task": "  \n"}, {"task": 7}, {},
+TOO_LONG = f"a subagent's task is limited to {MAX_TASK_CHARS} characters"
+NO_TASK = "a subagent call needs a non-empty 'task' string"
+BAD_TASKS = pytest.mark.parametrize(("args", "reason"), [
+    ({"task": "x" * (MAX_TASK_CHARS + 1)}, TOO_LONG), ({"task": "  \n"}, NO_TASK),
+    ({"task": 7}, NO_TASK), ({}, NO_TASK),
 ], ids=["one-past-the-limit", "blank", "not-a-string", "missing"])
+
+
+@BAD_TASKS
 async def test_a_bad_task_is_the_model_s_failed_result_and_no_subagent_starts(
-    backend: Backend, fake_openai: FakeOpenAI, args: dict[str, Any]
+    backend: Backend, fake_openai: FakeOpenAI, args: dict[str, Any], reason: str
 ) -> None:
     fake_openai.push(calls(("c1", "helper", json.dumps(args))), text("sorry"))
     events = await _run(backend, "go")
     assert not any(e["type"].startswith("SUBAGENT_") for e in events)
     [result] = [e for e in events if e["type"] == "TOOL_CALL_RESULT"]
-    assert "task" in json.loads(result["content"])["error"]
+    assert json.loads(result["content"]) == {"error": reason}
     assert len(fake_openai.requests) == 2
+
+
+@BAD_TASKS
+def test_a_bad_task_is_invalid_tool_args(args: dict[str, Any], reason: str) -> None:
+    with pytest.raises(InputError) as raised:
+        task_messages(args, "m-1")
+    assert (raised.value.code, raised.value.message) == ("INVALID_TOOL_ARGS", reason)
+
+
+def test_a_task_becomes_one_user_message_with_the_id_given() -> None:
+    assert task_messages({"task": "find it"}, "m-1") == [
+        {"id": "m-1", "role": "user", "content": "find it"}]
 
 
 async def test_a_subagent_tool_is_never_invoked_as_a_plain_tool(backend: Backend) -> None:
