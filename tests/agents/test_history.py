@@ -284,3 +284,25 @@ def test_a_blank_or_non_string_mime_type_is_no_mime_type() -> None:
         {"type": "video", "source": {"type": "data", "value": B64, "mimeType": ""}},
     ]) == [ImageUrl(url="https://x/a"), AudioUrl(url="https://x/b"),
            "[video attachment not available to the model]"]
+
+
+def test_calls_without_a_string_id_are_skipped_and_the_others_kept() -> None:
+    messages = [
+        {"role": "assistant", "toolCalls": [{"id": 7}, _call("c5")]},
+        {"role": "tool", "toolCallId": ["c5"], "content": "unhashable id"},
+        {"role": "tool", "toolCallId": "c5", "content": "five"},
+    ]
+    assert _shape(to_model_messages(messages)) == [
+        ("response", [("call", "lookup", '{"q":1}', "c5")]),
+        ("request", [("result", "lookup", "five", "c5", "success")]),
+    ]
+
+
+def test_a_deprecated_binary_part_with_a_non_string_mime_type_is_a_document() -> None:
+    assert _user_content([{"type": "binary", "mimeType": 5, "url": "https://x/f"}]) == [
+        DocumentUrl(url="https://x/f")]
+
+
+def test_a_context_entry_without_a_value_is_given_with_an_empty_one() -> None:
+    assert context_instructions([{"description": "Empty"}]) == (
+        "Context provided by the application:\n- Empty: ")
