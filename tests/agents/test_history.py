@@ -306,3 +306,26 @@ def test_a_deprecated_binary_part_with_a_non_string_mime_type_is_a_document() ->
 def test_a_context_entry_without_a_value_is_given_with_an_empty_one() -> None:
     assert context_instructions([{"description": "Empty"}]) == (
         "Context provided by the application:\n- Empty: ")
+
+
+def test_a_call_without_a_function_name_or_arguments_is_given_as_such() -> None:
+    messages = [
+        {"role": "assistant", "toolCalls": [{"id": "c9", "function": {}}]},
+        {"role": "tool", "toolCallId": "c9", "content": "ok"},
+    ]
+    assert _shape(to_model_messages(messages)) == [
+        ("response", [("call", "", "{}", "c9")]),
+        ("request", [("result", "", "ok", "c9", "success")]),
+    ]
+
+
+def test_a_tool_result_s_provider_file_reaches_the_run_s_provider() -> None:
+    messages = [
+        {"role": "assistant", "toolCalls": [_call("c1")]},
+        {"role": "tool", "toolCallId": "c1", "content": [
+            {"type": "image", "source": {"type": "file", "value": "f-9"}}]},
+    ]
+    [_, request] = to_model_messages(messages, provider="openai")
+    [part] = request.parts
+    assert isinstance(part, ToolReturnPart)
+    assert part.content == [UploadedFile(file_id="f-9", provider_name="openai")]
