@@ -106,7 +106,9 @@ def test_subagents_become_tools_of_the_agent_that_names_them() -> None:
 
 @pytest.mark.parametrize(
     ("subagent", "reason"),
-    [("ghost", "subagent 'ghost' is not an agent of this server")],
+    [("ghost", "subagent 'ghost' is not an agent of this server"),
+     # configured but not built: named as such, not as unknown
+     ("broken", "subagent 'broken' is unavailable")],
 )
 def test_an_agent_whose_subagent_cannot_run_is_unavailable(subagent: str, reason: str) -> None:
     catalog = build_catalog([
