@@ -10,6 +10,8 @@ from fake_openai import drive, make_context
 from pydantic_ai import Agent, CallDeferred, ToolFailed
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.test import TestModel
+from pydantic_ai.profiles import ModelProfile
 from tests.agents.test_pydantic_agent import call, calling, say
 
 from iobridge.agents.outputs import StepFinished, StepStarted
@@ -110,3 +112,49 @@ async def test_a_model_that_answers_nothing_ends_the_run_with_a_model_error() ->
         await drive(agent, make_context(agent))
     assert (info.value.code, info.value.message) == (
         "MODEL_ERROR", "the model returned an unusable response")
+
+
+# -- discovery -------------------------------------------------------------------------------
+
+
+def test_discovery_names_fall_back_to_the_wrapped_agent_then_the_id() -> None:
+    named = PydanticAIAgent(Agent(TestModel(), name="Named", description="Helps."), id="x")
+    assert (named.name, named.description, named.model_id) == ("Named", "Helps.", "test:test")
+    bare = PydanticAIAgent(Agent(None), id="y")
+    assert (bare.name, bare.description, bare.model_id) == ("y", "", None)
+    given = PydanticAIAgent(Agent(TestModel(), name="Named", description="Helps."), id="z",
+                            name="Given", description="", model_id="openai:gpt-4o")
+    assert (given.name, given.description, given.model_id) == ("Given", "", "openai:gpt-4o")
+
+
+def test_a_wrapped_agent_refuses_an_unknown_tool_result_mode() -> None:
+    with pytest.raises(ValueError, match="tool_result_mode must be one of"):
+        PydanticAIAgent(Agent(None), id="x", tool_result_mode="later")  # type: ignore[arg-type]
+
+
+def test_the_models_profile_decides_tools_reasoning_and_media() -> None:
+    profile = ModelProfile(
+        supports_tools=False, supports_thinking=True, supports_image_input=False,
+        supports_audio_file_input=True, supports_video_input=False,
+        supports_document_input=True, supported_document_media_types=["text/plain"],
+    )
+    declared = PydanticAIAgent(Agent(TestModel(profile=profile)), id="p").own_capabilities()
+    assert declared["tools"] == {"supported": False, "items": [], "parallelCalls": False,
+                                 "clientProvided": False}
+    assert declared["reasoning"] == {"supported": True, "streaming": True}
+    assert declared["multimodal"]["input"] == {"image": False, "audio": True, "video": False,
+                                               "pdf": False, "file": True}
+
+
+def test_a_model_that_takes_no_documents_takes_no_pdf_or_file() -> None:
+    profile = ModelProfile(supports_document_input=False, thinking_always_enabled=True)
+    declared = PydanticAIAgent(Agent(TestModel(profile=profile)), id="p").own_capabilities()
+    assert (declared["multimodal"]["input"]["pdf"], declared["multimodal"]["input"]["file"]) == (
+        False, False)
+    assert declared["reasoning"]["supported"] is True
+
+
+def test_a_pdf_accepting_document_list_declares_pdf() -> None:
+    profile = ModelProfile(supported_document_media_types=["application/pdf"])
+    declared = PydanticAIAgent(Agent(TestModel(profile=profile)), id="p").own_capabilities()
+    assert declared["multimodal"]["input"]["pdf"] is True
