@@ -128,3 +128,18 @@ async def test_a_client_given_to_the_agent_is_used_and_left_open(serve: Any) -> 
             assert text(await run(server, run_body("go", agentId="up"))) == "ok"
             assert not client.is_closed
     assert upstream.headers[0]["x-pool"] == "mine"
+
+
+async def test_a_configured_accept_encoding_cannot_ask_for_a_compressed_stream(
+    serve: Any,
+) -> None:
+    """A compressed stream could inflate far past ``max_event_bytes`` in one read."""
+    with scripted_upstream(Script(chunks=OK)) as upstream:
+        server = serve(agents=[agent(upstream.url, headers={"Accept-Encoding": "gzip"})])
+        await run(server, run_body("go", agentId="up"))
+    assert upstream.headers[0]["accept-encoding"] == "identity"
+
+
+def test_an_upstream_agent_is_named_by_its_id_unless_named() -> None:
+    assert agent("http://127.0.0.1:1/agui").name == "up"
+    assert agent("http://127.0.0.1:1/agui", name="Remote").name == "Remote"
