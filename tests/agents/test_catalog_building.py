@@ -140,6 +140,8 @@ def test_unregistering_drops_only_that_agents_aliases() -> None:
     catalog.unregister("a")
     assert (catalog.canonical("a"), catalog.canonical("a1")) == (None, None)
     assert catalog.canonical("b1") == "b"
+    catalog.unregister("a")  # already gone: nothing to do
+    assert [a.id for a in catalog.list()] == ["b"]
 
 
 def test_an_unavailable_entry_cannot_take_a_registered_id() -> None:

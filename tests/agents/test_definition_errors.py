@@ -238,6 +238,7 @@ def test_an_upstream_table_without_limits_gets_the_defaults() -> None:
     assert (built.timeout, built.max_event_bytes, built.max_rounds) == (
         DEFAULT_TIMEOUT, DEFAULT_MAX_EVENT_BYTES, DEFAULT_MAX_ROUNDS)
     assert built.tool_result_mode is None
+    assert (built.name, built.description) == ("up", "")
     assert built.headers == UPSTREAM_DEFAULT_HEADERS
 
 
@@ -280,6 +281,14 @@ def test_an_upstream_table_keeps_its_names_aliases_and_capabilities() -> None:
         ({"aliases": ["r emote"]}, "alias 'r emote' must be 1-64 letters"),
         ({"capabilities": {"tools": 3}}, "capabilities"),
         ({"multitask_strategy": "shout"}, "multitask_strategy must be one of"),
+        ({"tool_result_mode": "later"}, "tool_result_mode must be one of in-run, next-run"),
+        ({"agui_url": None}, "'agui_url' is required"),
+        ({"headers_env": {"Authorization": "UNSET_UPSTREAM_AUTH"}},
+         "environment variable UNSET_UPSTREAM_AUTH is not set (headers_env Authorization)"),
+        ({"headers_env": {"Authorization": "Bearer x"}},
+         "headers_env 'Authorization' must name an environment variable, not hold the value"),
+        ({"timout": 3, "nmae": "x"}, "unknown key(s) nmae (did you mean name?), timout (did you "
+                                     "mean timeout?) for an agui_url agent"),
         ({"name": 3}, "'name' must be a string"),
         ({"headers": {"Cookie": "c", "Authorization": "a"}},
          "header 'Authorization' must not be in the configuration file: put its value in an "
@@ -310,6 +319,15 @@ def test_an_upstream_id_of_64_characters_is_accepted() -> None:
 def test_an_upstream_without_url_or_id_is_refused() -> None:
     _, errors = load_agents([{"id": "up"}, {"agui_url": "http://127.0.0.1:1/agui"}])
     assert errors == {"up": "'model' is required", "#1": "'id' is required"}
+
+
+def test_upstream_headers_from_the_environment_default_to_the_process_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("IOBRIDGE_TEST_UPSTREAM_AUTH", "Bearer from-env")
+    built = build_upstream_agent({"id": "up", "agui_url": "http://127.0.0.1:1/agui",
+                                  "headers_env": {"Authorization": "IOBRIDGE_TEST_UPSTREAM_AUTH"}})
+    assert built.headers["Authorization"] == "Bearer from-env"
 
 
 def test_an_upstream_table_keeps_its_multitask_strategy() -> None:

@@ -143,3 +143,17 @@ async def test_a_configured_accept_encoding_cannot_ask_for_a_compressed_stream(
 def test_an_upstream_agent_is_named_by_its_id_unless_named() -> None:
     assert agent("http://127.0.0.1:1/agui").name == "up"
     assert agent("http://127.0.0.1:1/agui", name="Remote").name == "Remote"
+
+
+async def test_an_interrupt_names_the_call_by_the_clients_id(serve: Any) -> None:
+    """The upstream's id is not a usable one: the client knows the call by the id minted for
+    it, and so does the interrupt."""
+    bad_id = "bad\nid"
+    events = await events_for(serve, Script(chunks=frames(
+        *call_events(bad_id, "erase", "{}"),
+        {**RUN_FINISHED, "outcome": {"type": "interrupt", "interrupts": [
+            {"id": "i1", "reason": "approval", "toolCallId": bad_id}]}})))
+    [start] = [e for e in events if e["type"] == "TOOL_CALL_START"]
+    assert start["toolCallId"] != bad_id
+    assert events[-1]["outcome"]["interrupts"] == [
+        {"id": "i1", "reason": "approval", "toolCallId": start["toolCallId"]}]
