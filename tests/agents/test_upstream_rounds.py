@@ -213,20 +213,21 @@ async def test_a_follow_up_run_gets_the_rounds_messages_in_the_upstreams_ids(
     serve: Any,
 ) -> None:
     """The text, the client call with its posted answer, the answered server call with its
-    result; a call without arguments has ``{}``, and a server call the upstream never
-    answered is left out (an unpaired call is refused by model providers), with the
-    assistant message that held only it."""
+    result, the text after it; a call without arguments has ``{}``, and the server calls the
+    upstream never answered are left out (an unpaired call is refused by model providers)."""
     def script(body: dict[str, Any]) -> list[bytes]:
         if body["messages"][-1]["role"] == "tool":
-            return frames(*text_events("m2", "done"), RUN_FINISHED)
+            return frames(*text_events("m3", "done"), RUN_FINISHED)
         return frames(
             *text_events("m1", "Checking. "),
             {"type": "TOOL_CALL_START", "toolCallId": "w1", "toolCallName": "get_weather"},
             {"type": "TOOL_CALL_END", "toolCallId": "w1"},
+            *call_events("s2", "unanswered", "{}"),
             *call_events("s1", "lookup", '{"q":1}'),
             {"type": "TOOL_CALL_RESULT", "toolCallId": "s1", "messageId": "r1",
              "content": [{"type": "text", "text": "found"}]},
-            *call_events("s2", "unanswered", "{}"),
+            *text_events("m2", "Still here. "),
+            *call_events("s3", "unanswered", "{}"),
             RUN_FINISHED,
         )
 
@@ -234,12 +235,12 @@ async def test_a_follow_up_run_gets_the_rounds_messages_in_the_upstreams_ids(
         server = serve(agents=[agent(upstream.url)])
         events = await run(server, run_body("go", tools=[WEATHER], agentId="up"),
                            results={"get_weather": {"sky": "clear"}})
-    assert text(events) == "Checking. done"
+    assert text(events) == "Checking. Still here. done"
     first, follow_up = upstream.bodies
     assert follow_up["parentRunId"] == first["runId"] == "r1"
     assert follow_up["runId"] != "r1"
     added = follow_up["messages"][len(first["messages"]):]
-    assert [m["role"] for m in added] == ["assistant", "tool", "tool"]
+    assert [m["role"] for m in added] == ["assistant", "tool", "assistant", "tool"]
     assert added[0]["content"] == "Checking. "
     assert added[0]["toolCalls"] == [
         {"id": "w1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}},
@@ -247,7 +248,8 @@ async def test_a_follow_up_run_gets_the_rounds_messages_in_the_upstreams_ids(
     ]
     assert (added[1]["toolCallId"], added[1]["content"]) == (
         "s1", [{"type": "text", "text": "found"}])
-    assert (added[2]["toolCallId"], added[2]["content"]) == ("w1", '{"sky":"clear"}')
+    assert added[2]["content"] == "Still here. " and "toolCalls" not in added[2]
+    assert (added[3]["toolCallId"], added[3]["content"]) == ("w1", '{"sky":"clear"}')
 
 
 async def test_upstream_usage_entries_that_are_not_objects_or_labels_are_ignored(
