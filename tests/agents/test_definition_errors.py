@@ -212,6 +212,18 @@ def test_unknown_keys_are_named_with_a_suggestion_and_the_known_keys() -> None:
     )
 
 
+def test_every_unknown_key_is_named() -> None:
+    _, errors = load_agents([{"id": "a", "model": "openai:x", "zz": 1, "descripton": "d"}])
+    assert errors["a"].startswith("unknown key(s) descripton (did you mean description?), zz; "
+                                  "known keys: ")
+
+
+def test_a_table_without_output_retries_sends_a_bad_answer_back_twice() -> None:
+    agents, errors = load_agents([{"id": "a", "model": "openai:x"}], environ=ENV)
+    assert errors == {}
+    assert agents[0].output_retries == 2  # type: ignore[attr-defined]
+
+
 def test_a_model_agent_timeout_becomes_its_request_timeout() -> None:
     agents, errors = load_agents([{"id": "a", "model": "openai:x", "timeout": 0.5}],
                                  environ=ENV)
