@@ -345,3 +345,14 @@ async def test_each_ended_message_and_call_counts_against_the_round_limit(
     )
     assert (events[-1]["type"] == "RUN_FINISHED") is finished
     assert (events[-1].get("code") == "UPSTREAM_TOO_LARGE") is not finished
+
+
+async def test_a_result_list_that_is_not_content_parts_is_json_text(serve: Any) -> None:
+    events = await events_of(
+        serve, *call_events("c1", "f", "{}"),
+        {"type": "TOOL_CALL_RESULT", "toolCallId": "c1", "messageId": "r",
+         "content": [{"type": "text"}, 3]},
+        RUN_FINISHED,
+    )
+    [result] = [e for e in events if e["type"] == "TOOL_CALL_RESULT"]
+    assert result["content"] == '[{"type":"text"},3]'
