@@ -11,7 +11,12 @@ from typing import Any
 
 import pytest
 
-from iobridge.agents.definitions import build_upstream_agent, load_agents, resolve_tool
+from iobridge.agents.definitions import (
+    build_upstream_agent,
+    definition_from_dict,
+    load_agents,
+    resolve_tool,
+)
 from iobridge.agents.providers import AgentConfigError
 from iobridge.agents.upstream import (
     DEFAULT_MAX_EVENT_BYTES,
@@ -216,6 +221,19 @@ def test_every_unknown_key_is_named() -> None:
     _, errors = load_agents([{"id": "a", "model": "openai:x", "zz": 1, "descripton": "d"}])
     assert errors["a"].startswith("unknown key(s) descripton (did you mean description?), zz; "
                                   "known keys: ")
+
+
+@pytest.mark.parametrize("agent_id", ["a b", "x" * 65])
+def test_a_model_agent_id_must_be_a_short_word(agent_id: str) -> None:
+    _, errors = load_agents([{"id": agent_id, "model": "openai:x"}], environ=ENV)
+    assert errors == {agent_id: "'id' must be 1-64 letters, digits, '.', '_' or '-'"}
+
+
+def test_a_table_without_texts_has_empty_ones() -> None:
+    agents, errors = load_agents([{"id": "a", "model": "openai:x"}], environ=ENV)
+    assert errors == {}
+    assert (agents[0].description, agents[0].instructions) == ("", "")  # type: ignore[attr-defined]
+    assert definition_from_dict({"id": "w", "pydantic_ai": "m:agent"}).model == ""
 
 
 def test_a_table_without_output_retries_sends_a_bad_answer_back_twice() -> None:
