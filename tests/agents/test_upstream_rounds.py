@@ -356,3 +356,11 @@ async def test_a_result_list_that_is_not_content_parts_is_json_text(serve: Any) 
     )
     [result] = [e for e in events if e["type"] == "TOOL_CALL_RESULT"]
     assert result["content"] == '[{"type":"text"},3]'
+
+
+async def test_the_usage_of_an_upstream_run_that_failed_is_on_the_run_error(serve: Any) -> None:
+    usage = [{"provider": "p", "model": "m", "inputTokens": 5}]
+    events = await events_of(serve, *text_events("m", "part"),
+                             {"type": "RUN_ERROR", "message": "boom", "usage": usage})
+    assert events[-1]["code"] == "UPSTREAM_RUN_ERROR"
+    assert events[-1]["usage"] == usage
