@@ -224,6 +224,23 @@ def _unavailable_entry(key: str, reason: str, raw: Any) -> UnavailableAgent:
     )
 
 
+def _list_unavailable(
+    catalog: AgentCatalog, errors: Mapping[str, str], by_id: Mapping[Any, Any]
+) -> None:
+    """List each failed agent as unavailable (without its aliases when another agent holds
+    one); one whose id another agent holds is only logged."""
+    for key, reason in errors.items():
+        if catalog.canonical(key) is not None:
+            logger.error("agent %s is not listed as unavailable: the id is taken", key)
+            continue
+        entry = _unavailable_entry(key, reason, by_id.get(key))
+        try:
+            catalog.mark_unavailable(entry)
+        except ValueError as exc:
+            logger.error("agent %s: %s; its aliases are ignored", key, exc)
+            catalog.mark_unavailable(replace(entry, aliases=()))
+
+
 def build_catalog(
     definitions: Sequence[Mapping[str, Any] | Any],
     *,
@@ -252,19 +269,12 @@ def build_catalog(
         except ValueError as exc:
             logger.error("agent %s is unavailable: %s", agent.id, exc)
             errors[agent.id] = str(exc)
-    for key, reason in catalog.link_subagents().items():
+    # The failed agents are listed first, so a subagent link to one says it is unavailable.
+    _list_unavailable(catalog, errors, by_id)
+    problems = catalog.link_subagents()
+    for key, reason in problems.items():
         logger.error("agent %s is unavailable: %s", key, reason)
-        errors[key] = reason
-    for key, reason in errors.items():
-        if catalog.canonical(key) is not None:
-            logger.error("agent %s is not listed as unavailable: the id is taken", key)
-            continue
-        entry = _unavailable_entry(key, reason, by_id.get(key))
-        try:
-            catalog.mark_unavailable(entry)
-        except ValueError as exc:
-            logger.error("agent %s: %s; its aliases are ignored", key, exc)
-            catalog.mark_unavailable(replace(entry, aliases=()))
+    _list_unavailable(catalog, problems, by_id)
     if default_agent is not None:
         catalog.default_id = catalog.canonical(default_agent) or default_agent
     elif first is not None:
