@@ -80,6 +80,31 @@ async def test_readiness_reports_redis_going_away(tmp_path: Path) -> None:
     assert isinstance(backend.cluster, LocalCluster)  # closed: back to one process
 
 
+#: The frontend tool the "asks" agents call, and a run of them on thread t.
+PICK = {"name": "pick", "description": "Pick", "parameters": {"type": "object"}}
+ASKS_RUN = {"threadId": "t", "runId": "r", "tools": [PICK], "forwardedProps": {"agentId": "asks"},
+            "messages": [{"id": "u", "role": "user", "content": "go"}]}
+
+
+def _durable_asks() -> FunctionAgent:
+    """A durable agent that asks the client to pick and says what it got; called again, once
+    continued, with the call's result in its messages."""
+
+    async def asks(ctx: Any) -> AsyncIterator[str]:
+        answered = [m["content"] for m in ctx.messages if m["role"] == "tool"]
+        yield f"got {answered[-1] if answered else (await ctx.call_tool('pick', {})).content}"
+
+    return FunctionAgent(asks, id="asks", durable=True)
+
+
+async def _parked_on(a: Backend) -> tuple[Run, str]:
+    """``ASKS_RUN`` started on ``a`` and parked on its call; the run and the call's id."""
+    run = await a.start_run(ANONYMOUS, ASKS_RUN)
+    call = await _frontend_call(run)
+    await parked(a, "anonymous", "r")
+    return run, call
+
+
 async def _frontend_call(run: Run) -> str:
     """The id of the run's frontend tool call, once its TOOL_CALL_END is in the log."""
     async with asyncio.timeout(10):  # a hang guard, not a timing check
@@ -326,13 +351,11 @@ async def test_a_result_and_a_cancel_cross_replicas_typed_and_whole(tmp_path: Pa
         yield "got it"
         await asyncio.sleep(30)
 
-    tool = {"name": "pick", "description": "Pick", "parameters": {"type": "object"}}
     with redis_server(tmp_path) as url:
         settings = Settings(database_url="memory://", redis_url=url, redis_prefix="typed")
         agent = FunctionAgent(asks, id="asks")
         async with Backend(settings, agents=[agent]) as a, Backend(settings) as b:
-            body = {"threadId": "t", "runId": "r", "tools": [tool], "forwardedProps": {
-                "agentId": "asks"}, "messages": [{"id": "u", "role": "user", "content": "go"}]}
+            body = ASKS_RUN
             run = await a.start_run(ANONYMOUS, body)
             call = await _frontend_call(run)
             with pytest.raises(NotFoundError) as unknown:
@@ -447,26 +470,15 @@ async def test_a_follower_goes_on_where_a_stopped_replica_s_durable_run_is_conti
     from its checkpoint and goes on, caught up from what it had; the result posted to B then
     finishes it, and the follower's stream ends with RUN_FINISHED."""
 
-    async def asks(ctx: Any) -> AsyncIterator[str]:
-        # Durable: called again, once continued, with the call's result in its messages.
-        answered = [m["content"] for m in ctx.messages if m["role"] == "tool"]
-        yield f"got {answered[-1] if answered else (await ctx.call_tool('pick', {})).content}"
-
-    tool = {"name": "pick", "description": "Pick", "parameters": {"type": "object"}}
     with redis_server(tmp_path) as url:
         settings = Settings(database_url=f"sqlite:///{tmp_path}/runs.db", redis_url=url,
                             redis_prefix="handover", drain_seconds=0)
-        agent = FunctionAgent(asks, id="asks", durable=True)
+        agent = _durable_asks()
         async with Backend(settings, agents=[agent]) as b:
             a = Backend(settings, agents=[agent])
             await a.__aenter__()
             try:
-                body = {"threadId": "t", "runId": "r", "tools": [tool],
-                        "forwardedProps": {"agentId": "asks"},
-                        "messages": [{"id": "u", "role": "user", "content": "go"}]}
-                run = await a.start_run(ANONYMOUS, body)
-                call = await _frontend_call(run)
-                await parked(a, "anonymous", "r")
+                run, call = await _parked_on(a)
                 remote = await b.find_run(ANONYMOUS, "r")
                 assert isinstance(remote, RemoteRun)
                 sink = CollectingSink()
@@ -536,18 +548,8 @@ async def test_a_follower_of_a_silent_replica_s_durable_run_goes_on_where_it_is_
     follower does not end the run RUN_LOST (its checkpoint outlives A); it continues the run
     here and goes on, and the result posted to B finishes it."""
 
-    async def asks(ctx: Any) -> AsyncIterator[str]:
-        answered = [m["content"] for m in ctx.messages if m["role"] == "tool"]
-        yield f"got {answered[-1] if answered else (await ctx.call_tool('pick', {})).content}"
-
-    tool = {"name": "pick", "description": "Pick", "parameters": {"type": "object"}}
-    agent = FunctionAgent(asks, id="asks", durable=True)
-    async with a_behind_a_relay(tmp_path, "follow", agent) as (a, b, relay):
-        body = {"threadId": "t", "runId": "r", "tools": [tool],
-                "forwardedProps": {"agentId": "asks"},
-                "messages": [{"id": "u", "role": "user", "content": "go"}]}
-        call = await _frontend_call(await a.start_run(ANONYMOUS, body))
-        await parked(a, "anonymous", "r")
+    async with a_behind_a_relay(tmp_path, "follow", _durable_asks()) as (a, b, relay):
+        _, call = await _parked_on(a)
         remote = await b.find_run(ANONYMOUS, "r")
         assert isinstance(remote, RemoteRun)
         sink = CollectingSink()
@@ -664,18 +666,8 @@ async def test_a_result_for_a_durable_run_its_replica_no_longer_holds_is_taken_b
     looked for the run on B once A was lost), and the run finishes on B. A cancel of the
     run, ended there, is answered False."""
 
-    async def asks(ctx: Any) -> AsyncIterator[str]:
-        answered = [m["content"] for m in ctx.messages if m["role"] == "tool"]
-        yield f"got {answered[-1] if answered else (await ctx.call_tool('pick', {})).content}"
-
-    tool = {"name": "pick", "description": "Pick", "parameters": {"type": "object"}}
-    agent = FunctionAgent(asks, id="asks", durable=True)
-    async with a_behind_a_relay(tmp_path, "silent", agent) as (a, b, relay):
-        body = {"threadId": "t", "runId": "r", "tools": [tool],
-                "forwardedProps": {"agentId": "asks"},
-                "messages": [{"id": "u", "role": "user", "content": "go"}]}
-        call = await _frontend_call(await a.start_run(ANONYMOUS, body))
-        await parked(a, "anonymous", "r")
+    async with a_behind_a_relay(tmp_path, "silent", _durable_asks()) as (a, b, relay):
+        _, call = await _parked_on(a)
         remote = await b.find_run(ANONYMOUS, "r")
         assert isinstance(remote, RemoteRun)
         if how == "drained":
@@ -713,7 +705,6 @@ async def test_a_result_for_a_durable_run_of_another_replica_is_stored_before_it
         await gate.wait()
         yield "got it"
 
-    tool = {"name": "pick", "description": "Pick", "parameters": {"type": "object"}}
     alice = Principal(id="acme", resource_ids=frozenset({"alice"}), default_resource="alice")
     bob = Principal(id="acme", resource_ids=frozenset({"bob"}), default_resource="bob")
     database = f"sqlite+aiosqlite:///{tmp_path / 'runs.db'}"
@@ -722,8 +713,7 @@ async def test_a_result_for_a_durable_run_of_another_replica_is_stored_before_it
         settings = Settings(database_url=database, redis_url=url, redis_prefix="stored")
         agents = [FunctionAgent(asks, id="asks", durable=True)]
         async with Backend(settings, agents=agents) as a, Backend(settings) as b:
-            body = {"threadId": "t", "runId": "r", "tools": [tool], "forwardedProps": {
-                "agentId": "asks"}, "messages": [{"id": "u", "role": "user", "content": "go"}]}
+            body = ASKS_RUN
             run = await a.start_run(alice, body)
             assert run.durable
             call = await _frontend_call(run)
@@ -755,15 +745,13 @@ async def test_a_result_for_another_resource_s_run_on_another_replica_is_refused
         seen.append((await ctx.call_tool("pick", {})).content)
         yield "got it"
 
-    tool = {"name": "pick", "description": "Pick", "parameters": {"type": "object"}}
     alice = Principal(id="acme", resource_ids=frozenset({"alice"}), default_resource="alice")
     bob = Principal(id="acme", resource_ids=frozenset({"bob"}), default_resource="bob")
     with redis_server(tmp_path) as url:
         settings = Settings(database_url="memory://", redis_url=url, redis_prefix="foreign")
         agents = [FunctionAgent(asks, id="asks")]
         async with Backend(settings, agents=agents) as a, Backend(settings) as b:
-            body = {"threadId": "t", "runId": "r", "tools": [tool], "forwardedProps": {
-                "agentId": "asks"}, "messages": [{"id": "u", "role": "user", "content": "go"}]}
+            body = ASKS_RUN
             run = await a.start_run(alice, body)
             assert not run.durable
             call = await _frontend_call(run)
@@ -812,14 +800,12 @@ async def test_a_follower_on_another_replica_is_kept_alive_and_leaves_with_its_o
         seen.append((await ctx.call_tool("pick", {})).content)
         yield "got it"
 
-    tool = {"name": "pick", "description": "Pick", "parameters": {"type": "object"}}
     with redis_server(tmp_path) as url:
         settings = Settings(database_url="memory://", redis_url=url, redis_prefix="grace",
                             detach_grace_seconds=server_grace)
         async with Backend(settings, agents=[FunctionAgent(asks, id="asks")]) as a, \
                 Backend(settings) as b:
-            body = {"threadId": "t", "runId": "r", "tools": [tool], "forwardedProps": {
-                "agentId": "asks"}, "messages": [{"id": "u", "role": "user", "content": "go"}]}
+            body = ASKS_RUN
             run = await a.start_run(ANONYMOUS, body)
             call = await _frontend_call(run)
             remote = await b.find_run(ANONYMOUS, "r")

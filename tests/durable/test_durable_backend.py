@@ -19,6 +19,7 @@ from tests.cluster.replicas import a_behind_a_relay, redis_server
 from tests.durable.streams import assert_valid_stream, follow, number, parked
 from tests.helpers import CollectingSink
 
+from iobridge.agents.base import Agent
 from iobridge.agents.context import RunContext
 from iobridge.agents.function import FunctionAgent
 from iobridge.agents.model import ModelAgent
@@ -528,6 +529,21 @@ async def test_a_continued_run_has_its_own_agent_and_counts_against_its_caller(
             == "Sunny."
 
 
+@contextlib.asynccontextmanager
+async def _weather_replicas(
+    tmp_path: Path, fake: FakeOpenAI
+) -> AsyncIterator[tuple[Settings, list[Agent]]]:
+    """The settings of replicas on one SQLite file and one Redis, and their planner agent,
+    whose model asks for the weather once, then answers."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'replicas.db'}"
+    await upgrade(url)
+    fake.push(calls(("c1", "get_weather", '{"city":"Oslo"}'), say="Let me check."),
+              text("Sunny."))
+    with redis_server(tmp_path) as redis_url:
+        yield (Settings(database_url=url, redis_url=redis_url, redis_prefix="weather"),
+               [model_agent(fake.base_url)])
+
+
 async def test_a_follower_on_another_replica_is_caught_up_from_the_continued_run_s_point(
     tmp_path: Path, fake_openai: FakeOpenAI
 ) -> None:
@@ -536,13 +552,7 @@ async def test_a_follower_on_another_replica_is_caught_up_from_the_continued_run
     is caught up from the point in the store (its step closed, its call still open), then
     follows the continued run to its end through the shared log; and once it concluded,
     from the thread."""
-    url = f"sqlite+aiosqlite:///{tmp_path / 'replicas.db'}"
-    await upgrade(url)
-    fake_openai.push(calls(("c1", "get_weather", '{"city":"Oslo"}'), say="Let me check."),
-                     text("Sunny."))
-    with redis_server(tmp_path) as redis_url:
-        settings = Settings(database_url=url, redis_url=redis_url, redis_prefix="epochs")
-        agents = [model_agent(fake_openai.base_url)]
+    async with _weather_replicas(tmp_path, fake_openai) as (settings, agents):
         async with Backend(settings, agents=agents) as first:
             await first.start_run(ANONYMOUS, body())
             head = await follow(first, "r1", until="TOOL_CALL_END")
@@ -590,23 +600,20 @@ async def test_a_client_resuming_on_another_replica_gets_the_ids_the_run_s_own_g
     while A still holds the run: B reads the log through Redis, which carries no open
     state, and numbers each event with what the client has open from its cursor on; the
     ids are the ones a client resuming on A gets."""
-    url = f"sqlite+aiosqlite:///{tmp_path / 'replicas.db'}"
-    await upgrade(url)
-    fake_openai.push(calls(("c1", "get_weather", '{"city":"Oslo"}'), say="Let me check."),
-                     text("Sunny."))
-    with redis_server(tmp_path) as redis_url:
-        settings = Settings(database_url=url, redis_url=redis_url, redis_prefix="tags")
-        agents = [model_agent(fake_openai.base_url)]
-        async with Backend(settings, agents=agents) as a, Backend(settings, agents=agents) as b:
-            await a.start_run(ANONYMOUS, body())
-            head = await follow(a, "r1", until="TOOL_CALL_END")
-            await parked(a, "anonymous", "r1")
-            remote, _ = await b.resume(ANONYMOUS, "r1", head[-1][0])
-            assert isinstance(remote, RemoteRun) and remote.epoch == 0
-            await b.submit_tool_result(ANONYMOUS, "r1", head[-1][1]["toolCallId"],
-                                       {"content": '{"t":21}'})
-            there = await follow(b, "r1", after=head[-1][0])
-            here = await follow(a, "r1", after=head[-1][0])
+    async with (
+        _weather_replicas(tmp_path, fake_openai) as (settings, agents),
+        Backend(settings, agents=agents) as a,
+        Backend(settings, agents=agents) as b,
+    ):
+        await a.start_run(ANONYMOUS, body())
+        head = await follow(a, "r1", until="TOOL_CALL_END")
+        await parked(a, "anonymous", "r1")
+        remote, _ = await b.resume(ANONYMOUS, "r1", head[-1][0])
+        assert isinstance(remote, RemoteRun) and remote.epoch == 0
+        await b.submit_tool_result(ANONYMOUS, "r1", head[-1][1]["toolCallId"],
+                                   {"content": '{"t":21}'})
+        there = await follow(b, "r1", after=head[-1][0])
+        here = await follow(a, "r1", after=head[-1][0])
     assert there == here
     assert [e["type"] for _, e in there][-1] == "RUN_FINISHED"
     # From the cursor the call is answered, and the model step stays open until its end.
