@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 SERVE_STAMP := $(VENV)/.serve-installed
 SOURCES := pyproject.toml setup.py src/iobridge/npamp/_speedups.c
 
-.PHONY: serve test lint bench e2e-deps frontend-deps clean mutants mutants-report fuzz
+.PHONY: serve test lint bench e2e-deps frontend-deps clean mutants mutants-report mutants-check fuzz
 
 # The dev install holds everything serving needs, so it marks the serve install done too.
 $(STAMP): $(SOURCES)
@@ -85,7 +85,8 @@ fuzz: $(STAMP)
 
 # Mutation testing (slow, not in CI; docs/testing.md). One group at a time, MUTANT_CHILDREN
 # mutmut workers, each group with its own tests only. Repoint a group here when its modules move.
-# MUTANT_RESUME=1 goes on with a group's run that was stopped (same commit, clean tree only).
+# MUTANT_RESUME=1 goes on with a group's run that was stopped (same commit, clean tree only);
+# MUTANT_CHECK=1 (or `make mutants-check`) only says whether a group's verdicts hold for this tree.
 MUTANT_CHILDREN ?= 4
 MUTANT_ALL := protocol auth npamp runtime observability cluster http store app agents
 MUTANT_GROUPS ?= $(MUTANT_ALL)
@@ -179,10 +180,16 @@ $(MUTANT_TARGETS): mutants-%: $(STAMP)
 	$(if $(TIMEOUT_$*),IOBRIDGE_MUTANT_TIMEOUT_FACTOR=$(TIMEOUT_$*)) $(BIN)/python scripts/mutants.py run $* --max-children $(MUTANT_CHILDREN) \
 	  --mutate $(foreach p,$(MUTATE_$*),'$(p)') --tests $(TESTS_$*) \
 	  $(if $(DESELECT_$*),--deselect $(DESELECT_$*)) $(if $(POSTGRES_$*),--postgres) \
-	  $(if $(SKIP_$*),--skip $(foreach p,$(SKIP_$*),'$(p)')) $(if $(MUTANT_RESUME),--resume)
+	  $(if $(SKIP_$*),--skip $(foreach p,$(SKIP_$*),'$(p)')) $(if $(MUTANT_RESUME),--resume) \
+	  $(if $(MUTANT_CHECK),--check)
 
 mutants-report:
 	$(BIN)/python scripts/mutants.py report $(MUTANT_GROUPS)
+
+# Every group's verdicts, checked against the tree checked out (exit 1 if one does not hold).
+mutants-check: $(STAMP)
+	@status=0; for g in $(MUTANT_GROUPS); do \
+	  $(MAKE) --no-print-directory -s mutants-$$g MUTANT_CHECK=1 || status=1; done; exit $$status
 
 clean:
 	rm -rf $(VENV) tests/e2e/node_modules tests/web/node_modules tests/frontends/node_modules build

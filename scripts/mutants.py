@@ -11,6 +11,7 @@ one group's test selection never decides another group's results.
         [--postgres]           (keep IOBRIDGE_TEST_POSTGRES_URL: the PostgreSQL variants run)
         [--skip 'src/x/y/*' ...] (files the --mutate globs match but mutmut cannot judge)
         [--resume]             (go on with the group's unfinished run, same commit only)
+        [--check]              (do the group's verdicts still hold for the tree checked out?)
     python scripts/mutants.py report GROUP [GROUP ...]
 
 The Makefile (``make mutants``) holds the group list; this script only runs and reads.
@@ -74,7 +75,7 @@ def group_pyproject(mutate: list[str], tests: list[str], skip: list[str] | None 
 
 def run(group: str, mutate: list[str], tests: list[str], deselect: list[str],
         max_children: int, mutants: list[str], postgres: bool = False,
-        skip: list[str] | None = None, resume: bool = False) -> int:
+        skip: list[str] | None = None, resume: bool = False, check: bool = False) -> int:
     for pattern in [*mutate, *(skip or [])]:
         if not any(fnmatch.fnmatch(str(p.relative_to(ROOT)), pattern)
                    for p in (ROOT / "src").rglob("*.py")):
@@ -83,6 +84,12 @@ def run(group: str, mutate: list[str], tests: list[str], deselect: list[str],
         if not (ROOT / path.split("::")[0]).exists():
             sys.exit(f"mutants: {group}: test path {path!r} does not exist")
     work = WORK / group
+    selection = tests + [arg for node in deselect for arg in ("--deselect", node)]
+    if check:
+        problem = stale(work, group_pyproject(mutate, selection, skip), tests)
+        print(f"mutants: {group}: " + (problem or f"the verdicts of {commit_of(work)} hold at "
+                                                  f"{commit()} (nothing they depend on changed)"))
+        return 1 if problem else 0
     # The sqlite variants only: mutants are judged by the in-process suite, not by CI's matrix;
     # a group whose code runs only on PostgreSQL (the store's) keeps the URL with --postgres.
     dropped = ("CI",) if postgres else ("CI", "IOBRIDGE_TEST_POSTGRES_URL")
@@ -93,14 +100,13 @@ def run(group: str, mutate: list[str], tests: list[str], deselect: list[str],
         problem = resumable(work)
         if problem:
             sys.exit(f"mutants: {group}: cannot resume: {problem}")
-        print(f"mutants: {group}: resuming the run at {(work / 'commit').read_text().strip()}")
+        print(f"mutants: {group}: resuming the run at {commit_of(work)}")
     else:
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         ignore = shutil.ignore_patterns("__pycache__", "node_modules", ".hypothesis", "*.pyc")
         for name in COPIED:
             shutil.copytree(ROOT / name, work / name, ignore=ignore)
-        selection = tests + [arg for node in deselect for arg in ("--deselect", node)]
         (work / "pyproject.toml").write_text(group_pyproject(mutate, selection, skip))
         shutil.copy(ROOT / "scripts" / "mutant_tests.py", work / "conftest.py")
         code = measure(work, mutate, selection, env)
@@ -126,12 +132,50 @@ def commit() -> str:
     return head + ("+changes" if dirty else "")
 
 
+def commit_of(work: Path) -> str:
+    """The commit a group's run was started at."""
+    return (work / "commit").read_text().strip()
+
+
+def git(*args: str) -> list[str]:
+    return subprocess.run(["git", *args], cwd=ROOT, text=True, capture_output=True,
+                          check=True).stdout.split()
+
+
+def stale(work: Path, pyproject: str, tests: list[str]) -> str | None:
+    """Why the verdicts of the run in ``work`` do not hold for the tree checked out now
+    (``None``: they do). A verdict depends on the code (all of ``src/``: a mutant's fate can
+    turn on code it calls), on the group's tests and the helpers under ``tests/`` they may
+    import, on the selection plugin, and on the group's definition and ``pyproject.toml``
+    (both in the group's generated ``pyproject.toml``). Other groups' tests and the docs may
+    change: so groups measured at different commits can all hold at one."""
+    if not (work / "commit").exists() or not (work / "pyproject.toml").exists():
+        return "no run was started"
+    started_at = commit_of(work)
+    if started_at.endswith("+changes"):
+        return f"the run was of {started_at}: a tree with changes not committed"
+    if (work / "pyproject.toml").read_text() != pyproject:
+        return "the group's definition (Makefile) or pyproject.toml changed since the run"
+    paths = ["src", "scripts/mutant_tests.py", *dict.fromkeys(t.split("::")[0] for t in tests)]
+    changed = {*git("diff", "--name-only", started_at, "--", *paths),
+               *git("ls-files", "--others", "--exclude-standard", "--", *paths)}
+    changed |= {name for name in (*git("diff", "--name-only", started_at, "--", "tests"),
+                                  *git("ls-files", "--others", "--exclude-standard", "--", "tests"))
+                if name.endswith(".py") and not Path(name).name.startswith("test_")}
+    if changed:
+        return f"changed since the run at {started_at}: {', '.join(sorted(changed))}"
+    open_ = sum(counts["not judged"] for counts in results_in(work).values())
+    if open_:
+        return f"the run at {started_at} has {open_} mutants not judged (MUTANT_RESUME=1)"
+    return None
+
+
 def resumable(work: Path) -> str | None:
     """Why the run in ``work`` cannot go on (``None``: it can): it must have been measured
     and started, at the commit checked out now with no changes."""
     if not (work / "commit").exists() or not (work / "mutants").is_dir():
         return "no run was started (run it without --resume)"
-    started_at, now = (work / "commit").read_text().strip(), commit()
+    started_at, now = commit_of(work), commit()
     if now.endswith("+changes"):
         return "the tree has changes not committed (a verdict must name its commit)"
     if started_at != now:
@@ -152,13 +196,18 @@ def measure(work: Path, mutate: list[str], selection: list[str], env: dict[str, 
 
 def results(group: str) -> dict[str, Counter[str]]:
     """Status counts per mutated source file, from mutmut's ``.meta`` files."""
-    base = WORK / group / "mutants"
+    return results_in(WORK / group)
+
+
+def results_in(work: Path) -> dict[str, Counter[str]]:
+    base = work / "mutants"
     counts: dict[str, Counter[str]] = {}
     for meta in sorted(base.rglob("*.py.meta")):
         codes = json.loads(meta.read_text())["exit_code_by_key"]
         if codes:
             module = str(meta.relative_to(base))[: -len(".meta")]
-            counts[module] = Counter(STATUS.get(code, "suspicious") for code in codes.values())
+            counts[module] = Counter("not judged" if code is None else
+                                     STATUS.get(code, "suspicious") for code in codes.values())
     return counts
 
 
@@ -186,8 +235,8 @@ def report(groups: list[str]) -> int:
             group_total.update(counts)
             print(row(module.removeprefix("src/iobridge/"), counts, columns))
         print(row(f"= {group}", group_total, columns))
-        started_at = WORK / group / "commit"
-        print(f"  at {started_at.read_text().strip() if started_at.exists() else '?'}; "
+        started = (WORK / group / "commit").exists()
+        print(f"  at {commit_of(WORK / group) if started else '?'}; "
               f"the mutants' tests ran for {judging_seconds(group):.0f} s in all")
         print()
     return 1 if missing else 0
@@ -220,6 +269,8 @@ def main() -> int:
                             help="keep IOBRIDGE_TEST_POSTGRES_URL (PostgreSQL variants run)")
     run_parser.add_argument("--resume", action="store_true",
                             help="go on with this group's unfinished run (same commit only)")
+    run_parser.add_argument("--check", action="store_true",
+                            help="only say whether the group's verdicts hold for this tree")
     run_parser.add_argument("--skip", nargs="*", default=[],
                             help="globs under src/ that --mutate matches but are not mutated "
                                  "(code mutmut cannot judge; say why in the Makefile)")
@@ -228,7 +279,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.command == "run":
         return run(args.group, args.mutate, args.tests, args.deselect, args.max_children,
-                   args.mutants, args.postgres, args.skip, args.resume)
+                   args.mutants, args.postgres, args.skip, args.resume, args.check)
     return report(args.groups)
 
 
