@@ -127,7 +127,7 @@ DESELECT_observability := tests/observability/test_metrics_port.py \
 # and test_npamp.py drive replica subprocesses (unmutated code) and are not in the group;
 # test_without_redis_url_nothing_of_redis_is_imported_or_run is one too.
 MUTATE_cluster := src/iobridge/cluster/*.py
-TESTS_cluster := tests/cluster/test_backend.py tests/cluster/test_backend_threads.py \
+TESTS_cluster := tests/cluster/test_backend.py tests/cluster/test_backend_threads.py tests/cluster/test_redis_seam.py \
 	tests/hostile/test_shared_principal_runs.py
 # Mirror-loop mutants hang the follow tests: five times a test's time (not ten) is enough.
 TIMEOUT_cluster := 5
