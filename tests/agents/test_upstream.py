@@ -57,6 +57,8 @@ async def run(
 ) -> list[dict[str, Any]]:
     """One run through iobridge; frontend tools named in ``results`` are answered in-run."""
     events: list[dict[str, Any]] = []
+    answers = results or {}
+    pending: dict[str, Any] = {}  # the started calls to answer: their result, by call id
     async with (
         httpx.AsyncClient(base_url=server.url, timeout=20) as client,
         client.stream("POST", "/io-bridge/run", json=body) as response,
@@ -67,13 +69,13 @@ async def run(
                 continue
             event = json.loads(line[len("data: "):])
             events.append(event)
-            name = event.get("toolCallName")
-            if event["type"] == "TOOL_CALL_START" and name in (results or {}):
-                pending = event["toolCallId"], name
-            if event["type"] == "TOOL_CALL_END" and results and pending[0] == event["toolCallId"]:
+            if event["type"] == "TOOL_CALL_START" and event["toolCallName"] in answers:
+                pending[event["toolCallId"]] = answers[event["toolCallName"]]
+            if event["type"] == "TOOL_CALL_END" and event["toolCallId"] in pending:
+                call = event["toolCallId"]
                 posted = await client.post(
-                    f"/io-bridge/runs/{body['runId']}/tool-calls/{pending[0]}/result",
-                    json={"result": results[pending[1]]},
+                    f"/io-bridge/runs/{body['runId']}/tool-calls/{call}/result",
+                    json={"result": pending.pop(call)},
                 )
                 assert posted.status_code == 200, posted.text
     verify_events(events, thread_id=body["threadId"], run_id=body["runId"])
