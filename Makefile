@@ -93,6 +93,9 @@ MUTANT_GROUPS ?= $(MUTANT_ALL)
 MUTANT_TARGETS := $(addprefix mutants-,$(MUTANT_ALL))
 .PHONY: $(MUTANT_TARGETS)
 MUTATE_protocol := src/iobridge/protocol/*.py
+# resources.py is models and the schemas they publish, computed once at import (mutmut
+# never sees that code run mutated); tests/http/test_openapi.py checks the served schemas.
+SKIP_protocol := src/iobridge/protocol/resources.py
 TESTS_protocol := tests/protocol
 # Hypothesis over whole runs: 16 of the group's 20 s per surviving mutant; kept in `make test`.
 DESELECT_protocol := tests/protocol/test_guard_properties.py::test_any_agent_behaviour_yields_a_valid_run \
