@@ -594,7 +594,7 @@ def test_ending_a_subagent_closes_only_what_it_opened() -> None:
     owners = ("s1", "s2", None)
     guard = LifecycleGuard("t", "r")
     guard.prime(OpenState(
-        steps=tuple((owner, "plan") for owner in owners),
+        steps=tuple((owner, f"plan-{owner}") for owner in owners),
         texts=tuple((owner, f"m-{owner}") for owner in owners),
         reasoning_messages=tuple((owner, f"r-{owner}") for owner in owners),
         reasoning_spans=tuple((owner, f"R-{owner}") for owner in owners),
@@ -605,11 +605,11 @@ def test_ending_a_subagent_closes_only_what_it_opened() -> None:
                 "delta": '{"a":', "subagentRunId": "s2"})
     assert guard.feed(_sub("FINISHED", "s1")) == [
         _of("s1", ev.reasoning_message_end("r-s1")), _of("s1", ev.reasoning_end("R-s1")),
-        _of("s1", ev.text_end("m-s1")), _of("s1", ev.step_finished("plan")),
+        _of("s1", ev.text_end("m-s1")), _of("s1", ev.step_finished("plan-s1")),
         _sub("FINISHED", "s1"),
     ]
     assert guard.open_state() == OpenState(
-        steps=(("s2", "plan"), (None, "plan")),
+        steps=(("s2", "plan-s2"), (None, "plan-None")),
         texts=(("s2", "m-s2"), (None, "m-None")),
         reasoning_messages=(("s2", "r-s2"), (None, "r-None")),
         reasoning_spans=(("s2", "R-s2"), (None, "R-None")),
@@ -619,6 +619,14 @@ def test_ending_a_subagent_closes_only_what_it_opened() -> None:
     guard.feed({"type": "TOOL_CALL_CHUNK", "delta": "1}", "subagentRunId": "s2"})
     assert [e.get("delta") for e in guard.feed(ev.tool_call_end("c2"))] == [
         None, '{"a":', "1}", None]
+
+
+def test_ending_a_subagent_closes_its_reasoning_messages_outside_a_span() -> None:
+    guard = LifecycleGuard("t", "r")
+    guard.prime(OpenState(reasoning_messages=(("s1", "r1"), ("s2", "r2")),
+                          subagents=(("s1", None), ("s2", None))))
+    assert guard.feed(_sub("FINISHED", "s1")) == [
+        _of("s1", ev.reasoning_message_end("r1")), _sub("FINISHED", "s1")]
 
 
 def test_ending_a_subagent_drops_its_chunked_call() -> None:
@@ -728,3 +736,40 @@ def test_a_subagent_run_is_valid_for_the_client() -> None:
 def test_an_unhashable_parent_subagent_id_is_dropped(parent: Any) -> None:
     guard = _started()
     assert guard.feed(_sub("STARTED", "s2", parentSubagentRunId=parent)) == []
+
+
+@pytest.mark.parametrize(
+    "event",
+    [{"type": "REASONING_MESSAGE_CONTENT", "messageId": ["x"], "delta": "d"},
+     {"type": "REASONING_MESSAGE_START", "messageId": {"id": "x"}},
+     {"type": "REASONING_MESSAGE_END", "messageId": ["x"]},
+     {"type": "REASONING_START", "messageId": ["x"]},
+     {"type": "REASONING_END", "messageId": ["x"]},
+     {"type": "REASONING_MESSAGE_CHUNK", "messageId": ["x"], "delta": "d"},
+     {"type": "TEXT_MESSAGE_CONTENT", "messageId": ["x"], "delta": "d"},
+     {"type": "TEXT_MESSAGE_END", "messageId": ["x"]},
+     {"type": "TEXT_MESSAGE_CHUNK", "messageId": ["x"], "delta": "d"},
+     {"type": "TOOL_CALL_START", "toolCallId": ["x"], "toolCallName": "f"},
+     {"type": "TOOL_CALL_END", "toolCallId": ["x"]},
+     {"type": "TOOL_CALL_CHUNK", "toolCallId": ["x"], "toolCallName": "f"},
+     {"type": "TOOL_CALL_RESULT", "toolCallId": ["x"], "content": "x"},
+     {"type": "STEP_STARTED", "stepName": ["x"]}],
+)
+def test_an_unhashable_id_is_dropped(event: dict[str, Any]) -> None:
+    guard = _started()
+    assert guard.feed(event) == []
+    assert guard.nothing_open and guard.output_bytes == 0
+
+
+def test_a_reasoning_message_id_stays_its_owners() -> None:
+    """Reasoning ids (unlike text ids) may open again: an unattributed start is the
+    owner's, like any continuation."""
+    guard = LifecycleGuard("t", "r")
+    guard.prime(OpenState(reasoning_messages=(("s1", "r"),), reasoning_spans=(("s1", "R"),),
+                          subagents=(("s1", None),)))
+    guard.feed(_of("s1", ev.reasoning_message_end("r")))
+    guard.feed(_of("s1", ev.reasoning_end("R")))
+    assert guard.feed(ev.reasoning_message_start("r")) == [
+        _of("s1", ev.reasoning_message_start("r"))]
+    assert guard.feed(ev.reasoning_start("R")) == [_of("s1", ev.reasoning_start("R"))]
+    assert guard.open_state().reasoning_messages == (("s1", "r"),)
