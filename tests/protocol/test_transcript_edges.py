@@ -6,8 +6,6 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import pytest
-
 from iobridge.protocol.transcript import Transcript
 
 
@@ -149,8 +147,6 @@ def test_a_restored_fold_goes_on_with_text_arguments_and_encrypted_values() -> N
     assert transcript.unanswered_calls() == ["c3"]
 
 
-@pytest.mark.xfail(strict=True, reason="restore() puts a message's text in a StringIO at "
-                   "position 0, so text streamed later overwrites it instead of following it")
 def test_text_streamed_to_a_restored_message_follows_its_stored_text() -> None:
     transcript = Transcript()
     transcript.restore([{"id": "m", "role": "assistant", "content": "Hel"}])

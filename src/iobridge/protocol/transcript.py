@@ -105,7 +105,8 @@ class Transcript:
             content = message.get("content")
             if message.get("role") != "tool" and isinstance(content, str):
                 del message["content"]
-                self._parts[message_id] = io.StringIO(content)
+                buffer = self._parts[message_id] = io.StringIO()
+                buffer.write(content)  # at its end: what is streamed next follows it
             calls = message.get("toolCalls")
             if calls:
                 message["toolCalls"] = []
