@@ -641,9 +641,6 @@ def test_ending_a_subagent_drops_its_chunked_call() -> None:
         ev.tool_call_start("d", "g"), ev.tool_call_args("d", "{}"), ev.tool_call_end("d")]
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a subagent's REASONING_START and "
-                   "REASONING_MESSAGE_START are dropped (_attributed refuses an id nobody "
-                   "owns yet), so a subagent's reasoning never reaches the client")
 def test_a_subagent_opens_its_own_reasoning() -> None:
     guard = _started()
     guard.feed(_sub("STARTED", "s1"))
@@ -730,8 +727,6 @@ def test_a_subagent_run_is_valid_for_the_client() -> None:
     verify_events(emitted, thread_id="t", run_id="r")
 
 
-@pytest.mark.xfail(strict=True, reason="bug: an unhashable parentSubagentRunId raises "
-                                       "TypeError (the guard must never raise)")
 @pytest.mark.parametrize("parent", [["s1"], {"id": "s1"}])
 def test_an_unhashable_parent_subagent_id_is_dropped(parent: Any) -> None:
     guard = _started()

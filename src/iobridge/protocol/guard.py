@@ -458,6 +458,11 @@ class LifecycleGuard:
             return True
         return bool(claimed == owner)
 
+    def _opens(self, event: Event, owners: dict[str, str], entity: str) -> bool:
+        """Whether ``event`` may open ``entity`` (a reasoning id: one may be opened again
+        once closed): an id a subagent owns stays its; any other is whoever opens it."""
+        return entity not in owners or self._attributed(event, owners, entity)
+
     def _handle(self, event: Event) -> None:
         kind = event.get("type")
         if not isinstance(kind, str) or not kind:
@@ -755,7 +760,7 @@ class LifecycleGuard:
         if (
             is_id(span_id)
             and span_id not in self._reasoning_spans
-            and self._attributed(event, self._reasoning_owners, span_id)
+            and self._opens(event, self._reasoning_owners, span_id)
         ):
             self._reasoning_spans[span_id] = None
             self._own_reasoning(span_id, event)
@@ -787,7 +792,7 @@ class LifecycleGuard:
         if (
             is_id(message_id)
             and message_id not in self._reasoning_messages
-            and self._attributed(event, self._reasoning_owners, message_id)
+            and self._opens(event, self._reasoning_owners, message_id)
             and self._spend(_ID_COST + len(message_id))
         ):
             self._reasoning_messages[message_id] = None
@@ -912,14 +917,14 @@ class LifecycleGuard:
             not is_id(run_id)
             or run_id in self._subagents
             or run_id in self._ended_subagents  # ids are per invocation
-            or (parent is not None and parent not in self._subagents)
+            or (parent is not None and (not is_id(parent) or parent not in self._subagents))
         ):
             return
         for key in ("description", "parentToolCallId", "parentMessageId"):
             if key in event and not isinstance(event[key], str):
                 del event[key]
         if self._spend(_ID_COST + len(run_id)):
-            self._subagents[run_id] = parent if isinstance(parent, str) else None
+            self._subagents[run_id] = parent
             self._emit(event)
 
     def _on_subagent_ended(self, event: Event) -> None:
