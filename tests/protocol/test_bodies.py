@@ -3,6 +3,7 @@ answer, and every bad body is one ``InputError`` with a stable code."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -100,3 +101,12 @@ def test_titles_and_metadata_at_their_limits_are_accepted() -> None:
     metadata = {"k": "x" * (MAX_METADATA_BYTES - len('{"k":""}'))}
     patch = parse_thread_update({"title": title, "metadata": metadata})
     assert (patch.title, patch.metadata) == (title, metadata)
+
+
+@pytest.mark.parametrize("as_text", [False, True])
+def test_the_configured_depth_applies_to_every_body(as_text: bool) -> None:
+    fits, deep = {"a": {"b": {"c": 1}}}, {"a": {"b": {"c": {"d": 1}}}}
+    assert parse_json_object(json.dumps(fits) if as_text else fits, max_depth=3) == fits
+    with pytest.raises(InputError) as info:
+        parse_json_object(json.dumps(deep) if as_text else deep, max_depth=3)
+    assert info.value.code == "JSON_TOO_DEEP"

@@ -62,6 +62,15 @@ CASES: list[tuple[Callable[[], dict[str, Any]], dict[str, Any]]] = [
      {"type": "RUN_FINISHED", "threadId": "t", "runId": "r", "usage": [{"outputTokens": 2}]}),
     (lambda: ev.messages_snapshot([{"id": "u", "role": "user", "content": "hi"}]),
      {"type": "MESSAGES_SNAPSHOT", "messages": [{"id": "u", "role": "user", "content": "hi"}]}),
+    (lambda: ev.reasoning_encrypted_value("message", "r", "sig"),
+     {"type": "REASONING_ENCRYPTED_VALUE", "subtype": "message", "entityId": "r",
+      "encryptedValue": "sig"}),
+    (lambda: ev.reasoning_encrypted_value("tool-call", "c", "sig", {}),
+     {"type": "REASONING_ENCRYPTED_VALUE", "subtype": "tool-call", "entityId": "c",
+      "encryptedValue": "sig"}),
+    (lambda: ev.reasoning_encrypted_value("tool-call", "c", "sig", {"provider": "anthropic"}),
+     {"type": "REASONING_ENCRYPTED_VALUE", "subtype": "tool-call", "entityId": "c",
+      "encryptedValue": "sig", "metadata": {"provider": "anthropic"}}),
 ]
 
 
@@ -74,3 +83,11 @@ def test_each_constructor_builds_the_wire_event(
     encoded = ev.encode_event(built)
     assert type(encoded) is bytes and b"\n" not in encoded
     assert orjson.loads(encoded) == wire
+
+
+def test_a_pre_1_0_client_is_sent_only_an_interrupt_outcome() -> None:
+    interrupt = {"type": "interrupt", "interrupts": [{"id": "i1", "reason": "approve"}]}
+    assert ev.pre_1_0_outcome(interrupt) is interrupt
+    assert ev.pre_1_0_outcome({"type": "success", "pendingToolCallIds": ["c1"]}) is None
+    assert ev.pre_1_0_outcome({"type": "cancelled"}) is None
+    assert ev.pre_1_0_outcome({"TYPE": "interrupt"}) is None

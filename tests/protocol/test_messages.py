@@ -99,6 +99,31 @@ def test_model_view_hides_activity_and_reasoning() -> None:
     assert ids(model_view(history)) == ["u1", "a"]
 
 
+
+def test_model_view_returns_reasoning_only_with_a_provider_artefact() -> None:
+    history = [
+        user("u1"),
+        {"id": "r1", "role": "reasoning", "content": "hmm", "encryptedValue": "sig"},
+        {"id": "r2", "role": "reasoning", "content": "hmm", "encryptedValue": ""},
+        {"id": "r3", "role": "reasoning", "content": "hmm", "encryptedValue": 5},
+        {"id": "r4", "role": "reasoning", "content": "hmm", "encryptedvalue": "sig"},
+        {"id": "r5", "role": "reasoning", "content": "hmm"},
+        {"id": "x1", "role": "activity", "activityType": "plan", "content": {},
+         "encryptedValue": "sig"},
+        {"id": "a", "role": "assistant", "content": "hello"},
+    ]
+    assert ids(model_view(history)) == ["u1", "r1", "a"]
+
+
+def test_model_view_drops_what_a_subagent_said_inside_a_run() -> None:
+    history = [
+        user("u1"),
+        {"id": "s1", "role": "assistant", "content": "sub", "subagentRunId": "run-2"},
+        {"id": "s2", "role": "user", "content": "to sub", "subagentRunId": "run-2"},
+        {"id": "a", "role": "assistant", "content": "hello", "subagentrunid": "run-2"},
+    ]
+    assert ids(model_view(history)) == ["u1", "a"]
+
 def test_model_view_repairs_pairs() -> None:
     history = [
         result("orphan", "nobody"),

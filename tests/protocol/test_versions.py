@@ -69,3 +69,21 @@ def test_a_declaration_that_is_not_a_string_is_malformed(declared: object) -> No
 def test_a_huge_declaration_is_not_echoed_whole(caplog: pytest.LogCaptureFixture) -> None:
     assert check_protocol_version("x" * 100_000) is not None
     assert all(len(r.getMessage()) < 200 for r in caplog.records)
+
+
+@pytest.mark.parametrize(("declared", "logged"), [
+    ("1.1", ("1.1", "1.0")), ("latest", ("latest", "1.0")), ("v" * 40, ("v" * 32, "1.0")),
+])
+def test_the_warning_names_the_declaration_and_our_version(
+    declared: str, logged: tuple[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="iobridge.protocol.versions"):
+        check_protocol_version(declared)
+    [record] = [r for r in caplog.records if r.name == "iobridge.protocol.versions"]
+    assert record.args == logged
+
+
+def test_a_declaration_that_is_not_a_string_is_refused_with_an_example() -> None:
+    with pytest.raises(InputError) as info:
+        check_protocol_version(1.0)
+    assert info.value.message == 'protocolVersion must be a string such as "1.0"'
