@@ -20,7 +20,7 @@ from agui_verify import verify_events
 from iobridge.agents.base import Agent
 from iobridge.agents.context import RunContext
 from iobridge.agents.function import FunctionAgent
-from iobridge.agents.outputs import AgentOutput
+from iobridge.agents.outputs import AgentOutput, ReasoningDelta, ReasoningEnd
 from iobridge.agents.upstream import AgUiUpstreamAgent
 from iobridge.app import Backend
 from iobridge.config import Settings
@@ -287,3 +287,28 @@ async def test_a_subagent_that_breaks_a_run_bound_ends_the_run_with_its_terminal
     assert "never shown" not in str(events)
     thread = await stored(server)
     assert [m["role"] for m in thread] == ["user"]  # the cut-short text is not stored
+
+
+async def test_a_subagent_s_reasoning_reaches_the_client_attributed(server_for: Any) -> None:
+    """A delegated agent's reasoning is streamed under its subagentRunId (the guard used to
+    drop every reasoning event that named a subagent)."""
+
+    async def ponder(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        yield ReasoningDelta(delta="hmm")
+        yield ReasoningEnd()
+        yield "42"
+
+    async def lead(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        yield f"it says {(await ctx.subagent('ponder', 'think')).content}"
+
+    server = server_for(agents=[FunctionAgent(lead, id="lead"),
+                                FunctionAgent(ponder, id="ponder", description="Thinks.")])
+    events = await run(server, "lead", "r1", "go")
+    [started] = [e for e in events if e["type"] == "SUBAGENT_STARTED"]
+    sub = started["subagentRunId"]
+    reasoning = [e for e in events if e["type"].startswith("REASONING")]
+    assert [(e["type"], e.get("delta")) for e in reasoning] == [
+        ("REASONING_START", None), ("REASONING_MESSAGE_START", None),
+        ("REASONING_MESSAGE_CONTENT", "hmm"), ("REASONING_MESSAGE_END", None),
+        ("REASONING_END", None)]
+    assert all(e["subagentRunId"] == sub for e in reasoning)
