@@ -5,13 +5,16 @@ side played by plain Redis commands (a replica that never answers, a record writ
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from tests.cluster.replicas import redis_server
 
 from iobridge.cluster import redis as cluster_redis
 from iobridge.cluster.redis import RUN_LOST, RedisCluster
@@ -396,3 +399,38 @@ async def test_a_follow_ends_bare_once_the_run_was_dropped_or_moved(
     async with asyncio.timeout(10):
         assert [batch async for batch in seam.b.follow(run, 1, idle=None)] == []
     assert await seam.redis.xlen(seam.a._log_key("o", "r", None)) == 1
+
+
+async def test_with_redis_gone_a_queued_run_waits_on_and_leaves_and_releases_are_let_expire(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Redis stops while a run holds a thread and another waits for it: the waiting run
+    keeps trying (each try logged), and when it is cancelled and the holder let go, neither
+    raises: what they would have removed expires by itself (said once each)."""
+    caplog.set_level(logging.WARNING, logger="iobridge.cluster")
+    with contextlib.ExitStack() as stack:
+        url = stack.enter_context(redis_server(tmp_path))
+        cluster = RedisCluster(Settings(database_url="memory://", redis_url=url,
+                                        redis_prefix="gone", heartbeat_seconds=0.2,
+                                        owner_lost_seconds=1.0))
+        await cluster.open(lambda command: Answer(value=True))
+        try:
+            assert await cluster.claim("o", "h", "res", "t") is None
+            place = await cluster.claim("o", "r", "res", "t", strategy="enqueue")
+            assert place is not None
+            waiting = asyncio.create_task(cluster.wait_claim(place))
+            await asyncio.sleep(0.05)
+            stack.close()  # Redis stops
+            async with asyncio.timeout(10):
+                while sum("queued run r" in r.getMessage() for r in caplog.records) < 2:
+                    await asyncio.sleep(0.05)
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            await cluster.abandon("o", "h", "res", "t")
+        finally:
+            await cluster.aclose()
+    said = [r.getMessage() for r in caplog.records if r.name == "iobridge.cluster"]
+    assert said.count("queued run r: Redis does not answer") >= 2
+    assert said.count("a queued run could not leave its queue; it expires by itself") == 1
+    assert said.count("could not release a run's locks; they expire by themselves") == 1
