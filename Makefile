@@ -116,8 +116,8 @@ MUTATE_runtime := src/iobridge/runtime/*.py
 RUNTIME_CORE_TESTS := tests/runtime tests/http/test_runs.py tests/http/test_function_agents.py \
 	tests/observability/test_metrics.py tests/observability/test_tracing.py
 # Durable runs (revival, checkpoints, take-over), subagents (delegation), the cluster's
-# in-process seam (following, cluster), queued input (admission), encrypted reasoning and
-# the run bounds live in runtime/ too; without their in-process tests 1,280 of its 4,173
+# in-process seam (following, cluster), queued input (admission), encrypted reasoning,
+# resumable streams' ids and the run bounds live in runtime/ too; without their in-process tests 1,280 of its 4,173
 # mutants had none at ad7eb43.
 TESTS_runtime := $(RUNTIME_CORE_TESTS) tests/durable/test_durable_backend.py \
 	tests/durable/test_foreign_dormant.py tests/durable/test_upstream_durable.py \
@@ -126,7 +126,8 @@ TESTS_runtime := $(RUNTIME_CORE_TESTS) tests/durable/test_durable_backend.py \
 	tests/agents/test_subagent_tools.py tests/agents/test_reasoning_values.py \
 	tests/cluster/test_backend.py tests/cluster/test_backend_threads.py \
 	tests/hostile/test_shared_principal_runs.py tests/hostile/test_run_bounds.py \
-	tests/hostile/test_terminal_events.py tests/hostile/test_tool_call_ids.py
+	tests/hostile/test_terminal_events.py tests/hostile/test_tool_call_ids.py \
+	tests/hostile/test_strict_input.py tests/http/test_stream_writes.py
 # Server subprocesses (they import the unmutated code) for 29 s and 7 s: they can kill no mutant;
 # the cluster tests' own (`=`: DESELECT_cluster is set below).
 DESELECT_runtime = tests/runtime/test_memory.py::test_history_survives_a_killed_server_process \
