@@ -5,6 +5,7 @@ server; the streams checked with the real ``ag_ui.core`` models, the independent
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -20,7 +21,14 @@ from agui_verify import verify_events
 from iobridge.agents.base import Agent
 from iobridge.agents.context import RunContext
 from iobridge.agents.function import FunctionAgent
-from iobridge.agents.outputs import AgentOutput, ReasoningDelta, ReasoningEnd
+from iobridge.agents.outputs import (
+    AgentOutput,
+    FinalResult,
+    RawEvent,
+    ReasoningDelta,
+    ReasoningEnd,
+    TextEnd,
+)
 from iobridge.agents.upstream import AgUiUpstreamAgent
 from iobridge.app import Backend
 from iobridge.config import Settings
@@ -264,8 +272,6 @@ async def test_a_python_agent_delegates_to_an_agui_upstream(server_for: Any) -> 
 async def test_a_subagent_that_breaks_a_run_bound_ends_the_run_with_its_terminal_event(
     server_for: Any,
 ) -> None:
-    from iobridge.agents.outputs import RawEvent
-
     async def broken(ctx: RunContext) -> AsyncIterator[AgentOutput]:
         yield "working"
         yield RawEvent(event={"type": "TOOL_CALL_START", "toolCallId": "b1",
@@ -312,3 +318,177 @@ async def test_a_subagent_s_reasoning_reaches_the_client_attributed(server_for: 
         ("REASONING_MESSAGE_CONTENT", "hmm"), ("REASONING_MESSAGE_END", None),
         ("REASONING_END", None)]
     assert all(e["subagentRunId"] == sub for e in reasoning)
+
+
+# -- how a subagent's own run ends: what the caller gets, what the stream shows -----------
+
+
+def delegating(sub: FunctionAgent) -> list[Agent]:
+    """``lead`` asks ``sub`` and says what it got, as JSON, in its own text."""
+
+    async def lead(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        got = await ctx.subagent(sub.id, "go")
+        yield json.dumps({"content": got.content, "value": got.value, "error": got.is_error})
+
+    return [FunctionAgent(lead, id="lead"), sub]
+
+
+def own_text(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """The lead's answer (its text outside any subagent), parsed."""
+    text = "".join(e["delta"] for e in events
+                   if e["type"] == "TEXT_MESSAGE_CONTENT" and "subagentRunId" not in e)
+    parsed: dict[str, Any] = json.loads(text)
+    return parsed
+
+
+@pytest.mark.parametrize("result", [{"answer": 42}, None])
+async def test_a_subagent_s_run_events_are_kept_out_and_its_run_finished_ends_it(
+    server_for: Any, result: Any,
+) -> None:
+    """An upstream-like subagent's RUN_STARTED, snapshots and state are the run's business,
+    not its: left out. Its RUN_FINISHED ends it there; with a ``result`` that is its answer
+    (``value`` and JSON ``content``), without one its last text is."""
+
+    async def calc(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        yield RawEvent(event={"type": "RUN_STARTED", "threadId": "x", "runId": "y"})
+        yield RawEvent(event={"type": "STATE_SNAPSHOT", "snapshot": {"leak": 1}})
+        yield RawEvent(event={"type": "STATE_DELTA",
+                              "delta": [{"op": "add", "path": "/leak", "value": 2}]})
+        yield RawEvent(event={"type": "MESSAGES_SNAPSHOT", "messages": []})
+        yield "worked it out"
+        finished = {"type": "RUN_FINISHED", "threadId": "x", "runId": "y"}
+        yield RawEvent(event=finished if result is None else {**finished, "result": result})
+        yield "never shown"
+
+    server = server_for(agents=delegating(FunctionAgent(calc, id="calc")))
+    events = await run(server, "lead", "r1", "go")
+    kinds = [e["type"] for e in events]
+    assert kinds.count("RUN_STARTED") == 1 and kinds.count("RUN_FINISHED") == 1
+    assert not {"STATE_SNAPSHOT", "STATE_DELTA", "MESSAGES_SNAPSHOT"} & set(kinds)
+    assert "never shown" not in str(events) and "leak" not in str(events)
+    [finished] = [e for e in events if e["type"] == "SUBAGENT_FINISHED"]
+    assert finished["outcome"] == {"type": "success"}
+    got = own_text(events)
+    assert got["error"] is False
+    if result is None:
+        assert "result" not in finished
+        assert got == {"content": "worked it out", "value": None, "error": False}
+    else:
+        assert finished["result"] == result
+        assert got["value"] == result and json.loads(got["content"]) == result
+
+
+async def test_a_subagent_s_final_result_is_its_answer(server_for: Any) -> None:
+    async def calc(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        yield "computing"
+        yield FinalResult(value=[1, 2])
+
+    server = server_for(agents=delegating(FunctionAgent(calc, id="calc")))
+    events = await run(server, "lead", "r1", "go")
+    [finished] = [e for e in events if e["type"] == "SUBAGENT_FINISHED"]
+    assert finished["result"] == [1, 2]
+    got = own_text(events)
+    assert got["value"] == [1, 2] and json.loads(got["content"]) == [1, 2]
+
+
+@pytest.mark.parametrize(("error", "message", "code"), [
+    ({"message": "quota gone", "code": "UPSTREAM_QUOTA"}, "quota gone", "UPSTREAM_QUOTA"),
+    ({"message": 7, "code": ["x"]}, "The subagent failed.", "AGENT_ERROR"),
+])
+async def test_a_subagent_s_run_error_is_its_failure_and_the_run_goes_on(
+    server_for: Any, error: dict[str, Any], message: str, code: str,
+) -> None:
+    async def failing(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        yield "trying"
+        yield RawEvent(event={"type": "RUN_ERROR", **error})
+        yield "never shown"
+
+    server = server_for(agents=delegating(FunctionAgent(failing, id="failing")))
+    events = await run(server, "lead", "r1", "go")
+    [failed] = [e for e in events if e["type"] == "SUBAGENT_ERROR"]
+    assert (failed["message"], failed["code"]) == (message, code)
+    assert [e["type"] for e in events].count("RUN_ERROR") == 0
+    assert events[-1]["type"] == "RUN_FINISHED" and "never shown" not in str(events)
+    got = own_text(events)
+    assert got["error"] is True
+    assert json.loads(got["content"]) == {"error": message, "code": code}
+
+
+async def test_a_subagent_that_interrupts_fails_and_the_run_is_not_interrupted(
+    server_for: Any,
+) -> None:
+    async def asking(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        await ctx.interrupt("approval", message="may I?")
+        yield "never shown"
+
+    server = server_for(agents=delegating(FunctionAgent(asking, id="asking")))
+    events = await run(server, "lead", "r1", "go")
+    [failed] = [e for e in events if e["type"] == "SUBAGENT_ERROR"]
+    assert failed["code"] == "SUBAGENT_INTERRUPTED"
+    assert events[-1]["type"] == "RUN_FINISHED"
+    assert events[-1].get("outcome", {"type": "success"})["type"] == "success"
+    got = own_text(events)
+    assert got["error"] is True and json.loads(got["content"])["code"] == "SUBAGENT_INTERRUPTED"
+
+
+async def test_a_subagent_that_crashes_fails_without_its_details(
+    server_for: Any, caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def crashing(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        yield "starting"
+        raise RuntimeError("secret detail")
+
+    server = server_for(agents=delegating(FunctionAgent(crashing, id="crashing")))
+    with caplog.at_level("ERROR", logger="iobridge.runtime"):
+        events = await run(server, "lead", "r1", "go")
+    [failed] = [e for e in events if e["type"] == "SUBAGENT_ERROR"]
+    assert (failed["message"], failed["code"]) == ("The subagent failed unexpectedly.",
+                                                    "AGENT_ERROR")
+    assert "secret detail" not in str(events) and events[-1]["type"] == "RUN_FINISHED"
+    assert any("subagent crashing failed in run" in r.getMessage() and r.exc_info
+               for r in caplog.records)
+
+
+async def test_an_unknown_subagent_is_a_failed_result_and_nothing_starts(
+    server_for: Any,
+) -> None:
+    async def lead(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        got = await ctx.subagent("nobody", "go")
+        yield json.dumps({"content": got.content, "error": got.is_error})
+
+    server = server_for(agents=[FunctionAgent(lead, id="lead")])
+    events = await run(server, "lead", "r1", "go")
+    assert not any(e["type"].startswith("SUBAGENT_") for e in events)
+    got = own_text(events)
+    assert got["error"] is True and json.loads(got["content"])["code"] == "AGENT_NOT_FOUND"
+
+
+async def test_the_answer_is_the_subagent_s_last_message_and_its_own_subagents_nest(
+    server_for: Any,
+) -> None:
+    """Only the subagent's own last text answers its caller (not an earlier message, not a
+    nested invocation's); a subagent an upstream-like subagent reports nests under it."""
+
+    async def inner(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        yield "inner words"
+
+    async def mid(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        yield "first message"
+        yield TextEnd()
+        yield RawEvent(event={"type": "SUBAGENT_STARTED", "subagentRunId": "u1",
+                              "name": "remote-helper"})
+        yield RawEvent(event={"type": "SUBAGENT_FINISHED", "subagentRunId": "u1",
+                              "outcome": {"type": "success"}})
+        yield "second message"
+        yield TextEnd()
+        await ctx.subagent("inner", "go")
+
+    server = server_for(agents=[*delegating(FunctionAgent(mid, id="mid")),
+                                FunctionAgent(inner, id="inner")])
+    events = await run(server, "lead", "r1", "go")
+    starts = {e["subagentRunId"]: e for e in events if e["type"] == "SUBAGENT_STARTED"}
+    [outer] = [s for s in starts.values() if s["name"] == "mid"]
+    assert starts["u1"]["parentSubagentRunId"] == outer["subagentRunId"]
+    [nested] = [s for s in starts.values() if s["name"] == "inner"]
+    assert nested["parentSubagentRunId"] == outer["subagentRunId"]
+    assert own_text(events)["content"] == "second message"
