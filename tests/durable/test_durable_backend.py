@@ -381,6 +381,75 @@ async def test_a_streaming_run_stopped_between_points_re_executes_from_the_last_
             ("user", "weather in Oslo?"), ("assistant", "first"), ("assistant", "second")]
 
 
+def gated_steps(gate: asyncio.Event) -> FunctionAgent:
+    """A durable agent of two steps whose first waits for ``gate`` before it finishes."""
+
+    async def steps(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        if not any(m["role"] == "assistant" for m in ctx.messages):
+            yield StepStarted(name="one")
+            yield "first"
+            await gate.wait()
+            yield StepFinished(name="one")  # the durable point
+        yield StepStarted(name="two")
+        yield "second"
+        yield StepFinished(name="two")
+
+    return FunctionAgent(steps, id="steps", durable=True)
+
+
+def asking_plain() -> FunctionAgent:
+    """An agent that is not durable and waits on a frontend tool."""
+
+    async def plain(ctx: RunContext) -> AsyncIterator[AgentOutput]:
+        got = await ctx.call_tool("get_weather", {"city": "Oslo"})
+        yield f"plain got {got.content}"
+
+    return FunctionAgent(plain, id="plain")
+
+
+async def test_once_shutdown_begins_a_durable_run_stops_at_its_next_point_and_goes_on_next(
+    tmp_path: Path,
+) -> None:
+    """``suspend_durable`` (the start of shutdown): a durable run stops at its next durable
+    point (not after it), whatever runs beside it; a run that is not durable goes on, even
+    one waiting on a frontend call; the next backend continues the durable one from that
+    point."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'points.db'}"
+    await upgrade(url)
+    settings = Settings(database_url=url, drain_seconds=5)
+    gate = asyncio.Event()
+    async with Backend(settings, agents=[gated_steps(gate), asking_plain()]) as first:
+        # The plain run first: the durable one must be found past it.
+        beside = await first.start_run(ANONYMOUS, {**body(thread="t0", run="r0"),
+                                                   "forwardedProps": {"agentId": "plain"}})
+        run = await first.start_run(ANONYMOUS, {**body(), "forwardedProps": {"agentId": "steps"}})
+        head = await follow(first, "r1", until="TEXT_MESSAGE_CONTENT")
+        [call] = [e["toolCallId"] for _, e in await until(beside, "TOOL_CALL_END")
+                  if e["type"] == "TOOL_CALL_START"]
+        first.runtime.suspend_durable()
+        gate.set()
+        await first.submit_tool_result(ANONYMOUS, "r0", call, {"content": "21"})
+        rest = await until(beside, "RUN_FINISHED")
+        assert rest[-1][1]["type"] == "RUN_FINISHED" and "plain got 21" in str(rest)
+        shown = await until(run, "STEP_STARTED", number(head[-1][0]))
+        # It stopped at the end of step "one": step "two" never began here.
+        assert "STEP_STARTED" not in [e["type"] for _, e in shown]
+        assert "second" not in str(shown)
+        await first.shutdown()
+    async with Backend(settings, agents=[gated_steps(gate), asking_plain()]) as second:
+        tail = await follow(second, "r1", after=head[-1][0], until="RUN_FINISHED")
+        assert_valid_stream(head + tail)
+        assert tail[-1][1]["type"] == "RUN_FINISHED"
+        # Caught up (a snapshot: the second backend may have finished it already), "second"
+        # once, after "first".
+        [snapshot] = [e for _, e in tail if e["type"] == "MESSAGES_SNAPSHOT"]
+        shown = [m.get("content") for m in snapshot["messages"]] + [
+            e["delta"] for _, e in tail if e["type"] == "TEXT_MESSAGE_CONTENT"]
+        assert [c for c in shown if c in ("first", "second")] == ["first", "second"]
+        assert [(m["role"], m.get("content")) for m in await stored(second)] == [
+            ("user", "weather in Oslo?"), ("assistant", "first"), ("assistant", "second")]
+
+
 async def test_a_function_agent_without_durable_keeps_server_shutdown(tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'plain.db'}"
     await upgrade(url)
