@@ -128,6 +128,9 @@ TESTS_runtime := $(RUNTIME_CORE_TESTS) tests/durable/test_durable_backend.py \
 	tests/hostile/test_shared_principal_runs.py tests/hostile/test_run_bounds.py \
 	tests/hostile/test_terminal_events.py tests/hostile/test_tool_call_ids.py \
 	tests/hostile/test_strict_input.py tests/http/test_stream_writes.py
+# The store's timeouts and failed writes (RUN_ERROR STORE_UNAVAILABLE, readiness) are tested
+# on PostgreSQL only (a server that never answers, a frozen one).
+POSTGRES_runtime := 1
 # Server subprocesses (they import the unmutated code) for 29 s and 7 s: they can kill no mutant;
 # the cluster tests' own (`=`: DESELECT_cluster is set below).
 DESELECT_runtime = tests/runtime/test_memory.py::test_history_survives_a_killed_server_process \
@@ -185,6 +188,7 @@ TESTS_app := $(RUNTIME_CORE_TESTS) tests/http/test_threads.py tests/http/test_ag
 	tests/branches/test_branches_http.py tests/durable/test_durable_backend.py \
 	tests/durable/test_foreign_dormant.py tests/durable/test_upstream_durable.py
 DESELECT_app := $(DESELECT_runtime)
+POSTGRES_app := 1
 MUTATE_agents := src/iobridge/agents/*.py
 TESTS_agents := tests/agents tests/http/test_agents.py tests/http/test_agent_ids.py
 # Checks of the install in a fresh interpreter (subprocess): they import no mutated code.
