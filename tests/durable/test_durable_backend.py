@@ -450,6 +450,29 @@ async def test_once_shutdown_begins_a_durable_run_stops_at_its_next_point_and_go
             ("user", "weather in Oslo?"), ("assistant", "first"), ("assistant", "second")]
 
 
+async def test_a_durable_run_rolled_back_by_a_newer_run_leaves_no_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """``rollback``: the run that held the thread is undone, and so is its checkpoint (a
+    next process must not continue a run that was rolled back)."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'rollback.db'}"
+    await upgrade(url)
+    gate = asyncio.Event()
+    async with Backend(Settings(database_url=url), agents=[gated_steps(gate)]) as b:
+        steps = {"agentId": "steps"}
+        held = await b.start_run(ANONYMOUS, {**body(), "forwardedProps": steps})
+        await until(held, "TEXT_MESSAGE_CONTENT")
+        assert await b.store.load_checkpoint("anonymous", "r1") is not None
+        newer = await b.start_run(ANONYMOUS, {**body(run="r2", text="no, this"), "forwardedProps": {
+            **steps, "multitaskStrategy": "rollback"}})
+        gate.set()
+        assert (await until(held, "RUN_FINISHED"))[-1][1]["outcome"] == {"type": "cancelled"}
+        await until(newer, "RUN_FINISHED")
+        await dropped(b, "r1")
+        await dropped(b, "r2")
+        assert [m.get("content") for m in await stored(b)] == ["no, this", "first", "second"]
+
+
 async def test_a_function_agent_without_durable_keeps_server_shutdown(tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'plain.db'}"
     await upgrade(url)
