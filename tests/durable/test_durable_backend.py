@@ -462,7 +462,9 @@ async def test_a_durable_run_rolled_back_by_a_newer_run_leaves_no_checkpoint(
         steps = {"agentId": "steps"}
         held = await b.start_run(ANONYMOUS, {**body(), "forwardedProps": steps})
         await until(held, "TEXT_MESSAGE_CONTENT")
-        assert await b.store.load_checkpoint("anonymous", "r1") is not None
+        async with asyncio.timeout(5):  # the start write (with the checkpoint) is not waited for
+            while await b.store.load_checkpoint("anonymous", "r1") is None:
+                await asyncio.sleep(0.02)
         newer = await b.start_run(ANONYMOUS, {**body(run="r2", text="no, this"), "forwardedProps": {
             **steps, "multitaskStrategy": "rollback"}})
         gate.set()
