@@ -374,7 +374,10 @@ class Runtime:
         if run.done or run.task is None:
             return False
         run.stop_reason = run.stop_reason or reason
-        run.task.cancel()
+        # Sent after the task's first step (create_task scheduled that one first): a task
+        # cancelled before it never enters its coroutine, so the run would never end (no
+        # terminal event, its thread and admission slot held for good).
+        asyncio.get_running_loop().call_soon(run.task.cancel)
         return True
 
     def stop_run(self, key: RunKey, request: StopRequest) -> bool:
