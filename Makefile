@@ -117,8 +117,8 @@ RUNTIME_CORE_TESTS := tests/runtime tests/http/test_runs.py tests/http/test_func
 	tests/observability/test_metrics.py tests/observability/test_tracing.py
 # Durable runs (revival, checkpoints, take-over), subagents (delegation), the cluster's
 # in-process seam (following, cluster), queued input (admission), encrypted reasoning,
-# resumable streams' ids and the run bounds live in runtime/ too; without their in-process tests 1,280 of its 4,173
-# mutants had none at ad7eb43.
+# resumable streams' ids and the run bounds live in runtime/ too; without their in-process
+# tests 1,280 of its 4,173 mutants had none at ad7eb43.
 TESTS_runtime := $(RUNTIME_CORE_TESTS) tests/durable/test_durable_backend.py \
 	tests/durable/test_foreign_dormant.py tests/durable/test_upstream_durable.py \
 	tests/branches/test_branches_http.py tests/branches/test_multitask.py \
