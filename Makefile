@@ -86,7 +86,8 @@ fuzz: $(STAMP)
 # Mutation testing (slow, not in CI; docs/testing.md). One group at a time, MUTANT_CHILDREN
 # mutmut workers, each group with its own tests only. Repoint a group here when its modules move.
 # MUTANT_RESUME=1 goes on with a group's run that was stopped (same commit, clean tree only);
-# MUTANT_CHECK=1 (or `make mutants-check`) only says whether a group's verdicts hold for this tree.
+# MUTANT_CHECK=1 (or `make mutants-check`) only says whether a group's verdicts hold for this tree;
+# it reads docs/mutants/<group>.json, which a run that judged every mutant writes (commit it).
 MUTANT_CHILDREN ?= 4
 MUTANT_ALL := protocol auth npamp runtime observability cluster http store app agents
 MUTANT_GROUPS ?= $(MUTANT_ALL)

@@ -14,6 +14,12 @@ one group's test selection never decides another group's results.
         [--check]              (do the group's verdicts still hold for the tree checked out?)
     python scripts/mutants.py report GROUP [GROUP ...]
 
+A run that judged every mutant leaves its verdicts in ``docs/mutants/<group>.json`` (the
+commit, a digest of the group's definition, the counts per module, the judging time and the
+names of the mutants that survived or had no test), to be committed: ``build/`` does not
+outlive a checkout, and a full set of groups takes longer than one working session, so the
+check reads the record, not the scratch copy.
+
 The Makefile (``make mutants``) holds the group list; this script only runs and reads.
 """
 
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import hashlib
 import json
 import os
 import shutil
@@ -29,16 +36,72 @@ import sys
 import time
 import tomllib
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "build" / "mutants"
+RECORDS = ROOT / "docs" / "mutants"
 # What the tests read besides themselves (docs/ and examples/ are opened by some tests).
 COPIED = ("src", "tests", "docs", "examples")
 # mutmut's exit codes (mutmut/stats.py), folded into the table's columns.
 STATUS = {1: "killed", 3: "killed", 0: "survived", 36: "timeout", 24: "timeout",
           -24: "timeout", 152: "timeout", 255: "timeout", 33: "no tests", 5: "no tests",
           34: "skipped", 37: "killed"}
+
+
+@dataclass
+class Verdicts:
+    """What one run of a group judged, at which commit, under which group definition."""
+
+    commit: str
+    definition: str  # sha256 of the group's generated pyproject.toml
+    modules: dict[str, Counter[str]]
+    seconds: float  # the workers' time running the mutants' tests, over every part of the run
+    survived: list[str] = field(default_factory=list)
+    untested: list[str] = field(default_factory=list)
+
+    @property
+    def open(self) -> int:
+        return sum(counts["not judged"] for counts in self.modules.values())
+
+    def record(self) -> str:
+        return json.dumps({
+            "commit": self.commit, "definition_sha256": self.definition,
+            "judging_seconds": round(self.seconds, 1),
+            "modules": {name: dict(sorted(counts.items()))
+                        for name, counts in self.modules.items()},
+            "survived": self.survived, "no_tests": self.untested,
+        }, indent=1) + "\n"
+
+
+def digest(pyproject: str) -> str:
+    return hashlib.sha256(pyproject.encode()).hexdigest()
+
+
+def of_run(work: Path) -> Verdicts | None:
+    """The verdicts of the run in a group's scratch copy (``None``: none was started)."""
+    if not (work / "commit").exists() or not (work / "pyproject.toml").exists():
+        return None
+    names: dict[str, list[str]] = {"survived": [], "no tests": []}
+    for meta in sorted((work / "mutants").rglob("*.py.meta")):
+        for name, code in json.loads(meta.read_text())["exit_code_by_key"].items():
+            status = "not judged" if code is None else STATUS.get(code, "suspicious")
+            if status in names:
+                names[status].append(name)
+    return Verdicts(commit_of(work), digest((work / "pyproject.toml").read_text()),
+                    results_in(work), judging_seconds_in(work), names["survived"],
+                    names["no tests"])
+
+
+def of_record(path: Path) -> Verdicts | None:
+    """The verdicts a finished run left in ``docs/mutants/`` (``None``: none is there)."""
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    return Verdicts(data["commit"], data["definition_sha256"],
+                    {name: Counter(counts) for name, counts in data["modules"].items()},
+                    data["judging_seconds"], data["survived"], data["no_tests"])
 
 
 def toml_value(value: object) -> str:
@@ -86,9 +149,11 @@ def run(group: str, mutate: list[str], tests: list[str], deselect: list[str],
     work = WORK / group
     selection = tests + [arg for node in deselect for arg in ("--deselect", node)]
     if check:
-        problem = stale(work, group_pyproject(mutate, selection, skip), tests)
-        print(f"mutants: {group}: " + (problem or f"the verdicts of {commit_of(work)} hold at "
-                                                  f"{commit()} (nothing they depend on changed)"))
+        recorded = of_record(RECORDS / f"{group}.json")
+        problem = stale(recorded, group_pyproject(mutate, selection, skip), tests)
+        print(f"mutants: {group}: " + (problem or f"the verdicts of {recorded and recorded.commit}"
+                                                  f" hold at {commit()} (nothing they depend on "
+                                                  "changed)"))
         return 1 if problem else 0
     # The sqlite variants only: mutants are judged by the in-process suite, not by CI's matrix;
     # a group whose code runs only on PostgreSQL (the store's) keeps the URL with --postgres.
@@ -120,6 +185,11 @@ def run(group: str, mutate: list[str], tests: list[str], deselect: list[str],
     code = subprocess.call([str(mutmut), "run", "--max-children", str(max_children), *mutants],
                            cwd=work, env=env)
     print(f"mutants: {group}: mutmut exited {code} after {time.monotonic() - started:.0f} s")
+    verdicts = of_run(work)
+    if verdicts is not None and verdicts.modules and not verdicts.open:
+        RECORDS.mkdir(parents=True, exist_ok=True)
+        (RECORDS / f"{group}.json").write_text(verdicts.record())
+        print(f"mutants: {group}: verdicts recorded in docs/mutants/{group}.json (commit it)")
     return code
 
 
@@ -142,19 +212,20 @@ def git(*args: str) -> list[str]:
                           check=True).stdout.split()
 
 
-def stale(work: Path, pyproject: str, tests: list[str]) -> str | None:
-    """Why the verdicts of the run in ``work`` do not hold for the tree checked out now
-    (``None``: they do). A verdict depends on the code (all of ``src/``: a mutant's fate can
-    turn on code it calls), on the group's tests and the helpers under ``tests/`` they may
-    import, on the selection plugin, and on the group's definition and ``pyproject.toml``
-    (both in the group's generated ``pyproject.toml``). Other groups' tests and the docs may
-    change: so groups measured at different commits can all hold at one."""
-    if not (work / "commit").exists() or not (work / "pyproject.toml").exists():
-        return "no run was started"
-    started_at = commit_of(work)
+def stale(verdicts: Verdicts | None, pyproject: str, tests: list[str]) -> str | None:
+    """Why ``verdicts`` do not hold for the tree checked out now (``None``: they do), given
+    the group's generated ``pyproject.toml`` and its tests. A verdict depends on the code
+    (all of ``src/``: a mutant's fate can turn on code it calls), on the group's tests and
+    the helpers under ``tests/`` they may import, on the selection plugin, and on the group's
+    definition and ``pyproject.toml`` (both in the group's generated ``pyproject.toml``).
+    Other groups' tests and the docs may change: so groups measured at different commits can
+    all hold at one."""
+    if verdicts is None:
+        return "no finished run is recorded"
+    started_at = verdicts.commit
     if started_at.endswith("+changes"):
         return f"the run was of {started_at}: a tree with changes not committed"
-    if (work / "pyproject.toml").read_text() != pyproject:
+    if verdicts.definition != digest(pyproject):
         return "the group's definition (Makefile) or pyproject.toml changed since the run"
     paths = ["src", "scripts/mutant_tests.py", *dict.fromkeys(t.split("::")[0] for t in tests)]
     changed = {*git("diff", "--name-only", started_at, "--", *paths),
@@ -164,9 +235,8 @@ def stale(work: Path, pyproject: str, tests: list[str]) -> str | None:
                 if name.endswith(".py") and not Path(name).name.startswith("test_")}
     if changed:
         return f"changed since the run at {started_at}: {', '.join(sorted(changed))}"
-    open_ = sum(counts["not judged"] for counts in results_in(work).values())
-    if open_:
-        return f"the run at {started_at} has {open_} mutants not judged (MUTANT_RESUME=1)"
+    if verdicts.open:
+        return f"the run at {started_at} has {verdicts.open} mutants not judged (MUTANT_RESUME=1)"
     return None
 
 
@@ -194,12 +264,8 @@ def measure(work: Path, mutate: list[str], selection: list[str], env: dict[str, 
                             "-x", *selection], cwd=work, env=env, stdout=subprocess.DEVNULL)
 
 
-def results(group: str) -> dict[str, Counter[str]]:
-    """Status counts per mutated source file, from mutmut's ``.meta`` files."""
-    return results_in(WORK / group)
-
-
 def results_in(work: Path) -> dict[str, Counter[str]]:
+    """Status counts per mutated source file, from mutmut's ``.meta`` files."""
     base = work / "mutants"
     counts: dict[str, Counter[str]] = {}
     for meta in sorted(base.rglob("*.py.meta")):
@@ -211,11 +277,11 @@ def results_in(work: Path) -> dict[str, Counter[str]]:
     return counts
 
 
-def judging_seconds(group: str) -> float:
-    """The time mutmut's workers spent running tests against this group's mutants, over
+def judging_seconds_in(work: Path) -> float:
+    """The time mutmut's workers spent running tests against the group's mutants, over
     every part of a resumed run (wall time is about this over the worker count)."""
     return sum(sum(json.loads(meta.read_text()).get("durations_by_key", {}).values())
-               for meta in (WORK / group / "mutants").rglob("*.py.meta"))
+               for meta in (work / "mutants").rglob("*.py.meta"))
 
 
 def report(groups: list[str]) -> int:
@@ -225,19 +291,21 @@ def report(groups: list[str]) -> int:
     print("-" * len(header))
     missing = 0
     for group in groups:
-        per_file = results(group)
-        if not per_file:
+        # The scratch copy's run (perhaps still going), else the recorded one.
+        verdicts, source = of_run(WORK / group), "this checkout's run"
+        if verdicts is None or not verdicts.modules:
+            verdicts, source = of_record(RECORDS / f"{group}.json"), f"docs/mutants/{group}.json"
+        if verdicts is None or not verdicts.modules:
             print(f"{group}: no results (run `make mutants` first)")
             missing += 1
             continue
         group_total: Counter[str] = Counter()
-        for module, counts in per_file.items():
+        for module, counts in verdicts.modules.items():
             group_total.update(counts)
             print(row(module.removeprefix("src/iobridge/"), counts, columns))
         print(row(f"= {group}", group_total, columns))
-        started = (WORK / group / "commit").exists()
-        print(f"  at {commit_of(WORK / group) if started else '?'}; "
-              f"the mutants' tests ran for {judging_seconds(group):.0f} s in all")
+        print(f"  at {verdicts.commit} ({source}); "
+              f"the mutants' tests ran for {verdicts.seconds:.0f} s in all")
         print()
     return 1 if missing else 0
 

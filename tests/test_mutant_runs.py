@@ -1,10 +1,12 @@
 """``scripts/mutants.py``: a stopped group run goes on only where it was started, the
 report sums the time its parts spent judging mutants, and a group's verdicts hold at a later
-commit only while nothing they depend on changed."""
+commit only while nothing they depend on changed; a finished run's verdicts are recorded
+where a new checkout finds them."""
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -31,13 +33,12 @@ def test_a_run_resumes_only_at_the_commit_it_was_started_at(
 def test_the_judging_time_adds_up_every_file_of_the_group(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(mutants, "WORK", tmp_path)
     base = tmp_path / "store" / "mutants" / "src" / "x"
     base.mkdir(parents=True)
     (base / "a.py.meta").write_text(json.dumps({"durations_by_key": {"m1": 1.5, "m2": 2.0}}))
     (base / "b.py.meta").write_text(json.dumps({"durations_by_key": {"m3": 0.5}}))
     (base / "c.py.meta").write_text(json.dumps({"exit_code_by_key": {}}))
-    assert mutants.judging_seconds("store") == 4.0
+    assert mutants.judging_seconds_in(tmp_path / "store") == 4.0
 
 
 def test_verdicts_hold_until_what_they_depend_on_changes(
@@ -53,34 +54,69 @@ def test_verdicts_hold_until_what_they_depend_on_changes(
     mutants.git("add", ".")
     mutants.git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "first")
     started_at = mutants.git("rev-parse", "--short", "HEAD")[0]
-    work = tmp_path / "work"
-    assert mutants.stale(work, "P", ["tests/test_a.py"]) == "no run was started"
-    meta = work / "mutants" / "src" / "x" / "a.py.meta"
-    meta.parent.mkdir(parents=True)
-    meta.write_text(json.dumps({"exit_code_by_key": {"m1": 1, "m2": 0, "m3": 33}}))
-    (work / "commit").write_text(started_at + "\n")
-    (work / "pyproject.toml").write_text("P")
     tests = ["tests/test_a.py::test_one"]
-    assert mutants.stale(work, "P", tests) is None
+    assert mutants.stale(None, "P", tests) == "no finished run is recorded"
+    verdicts = mutants.Verdicts(started_at, mutants.digest("P"),
+                                {"src/x/a.py": Counter(killed=1, survived=1)}, 3.0)
+    assert mutants.stale(verdicts, "P", tests) is None
     # Another group's tests and the docs may change, committed or not.
     (repo / "tests/test_b.py").write_text("two\n")
     (repo / "docs/testing.md").write_text("two\n")
     mutants.git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "second")
     (repo / "tests/test_c.py").write_text("new\n")
-    assert mutants.stale(work, "P", tests) is None
-    assert mutants.stale(work, "Q", tests) == (
+    assert mutants.stale(verdicts, "P", tests) is None
+    assert mutants.stale(verdicts, "Q", tests) == (
         "the group's definition (Makefile) or pyproject.toml changed since the run")
     (repo / "tests/helpers.py").write_text("two\n")
     (repo / "src/x/b.py").write_text("new\n")
     (repo / "tests/test_a.py").write_text("two\n")
-    assert mutants.stale(work, "P", tests) == (
+    assert mutants.stale(verdicts, "P", tests) == (
         f"changed since the run at {started_at}: src/x/b.py, tests/helpers.py, tests/test_a.py")
     mutants.git("checkout", "-q", "--", "tests")
     (repo / "src/x/b.py").unlink()
-    assert mutants.stale(work, "P", tests) is None
-    meta.write_text(json.dumps({"exit_code_by_key": {"m1": 1, "m2": None, "m3": None}}))
-    assert mutants.stale(work, "P", tests) == (
+    assert mutants.stale(verdicts, "P", tests) is None
+    verdicts.modules["src/x/a.py"]["not judged"] = 2
+    assert mutants.stale(verdicts, "P", tests) == (
         f"the run at {started_at} has 2 mutants not judged (MUTANT_RESUME=1)")
-    (work / "commit").write_text(started_at + "+changes\n")
-    assert mutants.stale(work, "P", tests) == (
+    verdicts.commit = started_at + "+changes"
+    assert mutants.stale(verdicts, "P", tests) == (
         f"the run was of {started_at}+changes: a tree with changes not committed")
+
+
+def test_a_finished_run_is_recorded_and_reported_without_its_scratch_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    work = tmp_path / "build" / "auth"
+    assert mutants.of_run(work) is None
+    meta = work / "mutants" / "src" / "iobridge" / "auth.py.meta"
+    meta.parent.mkdir(parents=True)
+    meta.write_text(json.dumps({
+        "exit_code_by_key": {"a__mutmut_1": 1, "a__mutmut_2": 0, "a__mutmut_3": 33,
+                             "a__mutmut_4": 36, "a__mutmut_5": None},
+        "durations_by_key": {"a__mutmut_1": 1.5, "a__mutmut_2": 2.0}}))
+    (work / "commit").write_text("abc1234\n")
+    (work / "pyproject.toml").write_text("P")
+    verdicts = mutants.of_run(work)
+    assert verdicts is not None
+    assert (verdicts.commit, verdicts.definition, verdicts.seconds) == (
+        "abc1234", mutants.digest("P"), 3.5)
+    assert verdicts.modules == {"src/iobridge/auth.py": Counter(
+        {"killed": 1, "survived": 1, "no tests": 1, "timeout": 1, "not judged": 1})}
+    assert (verdicts.survived, verdicts.untested, verdicts.open) == (
+        ["a__mutmut_2"], ["a__mutmut_3"], 1)
+    record = tmp_path / "auth.json"
+    record.write_text(verdicts.record())
+    assert mutants.of_record(record) == verdicts
+    assert mutants.of_record(tmp_path / "store.json") is None
+
+    monkeypatch.setattr(mutants, "WORK", tmp_path / "build")
+    monkeypatch.setattr(mutants, "RECORDS", tmp_path)
+    assert mutants.report(["auth"]) == 0
+    assert "at abc1234 (this checkout's run)" in capsys.readouterr().out
+    meta.unlink()  # the scratch copy is gone (a new checkout): the record is read
+    assert mutants.report(["auth"]) == 0
+    out = capsys.readouterr().out
+    assert "at abc1234 (docs/mutants/auth.json); the mutants' tests ran for 4 s" in out
+    assert "= auth" in out and "40.0%" in out
+    assert mutants.report(["store"]) == 1
+    assert "store: no results" in capsys.readouterr().out
