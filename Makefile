@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 SERVE_STAMP := $(VENV)/.serve-installed
 SOURCES := pyproject.toml setup.py src/iobridge/npamp/_speedups.c
 
-.PHONY: serve test lint bench e2e-deps frontend-deps clean mutants mutants-report mutants-check fuzz
+.PHONY: serve test lint bench e2e-deps frontend-deps clean mutants mutants-report mutants-check mutants-record fuzz
 
 # The dev install holds everything serving needs, so it marks the serve install done too.
 $(STAMP): $(SOURCES)
@@ -87,7 +87,8 @@ fuzz: $(STAMP)
 # mutmut workers, each group with its own tests only. Repoint a group here when its modules move.
 # MUTANT_RESUME=1 goes on with a group's run that was stopped (same commit, clean tree only);
 # MUTANT_CHECK=1 (or `make mutants-check`) only says whether a group's verdicts hold for this tree;
-# it reads docs/mutants/<group>.json, which a run that judged every mutant writes (commit it).
+# it reads docs/mutants/<group>.json, which a run writes when it ends (commit it) and
+# `make mutants-record` writes for a stopped one; MUTANT_RESUME=1 without build/ goes on from it.
 MUTANT_CHILDREN ?= 4
 MUTANT_ALL := protocol auth npamp runtime observability cluster http store app agents
 MUTANT_GROUPS ?= $(MUTANT_ALL)
@@ -208,6 +209,9 @@ $(MUTANT_TARGETS): mutants-%: $(STAMP)
 
 mutants-report:
 	$(BIN)/python scripts/mutants.py report $(MUTANT_GROUPS)
+
+mutants-record: $(STAMP)
+	for g in $(MUTANT_GROUPS); do $(BIN)/python scripts/mutants.py record $$g || exit 1; done
 
 # Every group's verdicts, checked against the tree checked out (exit 1 if one does not hold).
 mutants-check: $(STAMP)

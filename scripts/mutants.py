@@ -10,15 +10,18 @@ one group's test selection never decides another group's results.
         [--mutants NAME ...]   (only these mutants: mutmut names or fnmatch patterns)
         [--postgres]           (keep IOBRIDGE_TEST_POSTGRES_URL: the PostgreSQL variants run)
         [--skip 'src/x/y/*' ...] (files the --mutate globs match but mutmut cannot judge)
-        [--resume]             (go on with the group's unfinished run, same commit only)
+        [--resume]             (go on with the group's unfinished run, or its record's)
         [--check]              (do the group's verdicts still hold for the tree checked out?)
+    python scripts/mutants.py record GROUP
     python scripts/mutants.py report GROUP [GROUP ...]
 
-A run that judged every mutant leaves its verdicts in ``docs/mutants/<group>.json`` (the
-commit, a digest of the group's definition, the counts per module, the judging time and the
-names of the mutants that survived or had no test), to be committed: ``build/`` does not
-outlive a checkout, and a full set of groups takes longer than one working session, so the
-check reads the record, not the scratch copy.
+A run leaves its verdicts in ``docs/mutants/<group>.json`` when it ends (``record GROUP``
+writes them for a run that was stopped): the commit, a digest of the group's definition, the
+counts per module, the judging time, and the names of the mutants that survived, had no
+test or are not judged yet. Commit the record: ``build/`` does not outlive a checkout and a
+long group outlives a working session, so the check reads the record, and ``--resume`` in a
+checkout without the scratch copy judges the record's open mutants in a new one (at any
+commit where the record's verdicts still hold) and adds their verdicts to it.
 
 The Makefile (``make mutants``) holds the group list; this script only runs and reads.
 """
@@ -60,6 +63,7 @@ class Verdicts:
     seconds: float  # the workers' time running the mutants' tests, over every part of the run
     survived: list[str] = field(default_factory=list)
     untested: list[str] = field(default_factory=list)
+    unjudged: list[str] = field(default_factory=list)
 
     @property
     def open(self) -> int:
@@ -69,10 +73,28 @@ class Verdicts:
         return json.dumps({
             "commit": self.commit, "definition_sha256": self.definition,
             "judging_seconds": round(self.seconds, 1),
-            "modules": {name: dict(sorted(counts.items()))
+            "modules": {name: {status: n for status, n in sorted(counts.items()) if n}
                         for name, counts in self.modules.items()},
-            "survived": self.survived, "no_tests": self.untested,
-        }, indent=1) + "\n"
+            "survived": self.survived, "no_tests": self.untested, "not_judged": self.unjudged,
+        }, indent=1, ensure_ascii=False) + "\n"
+
+    def add(self, later: dict[str, dict[str, str]], seconds: float) -> Verdicts:
+        """These verdicts with what ``later`` (a run of this group's open mutants, at a tree
+        where these verdicts hold: the same mutants) judged of the mutants open here."""
+        open_ = set(self.unjudged)
+        modules = {name: Counter(counts) for name, counts in self.modules.items()}
+        judged: dict[str, str] = {}
+        for module, statuses in later.items():
+            for name, status in statuses.items():
+                if name in open_ and status != "not judged":
+                    modules[module]["not judged"] -= 1
+                    modules[module][status] += 1
+                    judged[name] = status
+        return Verdicts(
+            self.commit, self.definition, modules, self.seconds + seconds,
+            self.survived + [n for n, status in judged.items() if status == "survived"],
+            self.untested + [n for n, status in judged.items() if status == "no tests"],
+            [name for name in self.unjudged if name not in judged])
 
 
 def digest(pyproject: str) -> str:
@@ -80,28 +102,34 @@ def digest(pyproject: str) -> str:
 
 
 def of_run(work: Path) -> Verdicts | None:
-    """The verdicts of the run in a group's scratch copy (``None``: none was started)."""
+    """The verdicts of the run in a group's scratch copy (``None``: none was started), with
+    those of the record it was resumed from (``base.json``)."""
     if not (work / "commit").exists() or not (work / "pyproject.toml").exists():
         return None
-    names: dict[str, list[str]] = {"survived": [], "no tests": []}
-    for meta in sorted((work / "mutants").rglob("*.py.meta")):
-        for name, code in json.loads(meta.read_text())["exit_code_by_key"].items():
-            status = "not judged" if code is None else STATUS.get(code, "suspicious")
+    statuses = statuses_in(work)
+    base = of_record(work / "base.json")
+    if base is not None:
+        return base.add(statuses, judging_seconds_in(work))
+    names: dict[str, list[str]] = {"survived": [], "no tests": [], "not judged": []}
+    for module in statuses.values():
+        for name, status in module.items():
             if status in names:
                 names[status].append(name)
     return Verdicts(commit_of(work), digest((work / "pyproject.toml").read_text()),
-                    results_in(work), judging_seconds_in(work), names["survived"],
-                    names["no tests"])
+                    {module: Counter(s.values()) for module, s in statuses.items()},
+                    judging_seconds_in(work), names["survived"], names["no tests"],
+                    names["not judged"])
 
 
 def of_record(path: Path) -> Verdicts | None:
     """The verdicts a finished run left in ``docs/mutants/`` (``None``: none is there)."""
     if not path.exists():
         return None
-    data = json.loads(path.read_text())
+    data = json.loads(path.read_text(encoding="utf-8"))
     return Verdicts(data["commit"], data["definition_sha256"],
                     {name: Counter(counts) for name, counts in data["modules"].items()},
-                    data["judging_seconds"], data["survived"], data["no_tests"])
+                    data["judging_seconds"], data["survived"], data["no_tests"],
+                    data.get("not_judged", []))
 
 
 def toml_value(value: object) -> str:
@@ -148,9 +176,10 @@ def run(group: str, mutate: list[str], tests: list[str], deselect: list[str],
             sys.exit(f"mutants: {group}: test path {path!r} does not exist")
     work = WORK / group
     selection = tests + [arg for node in deselect for arg in ("--deselect", node)]
+    pyproject = group_pyproject(mutate, selection, skip)
     if check:
         recorded = of_record(RECORDS / f"{group}.json")
-        problem = stale(recorded, group_pyproject(mutate, selection, skip), tests)
+        problem = stale(recorded, pyproject, tests)
         print(f"mutants: {group}: " + (problem or f"the verdicts of {recorded and recorded.commit}"
                                                   f" hold at {commit()} (nothing they depend on "
                                                   "changed)"))
@@ -160,19 +189,29 @@ def run(group: str, mutate: list[str], tests: list[str], deselect: list[str],
     dropped = ("CI",) if postgres else ("CI", "IOBRIDGE_TEST_POSTGRES_URL")
     env = {k: v for k, v in os.environ.items() if k not in dropped}
     started = time.monotonic()
+    base: Verdicts | None = None
     if resume:
         # mutmut keeps every verdict it reached and judges only the mutants still open.
         problem = resumable(work)
-        if problem:
-            sys.exit(f"mutants: {group}: cannot resume: {problem}")
-        print(f"mutants: {group}: resuming the run at {commit_of(work)}")
-    else:
+        if problem is None:
+            print(f"mutants: {group}: resuming the run at {commit_of(work)}")
+        else:
+            # No run to go on with here (a new checkout): the record's open mutants, anew.
+            base = of_record(RECORDS / f"{group}.json")
+            why = stale(base, pyproject, tests, open_ok=True) or (
+                None if base is None or base.unjudged else "no mutant is left to judge")
+            if base is None or why:
+                sys.exit(f"mutants: {group}: cannot resume: {problem}; docs/mutants/{group}"
+                         f".json: {why}")
+            print(f"mutants: {group}: judging the {len(base.unjudged)} mutants the run at "
+                  f"{base.commit} left open (docs/mutants/{group}.json)")
+    if not resume or base is not None:
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         ignore = shutil.ignore_patterns("__pycache__", "node_modules", ".hypothesis", "*.pyc")
         for name in COPIED:
             shutil.copytree(ROOT / name, work / name, ignore=ignore)
-        (work / "pyproject.toml").write_text(group_pyproject(mutate, selection, skip))
+        (work / "pyproject.toml").write_text(pyproject)
         shutil.copy(ROOT / "scripts" / "mutant_tests.py", work / "conftest.py")
         code = measure(work, mutate, selection, env)
         if code != 0:
@@ -181,24 +220,47 @@ def run(group: str, mutate: list[str], tests: list[str], deselect: list[str],
         print(f"mutants: {group}: statement coverage per test measured in "
               f"{time.monotonic() - started:.0f} s")
         (work / "commit").write_text(commit() + "\n")
-    mutmut = Path(sys.executable).with_name("mutmut")
-    code = subprocess.call([str(mutmut), "run", "--max-children", str(max_children), *mutants],
-                           cwd=work, env=env)
-    print(f"mutants: {group}: mutmut exited {code} after {time.monotonic() - started:.0f} s")
-    verdicts = of_run(work)
-    if verdicts is not None and verdicts.modules and not verdicts.open:
-        RECORDS.mkdir(parents=True, exist_ok=True)
-        (RECORDS / f"{group}.json").write_text(verdicts.record())
-        print(f"mutants: {group}: verdicts recorded in docs/mutants/{group}.json (commit it)")
+        if base is not None:
+            (work / "base.json").write_text(base.record(), encoding="utf-8")
+    sample = bool(mutants)  # a sample's verdicts are not the group's: not recorded
+    base = of_record(work / "base.json")
+    if base is not None:
+        # mutmut judges every mutant it is not given by name: give it the record's open ones.
+        judged = {name for statuses in statuses_in(work).values()
+                  for name, status in statuses.items() if status != "not judged"}
+        mutants = [name for name in base.unjudged if name not in judged]
+    code = 0
+    if base is None or mutants:
+        mutmut = Path(sys.executable).with_name("mutmut")
+        code = subprocess.call([str(mutmut), "run", "--max-children", str(max_children),
+                                *mutants], cwd=work, env=env)
+        print(f"mutants: {group}: mutmut exited {code} after "
+              f"{time.monotonic() - started:.0f} s")
+    if not sample:
+        record(group)
     return code
+
+
+def record(group: str) -> int:
+    """Write the verdicts of the group's run in this checkout to ``docs/mutants/``."""
+    verdicts = of_run(WORK / group)
+    if verdicts is None or not verdicts.modules:
+        print(f"mutants: {group}: no run to record")
+        return 1
+    RECORDS.mkdir(parents=True, exist_ok=True)
+    (RECORDS / f"{group}.json").write_text(verdicts.record(), encoding="utf-8")
+    print(f"mutants: {group}: verdicts of the run at {verdicts.commit} ({verdicts.open} not "
+          f"judged) recorded in docs/mutants/{group}.json (commit it)")
+    return 0
 
 
 def commit() -> str:
     """The commit the run judges: HEAD, with ``+changes`` when the tree differs from it."""
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
                           capture_output=True, check=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", *COPIED], cwd=ROOT,
-                           text=True, capture_output=True, check=True).stdout.strip()
+    # The records are the runs' output, read by no test.
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", *COPIED, ":!docs/mutants"],
+                           cwd=ROOT, text=True, capture_output=True, check=True).stdout.strip()
     return head + ("+changes" if dirty else "")
 
 
@@ -212,14 +274,15 @@ def git(*args: str) -> list[str]:
                           check=True).stdout.split()
 
 
-def stale(verdicts: Verdicts | None, pyproject: str, tests: list[str]) -> str | None:
+def stale(verdicts: Verdicts | None, pyproject: str, tests: list[str],
+          open_ok: bool = False) -> str | None:
     """Why ``verdicts`` do not hold for the tree checked out now (``None``: they do), given
     the group's generated ``pyproject.toml`` and its tests. A verdict depends on the code
     (all of ``src/``: a mutant's fate can turn on code it calls), on the group's tests and
     the helpers under ``tests/`` they may import, on the selection plugin, and on the group's
     definition and ``pyproject.toml`` (both in the group's generated ``pyproject.toml``).
     Other groups' tests and the docs may change: so groups measured at different commits can
-    all hold at one."""
+    all hold at one. ``open_ok``: mutants not judged yet are no reason."""
     if verdicts is None:
         return "no finished run is recorded"
     started_at = verdicts.commit
@@ -235,7 +298,7 @@ def stale(verdicts: Verdicts | None, pyproject: str, tests: list[str]) -> str | 
                 if name.endswith(".py") and not Path(name).name.startswith("test_")}
     if changed:
         return f"changed since the run at {started_at}: {', '.join(sorted(changed))}"
-    if verdicts.open:
+    if verdicts.open and not open_ok:
         return f"the run at {started_at} has {verdicts.open} mutants not judged (MUTANT_RESUME=1)"
     return None
 
@@ -264,17 +327,17 @@ def measure(work: Path, mutate: list[str], selection: list[str], env: dict[str, 
                             "-x", *selection], cwd=work, env=env, stdout=subprocess.DEVNULL)
 
 
-def results_in(work: Path) -> dict[str, Counter[str]]:
-    """Status counts per mutated source file, from mutmut's ``.meta`` files."""
+def statuses_in(work: Path) -> dict[str, dict[str, str]]:
+    """Each mutant's status per mutated source file, from mutmut's ``.meta`` files."""
     base = work / "mutants"
-    counts: dict[str, Counter[str]] = {}
+    statuses: dict[str, dict[str, str]] = {}
     for meta in sorted(base.rglob("*.py.meta")):
         codes = json.loads(meta.read_text())["exit_code_by_key"]
         if codes:
-            module = str(meta.relative_to(base))[: -len(".meta")]
-            counts[module] = Counter("not judged" if code is None else
-                                     STATUS.get(code, "suspicious") for code in codes.values())
-    return counts
+            statuses[str(meta.relative_to(base))[: -len(".meta")]] = {
+                name: "not judged" if code is None else STATUS.get(code, "suspicious")
+                for name, code in codes.items()}
+    return statuses
 
 
 def judging_seconds_in(work: Path) -> float:
@@ -342,12 +405,16 @@ def main() -> int:
     run_parser.add_argument("--skip", nargs="*", default=[],
                             help="globs under src/ that --mutate matches but are not mutated "
                                  "(code mutmut cannot judge; say why in the Makefile)")
+    record_parser = sub.add_parser("record", help="write a stopped run's verdicts to docs/")
+    record_parser.add_argument("group")
     report_parser = sub.add_parser("report", help="print the per-module score table")
     report_parser.add_argument("groups", nargs="+")
     args = parser.parse_args()
     if args.command == "run":
         return run(args.group, args.mutate, args.tests, args.deselect, args.max_children,
                    args.mutants, args.postgres, args.skip, args.resume, args.check)
+    if args.command == "record":
+        return record(args.group)
     return report(args.groups)
 
 

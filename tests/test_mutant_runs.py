@@ -6,6 +6,7 @@ where a new checkout finds them."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -120,3 +121,85 @@ def test_a_finished_run_is_recorded_and_reported_without_its_scratch_copy(
     assert "= auth" in out and "40.0%" in out
     assert mutants.report(["store"]) == 1
     assert "store: no results" in capsys.readouterr().out
+
+
+def test_a_stopped_run_goes_on_from_its_record_in_a_new_checkout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo = tmp_path / "repo"
+    for name in ("src/x/a.py", "tests/test_a.py", "docs/testing.md", "examples/e.toml"):
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text("one\n")
+    (repo / "scripts").mkdir()
+    (repo / "scripts/mutant_tests.py").write_text("")
+    (repo / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    monkeypatch.setattr(mutants, "ROOT", repo)
+    monkeypatch.setattr(mutants, "WORK", repo / "build")
+    monkeypatch.setattr(mutants, "RECORDS", repo / "docs" / "mutants")
+    mutants.git("init", "-q")
+    mutants.git("add", ".")
+    mutants.git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "first")
+    monkeypatch.setattr(mutants, "measure", lambda *args: 0)
+    names = [f"x.a.f__mutmut_{i}" for i in range(1, 7)]
+    # mutmut judges the mutants it is given by name, or every open one; a stop leaves some.
+    verdict_of = {names[0]: 1, names[1]: 0, names[2]: 33, names[3]: 36, names[4]: 0,
+                  names[5]: 1}
+    calls: list[list[str]] = []
+    stop_after = [3]
+
+    def mutmut(argv: list[str], cwd: Path, env: dict[str, str]) -> int:
+        given = argv[4:]
+        calls.append(given)
+        meta = cwd / "mutants" / "src" / "x" / "a.py.meta"
+        meta.parent.mkdir(parents=True, exist_ok=True)
+        data = json.loads(meta.read_text()) if meta.exists() else {
+            "exit_code_by_key": dict.fromkeys(names), "durations_by_key": {}}
+        codes = data["exit_code_by_key"]
+        todo = given or [name for name, code in codes.items() if code is None]
+        for name in todo[:stop_after[0]]:  # stopped there
+            codes[name] = verdict_of[name]
+            data["durations_by_key"][name] = 1.0
+        meta.write_text(json.dumps(data))
+        return 0
+
+    monkeypatch.setattr(mutants.subprocess, "call", mutmut)
+    args = ("x", ["src/x/*.py"], ["tests/test_a.py"], [], 2, [])
+    assert mutants.run(*args) == 0
+    first = mutants.of_record(repo / "docs/mutants/x.json")
+    assert first is not None and calls == [[]]
+    assert (first.unjudged, first.open, first.survived, first.untested) == (
+        names[3:], 3, [names[1]], [names[2]])
+    # A new checkout (no build/), a later commit that changed only the docs.
+    shutil.rmtree(repo / "build")
+    (repo / "docs/testing.md").write_text("two\n")
+    mutants.git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "docs")
+    stop_after[0] = 2
+    assert mutants.run(*args, resume=True) == 0
+    assert calls[1] == names[3:]
+    assert f"judging the 3 mutants the run at {first.commit} left open" in capsys.readouterr().out
+    second = mutants.of_record(repo / "docs/mutants/x.json")
+    assert second is not None and second.commit == first.commit
+    assert (second.unjudged, second.open, second.seconds) == ([names[5]], 1, 5.0)
+    # Stopped again: the scratch copy of this checkout goes on, with the one still open.
+    assert mutants.run(*args, resume=True) == 0
+    assert calls[2] == [names[5]]
+    assert "resuming the run at" in capsys.readouterr().out
+    done = mutants.of_record(repo / "docs/mutants/x.json")
+    assert done is not None
+    assert (done.commit, done.definition, done.seconds) == (first.commit, first.definition, 6.0)
+    assert done.modules == {"src/x/a.py": Counter(
+        {"killed": 2, "survived": 2, "no tests": 1, "timeout": 1})}
+    assert (done.survived, done.untested, done.unjudged) == ([names[1], names[4]], [names[2]], [])
+    assert mutants.stale(done, (repo / "build/x/pyproject.toml").read_text(), args[2]) is None
+    # Nothing left to judge (mutmut, given no name, would judge all again); and a record
+    # whose code changed cannot be gone on with.
+    assert mutants.run(*args, resume=True) == 0
+    assert mutants.of_record(repo / "docs/mutants/x.json") == done
+    shutil.rmtree(repo / "build")
+    with pytest.raises(SystemExit, match="no mutant is left to judge"):
+        mutants.run(*args, resume=True)
+    (repo / "docs/mutants/x.json").write_text(first.record())
+    (repo / "src/x/a.py").write_text("two\n")
+    with pytest.raises(SystemExit, match=r"changed since the run at \w+: src/x/a\.py"):
+        mutants.run(*args, resume=True)
+    assert len(calls) == 3
