@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from tests.protocol.test_json_limits import nested
 
 from iobridge.protocol.json_limits import (
     MAX_INT,
@@ -17,13 +18,6 @@ from iobridge.protocol.json_limits import (
     depth_exceeds,
     loads,
 )
-
-
-def nested(depth: int, leaf: Any = 0) -> Any:
-    value = leaf
-    for _ in range(depth):
-        value = [value]
-    return value
 
 
 def too_deep_body(where: str, limit: int) -> dict[str, Any]:
