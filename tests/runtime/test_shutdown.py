@@ -162,3 +162,14 @@ async def test_drain_returns_once_every_run_ended_or_at_once_without_runs() -> N
     await asyncio.wait_for(runtime.drain(30), 10)
     assert terminal(run)["type"] == "RUN_FINISHED"
     await runtime.drain(0)  # nothing live, nothing to wait for
+
+
+async def test_a_run_started_in_the_iteration_the_runtime_closes_still_ends_with_shutdown() -> None:
+    """Closed before the run's task ever ran: a task cancelled before its first step never
+    enters its coroutine, so the run would end with no terminal event and not be counted out."""
+    runtime = Runtime()
+    run = await _start(runtime, _gated_agent({"r1": asyncio.Event()}), "r1")
+    await runtime.aclose()
+    assert terminal(run)["type"] == "RUN_ERROR"
+    assert terminal(run)["code"] == "SERVER_SHUTDOWN"
+    assert run.log.closed and runtime.active_runs == 0

@@ -468,6 +468,9 @@ class Runtime:
         tasks = [*self._live_tasks(), *self._taking]
         for run in list(self._runs.values()):
             self.cancel(run, "suspended" if run.durable else "shutdown")
+        # One loop iteration first: a run begun in this one takes its first step and gets the
+        # cancellation ``cancel`` sent after it (cancelled before that step, it never ends).
+        await asyncio.sleep(0)
         # Cancelled again while they go on (a cancellation can be lost, see runtime.tasks);
         # a run that is storing its end waits for the write through every cancellation.
         await cancel_and_wait(tasks, resend=RUN_RESEND_SECONDS)

@@ -141,6 +141,7 @@ class RunEvents:
                 seq = log.append(data)
                 if ids is not None and event["type"] in OPENS_OR_CLOSES:
                     ids.apply(seq, event)
+                    ids.prune(log.first_seq)  # no change points for events the log dropped
 
     def _hold_terminal(self, event: Event, data: bytes) -> None:
         """Held until the run is concluded (messages stored, thread free), so a client that

@@ -65,14 +65,6 @@ class RunIds:
             self._at.append(seq)
             self._tags.append(tag)
 
-    def tag_after(self, seq: int) -> bytes:
-        """The open state after event ``seq``, as an SSE id ends (``b""``: nothing open)."""
-        return self._tags[max(0, bisect.bisect_right(self._at, seq) - 1)]
-
-    def state_after(self, seq: int) -> OpenState:
-        tag = self.tag_after(seq)
-        return OpenState.decode(tag[1:].decode("ascii")) if tag else OpenState()
-
     def tags(self, batch: list[tuple[int, bytes]]) -> list[bytes]:
         """The open state after each entry of ``batch`` (in order of sequence numbers)."""
         at, tags = self._at, self._tags
