@@ -1,5 +1,6 @@
 """A client's catch-up after a takeover (``runtime.following``): what closes its open state,
-the snapshot, and which results of the continued run it is not sent again."""
+the snapshot, and which results of the continued run it is not sent again; the open state
+after each event of a run followed from another replica."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from tests.agui_verify import verify_events
 from iobridge.protocol import events as ev
 from iobridge.protocol.event_ids import Cursor, OpenState, number, parse_cursor
 from iobridge.protocol.events import encode_event
-from iobridge.runtime.following import catch_up, skip_results
+from iobridge.runtime.following import RemoteTags, catch_up, skip_results
 
 STARTED = ev.run_started("t", "r")
 POINT = {"messages": [], "state": {"n": 1},
@@ -51,3 +52,24 @@ def test_the_results_it_has_are_dropped_from_the_continued_run_s_first_events() 
     kept, seen = skip_results(rest, frozenset({"c1"}))
     assert [s for s, _ in kept] == [13, 14] and seen  # only the results first are dropped
     assert number(1, 11) > 14
+
+
+def entries(*events: dict[str, object]) -> list[tuple[int, bytes]]:
+    return [(n, encode_event(e)) for n, e in enumerate(events, start=1)]
+
+
+def test_a_remote_run_s_events_get_what_is_open_after_each() -> None:
+    tags = RemoteTags(None)
+    assert tags.tags(entries(ev.text_start("m"), ev.text_content("m", "hi"),
+                             ev.tool_call_end("c"), ev.text_end("m"))) == [
+        b"~t::m", b"~t::m", b"~t::m!p:c", b"~p:c"]
+    # It goes on from where the last batch left it.
+    assert tags.tags(entries(ev.custom("x", 1), ev.tool_call_result("mr", "c", "ok"))) == [
+        b"~p:c", b""]
+
+
+def test_a_remote_run_followed_from_a_cursor_starts_from_its_state() -> None:
+    tags = RemoteTags(OpenState(steps=((None, "s"),)))
+    assert tags.tags(entries(ev.custom("x", 1))) == [b"~s::s"]
+    assert tags.tags(entries(ev.step_finished("s"), ev.custom("x", 2))) == [b"", b""]
+    assert RemoteTags(OpenState()).tags(entries(ev.custom("x", 1))) == [b""]
