@@ -19,6 +19,7 @@ from iobridge.agents.outputs import AgentOutput
 from iobridge.app import Backend
 from iobridge.auth import ANONYMOUS
 from iobridge.config import Settings
+from iobridge.errors import ServiceUnavailable
 
 
 class QueuedSink(CollectingSink):
@@ -124,5 +125,46 @@ async def test_a_run_cancelled_before_its_task_ran_ends_cancelled_and_frees_its_
         assert run.log.closed and backend.runtime.admission.active == 0
         gate.set()
         again = await backend.start_run(ANONYMOUS, body("r2"))  # one run at a time: room
+        await asyncio.wait_for(asyncio.shield(again.task), 5)
+        assert kinds(await followed(backend, "r2"))[-1] == "RUN_FINISHED"
+
+
+
+@pytest.mark.parametrize(("failure", "ended"), [
+    (ServiceUnavailable("The thread store did not answer.", code="STORE_UNAVAILABLE"),
+     {"message": "The thread store did not answer.", "code": "STORE_UNAVAILABLE"}),
+    (RuntimeError("secret detail"), {"message": "The run could not start.",
+                                     "code": "AGENT_ERROR"}),
+])
+async def test_a_queued_run_whose_read_fails_at_its_turn_ends_with_run_error(
+    failure: Exception, ended: dict[str, str], caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A refusal keeps its message and code; anything else is a generic error, logged with
+    its details, which the client does not see."""
+    gate = asyncio.Event()
+    async with Backend(Settings(database_url="memory://"), agents=[gated(gate)]) as backend:
+        holder = await backend.start_run(ANONYMOUS, body("r1"))
+        waiting = await backend.start_run(ANONYMOUS, body("r2", "enqueue"))
+        memory = backend.runtime.memory
+        assert memory is not None and waiting.queued
+
+        async def broken(*args: object) -> None:
+            raise failure
+
+        memory.begin = broken  # type: ignore[method-assign]
+        gate.set()
+        await asyncio.wait_for(asyncio.shield(waiting.task), 5)
+        [entry] = waiting.log.entries()
+        assert orjson.loads(entry[1]) == {"type": "RUN_ERROR", **ended}
+        assert b"secret" not in entry[1] and waiting.log.closed and not waiting.queued
+        logged = [r for r in caplog.records if r.getMessage() == "queued run r2 failed to start"]
+        assert bool(logged) == isinstance(failure, RuntimeError)
+        await asyncio.wait_for(asyncio.shield(holder.task), 5)
+        assert [m["content"] for m in await backend.store.list_messages("t1")] == [
+            "hi", "done r1"]
+        assert backend.runtime.admission.active == 0 and backend.runtime.retained_runs == 2
+        # Its runId is no longer starting: it can be run again.
+        del memory.begin
+        again = await backend.start_run(ANONYMOUS, body("r2"))
         await asyncio.wait_for(asyncio.shield(again.task), 5)
         assert kinds(await followed(backend, "r2"))[-1] == "RUN_FINISHED"
