@@ -586,8 +586,14 @@ class Backend:
             raise _bad_cursor() if cursor.epoch > epoch else EventsNotRetained(
                 run.log.first_seq if isinstance(run, Run) else run.first_seq
             )
-        point_seq, point = await self._last_point(run)
+        # The thread before the point: a run whose end write (its messages stored, its
+        # checkpoint dropped, at once) lands in between is then seen as concluded, and its
+        # thread read again. The other way round, the snapshot could hold the messages of
+        # the run that the log after its point gives once more.
         stored = await self.store.list_messages(run.thread_id)
+        point_seq, point = await self._last_point(run)
+        if not point:  # concluded: everything but its terminal event is in its thread
+            stored = await self.store.list_messages(run.thread_id)
         known = {m.get("id") for m in stored}
         started = ev.run_started(run.thread_id, run.run_id, point.get("parentRunId"))
         return catch_up(

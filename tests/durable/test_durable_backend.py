@@ -123,14 +123,19 @@ async def test_a_parked_run_goes_on_in_the_next_backend_and_stores_its_exchange_
         tail = await follow(second, "r1", after=head[-1][0], until="RUN_FINISHED")
         assert_valid_stream(head + tail, thread_id="t1", run_id="r1")
         kinds = [e["type"] for _, e in tail]
-        # Caught up: the client's step closed, the conversation at the point, then the run
-        # in epoch 1 (ids above 2^32).
+        # Caught up: the client's step closed, the conversation at the run's last point,
+        # then the run in epoch 1 (ids above 2^32) from there: the park point (the result
+        # comes as an event), or the point after the result, if the run got there first.
         assert kinds[:3] == ["STEP_FINISHED", "MESSAGES_SNAPSHOT", "STATE_SNAPSHOT"]
-        assert kinds[3] == "TOOL_CALL_RESULT" and kinds[-1] == "RUN_FINISHED"
-        # (its first event, the step's end at the point, is not sent again to a client that
-        # the catch-up closed it for)
-        assert number(tail[3][0]) == (1 << 32) + checkpoint.last_seq + 2
-        assert [m["role"] for m in tail[1][1]["messages"]] == ["user", "assistant"]
+        assert kinds[-1] == "RUN_FINISHED" and number(tail[3][0]) > 1 << 32
+        roles = [m["role"] for m in tail[1][1]["messages"]]
+        if roles == ["user", "assistant"]:
+            assert kinds[3] == "TOOL_CALL_RESULT"
+            # (its first event, the step's end at the point, is not sent again to a client
+            # that the catch-up closed it for)
+            assert number(tail[3][0]) == (1 << 32) + checkpoint.last_seq + 2
+        else:
+            assert roles == ["user", "assistant", "tool"] and "TOOL_CALL_RESULT" not in kinds
         assert "".join(e["delta"] for _, e in tail if e["type"] == "TEXT_MESSAGE_CONTENT") \
             == "Sunny in Oslo."
         messages = await stored(second)
@@ -686,6 +691,44 @@ async def test_a_follower_on_another_replica_is_caught_up_from_the_continued_run
             assert number(late[0][0]) == number(head[-1][0]) + 1
             assert late[-1][0] == tail[-1][0]  # the run's own end, as numbered there
             assert late[1][1]["messages"] == await stored(third)
+
+
+
+async def test_a_client_caught_up_while_the_run_concludes_gets_each_message_once(
+    tmp_path: Path, fake_openai: FakeOpenAI
+) -> None:
+    """The run's end write (its messages stored, its checkpoint dropped) lands while a
+    client is being caught up on another replica: the snapshot and the events after it
+    hold each message once (the thread read after the point had them all, and the log after
+    the point gave them again)."""
+    async with _weather_replicas(tmp_path, fake_openai) as (settings, agents):
+        async with Backend(settings, agents=agents) as first:
+            await first.start_run(ANONYMOUS, body())
+            head = await follow(first, "r1", until="TOOL_CALL_END")
+            await parked(first, "anonymous", "r1")
+        call = head[-1][1]["toolCallId"]
+        async with Backend(settings, agents=agents) as second, Backend(settings) as third:
+            continued, _ = await second.resume(ANONYMOUS, "r1", None)
+            assert isinstance(continued, Run)
+            read = third.store.list_messages
+
+            async def once_concluded(thread_id: str, *args: Any) -> list[dict[str, Any]]:
+                # Each read of the thread waits for the run's end write first.
+                await asyncio.wait_for(asyncio.shield(continued.task), 20)  # type: ignore[arg-type]
+                return await read(thread_id, *args)
+
+            third.store.list_messages = once_concluded  # type: ignore[method-assign]
+            await second.submit_tool_result(ANONYMOUS, "r1", call, {"content": '{"t":21}'})
+            tail = await follow(third, "r1", after=head[-1][0])
+            third.store.list_messages = read  # type: ignore[method-assign]
+            assert_valid_stream(head + tail, thread_id="t1", run_id="r1")
+            [snapshot] = [e["messages"] for _, e in tail if e["type"] == "MESSAGES_SNAPSHOT"]
+            ids = [m["id"] for m in snapshot]
+            assert len(ids) == len(set(ids)) and ids == [m["id"] for m in await stored(third)]
+            again = [e for _, e in tail if e.get("messageId") in ids
+                     and e["type"] in ("TEXT_MESSAGE_START", "TOOL_CALL_RESULT")]
+            assert again == []
+            assert [e["type"] for _, e in tail][-1] == "RUN_FINISHED"
 
 
 async def test_a_client_resuming_on_another_replica_gets_the_ids_the_run_s_own_gives(
