@@ -236,7 +236,9 @@ def run(group: str, mutate: list[str], tests: list[str], deselect: list[str],
                                 *mutants], cwd=work, env=env)
         print(f"mutants: {group}: mutmut exited {code} after "
               f"{time.monotonic() - started:.0f} s")
-    if not sample:
+    # A run mutmut could not finish (its clean tests failed) is not recorded over the last
+    # one; a run that was stopped is recorded with `record`.
+    if not sample and code == 0:
         record(group)
     return code
 

@@ -146,6 +146,7 @@ def test_a_stopped_run_goes_on_from_its_record_in_a_new_checkout(
                   names[5]: 1}
     calls: list[list[str]] = []
     stop_after = [3]
+    exit_code = [1]  # its clean tests fail: nothing judged, nothing recorded
 
     def mutmut(argv: list[str], cwd: Path, env: dict[str, str]) -> int:
         given = argv[4:]
@@ -160,10 +161,15 @@ def test_a_stopped_run_goes_on_from_its_record_in_a_new_checkout(
             codes[name] = verdict_of[name]
             data["durations_by_key"][name] = 1.0
         meta.write_text(json.dumps(data))
-        return 0
+        return exit_code[0]
 
     monkeypatch.setattr(mutants.subprocess, "call", mutmut)
     args = ("x", ["src/x/*.py"], ["tests/test_a.py"], [], 2, [])
+    stop_after[0] = 0
+    assert mutants.run(*args) == 1
+    assert not (repo / "docs/mutants/x.json").exists()
+    stop_after[0], exit_code[0] = 3, 0
+    calls.clear()
     assert mutants.run(*args) == 0
     first = mutants.of_record(repo / "docs/mutants/x.json")
     assert first is not None and calls == [[]]
