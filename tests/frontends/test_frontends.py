@@ -30,6 +30,15 @@ from tests.helpers import LiveServer
 APPS = ("assistant-ui", "copilotkit")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _patient_expectations() -> Iterator[None]:
+    """A page waits on Chromium, the apps' Node runtime and iobridge, beside the rest of the
+    suite: Playwright's 5 s default failed CopilotKit's first reply under CI's load."""
+    expect.set_options(timeout=20_000)
+    yield
+    expect.set_options(timeout=5_000)
+
+
 @dataclass
 class Stack:
     """What a test drives: the apps' origin, iobridge (one server, or a balancer in front
