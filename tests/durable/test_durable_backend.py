@@ -16,7 +16,7 @@ from sqlalchemy import Executable, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 from tests.agents.fake_openai import FakeOpenAI, calls, text
 from tests.cluster.replicas import a_behind_a_relay, redis_server
-from tests.durable.streams import assert_valid_stream, follow, number, parked
+from tests.durable.streams import Stream, assert_valid_stream, follow, number, parked
 from tests.helpers import CollectingSink
 
 from iobridge.agents.base import Agent
@@ -64,6 +64,15 @@ async def backend(url: str, fake: FakeOpenAI, **settings: Any) -> AsyncIterator[
     async with Backend(Settings(database_url=url, **settings),
                        agents=[model_agent(fake.base_url)]) as opened:
         yield opened
+
+
+async def parked_run(b: Backend, run: dict[str, Any] | None = None) -> Stream:
+    """Start ``run`` (``body()``) and wait until it is parked on its tool call: what a client
+    had of it, up to its TOOL_CALL_END."""
+    await b.start_run(ANONYMOUS, run or body())
+    head = await follow(b, "r1", until="TOOL_CALL_END")
+    await parked(b, "anonymous", "r1")
+    return head
 
 
 async def until(run: Run, kind: str, after: int = 0) -> list[tuple[int, dict[str, Any]]]:
@@ -546,10 +555,8 @@ async def test_a_continued_run_followed_from_an_earlier_epoch_is_caught_up_or_re
     fake_openai.push(calls(("c1", "get_weather", '{"city":"Oslo"}'), say="Let me check."),
                      text("Sunny."))
     async with backend(database_url, fake_openai) as first:
-        await first.start_run(ANONYMOUS, {**body(), "parentRunId": "p0",
-                                          "state": {"city": "Oslo"}})
-        head = await follow(first, "r1", until="TOOL_CALL_END")
-        await parked(first, "anonymous", "r1")
+        head = await parked_run(first, {**body(), "parentRunId": "p0",
+                                        "state": {"city": "Oslo"}})
     call = head[-1][1]["toolCallId"]
     async with backend(database_url, fake_openai) as second:
         again = second.get_run(ANONYMOUS, "r1")
@@ -654,9 +661,7 @@ async def test_a_follower_on_another_replica_is_caught_up_from_the_continued_run
     from the thread."""
     async with _weather_replicas(tmp_path, fake_openai) as (settings, agents):
         async with Backend(settings, agents=agents) as first:
-            await first.start_run(ANONYMOUS, body())
-            head = await follow(first, "r1", until="TOOL_CALL_END")
-            await parked(first, "anonymous", "r1")
+            head = await parked_run(first)
         call = head[-1][1]["toolCallId"]
         async with Backend(settings, agents=agents) as second, Backend(settings) as third:
             continued, _ = await second.resume(ANONYMOUS, "r1", None)
@@ -693,7 +698,6 @@ async def test_a_follower_on_another_replica_is_caught_up_from_the_continued_run
             assert late[1][1]["messages"] == await stored(third)
 
 
-
 async def test_a_client_caught_up_while_the_run_concludes_gets_each_message_once(
     tmp_path: Path, fake_openai: FakeOpenAI
 ) -> None:
@@ -703,9 +707,7 @@ async def test_a_client_caught_up_while_the_run_concludes_gets_each_message_once
     the point gave them again)."""
     async with _weather_replicas(tmp_path, fake_openai) as (settings, agents):
         async with Backend(settings, agents=agents) as first:
-            await first.start_run(ANONYMOUS, body())
-            head = await follow(first, "r1", until="TOOL_CALL_END")
-            await parked(first, "anonymous", "r1")
+            head = await parked_run(first)
         call = head[-1][1]["toolCallId"]
         async with Backend(settings, agents=agents) as second, Backend(settings) as third:
             continued, _ = await second.resume(ANONYMOUS, "r1", None)
@@ -743,9 +745,7 @@ async def test_a_client_resuming_on_another_replica_gets_the_ids_the_run_s_own_g
         Backend(settings, agents=agents) as a,
         Backend(settings, agents=agents) as b,
     ):
-        await a.start_run(ANONYMOUS, body())
-        head = await follow(a, "r1", until="TOOL_CALL_END")
-        await parked(a, "anonymous", "r1")
+        head = await parked_run(a)
         remote, _ = await b.resume(ANONYMOUS, "r1", head[-1][0])
         assert isinstance(remote, RemoteRun) and remote.epoch == 0
         await b.submit_tool_result(ANONYMOUS, "r1", head[-1][1]["toolCallId"],
@@ -770,9 +770,7 @@ async def test_a_client_resumed_on_a_peer_is_caught_up_from_its_cursor_when_the_
                      text("Sunny."))
     async with a_behind_a_relay(tmp_path, "silent", model_agent(fake_openai.base_url)) as (
             a, b, relay):
-        await a.start_run(ANONYMOUS, body())
-        head = await follow(a, "r1", until="TOOL_CALL_END")
-        await parked(a, "anonymous", "r1")
+        head = await parked_run(a)
         waiting = asyncio.create_task(follow(b, "r1", after=head[-1][0]))
         await asyncio.sleep(0.2)  # attached on B, nothing sent (not waited for otherwise)
         relay.freeze()  # A goes silent: its heartbeat stops
