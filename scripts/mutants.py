@@ -125,11 +125,16 @@ def of_record(path: Path) -> Verdicts | None:
     """The verdicts a finished run left in ``docs/mutants/`` (``None``: none is there)."""
     if not path.exists():
         return None
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return Verdicts(data["commit"], data["definition_sha256"],
-                    {name: Counter(counts) for name, counts in data["modules"].items()},
-                    data["judging_seconds"], data["survived"], data["no_tests"],
-                    data.get("not_judged", []))
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return Verdicts(data["commit"], data["definition_sha256"],
+                        {name: Counter(counts) for name, counts in data["modules"].items()},
+                        data["judging_seconds"], data["survived"], data["no_tests"],
+                        data.get("not_judged", []))
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        # Written only by this script; a merge or a hand edit can still break one.
+        sys.exit(f"mutants: {path}: not a record this script wrote ({type(error).__name__}: "
+                 f"{error}); restore it from git or run the group again")
 
 
 def toml_value(value: object) -> str:
@@ -286,7 +291,7 @@ def stale(verdicts: Verdicts | None, pyproject: str, tests: list[str],
     Other groups' tests and the docs may change: so groups measured at different commits can
     all hold at one. ``open_ok``: mutants not judged yet are no reason."""
     if verdicts is None:
-        return "no finished run is recorded"
+        return "no run is recorded (run the group)"
     started_at = verdicts.commit
     if started_at.endswith("+changes"):
         return f"the run was of {started_at}: a tree with changes not committed"

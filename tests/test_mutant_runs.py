@@ -56,7 +56,7 @@ def test_verdicts_hold_until_what_they_depend_on_changes(
     mutants.git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "first")
     started_at = mutants.git("rev-parse", "--short", "HEAD")[0]
     tests = ["tests/test_a.py::test_one"]
-    assert mutants.stale(None, "P", tests) == "no finished run is recorded"
+    assert mutants.stale(None, "P", tests) == "no run is recorded (run the group)"
     verdicts = mutants.Verdicts(started_at, mutants.digest("P"),
                                 {"src/x/a.py": Counter(killed=1, survived=1)}, 3.0)
     assert mutants.stale(verdicts, "P", tests) is None
@@ -109,6 +109,11 @@ def test_a_finished_run_is_recorded_and_reported_without_its_scratch_copy(
     record.write_text(verdicts.record())
     assert mutants.of_record(record) == verdicts
     assert mutants.of_record(tmp_path / "store.json") is None
+    for broken in ("{", "[]", '{"commit": "abc1234"}', json.dumps({
+            **json.loads(verdicts.record()), "modules": ["src/iobridge/auth.py"]})):
+        (tmp_path / "broken.json").write_text(broken)
+        with pytest.raises(SystemExit, match=r"broken\.json: not a record this script wrote"):
+            mutants.of_record(tmp_path / "broken.json")
 
     monkeypatch.setattr(mutants, "WORK", tmp_path / "build")
     monkeypatch.setattr(mutants, "RECORDS", tmp_path)
