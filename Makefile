@@ -85,10 +85,10 @@ fuzz: $(STAMP)
 
 # Mutation testing (slow, not in CI; docs/testing.md). One group at a time, MUTANT_CHILDREN
 # mutmut workers, each group with its own tests only. Repoint a group here when its modules move.
-# MUTANT_RESUME=1 goes on with a group's run that was stopped (same commit, clean tree only);
-# MUTANT_CHECK=1 (or `make mutants-check`) only says whether a group's verdicts hold for this tree;
-# it reads docs/mutants/<group>.json, which a run writes when it ends (commit it) and
-# `make mutants-record` writes for a stopped one; MUTANT_RESUME=1 without build/ goes on from it.
+# A run writes docs/mutants/<group>.json when it ends (commit it); `make mutants-record` writes
+# it for a run that was stopped. MUTANT_RESUME=1 goes on with a stopped run: its scratch copy in
+# build/ (same commit, clean tree), or else the record's open mutants, at any commit where the
+# record holds. MUTANT_CHECK=1 (or `make mutants-check`) only says whether the record holds.
 MUTANT_CHILDREN ?= 4
 MUTANT_ALL := protocol auth npamp runtime observability cluster http store app agents
 MUTANT_GROUPS ?= $(MUTANT_ALL)
