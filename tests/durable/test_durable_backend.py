@@ -69,9 +69,10 @@ async def backend(url: str, fake: FakeOpenAI, **settings: Any) -> AsyncIterator[
 async def parked_run(b: Backend, run: dict[str, Any] | None = None) -> Stream:
     """Start ``run`` (``body()``) and wait until it is parked on its tool call: what a client
     had of it, up to its TOOL_CALL_END."""
-    await b.start_run(ANONYMOUS, run or body())
-    head = await follow(b, "r1", until="TOOL_CALL_END")
-    await parked(b, "anonymous", "r1")
+    run = run or body()
+    await b.start_run(ANONYMOUS, run)
+    head = await follow(b, run["runId"], until="TOOL_CALL_END")
+    await parked(b, "anonymous", run["runId"])
     return head
 
 
@@ -79,6 +80,22 @@ async def parked_run(b: Backend, run: dict[str, Any] | None = None) -> Stream:
 # its open step closed, the whole conversation, the run's end). A test that resumes right after
 # answering a tool accepts it: the run may conclude first on a loaded machine.
 CONCLUDED = ["STEP_FINISHED", "MESSAGES_SNAPSHOT", "RUN_FINISHED"]
+
+
+def answered(tail: Stream, thread: list[dict[str, Any]], answer: str, *,
+             step_open: bool = True) -> bool:
+    """Check that a client which resumed right after answering a tool got ``answer``: as text
+    events, or, when the run concluded before the client was back, in the snapshot it was
+    caught up with (``CONCLUDED``, without the step's end if it had none open: the stored
+    ``thread``, no text). Says whether the run had concluded first."""
+    kinds = [e["type"] for _, e in tail]
+    said = "".join(e["delta"] for _, e in tail if e["type"] == "TEXT_MESSAGE_CONTENT")
+    if kinds == (CONCLUDED if step_open else CONCLUDED[1:]):
+        assert tail[-2][1]["messages"] == thread and not said
+        assert thread[-1]["content"] == answer
+        return True
+    assert said == answer
+    return False
 
 
 async def until(run: Run, kind: str, after: int = 0) -> list[tuple[int, dict[str, Any]]]:
@@ -137,18 +154,16 @@ async def test_a_parked_run_goes_on_in_the_next_backend_and_stores_its_exchange_
             await second.submit_tool_result(ANONYMOUS, "r1", call, {"content": "again"})
         tail = await follow(second, "r1", after=head[-1][0], until="RUN_FINISHED")
         assert_valid_stream(head + tail, thread_id="t1", run_id="r1")
-        kinds = [e["type"] for _, e in tail]
-        roles = [m["role"] for m in tail[1][1]["messages"]]
-        said = "".join(e["delta"] for _, e in tail if e["type"] == "TEXT_MESSAGE_CONTENT")
         messages = await stored(second)
-        if kinds == CONCLUDED:
-            assert tail[1][1]["messages"] == messages and not said
-        else:
+        concluded = answered(tail, messages, "Sunny in Oslo.")
+        if not concluded:
             # Caught up: the client's step closed, the conversation at the run's last point,
             # then the run in epoch 1 (ids above 2^32) from there: the park point (the result
             # comes as an event), or the point after the result, if the run got there first.
+            kinds = [e["type"] for _, e in tail]
             assert kinds[:3] == ["STEP_FINISHED", "MESSAGES_SNAPSHOT", "STATE_SNAPSHOT"]
             assert kinds[-1] == "RUN_FINISHED" and number(tail[3][0]) > 1 << 32
+            roles = [m["role"] for m in tail[1][1]["messages"]]
             if roles == ["user", "assistant"]:
                 assert kinds[3] == "TOOL_CALL_RESULT"
                 # (its first event, the step's end at the point, is not sent again to a
@@ -157,13 +172,12 @@ async def test_a_parked_run_goes_on_in_the_next_backend_and_stores_its_exchange_
             else:
                 assert roles == ["user", "assistant", "tool"]
                 assert "TOOL_CALL_RESULT" not in kinds
-            assert said == "Sunny in Oslo."
         assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
         assert messages[1]["toolCalls"][0]["id"] == call
         assert messages[2]["content"] == '{"t":21}'
         assert messages[3]["content"] == "Sunny in Oslo."
         await dropped(second, "r1")
-        if kinds != CONCLUDED:
+        if not concluded:
             # A client that resumes with the new epoch's ids goes on plainly.
             rest = await follow(second, "r1", after=tail[3][0])
             assert [e for _, e in rest] == [e for _, e in tail[4:]]
@@ -699,10 +713,7 @@ async def test_a_follower_on_another_replica_is_caught_up_from_the_continued_run
             assert ("TOOL_CALL_RESULT" in kinds) != ("tool" in roles)
             # So does the answer: as text events, or in that snapshot when the run had
             # concluded before the client was back.
-            said = "".join(e["delta"] for _, e in tail if e["type"] == "TEXT_MESSAGE_CONTENT")
-            last = tail[1][1]["messages"][-1]
-            assert said == "Sunny." or (kinds == CONCLUDED and not said and (
-                last["role"], last["content"]) == ("assistant", "Sunny."))
+            answered(tail, await stored(third), "Sunny.")
             # Once it concluded (its checkpoint dropped), the same client coming back through
             # the third replica is caught up from the thread, up to the run's end that the
             # second shares on request.
