@@ -88,7 +88,9 @@ fuzz: $(STAMP)
 # A run writes docs/mutants/<group>.json when it ends (commit it); `make mutants-record` writes
 # it for a run that was stopped. MUTANT_RESUME=1 goes on with a stopped run: its scratch copy in
 # build/ (same commit, clean tree), or else the record's open mutants, at any commit where the
-# record holds. MUTANT_CHECK=1 (or `make mutants-check`) only says whether the record holds.
+# record holds. MUTANT_REOPEN=1, once new test files were committed for a record's survivors,
+# judges only its survivors and untested mutants again (its kills hold) at the new commit.
+# MUTANT_CHECK=1 (or `make mutants-check`) only says whether the record holds.
 MUTANT_CHILDREN ?= 4
 MUTANT_ALL := protocol auth npamp runtime observability cluster http store app agents
 MUTANT_GROUPS ?= $(MUTANT_ALL)
@@ -205,7 +207,7 @@ $(MUTANT_TARGETS): mutants-%: $(STAMP)
 	  --mutate $(foreach p,$(MUTATE_$*),'$(p)') --tests $(TESTS_$*) \
 	  $(if $(DESELECT_$*),--deselect $(DESELECT_$*)) $(if $(POSTGRES_$*),--postgres) \
 	  $(if $(SKIP_$*),--skip $(foreach p,$(SKIP_$*),'$(p)')) $(if $(MUTANT_RESUME),--resume) \
-	  $(if $(MUTANT_CHECK),--check)
+	  $(if $(MUTANT_REOPEN),--reopen) $(if $(MUTANT_CHECK),--check)
 
 mutants-report:
 	$(BIN)/python scripts/mutants.py report $(MUTANT_GROUPS)

@@ -11,6 +11,8 @@ one group's test selection never decides another group's results.
         [--postgres]           (keep IOBRIDGE_TEST_POSTGRES_URL: the PostgreSQL variants run)
         [--skip 'src/x/y/*' ...] (files the --mutate globs match but mutmut cannot judge)
         [--resume]             (go on with the group's unfinished run, or its record's)
+        [--reopen]             (judge the record's survivors and untested mutants again
+                                with the test files added since)
         [--check]              (do the group's verdicts still hold for the tree checked out?)
     python scripts/mutants.py record GROUP
     python scripts/mutants.py report GROUP [GROUP ...]
@@ -21,7 +23,10 @@ counts per module, the judging time, and the names of the mutants that survived,
 test or are not judged yet. Commit the record: ``build/`` does not outlive a checkout and a
 long group outlives a working session, so the check reads the record, and ``--resume`` in a
 checkout without the scratch copy judges the record's open mutants in a new one (at any
-commit where the record's verdicts still hold) and adds their verdicts to it.
+commit where the record's verdicts still hold) and adds their verdicts to it. ``--reopen``,
+once new test files were written for a record's survivors, judges only its survivors and
+untested mutants again (a kill holds: new files take no test away) and records the verdicts
+at the new commit.
 
 The Makefile (``make mutants``) holds the group list; this script only runs and reads.
 """
@@ -77,6 +82,15 @@ class Verdicts:
                         for name, counts in self.modules.items()},
             "survived": self.survived, "no_tests": self.untested, "not_judged": self.unjudged,
         }, indent=1, ensure_ascii=False) + "\n"
+
+    def reopened(self, at: str) -> Verdicts:
+        """These verdicts at ``at``, with the mutants that survived or had no test open again."""
+        modules = {}
+        for name, counts in self.modules.items():
+            modules[name] = fresh = Counter(counts)
+            fresh["not judged"] += fresh.pop("survived", 0) + fresh.pop("no tests", 0)
+        return Verdicts(at, self.definition, modules, self.seconds, [], [],
+                        self.unjudged + self.survived + self.untested)
 
     def add(self, later: dict[str, dict[str, str]], seconds: float) -> Verdicts:
         """These verdicts with what ``later`` (a run of this group's open mutants, at a tree
@@ -171,7 +185,8 @@ def group_pyproject(mutate: list[str], tests: list[str], skip: list[str] | None 
 
 def run(group: str, mutate: list[str], tests: list[str], deselect: list[str],
         max_children: int, mutants: list[str], postgres: bool = False,
-        skip: list[str] | None = None, resume: bool = False, check: bool = False) -> int:
+        skip: list[str] | None = None, resume: bool = False, check: bool = False,
+        reopen: bool = False) -> int:
     for pattern in [*mutate, *(skip or [])]:
         if not any(fnmatch.fnmatch(str(p.relative_to(ROOT)), pattern)
                    for p in (ROOT / "src").rglob("*.py")):
@@ -195,7 +210,18 @@ def run(group: str, mutate: list[str], tests: list[str], deselect: list[str],
     env = {k: v for k, v in os.environ.items() if k not in dropped}
     started = time.monotonic()
     base: Verdicts | None = None
-    if resume:
+    if reopen:
+        base = of_record(RECORDS / f"{group}.json")
+        now = commit()
+        why = ("the tree has changes not committed (a verdict must name its commit)"
+               if now.endswith("+changes") else
+               stale(base, pyproject, tests, open_ok=True, new_tests_ok=True))
+        if base is None or why:
+            sys.exit(f"mutants: {group}: cannot reopen docs/mutants/{group}.json: {why}")
+        print(f"mutants: {group}: judging again the {len(base.survived) + len(base.untested)} "
+              f"mutants that survived or had no test at {base.commit}, at {now}")
+        base = base.reopened(now)
+    elif resume:
         # mutmut keeps every verdict it reached and judges only the mutants still open.
         problem = resumable(work)
         if problem is None:
@@ -282,14 +308,15 @@ def git(*args: str) -> list[str]:
 
 
 def stale(verdicts: Verdicts | None, pyproject: str, tests: list[str],
-          open_ok: bool = False) -> str | None:
+          open_ok: bool = False, new_tests_ok: bool = False) -> str | None:
     """Why ``verdicts`` do not hold for the tree checked out now (``None``: they do), given
     the group's generated ``pyproject.toml`` and its tests. A verdict depends on the code
     (all of ``src/``: a mutant's fate can turn on code it calls), on the group's tests and
     the helpers under ``tests/`` they may import, on the selection plugin, and on the group's
     definition and ``pyproject.toml`` (both in the group's generated ``pyproject.toml``).
     Other groups' tests and the docs may change: so groups measured at different commits can
-    all hold at one. ``open_ok``: mutants not judged yet are no reason."""
+    all hold at one. ``open_ok``: mutants not judged yet are no reason; ``new_tests_ok``:
+    nor are test files added since (they take no test away: every kill holds)."""
     if verdicts is None:
         return "no run is recorded (run the group)"
     started_at = verdicts.commit
@@ -303,6 +330,10 @@ def stale(verdicts: Verdicts | None, pyproject: str, tests: list[str],
     changed |= {name for name in (*git("diff", "--name-only", started_at, "--", "tests"),
                                   *git("ls-files", "--others", "--exclude-standard", "--", "tests"))
                 if name.endswith(".py") and not Path(name).name.startswith("test_")}
+    if new_tests_ok:
+        changed -= {name for name in git("diff", "--name-only", "--diff-filter=A", started_at,
+                                         "--", "tests")
+                    if Path(name).name.startswith("test_")}
     if changed:
         return f"changed since the run at {started_at}: {', '.join(sorted(changed))}"
     if verdicts.open and not open_ok:
@@ -407,6 +438,9 @@ def main() -> int:
                             help="keep IOBRIDGE_TEST_POSTGRES_URL (PostgreSQL variants run)")
     run_parser.add_argument("--resume", action="store_true",
                             help="go on with this group's unfinished run (same commit only)")
+    run_parser.add_argument("--reopen", action="store_true",
+                            help="judge the record's survivors and untested mutants again "
+                                 "with the test files added since")
     run_parser.add_argument("--check", action="store_true",
                             help="only say whether the group's verdicts hold for this tree")
     run_parser.add_argument("--skip", nargs="*", default=[],
@@ -419,7 +453,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.command == "run":
         return run(args.group, args.mutate, args.tests, args.deselect, args.max_children,
-                   args.mutants, args.postgres, args.skip, args.resume, args.check)
+                   args.mutants, args.postgres, args.skip, args.resume, args.check,
+                   args.reopen)
     if args.command == "record":
         return record(args.group)
     return report(args.groups)

@@ -128,52 +128,69 @@ def test_a_finished_run_is_recorded_and_reported_without_its_scratch_copy(
     assert "store: no results" in capsys.readouterr().out
 
 
-def test_a_stopped_run_goes_on_from_its_record_in_a_new_checkout(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    repo = tmp_path / "repo"
-    for name in ("src/x/a.py", "tests/test_a.py", "docs/testing.md", "examples/e.toml"):
-        (repo / name).parent.mkdir(parents=True, exist_ok=True)
-        (repo / name).write_text("one\n")
-    (repo / "scripts").mkdir()
-    (repo / "scripts/mutant_tests.py").write_text("")
-    (repo / "pyproject.toml").write_text("[project]\nname = 'x'\n")
-    monkeypatch.setattr(mutants, "ROOT", repo)
-    monkeypatch.setattr(mutants, "WORK", repo / "build")
-    monkeypatch.setattr(mutants, "RECORDS", repo / "docs" / "mutants")
-    mutants.git("init", "-q")
-    mutants.git("add", ".")
-    mutants.git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "first")
-    monkeypatch.setattr(mutants, "measure", lambda *args: 0)
-    names = [f"x.a.f__mutmut_{i}" for i in range(1, 7)]
-    # mutmut judges the mutants it is given by name, or every open one; a stop leaves some.
-    verdict_of = {names[0]: 1, names[1]: 0, names[2]: 33, names[3]: 36, names[4]: 0,
-                  names[5]: 1}
-    calls: list[list[str]] = []
-    stop_after = [3]
-    exit_code = [1]  # its clean tests fail: nothing judged, nothing recorded
+NAMES = [f"x.a.f__mutmut_{i}" for i in range(1, 7)]
 
-    def mutmut(argv: list[str], cwd: Path, env: dict[str, str]) -> int:
+
+def commit_all(message: str) -> None:
+    mutants.git("add", ".")
+    mutants.git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message)
+
+
+class FakeMutmut:
+    """mutmut at the subprocess boundary, in a throwaway repository: it judges the mutants it
+    is given by name, or every open one, each as ``verdict_of`` says, and stops after
+    ``stop_after`` (a stop leaves some open)."""
+
+    def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.repo = repo = tmp_path / "repo"
+        for name in ("src/x/a.py", "tests/test_a.py", "docs/testing.md", "examples/e.toml"):
+            (repo / name).parent.mkdir(parents=True, exist_ok=True)
+            (repo / name).write_text("one\n")
+        (repo / "scripts").mkdir()
+        (repo / "scripts/mutant_tests.py").write_text("")
+        (repo / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+        # The scratch copies and the records stay out of the commits this test makes.
+        (repo / ".gitignore").write_text("build/\ndocs/mutants/\n")
+        monkeypatch.setattr(mutants, "ROOT", repo)
+        monkeypatch.setattr(mutants, "WORK", repo / "build")
+        monkeypatch.setattr(mutants, "RECORDS", repo / "docs" / "mutants")
+        mutants.git("init", "-q")
+        commit_all("first")
+        monkeypatch.setattr(mutants, "measure", lambda *args: 0)
+        monkeypatch.setattr(mutants.subprocess, "call", self)
+        self.verdict_of = dict(zip(NAMES, (1, 0, 33, 36, 0, 1), strict=True))
+        self.calls: list[list[str]] = []
+        self.stop_after = 3
+        self.exit_code = 0
+
+    def __call__(self, argv: list[str], cwd: Path, env: dict[str, str]) -> int:
         given = argv[4:]
-        calls.append(given)
+        self.calls.append(given)
         meta = cwd / "mutants" / "src" / "x" / "a.py.meta"
         meta.parent.mkdir(parents=True, exist_ok=True)
         data = json.loads(meta.read_text()) if meta.exists() else {
-            "exit_code_by_key": dict.fromkeys(names), "durations_by_key": {}}
+            "exit_code_by_key": dict.fromkeys(NAMES), "durations_by_key": {}}
         codes = data["exit_code_by_key"]
         todo = given or [name for name, code in codes.items() if code is None]
-        for name in todo[:stop_after[0]]:  # stopped there
-            codes[name] = verdict_of[name]
+        for name in todo[:self.stop_after]:  # stopped there
+            codes[name] = self.verdict_of[name]
             data["durations_by_key"][name] = 1.0
         meta.write_text(json.dumps(data))
-        return exit_code[0]
+        return self.exit_code
 
-    monkeypatch.setattr(mutants.subprocess, "call", mutmut)
-    args = ("x", ["src/x/*.py"], ["tests/test_a.py"], [], 2, [])
-    stop_after[0] = 0
+
+ARGS = ("x", ["src/x/*.py"], ["tests/test_a.py"], [], 2, [])
+
+
+def test_a_stopped_run_goes_on_from_its_record_in_a_new_checkout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = FakeMutmut(tmp_path, monkeypatch)
+    repo, calls, names, args = fake.repo, fake.calls, NAMES, ARGS
+    fake.stop_after, fake.exit_code = 0, 1  # its clean tests fail: nothing judged or recorded
     assert mutants.run(*args) == 1
     assert not (repo / "docs/mutants/x.json").exists()
-    stop_after[0], exit_code[0] = 3, 0
+    fake.stop_after, fake.exit_code = 3, 0
     calls.clear()
     assert mutants.run(*args) == 0
     first = mutants.of_record(repo / "docs/mutants/x.json")
@@ -183,8 +200,8 @@ def test_a_stopped_run_goes_on_from_its_record_in_a_new_checkout(
     # A new checkout (no build/), a later commit that changed only the docs.
     shutil.rmtree(repo / "build")
     (repo / "docs/testing.md").write_text("two\n")
-    mutants.git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "docs")
-    stop_after[0] = 2
+    commit_all("docs")
+    fake.stop_after = 2
     assert mutants.run(*args, resume=True) == 0
     assert calls[1] == names[3:]
     assert f"judging the 3 mutants the run at {first.commit} left open" in capsys.readouterr().out
@@ -214,3 +231,49 @@ def test_a_stopped_run_goes_on_from_its_record_in_a_new_checkout(
     with pytest.raises(SystemExit, match=r"changed since the run at \w+: src/x/a\.py"):
         mutants.run(*args, resume=True)
     assert len(calls) == 3
+
+
+def test_survivors_are_judged_again_with_the_test_files_added_since(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = FakeMutmut(tmp_path, monkeypatch)
+    fake.stop_after = 6
+    args = (*ARGS[:2], ["tests"], *ARGS[3:])  # a new test file there is one of the group's
+    assert mutants.run(*args) == 0
+    first = mutants.of_record(fake.repo / "docs/mutants/x.json")
+    assert first is not None
+    assert (first.survived, first.untested) == ([NAMES[1], NAMES[4]], [NAMES[2]])
+    with pytest.raises(SystemExit, match=r"cannot reopen .*: no run is recorded"):
+        mutants.run("y", *args[1:], reopen=True)
+    # A new test file kills one survivor and covers the untested mutant.
+    (fake.repo / "tests/test_more.py").write_text("new\n")
+    with pytest.raises(SystemExit, match="the tree has changes not committed"):
+        mutants.run(*args, reopen=True)
+    commit_all("tests")
+    now = mutants.commit()
+    fake.verdict_of.update({NAMES[1]: 1, NAMES[2]: 0})
+    fake.stop_after = 1  # stopped after one: the rest goes on from the record
+    shutil.rmtree(fake.repo / "build")
+    assert mutants.run(*args, reopen=True) == 0
+    assert fake.calls[-1] == [NAMES[1], NAMES[4], NAMES[2]]  # the kills are not judged again
+    assert f"judging again the 3 mutants that survived or had no test at {first.commit}, " \
+        f"at {now}" in capsys.readouterr().out
+    shutil.rmtree(fake.repo / "build")
+    fake.stop_after = 6
+    assert mutants.run(*args, resume=True) == 0
+    assert fake.calls[-1] == [NAMES[4], NAMES[2]]
+    again = mutants.of_record(fake.repo / "docs/mutants/x.json")
+    assert again is not None and again.commit == now and again.definition == first.definition
+    assert again.modules == {"src/x/a.py": Counter(
+        {"killed": 3, "survived": 2, "timeout": 1})}
+    assert (sorted(again.survived), again.untested, again.unjudged) == (
+        [NAMES[2], NAMES[4]], [], [])
+    assert again.seconds == first.seconds + 3
+    # A test file that was there changed, or a new helper: a kill may not hold; refused.
+    for name in ("tests/test_a.py", "tests/conftest.py"):
+        (fake.repo / name).write_text("two\n")
+        commit_all(name)
+        with pytest.raises(SystemExit, match=f"cannot reopen .*changed since the run at "
+                                             f"{now}: {name}"):
+            mutants.run(*args, reopen=True)
+        mutants.git("reset", "-q", "--hard", "HEAD~1")
