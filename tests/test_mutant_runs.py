@@ -1,7 +1,8 @@
 """``scripts/mutants.py``: a stopped group run goes on only where it was started, the
 report sums the time its parts spent judging mutants, and a group's verdicts hold at a later
 commit only while nothing they depend on changed; a finished run's verdicts are recorded
-where a new checkout finds them."""
+where a new checkout finds them; and a record's survivors are judged again, its kills kept,
+only when nothing but new test files came since."""
 
 from __future__ import annotations
 
