@@ -76,22 +76,26 @@ async def parked_run(b: Backend, run: dict[str, Any] | None = None) -> Stream:
     return head
 
 
-# What a client coming back to a run that concluded meanwhile gets (caught up from the thread:
-# its open step closed, the whole conversation, the run's end). A test that resumes right after
-# answering a tool accepts it: the run may conclude first on a loaded machine.
+# What a client coming back to a run that got past its answer meanwhile gets: its open step
+# closed, the whole conversation, then the run's end (concluded: caught up from the thread), or
+# the shared state and the run's end (the durable point after its answering model step). A test
+# that resumes right after answering a tool accepts it: the run may get there first on a loaded
+# machine.
 CONCLUDED = ["STEP_FINISHED", "MESSAGES_SNAPSHOT", "RUN_FINISHED"]
+PAST_THE_ANSWER = ["STEP_FINISHED", "MESSAGES_SNAPSHOT", "STATE_SNAPSHOT", "RUN_FINISHED"]
 
 
 def answered(tail: Stream, thread: list[dict[str, Any]], answer: str, *,
              step_open: bool = True) -> bool:
     """Check that a client which resumed right after answering a tool got ``answer``: as text
-    events, or, when the run concluded before the client was back, in the snapshot it was
-    caught up with (``CONCLUDED``, without the step's end if it had none open: the stored
-    ``thread``, no text). Says whether the run had concluded first."""
+    events, or, when the run got past it before the client was back, in the snapshot it was
+    caught up with (``CONCLUDED`` or ``PAST_THE_ANSWER``, without the step's end if it had
+    none open: the stored ``thread``, no text). Says whether it came in the snapshot."""
     kinds = [e["type"] for _, e in tail]
     said = "".join(e["delta"] for _, e in tail if e["type"] == "TEXT_MESSAGE_CONTENT")
-    if kinds == (CONCLUDED if step_open else CONCLUDED[1:]):
-        assert tail[-2][1]["messages"] == thread and not said
+    skip = 0 if step_open else 1
+    if kinds in (CONCLUDED[skip:], PAST_THE_ANSWER[skip:]):
+        assert tail[1 - skip][1]["messages"] == thread and not said
         assert thread[-1]["content"] == answer
         return True
     assert said == answer
@@ -155,8 +159,8 @@ async def test_a_parked_run_goes_on_in_the_next_backend_and_stores_its_exchange_
         tail = await follow(second, "r1", after=head[-1][0], until="RUN_FINISHED")
         assert_valid_stream(head + tail, thread_id="t1", run_id="r1")
         messages = await stored(second)
-        concluded = answered(tail, messages, "Sunny in Oslo.")
-        if not concluded:
+        in_snapshot = answered(tail, messages, "Sunny in Oslo.")
+        if not in_snapshot:
             # Caught up: the client's step closed, the conversation at the run's last point,
             # then the run in epoch 1 (ids above 2^32) from there: the park point (the result
             # comes as an event), or the point after the result, if the run got there first.
@@ -177,7 +181,7 @@ async def test_a_parked_run_goes_on_in_the_next_backend_and_stores_its_exchange_
         assert messages[2]["content"] == '{"t":21}'
         assert messages[3]["content"] == "Sunny in Oslo."
         await dropped(second, "r1")
-        if not concluded:
+        if not in_snapshot:
             # A client that resumes with the new epoch's ids goes on plainly.
             rest = await follow(second, "r1", after=tail[3][0])
             assert [e for _, e in rest] == [e for _, e in tail[4:]]
@@ -711,8 +715,8 @@ async def test_a_follower_on_another_replica_is_caught_up_from_the_continued_run
             # The result reaches the client as an event, or in the snapshot of a later point.
             roles = [m["role"] for m in tail[1][1]["messages"]]
             assert ("TOOL_CALL_RESULT" in kinds) != ("tool" in roles)
-            # So does the answer: as text events, or in that snapshot when the run had
-            # concluded before the client was back.
+            # So does the answer: as text events, or in that snapshot when the run had got
+            # past it before the client was back.
             answered(tail, await stored(third), "Sunny.")
             # Once it concluded (its checkpoint dropped), the same client coming back through
             # the third replica is caught up from the thread, up to the run's end that the
