@@ -24,6 +24,15 @@ from iobridge.config import Settings
 from iobridge.store import records
 
 
+async def pointed(b: Backend) -> None:
+    """Until step "one"'s point is written (the run's checkpoint holds its message)."""
+    async with asyncio.timeout(10):  # a hang guard, not a timing check
+        while (checkpoint := await b.store.load_checkpoint(*KEY)) is None or not (
+            checkpoint.point["messages"]
+        ):
+            await asyncio.sleep(0.02)
+
+
 def three_steps(*gates: asyncio.Event) -> FunctionAgent:
     """A durable agent of three steps; before steps two and three it waits for its gate (a
     durable point behind it each time)."""
@@ -48,7 +57,7 @@ async def test_a_run_whose_checkpoint_another_process_took_stops_here_without_an
         async with Backend(Settings(database_url=url), agents=[three_steps(*gates)]) as b:
             run = await b.start_run(ANONYMOUS, body("steps"))
             await events_of(run, "STEP_FINISHED")
-            await asyncio.sleep(0.2)  # the point's write
+            await pointed(b)
             assert await b.store.claim_checkpoint(*KEY, 0, "elsewhere")
             gates[0].set()  # step "two" ends: its point is refused (the epoch moved on)
             events = await events_of(run, "STEP_FINISHED", times=2)
@@ -77,12 +86,14 @@ async def test_a_run_whose_checkpoint_is_gone_goes_on_not_durable(
         async with Backend(Settings(database_url=url), agents=[three_steps(*gates)]) as b:
             run = await b.start_run(ANONYMOUS, body("steps"))
             await events_of(run, "STEP_FINISHED")
-            await asyncio.sleep(0.2)  # the point's write
+            await pointed(b)
             await _execute(url, delete(records.checkpoints).where(
                 records.checkpoints.c.run_id == "r1"))
             gates[0].set()  # step "two" ends: its point finds no row
             await events_of(run, "STEP_FINISHED", times=2)
-            await asyncio.sleep(0.2)
+            async with asyncio.timeout(10):  # until step "two"'s point was refused
+                while not any("is gone" in r.getMessage() for r in caplog.records):
+                    await asyncio.sleep(0.02)
             gates[1].set()
             events = await events_of(run)
             async with asyncio.timeout(10):
