@@ -65,18 +65,26 @@ async def test_the_result_reported_before_parking_ends_the_continued_run(
 async def test_a_continued_run_counts_against_the_caller_it_started_for(
     tmp_path: Path,
 ) -> None:
+    """Auth mode none: the limit counts per resourceId, and a continued run counts against
+    the resource it acted for (not the one principal every caller is)."""
+
+    def acting_for(resource: str, run_id: str) -> dict[str, object]:
+        given = body("asks", threadId=f"t-{run_id}", runId=run_id)
+        return {**given, "forwardedProps": {**given["forwardedProps"], "resourceId": resource}}
+
     url = await database(tmp_path)
     settings = Settings(database_url=url, max_active_runs_per_principal=1)
     gate = asyncio.Event()
     async with Backend(settings, agents=[three_calls([], gate)]) as first:
-        await first.start_run(ANONYMOUS, body("asks"))
-        await parked(first, *KEY)
+        await first.start_run(ANONYMOUS, acting_for("alice", "r1"))
+        await parked(first, "anonymous", "r1")
     async with Backend(settings, agents=[three_calls([], gate)]) as second:
         run = await continued(second)
-        assert second.runtime.active_runs == 1
         with pytest.raises(TooManyRequests) as refused:
-            await second.start_run(ANONYMOUS, {**body("asks"), "threadId": "t2", "runId": "r2"})
+            await second.start_run(ANONYMOUS, acting_for("alice", "r2"))
         assert refused.value.code == "TOO_MANY_RUNS"
+        await second.start_run(ANONYMOUS, acting_for("bob", "r3"))
+        assert second.runtime.active_runs == 2
         gate.set()
         for call in ("call-a", "call-b", "call-c"):
             await second.submit_tool_result(ANONYMOUS, "r1", call, {"content": call})
