@@ -494,6 +494,11 @@ async def test_a_follower_goes_on_where_a_stopped_replica_s_durable_run_is_conti
                     await asyncio.sleep(0.02)
             continued = b.get_run(ANONYMOUS, "r")
             assert continued.ids is not None and continued.ids.epoch == 1
+            # Posted once the follower follows the continued run: a result posted before
+            # reaches it inside its catch-up (a MESSAGES_SNAPSHOT), not as TOOL_CALL_RESULT.
+            async with asyncio.timeout(10):  # a hang guard, not a timing check
+                while not continued.subscribers:
+                    await asyncio.sleep(0.01)
             await b.submit_tool_result(ANONYMOUS, "r", call, {"content": "blue"})
             async with asyncio.timeout(20):
                 await follower
