@@ -90,6 +90,8 @@ fuzz: $(STAMP)
 # build/ (same commit, clean tree), or else the record's open mutants, at any commit where the
 # record holds. MUTANT_REOPEN=1, once new test files were committed for a record's survivors,
 # judges only its survivors and untested mutants again (its kills hold) at the new commit.
+# MUTANT_CARRY="tests/x.py::test_y ...", once those tests' bodies changed, carries the record
+# to the new commit, judging again only the mutants the change can turn.
 # MUTANT_CHECK=1 (or `make mutants-check`) only says whether the record holds.
 MUTANT_CHILDREN ?= 4
 MUTANT_ALL := protocol auth npamp runtime observability cluster http store app agents
@@ -207,7 +209,8 @@ $(MUTANT_TARGETS): mutants-%: $(STAMP)
 	  --mutate $(foreach p,$(MUTATE_$*),'$(p)') --tests $(TESTS_$*) \
 	  $(if $(DESELECT_$*),--deselect $(DESELECT_$*)) $(if $(POSTGRES_$*),--postgres) \
 	  $(if $(SKIP_$*),--skip $(foreach p,$(SKIP_$*),'$(p)')) $(if $(MUTANT_RESUME),--resume) \
-	  $(if $(MUTANT_REOPEN),--reopen) $(if $(MUTANT_CHECK),--check)
+	  $(if $(MUTANT_REOPEN),--reopen) $(if $(MUTANT_CHECK),--check) \
+	  $(if $(MUTANT_CARRY),--carry $(MUTANT_CARRY))
 
 mutants-report:
 	$(BIN)/python scripts/mutants.py report $(MUTANT_GROUPS)

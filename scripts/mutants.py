@@ -13,6 +13,7 @@ one group's test selection never decides another group's results.
         [--resume]             (go on with the group's unfinished run, or its record's)
         [--reopen]             (judge the record's survivors and untested mutants again
                                 with the test files added since)
+        [--carry NODE ...]     (the record's verdicts carried over these changed tests)
         [--check]              (do the group's verdicts still hold for the tree checked out?)
     python scripts/mutants.py record GROUP
     python scripts/mutants.py report GROUP [GROUP ...]
@@ -26,7 +27,9 @@ checkout without the scratch copy judges the record's open mutants in a new one 
 commit where the record's verdicts still hold) and adds their verdicts to it. ``--reopen``,
 once new test files were written for a record's survivors, judges only its survivors and
 untested mutants again (a kill holds: new files take no test away) and records the verdicts
-at the new commit.
+at the new commit. ``--carry``, once tests the record was judged with were changed (their
+bodies only), carries its verdicts to the new commit by judging again only what the change
+can turn (``carry``).
 
 The Makefile (``make mutants``) holds the group list; this script only runs and reads.
 """
@@ -34,6 +37,7 @@ The Makefile (``make mutants``) holds the group list; this script only runs and 
 from __future__ import annotations
 
 import argparse
+import ast
 import fnmatch
 import hashlib
 import json
@@ -69,6 +73,8 @@ class Verdicts:
     survived: list[str] = field(default_factory=list)
     untested: list[str] = field(default_factory=list)
     unjudged: list[str] = field(default_factory=list)
+    #: The commits and changed tests the verdicts were carried over (``carry``), oldest first.
+    carried: list[dict[str, object]] = field(default_factory=list)
 
     @property
     def open(self) -> int:
@@ -81,6 +87,7 @@ class Verdicts:
             "modules": {name: {status: n for status, n in sorted(counts.items()) if n}
                         for name, counts in self.modules.items()},
             "survived": self.survived, "no_tests": self.untested, "not_judged": self.unjudged,
+            **({"carried": self.carried} if self.carried else {}),
         }, indent=1, ensure_ascii=False) + "\n"
 
     def reopened(self, at: str) -> Verdicts:
@@ -90,7 +97,7 @@ class Verdicts:
             modules[name] = fresh = Counter(counts)
             fresh["not judged"] += fresh.pop("survived", 0) + fresh.pop("no tests", 0)
         return Verdicts(at, self.definition, modules, self.seconds, [], [],
-                        self.unjudged + self.survived + self.untested)
+                        self.unjudged + self.survived + self.untested, self.carried)
 
     def add(self, later: dict[str, dict[str, str]], seconds: float) -> Verdicts:
         """These verdicts with what ``later`` (a run of this group's open mutants, at a tree
@@ -108,7 +115,12 @@ class Verdicts:
             self.commit, self.definition, modules, self.seconds + seconds,
             self.survived + [n for n, status in judged.items() if status == "survived"],
             self.untested + [n for n, status in judged.items() if status == "no tests"],
-            [name for name in self.unjudged if name not in judged])
+            [name for name in self.unjudged if name not in judged], self.carried)
+
+
+def selection_of(tests: list[str], deselect: list[str]) -> list[str]:
+    """pytest's arguments for ``tests`` without the ``deselect`` ones."""
+    return tests + [arg for node in deselect for arg in ("--deselect", node)]
 
 
 def digest(pyproject: str) -> str:
@@ -144,7 +156,7 @@ def of_record(path: Path) -> Verdicts | None:
         return Verdicts(data["commit"], data["definition_sha256"],
                         {name: Counter(counts) for name, counts in data["modules"].items()},
                         data["judging_seconds"], data["survived"], data["no_tests"],
-                        data.get("not_judged", []))
+                        data.get("not_judged", []), data.get("carried", []))
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         # Written only by this script; a merge or a hand edit can still break one.
         sys.exit(f"mutants: {path}: not a record this script wrote ({type(error).__name__}: "
@@ -186,7 +198,7 @@ def group_pyproject(mutate: list[str], tests: list[str], skip: list[str] | None 
 def run(group: str, mutate: list[str], tests: list[str], deselect: list[str],
         max_children: int, mutants: list[str], postgres: bool = False,
         skip: list[str] | None = None, resume: bool = False, check: bool = False,
-        reopen: bool = False) -> int:
+        reopen: bool = False, carried: list[str] | None = None) -> int:
     for pattern in [*mutate, *(skip or [])]:
         if not any(fnmatch.fnmatch(str(p.relative_to(ROOT)), pattern)
                    for p in (ROOT / "src").rglob("*.py")):
@@ -195,7 +207,7 @@ def run(group: str, mutate: list[str], tests: list[str], deselect: list[str],
         if not (ROOT / path.split("::")[0]).exists():
             sys.exit(f"mutants: {group}: test path {path!r} does not exist")
     work = WORK / group
-    selection = tests + [arg for node in deselect for arg in ("--deselect", node)]
+    selection = selection_of(tests, deselect)
     pyproject = group_pyproject(mutate, selection, skip)
     if check:
         recorded = of_record(RECORDS / f"{group}.json")
@@ -204,6 +216,8 @@ def run(group: str, mutate: list[str], tests: list[str], deselect: list[str],
                                                   f" hold at {commit()} (nothing they depend on "
                                                   "changed)"))
         return 1 if problem else 0
+    if carried:
+        return carry(group, mutate, tests, deselect, max_children, carried, postgres, skip or [])
     # The sqlite variants only: mutants are judged by the in-process suite, not by CI's matrix;
     # a group whose code runs only on PostgreSQL (the store's) keeps the URL with --postgres.
     dropped = ("CI",) if postgres else ("CI", "IOBRIDGE_TEST_POSTGRES_URL")
@@ -274,6 +288,154 @@ def run(group: str, mutate: list[str], tests: list[str], deselect: list[str],
     return code
 
 
+def carry(group: str, mutate: list[str], tests: list[str], deselect: list[str],
+          max_children: int, nodes: list[str], postgres: bool, skip: list[str]) -> int:
+    """Carry the group's record to the commit checked out, where only the bodies of the
+    tests ``nodes`` (``file::function``) changed since its run.
+
+    A mutant is killed when one of the tests mutmut runs for it (the selection's tests that
+    execute its lines) fails; the other tests are the same, so a verdict can turn only where
+    the changed tests fail differently. They are run alone against every mutant, as they are
+    now (``<group>.changed``) and, where a recorded kill is not a failure of theirs, as they
+    were (``<group>.before``, in a worktree at the record's commit). A kill the old tests did
+    not make came from another test and holds; a survivor the new tests kill is killed; the
+    rest (a kill that was theirs and is not, a timeout, a line they newly run) is judged
+    again with the whole selection (``<group>.carried``). A timeout counts as no failure
+    here: on a loaded machine it may be one."""
+    selection = selection_of(tests, deselect)
+    base = of_record(RECORDS / f"{group}.json")
+    now = commit()
+    why = ("the tree has changes not committed (a verdict must name its commit)"
+           if now.endswith("+changes") else
+           stale(base, group_pyproject(mutate, selection, skip), tests,
+                 carried=frozenset(node.split("::")[0] for node in nodes)))
+    if base is None or why or (why := bodies_only(base.commit, nodes)):
+        sys.exit(f"mutants: {group}: cannot carry docs/mutants/{group}.json: {why}")
+    changed = sampled(f"{group}.changed", mutate, nodes, [], max_children, postgres, skip)
+    now_statuses = flat(changed)
+    recorded = {**{n: "survived" for n in base.survived}, **{n: "no tests" for n in base.untested}}
+    suspects, again, turned = [], [], {}
+    for name, status in now_statuses.items():
+        was = recorded.get(name, "killed")  # or a timeout: the record names survivors only
+        if was == "killed" and status != "killed":
+            suspects.append(name)
+        elif was == "survived" and status == "killed":
+            turned[name] = "killed"
+        elif status not in ("killed", "survived", "no tests") or (
+                was == "no tests" and status != "no tests"):
+            again.append(name)
+    before = flat(sampled_before(group, base.commit, mutate, nodes, suspects, max_children,
+                                 postgres, skip)) if suspects else {}
+    again += [name for name in suspects if before.get(name) not in ("survived", "no tests")]
+    full = flat(sampled(f"{group}.carried", mutate, tests, deselect, max_children, postgres,
+                        skip, again)) if again else {}
+    turned |= {name: full[name] for name in again}
+    modules = {module: Counter(counts) for module, counts in base.modules.items()}
+    module_of = {name: module for module, statuses in changed.items() for name in statuses}
+    survived, untested = set(base.survived), set(base.untested)
+    for name, status in list(turned.items()):
+        was = recorded.get(name, "killed")
+        if (was == "killed" and status in ("killed", "timeout")) or was == status:
+            del turned[name]  # held after all
+            continue
+        counts = modules[module_of[name]]
+        counts[was if was != "killed" or counts["killed"] else "timeout"] -= 1
+        counts[status] += 1
+        survived.discard(name)
+        untested.discard(name)
+        if status == "survived":
+            survived.add(name)
+        elif status == "no tests":
+            untested.add(name)
+    seconds = sum(judging_seconds_in(WORK / part) for part in (
+        f"{group}.changed", f"{group}.before-tree/build/mutants/{group}.before",
+        f"{group}.carried") if (WORK / part / "mutants").is_dir())
+    note = {"from": base.commit, "tests": nodes, "judged_alone": len(now_statuses),
+            "judged_as_before": len(suspects), "judged_again": len(again),
+            "turned": {name: f"{recorded.get(name, 'killed')} -> {status}"
+                       for name, status in sorted(turned.items())}}
+    carried = Verdicts(now, base.definition, modules, base.seconds + seconds,
+                       sorted(survived), sorted(untested), [], [*base.carried, note])
+    (RECORDS / f"{group}.json").write_text(carried.record(), encoding="utf-8")
+    print(f"mutants: {group}: verdicts of {base.commit} carried to {now}: {len(now_statuses)} "
+          f"mutants judged by the changed tests alone, {len(suspects)} by them as they were, "
+          f"{len(again)} again in full; {len(turned)} turned (docs/mutants/{group}.json)")
+    return 0
+
+
+def bodies_only(at: str, nodes: list[str]) -> str | None:
+    """Why the files of ``nodes`` differ from ``at`` in more than those module-level test
+    functions (``None``: they do not)."""
+    by_file: dict[str, set[str]] = {}
+    for node in nodes:
+        path, _, name = node.partition("::")
+        if not name or "::" in name or "[" in name:
+            return f"{node!r} is not file::function"
+        by_file.setdefault(path, set()).add(name)
+    for path, names in by_file.items():
+        trees = [ast.parse(source) for source in (
+            subprocess.run(["git", "show", f"{at}:{path}"], cwd=ROOT, text=True,
+                           capture_output=True, check=True).stdout,
+            (ROOT / path).read_text(encoding="utf-8"))]
+        for tree in trees:
+            functions = {node.name for node in tree.body
+                         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}
+            if names - functions:
+                return f"{path} has no test {', '.join(sorted(names - functions))} at both"
+            tree.body = [node for node in tree.body if getattr(node, "name", None) not in names]
+        if ast.dump(trees[0]) != ast.dump(trees[1]):
+            return f"{path} changed outside {', '.join(sorted(names))} since {at}"
+    return None
+
+
+def sampled(name: str, mutate: list[str], tests: list[str], deselect: list[str],
+            max_children: int, postgres: bool, skip: list[str],
+            mutants: list[str] | None = None) -> dict[str, dict[str, str]]:
+    """The statuses of a sample run in this tree: ``mutants`` (default all) judged by
+    ``tests``. A finished run of all in ``build/mutants/<name>`` is reused while nothing it
+    depends on changed."""
+    work = WORK / name
+    selection = selection_of(tests, deselect)
+    if mutants is None and (work / "commit").exists() and (work / "pyproject.toml").exists():
+        at = commit_of(work)
+        statuses = flat(statuses_in(work))
+        if (not at.endswith("+changes") and not changed_since(at, tests) and statuses
+                and "not judged" not in statuses.values()
+                and (work / "pyproject.toml").read_text() == group_pyproject(
+                    mutate, selection, skip)):
+            print(f"mutants: {name}: the run at {at} holds (reused)")
+            return statuses_in(work)
+    code = run(name, mutate, tests, deselect, max_children, mutants or ["*"], postgres, skip)
+    if code != 0:
+        sys.exit(f"mutants: {name}: the sample run failed ({code})")
+    return statuses_in(work)
+
+
+def sampled_before(group: str, at: str, mutate: list[str], nodes: list[str],
+                   mutants: list[str], max_children: int, postgres: bool,
+                   skip: list[str]) -> dict[str, dict[str, str]]:
+    """The statuses of ``mutants`` judged by the tests ``nodes`` as they were at ``at`` (a
+    worktree there runs its own copy of this script)."""
+    tree = WORK / f"{group}.before-tree"
+    subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT,
+                   capture_output=True, check=False)
+    subprocess.run(["git", "worktree", "add", "--detach", "--force", str(tree), at], cwd=ROOT,
+                   capture_output=True, check=True)
+    code = subprocess.call([
+        sys.executable, str(tree / "scripts" / "mutants.py"), "run", f"{group}.before",
+        "--mutate", *mutate, "--tests", *nodes, "--max-children", str(max_children),
+        "--mutants", *mutants, *(["--postgres"] if postgres else []),
+        *(["--skip", *skip] if skip else [])], cwd=tree)
+    if code != 0:
+        sys.exit(f"mutants: {group}.before: the sample run at {at} failed ({code})")
+    return statuses_in(tree / "build" / "mutants" / f"{group}.before")
+
+
+def flat(statuses: dict[str, dict[str, str]]) -> dict[str, str]:
+    """Each mutant's status, over the modules."""
+    return {name: status for module in statuses.values() for name, status in module.items()}
+
+
 def record(group: str) -> int:
     """Write the verdicts of the group's run in this checkout to ``docs/mutants/``."""
     verdicts = of_run(WORK / group)
@@ -308,7 +470,8 @@ def git(*args: str) -> list[str]:
 
 
 def stale(verdicts: Verdicts | None, pyproject: str, tests: list[str],
-          open_ok: bool = False, new_tests_ok: bool = False) -> str | None:
+          open_ok: bool = False, new_tests_ok: bool = False,
+          carried: frozenset[str] = frozenset()) -> str | None:
     """Why ``verdicts`` do not hold for the tree checked out now (``None``: they do), given
     the group's generated ``pyproject.toml`` and its tests. A verdict depends on the code
     (all of ``src/``: a mutant's fate can turn on code it calls), on the group's tests and
@@ -316,7 +479,8 @@ def stale(verdicts: Verdicts | None, pyproject: str, tests: list[str],
     definition and ``pyproject.toml`` (both in the group's generated ``pyproject.toml``).
     Other groups' tests and the docs may change: so groups measured at different commits can
     all hold at one. ``open_ok``: mutants not judged yet are no reason; ``new_tests_ok``:
-    nor are test files added since (they take no test away: every kill holds)."""
+    nor are test files added since (they take no test away: every kill holds); ``carried``:
+    nor are changes to these test files (``carry`` judges what they can turn)."""
     if verdicts is None:
         return "no run is recorded (run the group)"
     started_at = verdicts.commit
@@ -324,12 +488,7 @@ def stale(verdicts: Verdicts | None, pyproject: str, tests: list[str],
         return f"the run was of {started_at}: a tree with changes not committed"
     if verdicts.definition != digest(pyproject):
         return "the group's definition (Makefile) or pyproject.toml changed since the run"
-    paths = ["src", "scripts/mutant_tests.py", *dict.fromkeys(t.split("::")[0] for t in tests)]
-    changed = {*git("diff", "--name-only", started_at, "--", *paths),
-               *git("ls-files", "--others", "--exclude-standard", "--", *paths)}
-    changed |= {name for name in (*git("diff", "--name-only", started_at, "--", "tests"),
-                                  *git("ls-files", "--others", "--exclude-standard", "--", "tests"))
-                if name.endswith(".py") and not Path(name).name.startswith("test_")}
+    changed = changed_since(started_at, tests) - carried
     if new_tests_ok:
         changed -= {name for name in git("diff", "--name-only", "--diff-filter=A", started_at,
                                          "--", "tests")
@@ -339,6 +498,19 @@ def stale(verdicts: Verdicts | None, pyproject: str, tests: list[str],
     if verdicts.open and not open_ok:
         return f"the run at {started_at} has {verdicts.open} mutants not judged (MUTANT_RESUME=1)"
     return None
+
+
+def changed_since(started_at: str, tests: list[str]) -> set[str]:
+    """What a verdict of ``started_at`` judged with ``tests`` depends on and the tree checked
+    out changed since: ``src/``, the selection plugin, those tests, the helpers under
+    ``tests/``."""
+    paths = ["src", "scripts/mutant_tests.py", *dict.fromkeys(t.split("::")[0] for t in tests)]
+    changed = {*git("diff", "--name-only", started_at, "--", *paths),
+               *git("ls-files", "--others", "--exclude-standard", "--", *paths)}
+    return changed | {
+        name for name in (*git("diff", "--name-only", started_at, "--", "tests"),
+                          *git("ls-files", "--others", "--exclude-standard", "--", "tests"))
+        if name.endswith(".py") and not Path(name).name.startswith("test_")}
 
 
 def resumable(work: Path) -> str | None:
@@ -441,6 +613,9 @@ def main() -> int:
     run_parser.add_argument("--reopen", action="store_true",
                             help="judge the record's survivors and untested mutants again "
                                  "with the test files added since")
+    run_parser.add_argument("--carry", nargs="+", default=[], metavar="NODE",
+                            help="carry the record's verdicts over these changed tests "
+                                 "(file::function; only their bodies changed)")
     run_parser.add_argument("--check", action="store_true",
                             help="only say whether the group's verdicts hold for this tree")
     run_parser.add_argument("--skip", nargs="*", default=[],
@@ -454,7 +629,7 @@ def main() -> int:
     if args.command == "run":
         return run(args.group, args.mutate, args.tests, args.deselect, args.max_children,
                    args.mutants, args.postgres, args.skip, args.resume, args.check,
-                   args.reopen)
+                   args.reopen, args.carry)
     if args.command == "record":
         return record(args.group)
     return report(args.groups)

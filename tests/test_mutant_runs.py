@@ -6,6 +6,7 @@ only when nothing but new test files came since."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import shutil
 from collections import Counter
@@ -164,7 +165,7 @@ class FakeMutmut:
         self.stop_after = 3
         self.exit_code = 0
 
-    def __call__(self, argv: list[str], cwd: Path, env: dict[str, str]) -> int:
+    def __call__(self, argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> int:
         given = argv[4:]
         self.calls.append(given)
         meta = cwd / "mutants" / "src" / "x" / "a.py.meta"
@@ -172,7 +173,8 @@ class FakeMutmut:
         data = json.loads(meta.read_text()) if meta.exists() else {
             "exit_code_by_key": dict.fromkeys(NAMES), "durations_by_key": {}}
         codes = data["exit_code_by_key"]
-        todo = given or [name for name, code in codes.items() if code is None]
+        todo = [name for name in codes if any(fnmatch.fnmatch(name, g) for g in given)] \
+            if given else [name for name, code in codes.items() if code is None]
         for name in todo[:self.stop_after]:  # stopped there
             codes[name] = self.verdict_of[name]
             data["durations_by_key"][name] = 1.0
@@ -278,3 +280,104 @@ def test_survivors_are_judged_again_with_the_test_files_added_since(
                                              f"{now}: {name}"):
             mutants.run(*args, reopen=True)
         mutants.git("reset", "-q", "--hard", "HEAD~1")
+
+
+class FakeCarry(FakeMutmut):
+    """The same, where each part of ``carry`` gets the verdicts of its own tests: the changed
+    tests alone as they are now (``now``), as they were (``before``, the script of the
+    record's commit in a worktree), and the whole selection again (``again``)."""
+
+    def __init__(self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        super().__init__(tmp_path, monkeypatch)
+        (self.repo / "tests/test_a.py").write_text(
+            "def test_one():\n    assert True\n\n\ndef test_two():\n    assert True\n")
+        commit_all("two tests")
+        self.stop_after = 6
+        self.whole = dict(self.verdict_of)
+        self.now: dict[str, int] = {}
+        self.before: dict[str, int] = {}
+        self.again: dict[str, int] = {}
+
+    def __call__(self, argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> int:
+        if argv[1].endswith("scripts/mutants.py"):  # the record's commit, its tests as they were
+            assert argv[2:4] == ["run", "x.before"] and "tests/test_a.py::test_one" in argv
+            self.verdict_of = self.before
+            given = argv[argv.index("--mutants") + 1:]
+            return super().__call__(["mutmut", "run", "--max-children", "2", *given],
+                                    cwd / "build" / "mutants" / "x.before")
+        self.verdict_of = {"x.changed": self.now, "x.carried": self.again}.get(
+            cwd.name, self.whole)
+        return super().__call__(argv, cwd, env)
+
+
+def test_a_record_is_carried_over_a_changed_test_judging_only_what_it_can_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = FakeCarry(tmp_path, monkeypatch)
+    repo, names = fake.repo, NAMES
+    args = (*ARGS[:2], ["tests/test_a.py"], *ARGS[3:])
+    assert mutants.run(*args) == 0
+    first = mutants.of_record(repo / "docs/mutants/x.json")
+    assert first is not None
+    assert first.modules == {"src/x/a.py": Counter(
+        {"killed": 2, "survived": 2, "no tests": 1, "timeout": 1})}
+    node = "tests/test_a.py::test_one"
+    # Only test_one's body changed.
+    (repo / "tests/test_a.py").write_text(
+        "def test_one():\n    assert 1\n\n\ndef test_two():\n    assert True\n")
+    commit_all("test_one")
+    assert mutants.run(*args, check=True) == 1
+    assert f"changed since the run at {first.commit}: tests/test_a.py" in capsys.readouterr().out
+    now = mutants.commit()
+    # The changed test alone: kills the first as before, a survivor now (turned), passes
+    # where the record had a timeout, and no longer runs for the last kill.
+    fake.now = dict(zip(names, (1, 1, 33, 0, 0, 33), strict=True))
+    # As it was: it made the timeout (judged again in full: it survives now), not the last.
+    fake.before = {names[3]: 36, names[5]: 0}
+    fake.again = {names[3]: 0}
+    calls = len(fake.calls)
+    assert mutants.run(*args, carried=[node]) == 0
+    assert fake.calls[calls:] == [["*"], [names[3], names[5]], [names[3]]]
+    assert (f"verdicts of {first.commit} carried to {now}: 6 mutants judged by the changed "
+            "tests alone, 2 by them as they were, 1 again in full; 2 turned"
+            ) in capsys.readouterr().out
+    carried = mutants.of_record(repo / "docs/mutants/x.json")
+    assert carried is not None
+    assert (carried.commit, carried.definition) == (now, first.definition)
+    # names[1] survived -> killed; names[3] (a kill, the record does not say which were
+    # timeouts: taken from the killed) -> survived.
+    assert carried.modules == {"src/x/a.py": Counter(
+        {"killed": 2, "survived": 2, "no tests": 1, "timeout": 1})}
+    assert (carried.survived, carried.untested) == ([names[3], names[4]], [names[2]])
+    assert carried.seconds == first.seconds + 6 + 2 + 1
+    assert carried.carried == [{
+        "from": first.commit, "tests": [node], "judged_alone": 6, "judged_as_before": 2,
+        "judged_again": 1, "turned": {names[1]: "survived -> killed",
+                                      names[3]: "killed -> survived"}}]
+    assert mutants.stale(carried, (repo / "build/x/pyproject.toml").read_text(),
+                         args[2]) is None
+
+
+def test_a_record_is_not_carried_over_more_than_the_bodies_of_the_tests_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeCarry(tmp_path, monkeypatch)
+    repo = fake.repo
+    args = (*ARGS[:2], ["tests/test_a.py"], *ARGS[3:])
+    assert mutants.run(*args) == 0
+    record = (repo / "docs/mutants/x.json").read_text()
+    node = "tests/test_a.py::test_one"
+    for path, text, why in (
+            ("tests/test_a.py", "X = 1\n\n\ndef test_one():\n    assert 1\n\n\n"
+             "def test_two():\n    assert True\n", "tests/test_a.py changed outside test_one"),
+            ("tests/test_a.py", "def test_two():\n    assert True\n",
+             "tests/test_a.py has no test test_one at both"),
+            ("src/x/a.py", "two\n", r"changed since the run at \w+: src/x/a\.py")):
+        (repo / path).write_text(text)
+        commit_all(path)
+        with pytest.raises(SystemExit, match=f"cannot carry docs/mutants/x.json: {why}"):
+            mutants.run(*args, carried=[node])
+        mutants.git("reset", "-q", "--hard", "HEAD~1")
+        assert (repo / "docs/mutants/x.json").read_text() == record
+    with pytest.raises(SystemExit, match="is not file::function"):
+        mutants.run(*args, carried=["tests/test_a.py"])
