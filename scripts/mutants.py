@@ -288,6 +288,10 @@ def run(group: str, mutate: list[str], tests: list[str], deselect: list[str],
     return code
 
 
+#: The statuses of a mutant whose tests failed (a timeout counts as killed, as in the score).
+FAILED = ("killed", "timeout")
+
+
 def carry(group: str, mutate: list[str], tests: list[str], deselect: list[str],
           max_children: int, nodes: list[str], postgres: bool, skip: list[str]) -> int:
     """Carry the group's record to the commit checked out, where only the bodies of the
@@ -299,9 +303,9 @@ def carry(group: str, mutate: list[str], tests: list[str], deselect: list[str],
     now (``<group>.changed``) and, where a recorded kill is not a failure of theirs, as they
     were (``<group>.before``, in a worktree at the record's commit). A kill the old tests did
     not make came from another test and holds; a survivor the new tests kill is killed; the
-    rest (a kill that was theirs and is not, a timeout, a line they newly run) is judged
-    again with the whole selection (``<group>.carried``). A timeout counts as no failure
-    here: on a loaded machine it may be one."""
+    rest (a kill that was theirs and is not, a line they newly run, a status that is none
+    of these) is judged again with the whole selection (``<group>.carried``). A timeout is
+    a failure, as in mutmut's verdicts (its limit is CPU time, which load does not spend)."""
     selection = selection_of(tests, deselect)
     base = of_record(RECORDS / f"{group}.json")
     now = commit()
@@ -317,11 +321,11 @@ def carry(group: str, mutate: list[str], tests: list[str], deselect: list[str],
     suspects, again, turned = [], [], {}
     for name, status in now_statuses.items():
         was = recorded.get(name, "killed")  # or a timeout: the record names survivors only
-        if was == "killed" and status != "killed":
+        if was == "killed" and status not in FAILED:
             suspects.append(name)
-        elif was == "survived" and status == "killed":
-            turned[name] = "killed"
-        elif status not in ("killed", "survived", "no tests") or (
+        elif was == "survived" and status in FAILED:
+            turned[name] = status
+        elif status not in (*FAILED, "survived", "no tests") or (
                 was == "no tests" and status != "no tests"):
             again.append(name)
     before = flat(sampled_before(group, base.commit, mutate, nodes, suspects, max_children,
@@ -335,7 +339,7 @@ def carry(group: str, mutate: list[str], tests: list[str], deselect: list[str],
     survived, untested = set(base.survived), set(base.untested)
     for name, status in list(turned.items()):
         was = recorded.get(name, "killed")
-        if (was == "killed" and status in ("killed", "timeout")) or was == status:
+        if (was == "killed" and status in FAILED) or was == status:
             del turned[name]  # held after all
             continue
         counts = modules[module_of[name]]

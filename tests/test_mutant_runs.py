@@ -330,8 +330,9 @@ def test_a_record_is_carried_over_a_changed_test_judging_only_what_it_can_turn(
     assert f"changed since the run at {first.commit}: tests/test_a.py" in capsys.readouterr().out
     now = mutants.commit()
     # The changed test alone: kills the first as before, a survivor now (turned), passes
-    # where the record had a timeout, and no longer runs for the last kill.
-    fake.now = dict(zip(names, (1, 1, 33, 0, 0, 33), strict=True))
+    # where the record had a timeout, hangs on the other survivor (a timeout: turned), and
+    # no longer runs for the last kill.
+    fake.now = dict(zip(names, (1, 1, 33, 0, 36, 33), strict=True))
     # As it was: it made the timeout (judged again in full: it survives now), not the last.
     fake.before = {names[3]: 36, names[5]: 0}
     fake.again = {names[3]: 0}
@@ -339,21 +340,22 @@ def test_a_record_is_carried_over_a_changed_test_judging_only_what_it_can_turn(
     assert mutants.run(*args, carried=[node]) == 0
     assert fake.calls[calls:] == [["*"], [names[3], names[5]], [names[3]]]
     assert (f"verdicts of {first.commit} carried to {now}: 6 mutants judged by the changed "
-            "tests alone, 2 by them as they were, 1 again in full; 2 turned"
+            "tests alone, 2 by them as they were, 1 again in full; 3 turned"
             ) in capsys.readouterr().out
     carried = mutants.of_record(repo / "docs/mutants/x.json")
     assert carried is not None
     assert (carried.commit, carried.definition) == (now, first.definition)
-    # names[1] survived -> killed; names[3] (a kill, the record does not say which were
-    # timeouts: taken from the killed) -> survived.
+    # names[1] survived -> killed, names[4] survived -> timeout; names[3] (a kill, the
+    # record does not say which were timeouts: taken from the killed) -> survived.
     assert carried.modules == {"src/x/a.py": Counter(
-        {"killed": 2, "survived": 2, "no tests": 1, "timeout": 1})}
-    assert (carried.survived, carried.untested) == ([names[3], names[4]], [names[2]])
+        {"killed": 2, "survived": 1, "no tests": 1, "timeout": 2})}
+    assert (carried.survived, carried.untested) == ([names[3]], [names[2]])
     assert carried.seconds == first.seconds + 6 + 2 + 1
     assert carried.carried == [{
         "from": first.commit, "tests": [node], "judged_alone": 6, "judged_as_before": 2,
         "judged_again": 1, "turned": {names[1]: "survived -> killed",
-                                      names[3]: "killed -> survived"}}]
+                                      names[3]: "killed -> survived",
+                                      names[4]: "survived -> timeout"}}]
     assert mutants.stale(carried, (repo / "build/x/pyproject.toml").read_text(),
                          args[2]) is None
 
