@@ -328,8 +328,9 @@ def carry(group: str, mutate: list[str], tests: list[str], deselect: list[str],
         elif status not in (*FAILED, "survived", "no tests") or (
                 was == "no tests" and status != "no tests"):
             again.append(name)
-    before = flat(sampled_before(group, base.commit, mutate, nodes, suspects, max_children,
-                                 postgres, skip)) if suspects else {}
+    before, before_seconds = sampled_before(
+        group, base.commit, mutate, nodes, suspects, max_children, postgres, skip
+    ) if suspects else ({}, 0.0)
     again += [name for name in suspects if before.get(name) not in ("survived", "no tests")]
     full = flat(sampled(f"{group}.carried", mutate, tests, deselect, max_children, postgres,
                         skip, again)) if again else {}
@@ -351,9 +352,9 @@ def carry(group: str, mutate: list[str], tests: list[str], deselect: list[str],
             survived.add(name)
         elif status == "no tests":
             untested.add(name)
-    seconds = sum(judging_seconds_in(WORK / part) for part in (
-        f"{group}.changed", f"{group}.before-tree/build/mutants/{group}.before",
-        f"{group}.carried") if (WORK / part / "mutants").is_dir())
+    seconds = before_seconds + sum(
+        judging_seconds_in(WORK / part) for part in (f"{group}.changed", f"{group}.carried")
+        if (WORK / part / "mutants").is_dir())
     note = {"from": base.commit, "tests": nodes, "judged_alone": len(now_statuses),
             "judged_as_before": len(suspects), "judged_again": len(again),
             "turned": {name: f"{recorded.get(name, 'killed')} -> {status}"
@@ -417,22 +418,30 @@ def sampled(name: str, mutate: list[str], tests: list[str], deselect: list[str],
 
 def sampled_before(group: str, at: str, mutate: list[str], nodes: list[str],
                    mutants: list[str], max_children: int, postgres: bool,
-                   skip: list[str]) -> dict[str, dict[str, str]]:
-    """The statuses of ``mutants`` judged by the tests ``nodes`` as they were at ``at`` (a
-    worktree there runs its own copy of this script)."""
+                   skip: list[str]) -> tuple[dict[str, str], float]:
+    """Each of ``mutants``' status judged by the tests ``nodes`` as they were at ``at`` (a
+    worktree there, removed after, runs its own copy of this script), and the judging time."""
     tree = WORK / f"{group}.before-tree"
-    subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT,
-                   capture_output=True, check=False)
+
+    def remove() -> None:
+        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT,
+                       capture_output=True, check=False)
+
+    remove()
     subprocess.run(["git", "worktree", "add", "--detach", "--force", str(tree), at], cwd=ROOT,
                    capture_output=True, check=True)
-    code = subprocess.call([
-        sys.executable, str(tree / "scripts" / "mutants.py"), "run", f"{group}.before",
-        "--mutate", *mutate, "--tests", *nodes, "--max-children", str(max_children),
-        "--mutants", *mutants, *(["--postgres"] if postgres else []),
-        *(["--skip", *skip] if skip else [])], cwd=tree)
-    if code != 0:
-        sys.exit(f"mutants: {group}.before: the sample run at {at} failed ({code})")
-    return statuses_in(tree / "build" / "mutants" / f"{group}.before")
+    try:
+        code = subprocess.call([
+            sys.executable, str(tree / "scripts" / "mutants.py"), "run", f"{group}.before",
+            "--mutate", *mutate, "--tests", *nodes, "--max-children", str(max_children),
+            "--mutants", *mutants, *(["--postgres"] if postgres else []),
+            *(["--skip", *skip] if skip else [])], cwd=tree)
+        if code != 0:
+            sys.exit(f"mutants: {group}.before: the sample run at {at} failed ({code})")
+        work = tree / "build" / "mutants" / f"{group}.before"
+        return flat(statuses_in(work)), judging_seconds_in(work)
+    finally:
+        remove()
 
 
 def flat(statuses: dict[str, dict[str, str]]) -> dict[str, str]:

@@ -351,6 +351,8 @@ def test_a_record_is_carried_over_a_changed_test_judging_only_what_it_can_turn(
         {"killed": 2, "survived": 1, "no tests": 1, "timeout": 2})}
     assert (carried.survived, carried.untested) == ([names[3]], [names[2]])
     assert carried.seconds == first.seconds + 6 + 2 + 1
+    assert not (repo / "build/x.before-tree").exists()  # its worktree is gone
+    assert mutants.git("worktree", "list", "--porcelain").count("worktree") == 1
     assert carried.carried == [{
         "from": first.commit, "tests": [node], "judged_alone": 6, "judged_as_before": 2,
         "judged_again": 1, "turned": {names[1]: "survived -> killed",
