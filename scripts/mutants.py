@@ -315,7 +315,8 @@ def carry(group: str, mutate: list[str], tests: list[str], deselect: list[str],
                  carried=frozenset(node.split("::")[0] for node in nodes)))
     if base is None or why or (why := bodies_only(base.commit, nodes)):
         sys.exit(f"mutants: {group}: cannot carry docs/mutants/{group}.json: {why}")
-    changed = sampled(f"{group}.changed", mutate, nodes, [], max_children, postgres, skip)
+    changed, seconds = sampled(f"{group}.changed", mutate, nodes, [], max_children, postgres,
+                               skip)
     now_statuses = flat(changed)
     recorded = {**{n: "survived" for n in base.survived}, **{n: "no tests" for n in base.untested}}
     suspects, again, turned = [], [], {}
@@ -328,23 +329,27 @@ def carry(group: str, mutate: list[str], tests: list[str], deselect: list[str],
         elif status not in (*FAILED, "survived", "no tests") or (
                 was == "no tests" and status != "no tests"):
             again.append(name)
-    before, before_seconds = sampled_before(
-        group, base.commit, mutate, nodes, suspects, max_children, postgres, skip
-    ) if suspects else ({}, 0.0)
-    again += [name for name in suspects if before.get(name) not in ("survived", "no tests")]
-    full = flat(sampled(f"{group}.carried", mutate, tests, deselect, max_children, postgres,
-                        skip, again)) if again else {}
-    turned |= {name: full[name] for name in again}
+    if suspects:
+        before, part = sampled_before(group, base.commit, mutate, nodes, suspects,
+                                      max_children, postgres, skip)
+        seconds += part
+        again += [name for name in suspects if before[name] not in ("survived", "no tests")]
+    if again:
+        full, part = sampled(f"{group}.carried", mutate, tests, deselect, max_children,
+                             postgres, skip, again)
+        seconds += part
+        turned |= {name: status for name, status in flat(full).items() if name in again
+                   and not (recorded.get(name, "killed") == "killed" and status in FAILED)
+                   and recorded.get(name) != status}  # else it held after all
     modules = {module: Counter(counts) for module, counts in base.modules.items()}
     module_of = {name: module for module, statuses in changed.items() for name in statuses}
     survived, untested = set(base.survived), set(base.untested)
-    for name, status in list(turned.items()):
+    for name, status in turned.items():
         was = recorded.get(name, "killed")
-        if (was == "killed" and status in FAILED) or was == status:
-            del turned[name]  # held after all
-            continue
         counts = modules[module_of[name]]
-        counts[was if was != "killed" or counts["killed"] else "timeout"] -= 1
+        if was == "killed" and not counts["killed"]:
+            was = "timeout"  # the record does not say which kills were timeouts
+        counts[was] -= 1
         counts[status] += 1
         survived.discard(name)
         untested.discard(name)
@@ -352,9 +357,6 @@ def carry(group: str, mutate: list[str], tests: list[str], deselect: list[str],
             survived.add(name)
         elif status == "no tests":
             untested.add(name)
-    seconds = before_seconds + sum(
-        judging_seconds_in(WORK / part) for part in (f"{group}.changed", f"{group}.carried")
-        if (WORK / part / "mutants").is_dir())
     note = {"from": base.commit, "tests": nodes, "judged_alone": len(now_statuses),
             "judged_as_before": len(suspects), "judged_again": len(again),
             "turned": {name: f"{recorded.get(name, 'killed')} -> {status}"
@@ -395,10 +397,10 @@ def bodies_only(at: str, nodes: list[str]) -> str | None:
 
 def sampled(name: str, mutate: list[str], tests: list[str], deselect: list[str],
             max_children: int, postgres: bool, skip: list[str],
-            mutants: list[str] | None = None) -> dict[str, dict[str, str]]:
-    """The statuses of a sample run in this tree: ``mutants`` (default all) judged by
-    ``tests``. A finished run of all in ``build/mutants/<name>`` is reused while nothing it
-    depends on changed."""
+            mutants: list[str] | None = None) -> tuple[dict[str, dict[str, str]], float]:
+    """The statuses of a sample run in this tree, ``mutants`` (default all) judged by
+    ``tests``, and its judging time. A finished run of all in ``build/mutants/<name>`` is
+    reused while nothing it depends on changed."""
     work = WORK / name
     selection = selection_of(tests, deselect)
     if mutants is None and (work / "commit").exists() and (work / "pyproject.toml").exists():
@@ -409,11 +411,11 @@ def sampled(name: str, mutate: list[str], tests: list[str], deselect: list[str],
                 and (work / "pyproject.toml").read_text() == group_pyproject(
                     mutate, selection, skip)):
             print(f"mutants: {name}: the run at {at} holds (reused)")
-            return statuses_in(work)
+            return statuses_in(work), judging_seconds_in(work)
     code = run(name, mutate, tests, deselect, max_children, mutants or ["*"], postgres, skip)
     if code != 0:
         sys.exit(f"mutants: {name}: the sample run failed ({code})")
-    return statuses_in(work)
+    return statuses_in(work), judging_seconds_in(work)
 
 
 def sampled_before(group: str, at: str, mutate: list[str], nodes: list[str],

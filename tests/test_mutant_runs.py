@@ -360,6 +360,19 @@ def test_a_record_is_carried_over_a_changed_test_judging_only_what_it_can_turn(
                                       names[4]: "survived -> timeout"}}]
     assert mutants.stale(carried, (repo / "build/x/pyproject.toml").read_text(),
                          args[2]) is None
+    # Carried again over a later change, where the test alone fails wherever the record has a
+    # kill: nothing else is judged, and the first carry's scratch copies add no time.
+    (repo / "tests/test_a.py").write_text(
+        "def test_one():\n    assert 2\n\n\ndef test_two():\n    assert True\n")
+    commit_all("test_one again")
+    fake.now = dict(zip(names, (1, 1, 33, 0, 36, 1), strict=True))
+    calls = len(fake.calls)
+    assert mutants.run(*args, carried=[node]) == 0
+    assert fake.calls[calls:] == [["*"]]
+    again = mutants.of_record(repo / "docs/mutants/x.json")
+    assert again is not None and again.modules == carried.modules
+    assert again.seconds == carried.seconds + 6
+    assert [entry["turned"] for entry in again.carried] == [carried.carried[0]["turned"], {}]
 
 
 def test_a_record_is_not_carried_over_more_than_the_bodies_of_the_tests_named(
@@ -385,3 +398,7 @@ def test_a_record_is_not_carried_over_more_than_the_bodies_of_the_tests_named(
         assert (repo / "docs/mutants/x.json").read_text() == record
     with pytest.raises(SystemExit, match="is not file::function"):
         mutants.run(*args, carried=["tests/test_a.py"])
+    (repo / "tests/test_a.py").write_text("def test_one():\n    assert 1\n")  # not committed
+    with pytest.raises(SystemExit, match="the tree has changes not committed"):
+        mutants.run(*args, carried=[node])
+    assert (repo / "docs/mutants/x.json").read_text() == record
